@@ -1,0 +1,261 @@
+#include "storage/backend.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+
+namespace capstan::storage {
+namespace {
+
+constexpr std::array<const char*, kNumCfs> kCfNames = {"key", "meta", "lease", "auth", "alarm"};
+
+rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
+
+absl::Status FromRocks(const rocksdb::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  if (s.IsNotFound()) return absl::NotFoundError(s.ToString());
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(s.ToString());
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(s.ToString());
+  return absl::InternalError(s.ToString());
+}
+
+class RocksIterator final : public Iterator {
+ public:
+  explicit RocksIterator(rocksdb::Iterator* it) : it_(it) {}
+  void Seek(std::string_view target) override { it_->Seek(ToSlice(target)); }
+  void SeekToFirst() override { it_->SeekToFirst(); }
+  void SeekToLast() override { it_->SeekToLast(); }
+  bool Valid() const override { return it_->Valid(); }
+  void Next() override { it_->Next(); }
+  void Prev() override { it_->Prev(); }
+  std::string_view key() const override { return ToView(it_->key()); }
+  std::string_view value() const override { return ToView(it_->value()); }
+  absl::Status status() const override { return FromRocks(it_->status()); }
+
+ private:
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+class RocksBackend final : public Backend {
+ public:
+  RocksBackend(BackendOptions options, std::unique_ptr<rocksdb::DB> db,
+               std::vector<rocksdb::ColumnFamilyHandle*> handles)
+      : options_(std::move(options)), db_(std::move(db)), handles_(std::move(handles)) {
+    write_options_.sync = options_.sync;
+  }
+
+  ~RocksBackend() override {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+  }
+
+  absl::Status Write(WriteBatch* batch) override;
+
+  absl::Status Get(Cf cf, std::string_view key, std::string* value) const override {
+    return FromRocks(db_->Get(rocksdb::ReadOptions(), handle(cf), ToSlice(key), value));
+  }
+
+  std::vector<absl::Status> MultiGet(Cf cf, const std::vector<std::string_view>& keys,
+                                     std::vector<std::string>* values) const override {
+    const size_t n = keys.size();
+    std::vector<rocksdb::Slice> slices;
+    slices.reserve(n);
+    for (auto k : keys) slices.push_back(ToSlice(k));
+    std::vector<rocksdb::PinnableSlice> pinned(n);
+    std::vector<rocksdb::Status> st(n);
+    db_->MultiGet(rocksdb::ReadOptions(), handle(cf), n, slices.data(), pinned.data(), st.data(),
+                  /*sorted_input=*/false);
+    values->resize(n);
+    std::vector<absl::Status> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = FromRocks(st[i]);
+      if (st[i].ok()) (*values)[i].assign(pinned[i].data(), pinned[i].size());
+    }
+    return out;
+  }
+
+  std::unique_ptr<Iterator> NewIterator(Cf cf) const override {
+    rocksdb::ReadOptions ro;
+    ro.fill_cache = true;
+    return std::make_unique<RocksIterator>(db_->NewIterator(ro, handle(cf)));
+  }
+
+  uint64_t SizeOnDisk() const override {
+    uint64_t total = 0;
+    for (auto* h : handles_) {
+      uint64_t v = 0;
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kTotalSstFilesSize, &v)) total += v;
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) total += v;
+    }
+    return total;
+  }
+
+  uint64_t LiveDataSize() const override {
+    uint64_t total = 0;
+    for (auto* h : handles_) {
+      uint64_t v = 0;
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateLiveDataSize, &v)) total += v;
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) total += v;
+    }
+    return total;
+  }
+
+  absl::Status CompactAll() override {
+    rocksdb::CompactRangeOptions cro;
+    cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    for (auto* h : handles_) {
+      auto s = db_->CompactRange(cro, h, nullptr, nullptr);
+      if (!s.ok()) return FromRocks(s);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Checkpoint(const std::string& dir) override {
+    rocksdb::Checkpoint* cp = nullptr;
+    auto s = rocksdb::Checkpoint::Create(db_.get(), &cp);
+    if (!s.ok()) return FromRocks(s);
+    std::unique_ptr<rocksdb::Checkpoint> owned(cp);
+    return FromRocks(owned->CreateCheckpoint(dir));
+  }
+
+  absl::Status Flush() override {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    auto s = db_->Flush(fo, handles_);
+    if (!s.ok()) return FromRocks(s);
+    return FromRocks(db_->FlushWAL(/*sync=*/true));
+  }
+
+  const BackendOptions& options() const override { return options_; }
+
+ private:
+  rocksdb::ColumnFamilyHandle* handle(Cf cf) const { return handles_[static_cast<int>(cf) + 1]; }
+
+  const BackendOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  // handles_[0] is RocksDB's default family; handles_[1 + Cf] are ours.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::WriteOptions write_options_;
+};
+
+}  // namespace
+
+struct WriteBatch::Rep {
+  rocksdb::WriteBatch batch;
+};
+
+struct WriteBatchAccess {
+  static rocksdb::WriteBatch* Rocks(WriteBatch* b) { return &b->rep_->batch; }
+};
+
+WriteBatch::WriteBatch() : rep_(std::make_unique<Rep>()) {}
+WriteBatch::~WriteBatch() = default;
+
+// Operations are staged directly into a rocksdb::WriteBatch by column family
+// id: rocksdb::WriteBatch reads only the id and the comparator of a handle, so
+// a minimal handle carrying the id lets batches be built without a DB.
+namespace {
+class IdHandle final : public rocksdb::ColumnFamilyHandle {
+ public:
+  explicit IdHandle(uint32_t id) : id_(id) {}
+  const std::string& GetName() const override { return name_; }
+  uint32_t GetID() const override { return id_; }
+  rocksdb::Status GetDescriptor(rocksdb::ColumnFamilyDescriptor*) override {
+    return rocksdb::Status::NotSupported();
+  }
+  const rocksdb::Comparator* GetComparator() const override {
+    return rocksdb::BytewiseComparator();
+  }
+
+ private:
+  uint32_t id_;
+  std::string name_;
+};
+
+IdHandle* HandleFor(Cf cf) {
+  // Column family ids are assigned in creation order: default is 0, then
+  // kCfNames in order; Open() checks this holds.
+  static IdHandle* handles[kNumCfs] = {new IdHandle(1), new IdHandle(2), new IdHandle(3),
+                                       new IdHandle(4), new IdHandle(5)};
+  return handles[static_cast<int>(cf)];
+}
+}  // namespace
+
+void WriteBatch::Put(Cf cf, std::string_view key, std::string_view value) {
+  rep_->batch.Put(HandleFor(cf), ToSlice(key), ToSlice(value)).PermitUncheckedError();
+}
+void WriteBatch::Delete(Cf cf, std::string_view key) {
+  rep_->batch.Delete(HandleFor(cf), ToSlice(key)).PermitUncheckedError();
+}
+void WriteBatch::DeleteRange(Cf cf, std::string_view begin, std::string_view end) {
+  rep_->batch.DeleteRange(HandleFor(cf), ToSlice(begin), ToSlice(end)).PermitUncheckedError();
+}
+void WriteBatch::Clear() { rep_->batch.Clear(); }
+int WriteBatch::Count() const { return static_cast<int>(rep_->batch.Count()); }
+size_t WriteBatch::ByteSize() const { return rep_->batch.GetDataSize(); }
+
+absl::Status RocksBackend::Write(WriteBatch* batch) {
+  return FromRocks(db_->Write(write_options_, WriteBatchAccess::Rocks(batch)));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& options) {
+  if (::mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", options.dir, ": ", strerror(errno)));
+  }
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.bytes_per_sync = 1 << 20;
+  db_options.max_total_wal_size = 256 << 20;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.keep_log_file_num = 3;
+
+  auto cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_size = 16 << 10;
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+
+  rocksdb::ColumnFamilyOptions cf_options;
+  cf_options.write_buffer_size = options.write_buffer_bytes;
+  cf_options.level_compaction_dynamic_level_bytes = true;
+  cf_options.compression = rocksdb::kLZ4Compression;
+  cf_options.bottommost_compression = rocksdb::kZSTD;
+  cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
+  for (const char* name : kCfNames) descriptors.emplace_back(name, cf_options);
+
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  auto s = rocksdb::DB::Open(db_options, options.dir, descriptors, &handles, &raw);
+  if (!s.ok()) return FromRocks(s);
+  std::unique_ptr<rocksdb::DB> db(raw);
+  for (int i = 0; i < kNumCfs; ++i) {
+    if (handles[i + 1]->GetID() != HandleFor(static_cast<Cf>(i))->GetID()) {
+      for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+      return absl::FailedPreconditionError(
+          absl::StrCat("column family ", kCfNames[i], " has unexpected id ", handles[i + 1]->GetID()));
+    }
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<RocksBackend>(options, std::move(db), std::move(handles)));
+}
+
+}  // namespace capstan::storage

@@ -1,0 +1,135 @@
+// Backend: Capstan's durable byte store, a thin layer over RocksDB.
+//
+// The backend knows column families and bytes, not revisions or keys of the
+// KV space. RocksDB is a private dependency: nothing of it appears here.
+//
+// Thread safety: a Backend is safe for concurrent use from any number of
+// threads without external synchronization. A WriteBatch is not: one thread
+// builds it, then hands it to Write().
+
+#ifndef CAPSTAN_STORAGE_BACKEND_H_
+#define CAPSTAN_STORAGE_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace capstan::storage {
+
+// Column families, in etcd's bucket layout.
+enum class Cf : int {
+  kKey = 0,    // revision bytes -> serialized mvccpb.KeyValue
+  kMeta = 1,   // current/compaction revisions, member identity
+  kLease = 2,  // lease id -> lease record
+  kAuth = 3,   // users, roles, auth revision
+  kAlarm = 4,  // active alarms
+};
+inline constexpr int kNumCfs = 5;
+
+struct BackendOptions {
+  // Directory holding the RocksDB files. Created if missing.
+  std::string dir;
+  // When false, writes are not fsynced (etcd's --unsafe-no-fsync): an
+  // acknowledged write can be lost on power failure, not on a process crash.
+  bool sync = true;
+  // Block cache shared by every column family.
+  size_t block_cache_bytes = 256 << 20;
+  // Memtable size per column family.
+  size_t write_buffer_bytes = 64 << 20;
+};
+
+class Backend;
+
+// A set of updates applied atomically by Backend::Write.
+class WriteBatch {
+ public:
+  WriteBatch();
+  ~WriteBatch();
+  WriteBatch(const WriteBatch&) = delete;
+  WriteBatch& operator=(const WriteBatch&) = delete;
+
+  void Put(Cf cf, std::string_view key, std::string_view value);
+  void Delete(Cf cf, std::string_view key);
+  // Deletes every key in [begin, end).
+  void DeleteRange(Cf cf, std::string_view begin, std::string_view end);
+  void Clear();
+  // Number of updates staged.
+  int Count() const;
+  // Approximate encoded size in bytes.
+  size_t ByteSize() const;
+
+ private:
+  friend struct WriteBatchAccess;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+// Iterates one column family in key order. Not thread-safe. The key and
+// value views stay valid only until the next call that moves the iterator.
+class Iterator {
+ public:
+  virtual ~Iterator() = default;
+  virtual void Seek(std::string_view target) = 0;
+  virtual void SeekToFirst() = 0;
+  virtual void SeekToLast() = 0;
+  virtual bool Valid() const = 0;
+  virtual void Next() = 0;
+  virtual void Prev() = 0;
+  virtual std::string_view key() const = 0;
+  virtual std::string_view value() const = 0;
+  // The first error met while iterating, if any.
+  virtual absl::Status status() const = 0;
+};
+
+class Backend {
+ public:
+  // Opens (or creates) the backend in options.dir.
+  static absl::StatusOr<std::unique_ptr<Backend>> Open(const BackendOptions& options);
+
+  virtual ~Backend() = default;
+
+  // Applies the batch atomically. Returns only after the batch is durable
+  // (WAL fsynced) unless the backend was opened with sync = false.
+  // After an error the backend must be considered failed: Capstan stops
+  // acknowledging writes (fail-stop) rather than retrying.
+  virtual absl::Status Write(WriteBatch* batch) = 0;
+
+  // Reads the latest value of key. NotFound when absent.
+  virtual absl::Status Get(Cf cf, std::string_view key, std::string* value) const = 0;
+
+  // Reads many keys of one column family at once; (*values)[i] and the
+  // returned statuses[i] answer keys[i].
+  virtual std::vector<absl::Status> MultiGet(Cf cf, const std::vector<std::string_view>& keys,
+                                             std::vector<std::string>* values) const = 0;
+
+  // A new iterator over the latest data of cf. The caller owns it; it must
+  // be destroyed before the Backend.
+  virtual std::unique_ptr<Iterator> NewIterator(Cf cf) const = 0;
+
+  // Total bytes on disk (SST files, WAL, manifest) and live data estimate.
+  virtual uint64_t SizeOnDisk() const = 0;
+  virtual uint64_t LiveDataSize() const = 0;
+
+  // Compacts every column family fully, dropping deleted data: Capstan's
+  // online defragmentation. Reads and writes continue meanwhile.
+  virtual absl::Status CompactAll() = 0;
+
+  // Writes a consistent point-in-time copy of the backend into dir, which
+  // must not exist. Uses hard links where possible.
+  virtual absl::Status Checkpoint(const std::string& dir) = 0;
+
+  // Flushes memtables and syncs; used at clean shutdown.
+  virtual absl::Status Flush() = 0;
+
+  virtual const BackendOptions& options() const = 0;
+};
+
+}  // namespace capstan::storage
+
+#endif  // CAPSTAN_STORAGE_BACKEND_H_

@@ -1,0 +1,131 @@
+#include "storage/backend.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace capstan::storage {
+namespace {
+
+class BackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/capstan-backend-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Backend> OpenBackend() {
+    BackendOptions options;
+    options.dir = dir_ + "/db";
+    auto b = Backend::Open(options);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return std::move(*b);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(BackendTest, WritesAreAtomicAndSurviveReopen) {
+  {
+    auto b = OpenBackend();
+    WriteBatch batch;
+    batch.Put(Cf::kKey, "k1", "v1");
+    batch.Put(Cf::kMeta, "k1", "meta");
+    batch.Put(Cf::kLease, "l", "lease");
+    EXPECT_EQ(batch.Count(), 3);
+    ASSERT_TRUE(b->Write(&batch).ok());
+  }
+  auto b = OpenBackend();
+  std::string v;
+  ASSERT_TRUE(b->Get(Cf::kKey, "k1", &v).ok());
+  EXPECT_EQ(v, "v1");
+  ASSERT_TRUE(b->Get(Cf::kMeta, "k1", &v).ok());
+  EXPECT_EQ(v, "meta");
+  ASSERT_TRUE(b->Get(Cf::kLease, "l", &v).ok());
+  EXPECT_EQ(v, "lease");
+  EXPECT_TRUE(absl::IsNotFound(b->Get(Cf::kAuth, "k1", &v)));
+}
+
+TEST_F(BackendTest, FamiliesAreSeparate) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  batch.Put(Cf::kKey, "a", "1");
+  ASSERT_TRUE(b->Write(&batch).ok());
+  std::string v;
+  EXPECT_TRUE(absl::IsNotFound(b->Get(Cf::kMeta, "a", &v)));
+}
+
+TEST_F(BackendTest, IteratorAndDeleteRange) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  for (char c = 'a'; c <= 'f'; ++c) batch.Put(Cf::kKey, std::string(1, c), std::string(2, c));
+  ASSERT_TRUE(b->Write(&batch).ok());
+  WriteBatch del;
+  del.DeleteRange(Cf::kKey, "b", "d");
+  del.Delete(Cf::kKey, "f");
+  ASSERT_TRUE(b->Write(&del).ok());
+  auto it = b->NewIterator(Cf::kKey);
+  std::string seen;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) seen += it->key();
+  EXPECT_TRUE(it->status().ok());
+  EXPECT_EQ(seen, "ade");
+  it->Seek("c");
+  ASSERT_TRUE(it->Valid());
+  EXPECT_EQ(it->key(), "d");
+  EXPECT_EQ(it->value(), "dd");
+}
+
+TEST_F(BackendTest, MultiGetAnswersEachKey) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  batch.Put(Cf::kKey, "x", "1");
+  batch.Put(Cf::kKey, "z", "3");
+  ASSERT_TRUE(b->Write(&batch).ok());
+  std::vector<std::string> values;
+  auto st = b->MultiGet(Cf::kKey, {"z", "y", "x"}, &values);
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_TRUE(st[0].ok());
+  EXPECT_EQ(values[0], "3");
+  EXPECT_TRUE(absl::IsNotFound(st[1]));
+  EXPECT_TRUE(st[2].ok());
+  EXPECT_EQ(values[2], "1");
+}
+
+TEST_F(BackendTest, CheckpointIsAConsistentCopy) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  batch.Put(Cf::kKey, "k", "before");
+  ASSERT_TRUE(b->Write(&batch).ok());
+  ASSERT_TRUE(b->Checkpoint(dir_ + "/cp").ok());
+  WriteBatch later;
+  later.Put(Cf::kKey, "k", "after");
+  ASSERT_TRUE(b->Write(&later).ok());
+  BackendOptions options;
+  options.dir = dir_ + "/cp";
+  auto copy = Backend::Open(options);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  std::string v;
+  ASSERT_TRUE((*copy)->Get(Cf::kKey, "k", &v).ok());
+  EXPECT_EQ(v, "before");
+}
+
+TEST_F(BackendTest, CompactAllKeepsLiveData) {
+  auto b = OpenBackend();
+  for (int round = 0; round < 3; ++round) {
+    WriteBatch batch;
+    for (int i = 0; i < 1000; ++i) batch.Put(Cf::kKey, "key" + std::to_string(i), std::string(100, 'a' + round));
+    ASSERT_TRUE(b->Write(&batch).ok());
+    ASSERT_TRUE(b->Flush().ok());
+  }
+  ASSERT_TRUE(b->CompactAll().ok());
+  std::string v;
+  ASSERT_TRUE(b->Get(Cf::kKey, "key7", &v).ok());
+  EXPECT_EQ(v, std::string(100, 'c'));
+  EXPECT_GT(b->SizeOnDisk(), 0u);
+}
+
+}  // namespace
+}  // namespace capstan::storage
