@@ -1,0 +1,167 @@
+// Copyright 2025 The Capstan Authors.
+//
+// KeyIndex: the revisions of one key, grouped into generations, with exactly the
+// semantics of etcd's keyIndex (server/mvcc/key_index.go).
+//
+// A generation is the life of a key from its creation to its deletion: the
+// revisions of the puts and, last, of the tombstone that ended it. A tombstone
+// appends itself to the current generation and then starts a new, empty one.
+// For example put(1.0); put(2.0); tombstone(3.0); put(4.0); tombstone(5.0) gives
+//
+//   generations: {1.0, 2.0, 3.0(t)} {4.0, 5.0(t)} {empty}
+//
+// Compact(at) removes, from the generation alive at `at`, the revisions at or
+// below `at` except the largest one (which is dropped too when it is the
+// tombstone that ended its generation), and removes the older generations. A
+// KeyIndex whose only generation is empty IsEmpty() and must be dropped by its
+// owner. E.g. on the example above: Compact(2) -> {2.0, 3.0(t)} {4.0, 5.0(t)}
+// {empty}; Compact(4) -> {4.0, 5.0(t)} {empty}; Compact(5) -> {empty}.
+
+#ifndef CAPSTAN_INDEX_KEY_INDEX_H_
+#define CAPSTAN_INDEX_KEY_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "index/revision.h"
+
+namespace capstan::index {
+
+// Thread-compatible: const methods may run concurrently with each other; a
+// non-const method needs exclusive access. A KeyIndex reachable from a
+// published IndexSnapshot is never modified (TreeIndex copies it first).
+//
+// Memory: all revisions of all generations live in one inlined vector (two
+// inline), the generation headers in another (one inline), so a key with up to
+// two revisions and one generation costs no heap allocation beyond the object.
+class KeyIndex {
+ public:
+  // A read-only view of one generation. `revs` is valid until the next
+  // non-const call on the KeyIndex it came from.
+  struct Generation {
+    Revision created;  // the revision of the put that created the key
+    int64_t version = 0;  // number of puts (and the tombstone) in the generation
+    std::span<const Revision> revs;  // ascending; may be trimmed by Compact
+  };
+
+  KeyIndex() = default;
+  KeyIndex(const KeyIndex&) = default;
+  KeyIndex& operator=(const KeyIndex&) = default;
+  KeyIndex(KeyIndex&&) noexcept = default;
+  KeyIndex& operator=(KeyIndex&&) noexcept = default;
+
+  // Records a put at `rev` in the current generation (starting the generation
+  // if it is empty).
+  // REQUIRES: rev > modified(). Crashes otherwise, as etcd panics on "'put'
+  // with an unexpected smaller revision".
+  void Put(Revision rev);
+
+  // Rebuilds the index of a key from its latest stored revision at start-up,
+  // like etcd's keyIndex.restore: one generation created at `created`, holding
+  // only `modified`, with `version` versions.
+  // REQUIRES: the KeyIndex has no generation (is default-constructed).
+  void Restore(Revision created, Revision modified, int64_t version);
+
+  // Records the deletion of the key at `rev` and starts a new, empty
+  // generation. Returns NotFound ("revision not found") when the key has no
+  // live generation (etcd's ErrRevisionNotFound; etcd panics instead when the
+  // whole keyIndex is empty, a state a TreeIndex never holds).
+  // REQUIRES: rev > modified() when the key is live.
+  absl::Status Tombstone(Revision rev);
+
+  // The state of the key as of store revision `at_rev`: the revision of its
+  // last change at or before `at_rev`, the revision that created it and its
+  // version (1 for the creating put). NotFound when the key did not exist at
+  // `at_rev` (never created yet, deleted, or compacted away).
+  absl::Status Get(int64_t at_rev, Revision* modified, Revision* created,
+                   int64_t* version) const;
+  // As Get, returning false instead of NotFound (no Status built: for scans).
+  bool Lookup(int64_t at_rev, Revision* modified, Revision* created,
+              int64_t* version) const;
+
+  // The revisions with main >= `rev`, ascending, keeping only the largest sub
+  // revision of each main revision (etcd's since). Empty for an empty index.
+  std::vector<Revision> Since(int64_t rev) const;
+  // As Since, appending to *out.
+  void AppendSince(int64_t rev, std::vector<Revision>* out) const;
+
+  // Removes the revisions a compaction at `at_rev` makes unreachable and adds
+  // the revision it keeps (if any) to *available (etcd's keyIndex.compact).
+  // `available` may be null.
+  // REQUIRES: !IsEmpty(). Crashes otherwise, as etcd panics.
+  void Compact(int64_t at_rev, RevisionSet* available);
+
+  // Adds to *available what Compact(at_rev, available) would, without changing
+  // anything (etcd's keyIndex.keep). No-op on an empty index.
+  // REQUIRES: available != nullptr.
+  void Keep(int64_t at_rev, RevisionSet* available) const;
+
+  // True when Compact(at_rev) would change this index (drop a revision or a
+  // generation). Compact on an index for which this is false only adds to
+  // `available`, which Keep does as well.
+  bool NeedsCompaction(int64_t at_rev) const;
+
+  // True when no generation holds a revision: a new index, or one compacted to
+  // nothing. An empty index must not stay in a TreeIndex.
+  bool IsEmpty() const { return revs_.empty(); }
+
+  // True when the key exists at its latest revision (the last generation is
+  // not empty), i.e. Tombstone would succeed.
+  bool IsLive() const { return !gens_.empty() && !GenerationIsEmpty(gens_.size() - 1); }
+
+  // The revision of the last Put or Tombstone ({0,0} if none).
+  Revision modified() const { return modified_; }
+
+  size_t generation_count() const { return gens_.size(); }
+  // REQUIRES: i < generation_count().
+  Generation generation(size_t i) const;
+
+  // Total number of revisions held, over all generations.
+  size_t revision_count() const { return revs_.size(); }
+
+  // E.g. "modified={16,0} [created={14,0} ver=3 revs={14,0}{15,1}{16,0}] []".
+  std::string DebugString() const;
+
+  // Same modified revision and generations (created, version, revisions).
+  friend bool operator==(const KeyIndex& a, const KeyIndex& b);
+
+ private:
+  struct GenerationHeader {
+    Revision created;
+    int64_t version = 0;
+    uint32_t begin = 0;  // index in revs_ of the first revision
+  };
+
+  size_t GenerationBegin(size_t g) const { return gens_[g].begin; }
+  size_t GenerationEnd(size_t g) const {
+    return g + 1 < gens_.size() ? gens_[g + 1].begin : revs_.size();
+  }
+  bool GenerationIsEmpty(size_t g) const {
+    return GenerationBegin(g) == GenerationEnd(g);
+  }
+
+  // Index of the generation alive at `rev` or -1 (etcd's findGeneration).
+  ptrdiff_t FindGeneration(int64_t rev) const;
+
+  // etcd's doCompact: the first generation whose tombstone is above `at_rev`
+  // (or the last one) in *gen, and the position inside it of its largest
+  // revision <= at_rev (or -1) in *rev_index, which is added to *available
+  // when `available` is not null.
+  void FindCompactionPoint(int64_t at_rev, RevisionSet* available, size_t* gen,
+                           ptrdiff_t* rev_index) const;
+
+  Revision modified_;
+  // All revisions of all generations, oldest first. Generation g owns
+  // revs_[GenerationBegin(g), GenerationEnd(g)).
+  absl::InlinedVector<Revision, 2> revs_;
+  absl::InlinedVector<GenerationHeader, 1> gens_;
+};
+
+}  // namespace capstan::index
+
+#endif  // CAPSTAN_INDEX_KEY_INDEX_H_

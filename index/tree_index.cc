@@ -1,0 +1,439 @@
+// Copyright 2025 The Capstan Authors.
+
+#include "index/tree_index.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace capstan::index {
+namespace {
+
+using internal::Entry;
+using internal::Inner;
+using internal::Leaf;
+using internal::Node;
+using internal::NodeRef;
+
+[[noreturn]] void Panic(const std::string& message) {
+  std::fprintf(stderr, "capstan/index: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+int Minimum(const Node* n) {
+  return n->leaf ? internal::kLeafMinimum : internal::kInnerMinimum;
+}
+
+// How many of `total` items the left half keeps when a full node splits. An
+// insertion at the end of the rightmost node (ascending keys, as in a bulk
+// restore) leaves the left node full instead of half empty.
+int SplitPoint(int total, bool append) { return append ? total - 1 : total / 2; }
+
+}  // namespace
+
+TreeIndex::TreeIndex() = default;
+TreeIndex::~TreeIndex() = default;
+
+void TreeIndex::MakeMutable(Node** slot) {
+  Node* n = *slot;
+  if (n->epoch == epoch_) return;
+  *slot = internal::CloneNode(n, epoch_);
+  internal::Unref(n);
+  ++stats_.nodes_copied;
+}
+
+Entry* TreeIndex::MakeMutable(Entry** slot) {
+  Entry* e = *slot;
+  if (e->epoch == epoch_) return e;
+  Entry* copy = new Entry(epoch_, *e);
+  *slot = copy;
+  internal::Unref(e);
+  ++stats_.entries_copied;
+  return copy;
+}
+
+void TreeIndex::Put(std::string_view key, Revision rev) { FindOrInsert(key)->index.Put(rev); }
+
+absl::Status TreeIndex::Tombstone(std::string_view key, Revision rev) {
+  // Check first, so that a failed tombstone copies nothing.
+  const Entry* e = internal::FindEntry(root_.get(), key);
+  if (e == nullptr || !e->index.IsLive()) return absl::NotFoundError("revision not found");
+  return FindMutable(key)->index.Tombstone(rev);
+}
+
+void TreeIndex::Restore(std::string_view key, Revision created, Revision modified,
+                        int64_t version) {
+  Entry* e = FindOrInsert(key);
+  if (e->index.generation_count() == 0) {
+    e->index.Restore(created, modified, version);
+  } else {
+    e->index.Put(modified);
+  }
+}
+
+Entry* TreeIndex::FindOrInsert(std::string_view key) {
+  if (root_.get() == nullptr) {
+    root_ = NodeRef::Adopt(new Leaf(epoch_));
+    ++stats_.nodes_created;
+  }
+  MakeMutable(root_.slot());
+  Split split;
+  Entry* e = FindOrInsertIn(root_.get(), key, /*rightmost=*/true, &split);
+  if (split.right != nullptr) {
+    Inner* root = new Inner(epoch_);
+    ++stats_.nodes_created;
+    root->count = 2;
+    root->separators[0] = nullptr;
+    root->children[0] = root_.release();
+    root->separators[1] = split.separator;
+    root->children[1] = split.right;
+    root_ = NodeRef::Adopt(root);
+  }
+  return e;
+}
+
+Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmost,
+                                 Split* split) {
+  if (node->leaf) {
+    Leaf* leaf = static_cast<Leaf*>(node);
+    const int pos = internal::LeafLowerBound(leaf, key);
+    if (pos < leaf->count && leaf->entries[pos]->key == key) {
+      return MakeMutable(&leaf->entries[pos]);
+    }
+    Entry* e = new Entry(epoch_, key);
+    ++size_;
+    if (leaf->count < internal::kLeafCapacity) {
+      std::copy_backward(leaf->entries + pos, leaf->entries + leaf->count,
+                         leaf->entries + leaf->count + 1);
+      leaf->entries[pos] = e;
+      ++leaf->count;
+      return e;
+    }
+    // Split a full leaf.
+    constexpr int kTotal = internal::kLeafCapacity + 1;
+    Entry* all[kTotal];
+    std::copy(leaf->entries, leaf->entries + pos, all);
+    all[pos] = e;
+    std::copy(leaf->entries + pos, leaf->entries + leaf->count, all + pos + 1);
+    const int left_count = SplitPoint(kTotal, rightmost && pos == leaf->count);
+    Leaf* right = new Leaf(epoch_);
+    ++stats_.nodes_created;
+    std::copy(all, all + left_count, leaf->entries);
+    leaf->count = left_count;
+    std::copy(all + left_count, all + kTotal, right->entries);
+    right->count = kTotal - left_count;
+    split->separator = right->entries[0];
+    internal::Ref(split->separator);
+    split->right = right;
+    return e;
+  }
+
+  Inner* inner = static_cast<Inner*>(node);
+  const int i = internal::ChildIndex(inner, key);
+  MakeMutable(&inner->children[i]);
+  Split child_split;
+  Entry* e = FindOrInsertIn(inner->children[i], key, rightmost && i == inner->count - 1,
+                            &child_split);
+  if (child_split.right == nullptr) return e;
+
+  // Insert the new child at i + 1.
+  const int pos = i + 1;
+  if (inner->count < internal::kInnerCapacity) {
+    std::copy_backward(inner->separators + pos, inner->separators + inner->count,
+                       inner->separators + inner->count + 1);
+    std::copy_backward(inner->children + pos, inner->children + inner->count,
+                       inner->children + inner->count + 1);
+    inner->separators[pos] = child_split.separator;
+    inner->children[pos] = child_split.right;
+    ++inner->count;
+    return e;
+  }
+  // Split a full inner node; the separator at the split point moves up.
+  constexpr int kTotal = internal::kInnerCapacity + 1;
+  Entry* seps[kTotal];
+  Node* children[kTotal];
+  std::copy(inner->separators, inner->separators + pos, seps);
+  std::copy(inner->children, inner->children + pos, children);
+  seps[pos] = child_split.separator;
+  children[pos] = child_split.right;
+  std::copy(inner->separators + pos, inner->separators + inner->count, seps + pos + 1);
+  std::copy(inner->children + pos, inner->children + inner->count, children + pos + 1);
+  const int left_count = SplitPoint(kTotal, rightmost && pos == inner->count);
+  Inner* right = new Inner(epoch_);
+  ++stats_.nodes_created;
+  std::copy(seps, seps + left_count, inner->separators);
+  std::copy(children, children + left_count, inner->children);
+  inner->count = left_count;
+  right->separators[0] = nullptr;
+  std::copy(seps + left_count + 1, seps + kTotal, right->separators + 1);
+  std::copy(children + left_count, children + kTotal, right->children);
+  right->count = kTotal - left_count;
+  split->separator = seps[left_count];  // its reference moves up
+  split->right = right;
+  return e;
+}
+
+Entry* TreeIndex::FindMutable(std::string_view key) {
+  MakeMutable(root_.slot());
+  Node* n = root_.get();
+  while (!n->leaf) {
+    Inner* inner = static_cast<Inner*>(n);
+    const int i = internal::ChildIndex(inner, key);
+    MakeMutable(&inner->children[i]);
+    n = inner->children[i];
+  }
+  Leaf* leaf = static_cast<Leaf*>(n);
+  const int pos = internal::LeafLowerBound(leaf, key);
+  if (pos == leaf->count || leaf->entries[pos]->key != key) {
+    Panic(absl::StrCat("FindMutable: key not in the index: ", std::string(key)));
+  }
+  return MakeMutable(&leaf->entries[pos]);
+}
+
+void TreeIndex::CompactKeys(std::span<const std::string> keys, int64_t at_rev,
+                            RevisionSet* available) {
+  for (const std::string& key : keys) {
+    const Entry* e = internal::FindEntry(root_.get(), key);
+    if (e == nullptr) continue;
+    if (!e->index.NeedsCompaction(at_rev)) {
+      // Compact would only report what it keeps: no copy needed.
+      if (available != nullptr) e->index.Keep(at_rev, available);
+      continue;
+    }
+    Entry* m = FindMutable(key);  // makes the whole path mutable
+    m->index.Compact(at_rev, available);
+    if (!m->index.IsEmpty()) continue;
+    EraseIn(root_.get(), key);
+    --size_;
+    // Shrink the root.
+    while (!root_.get()->leaf && root_.get()->count == 1) {
+      Inner* root = static_cast<Inner*>(root_.get());
+      Node* child = root->children[0];
+      root->count = 0;  // the child's reference moves to root_
+      root_ = NodeRef::Adopt(child);
+    }
+    if (root_.get()->count == 0) root_ = NodeRef();
+  }
+}
+
+void TreeIndex::EraseIn(Node* node, std::string_view key) {
+  if (node->leaf) {
+    Leaf* leaf = static_cast<Leaf*>(node);
+    const int pos = internal::LeafLowerBound(leaf, key);
+    if (pos == leaf->count || leaf->entries[pos]->key != key) {
+      Panic(absl::StrCat("EraseIn: key not in the index: ", std::string(key)));
+    }
+    internal::Unref(leaf->entries[pos]);
+    std::copy(leaf->entries + pos + 1, leaf->entries + leaf->count, leaf->entries + pos);
+    --leaf->count;
+    return;
+  }
+  Inner* inner = static_cast<Inner*>(node);
+  const int i = internal::ChildIndex(inner, key);
+  MakeMutable(&inner->children[i]);
+  EraseIn(inner->children[i], key);
+  const Node* child = inner->children[i];
+  if (child->count == 0) {
+    // Only possible under a one-child node (see SplitPoint): drop the child.
+    RemoveChild(inner, i);
+  } else if (child->count < Minimum(child) && inner->count > 1) {
+    Rebalance(inner, i);
+  }
+}
+
+void TreeIndex::RemoveChild(Inner* inner, int i) {
+  internal::Unref(inner->children[i]);
+  // Child i's separator goes with it; for child 0 the next child's separator
+  // goes instead, as the first child needs none.
+  const int sep = i > 0 ? i : 1;
+  if (sep < inner->count) {
+    internal::Unref(inner->separators[sep]);
+    std::copy(inner->separators + sep + 1, inner->separators + inner->count,
+              inner->separators + sep);
+  }
+  std::copy(inner->children + i + 1, inner->children + inner->count, inner->children + i);
+  --inner->count;
+  inner->separators[0] = nullptr;
+}
+
+void TreeIndex::Rebalance(Inner* inner, int i) {
+  const int l = i > 0 ? i - 1 : i;
+  const int r = l + 1;
+  MakeMutable(&inner->children[l]);
+  MakeMutable(&inner->children[r]);
+  Node* left = inner->children[l];
+  Node* right = inner->children[r];
+  const int total = left->count + right->count;
+
+  if (left->leaf) {
+    Leaf* ll = static_cast<Leaf*>(left);
+    Leaf* rl = static_cast<Leaf*>(right);
+    if (total <= internal::kLeafCapacity) {
+      std::copy(rl->entries, rl->entries + rl->count, ll->entries + ll->count);
+      ll->count = total;
+      rl->count = 0;
+    } else {
+      const int want_left = total / 2;
+      if (ll->count < want_left) {
+        const int move = want_left - ll->count;
+        std::copy(rl->entries, rl->entries + move, ll->entries + ll->count);
+        std::copy(rl->entries + move, rl->entries + rl->count, rl->entries);
+      } else {
+        const int move = ll->count - want_left;
+        std::copy_backward(rl->entries, rl->entries + rl->count,
+                           rl->entries + rl->count + move);
+        std::copy(ll->entries + want_left, ll->entries + ll->count, rl->entries);
+      }
+      ll->count = want_left;
+      rl->count = total - want_left;
+      internal::Unref(inner->separators[r]);
+      inner->separators[r] = rl->entries[0];
+      internal::Ref(inner->separators[r]);
+      return;
+    }
+  } else {
+    Inner* li = static_cast<Inner*>(left);
+    Inner* ri = static_cast<Inner*>(right);
+    if (total <= internal::kInnerCapacity) {
+      // The parent's separator comes down in front of right's first child.
+      li->separators[li->count] = inner->separators[r];
+      li->children[li->count] = ri->children[0];
+      std::copy(ri->separators + 1, ri->separators + ri->count,
+                li->separators + li->count + 1);
+      std::copy(ri->children + 1, ri->children + ri->count, li->children + li->count + 1);
+      li->count = total;
+      ri->count = 0;
+      inner->separators[r] = nullptr;  // moved into left
+    } else {
+      // Rotate children one at a time through the parent's separator.
+      const int want_left = total / 2;
+      while (li->count < want_left) {
+        li->separators[li->count] = inner->separators[r];
+        li->children[li->count] = ri->children[0];
+        ++li->count;
+        inner->separators[r] = ri->separators[1];
+        std::copy(ri->separators + 2, ri->separators + ri->count, ri->separators + 1);
+        std::copy(ri->children + 1, ri->children + ri->count, ri->children);
+        --ri->count;
+      }
+      while (li->count > want_left) {
+        std::copy_backward(ri->separators + 1, ri->separators + ri->count,
+                           ri->separators + ri->count + 1);
+        std::copy_backward(ri->children, ri->children + ri->count,
+                           ri->children + ri->count + 1);
+        ri->children[0] = li->children[li->count - 1];
+        ri->separators[1] = inner->separators[r];
+        inner->separators[r] = li->separators[li->count - 1];
+        --li->count;
+        ++ri->count;
+      }
+      return;
+    }
+  }
+
+  // Merged: drop the now empty right node and its separator.
+  if (inner->separators[r] != nullptr) internal::Unref(inner->separators[r]);
+  internal::Unref(right);
+  std::copy(inner->separators + r + 1, inner->separators + inner->count,
+            inner->separators + r);
+  std::copy(inner->children + r + 1, inner->children + inner->count, inner->children + r);
+  --inner->count;
+}
+
+void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries) {
+  if (root_.get() != nullptr || size_ != 0) Panic("LoadSorted on a non-empty index");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].second.IsEmpty()) {
+      Panic(absl::StrCat("LoadSorted: empty KeyIndex for key ", entries[i].first));
+    }
+    if (i > 0 && !(entries[i - 1].first < entries[i].first)) {
+      Panic(absl::StrCat("LoadSorted: keys not strictly ascending at ", entries[i].first));
+    }
+  }
+  if (entries.empty()) return;
+
+  // Splits n items into nodes of about `fill` items, evenly.
+  auto plan = [](size_t n, size_t fill, size_t* nodes, size_t* base, size_t* extra) {
+    *nodes = (n + fill - 1) / fill;
+    *base = n / *nodes;
+    *extra = n % *nodes;
+  };
+  // Leave room in every node so that the first inserts do not split at once.
+  constexpr size_t kLeafFill = internal::kLeafCapacity * 7 / 8;
+  constexpr size_t kInnerFill = internal::kInnerCapacity * 7 / 8;
+
+  std::vector<Node*> level;
+  std::vector<Entry*> firsts;  // the first entry under each node of `level`
+  size_t nodes, base, extra;
+  plan(entries.size(), kLeafFill, &nodes, &base, &extra);
+  level.reserve(nodes);
+  firsts.reserve(nodes);
+  size_t next = 0;
+  for (size_t k = 0; k < nodes; ++k) {
+    Leaf* leaf = new Leaf(epoch_);
+    const size_t count = base + (k < extra ? 1 : 0);
+    for (size_t j = 0; j < count; ++j, ++next) {
+      leaf->entries[j] = new Entry(epoch_, std::move(entries[next].first),
+                                   std::move(entries[next].second));
+    }
+    leaf->count = static_cast<uint16_t>(count);
+    level.push_back(leaf);
+    firsts.push_back(leaf->entries[0]);
+  }
+  stats_.nodes_created += nodes;
+  size_ = entries.size();
+  entries.clear();
+
+  while (level.size() > 1) {
+    std::vector<Node*> up;
+    std::vector<Entry*> up_firsts;
+    plan(level.size(), kInnerFill, &nodes, &base, &extra);
+    next = 0;
+    for (size_t k = 0; k < nodes; ++k) {
+      Inner* inner = new Inner(epoch_);
+      const size_t count = base + (k < extra ? 1 : 0);
+      inner->separators[0] = nullptr;
+      for (size_t j = 0; j < count; ++j, ++next) {
+        inner->children[j] = level[next];
+        if (j > 0) {
+          inner->separators[j] = firsts[next];
+          internal::Ref(firsts[next]);
+        }
+      }
+      inner->count = static_cast<uint16_t>(count);
+      up.push_back(inner);
+      up_firsts.push_back(firsts[next - count]);
+    }
+    stats_.nodes_created += nodes;
+    level = std::move(up);
+    firsts = std::move(up_firsts);
+  }
+  root_ = NodeRef::Adopt(level[0]);
+}
+
+void TreeIndex::Publish() {
+  NodeRef old;  // released after the lock, so no node is freed under it
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::move(published_root_);
+    published_root_ = root_;
+    published_size_ = size_;
+  }
+  ++epoch_;
+}
+
+IndexSnapshot TreeIndex::Snapshot() const {
+  NodeRef root;
+  size_t size;
+  {
+    absl::MutexLock lock(&mu_);
+    root = published_root_;
+    size = published_size_;
+  }
+  return IndexSnapshot(std::move(root), size);
+}
+
+}  // namespace capstan::index

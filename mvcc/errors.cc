@@ -1,0 +1,65 @@
+#include "mvcc/errors.h"
+
+#include <string>
+
+#include "absl/strings/cord.h"
+
+namespace capstan::mvcc {
+namespace {
+
+constexpr char kPayloadUrl[] = "capstan.mvcc.Error";
+
+struct ErrorInfo {
+  absl::StatusCode code;
+  const char* text;
+};
+
+ErrorInfo InfoOf(Error e) {
+  switch (e) {
+    case Error::kEmptyKey: return {absl::StatusCode::kInvalidArgument, "key is not provided"};
+    case Error::kKeyNotFound: return {absl::StatusCode::kInvalidArgument, "key not found"};
+    case Error::kValueProvided: return {absl::StatusCode::kInvalidArgument, "value is provided"};
+    case Error::kLeaseProvided: return {absl::StatusCode::kInvalidArgument, "lease is provided"};
+    case Error::kTooManyOps:
+      return {absl::StatusCode::kInvalidArgument, "too many operations in txn request"};
+    case Error::kDuplicateKey:
+      return {absl::StatusCode::kInvalidArgument, "duplicate key given in txn request"};
+    case Error::kInvalidSortOption:
+      return {absl::StatusCode::kInvalidArgument, "invalid sort option"};
+    case Error::kCompacted:
+      return {absl::StatusCode::kOutOfRange, "mvcc: required revision has been compacted"};
+    case Error::kFutureRev:
+      return {absl::StatusCode::kOutOfRange, "mvcc: required revision is a future revision"};
+    case Error::kNoSpace: return {absl::StatusCode::kResourceExhausted, "mvcc: database space exceeded"};
+    case Error::kRequestTooLarge: return {absl::StatusCode::kInvalidArgument, "request is too large"};
+    case Error::kLeaseNotFound: return {absl::StatusCode::kNotFound, "requested lease not found"};
+    case Error::kLeaseExists: return {absl::StatusCode::kFailedPrecondition, "lease already exists"};
+    case Error::kLeaseTtlTooLarge: return {absl::StatusCode::kOutOfRange, "too large lease TTL"};
+    case Error::kStopped: return {absl::StatusCode::kUnavailable, "server stopped"};
+    case Error::kStorageFailed:
+      return {absl::StatusCode::kUnavailable, "storage failed; writes are no longer accepted"};
+  }
+  return {absl::StatusCode::kUnknown, "unknown error"};
+}
+
+}  // namespace
+
+absl::Status MakeError(Error e) {
+  ErrorInfo info = InfoOf(e);
+  absl::Status s(info.code, info.text);
+  s.SetPayload(kPayloadUrl, absl::Cord(std::to_string(static_cast<int>(e))));
+  return s;
+}
+
+std::optional<Error> ErrorOf(const absl::Status& s) {
+  auto payload = s.GetPayload(kPayloadUrl);
+  if (!payload) return std::nullopt;
+  return static_cast<Error>(std::stoi(std::string(*payload)));
+}
+
+bool Is(const absl::Status& s, Error e) {
+  auto got = ErrorOf(s);
+  return got && *got == e;
+}
+
+}  // namespace capstan::mvcc

@@ -1,0 +1,131 @@
+#include "mvcc/kv_codec.h"
+
+namespace capstan::mvcc {
+
+void AppendVarint(uint64_t v, std::string* out) {
+  char buf[10];
+  int n = 0;
+  while (v >= 0x80) {
+    buf[n++] = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  buf[n++] = static_cast<char>(v);
+  out->append(buf, n);
+}
+
+void AppendTag(int field, int wire_type, std::string* out) {
+  AppendVarint((static_cast<uint64_t>(field) << 3) | wire_type, out);
+}
+
+void AppendVarintField(int field, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  AppendTag(field, 0, out);
+  AppendVarint(v, out);
+}
+
+void AppendBytesField(int field, std::string_view bytes, std::string* out) {
+  AppendTag(field, 2, out);
+  AppendVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+bool ReadVarint(const char** p, const char* end, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    uint8_t b = static_cast<uint8_t>(*(*p)++);
+    result |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string EncodeKeyValue(const KeyValueView& kv) {
+  std::string out;
+  out.reserve(kv.key.size() + kv.value.size() + 40);
+  if (!kv.key.empty()) AppendBytesField(1, kv.key, &out);
+  AppendVarintField(2, static_cast<uint64_t>(kv.create_revision), &out);
+  AppendVarintField(3, static_cast<uint64_t>(kv.mod_revision), &out);
+  AppendVarintField(4, static_cast<uint64_t>(kv.version), &out);
+  if (!kv.value.empty()) AppendBytesField(5, kv.value, &out);
+  AppendVarintField(6, static_cast<uint64_t>(kv.lease), &out);
+  return out;
+}
+
+namespace {
+
+// Walks the fields of a record, calling visit(field, wire_type, start, end,
+// varint) for each; start/end delimit the whole field including its tag.
+template <typename Visit>
+bool WalkFields(std::string_view bytes, Visit visit) {
+  const char* p = bytes.data();
+  const char* end = p + bytes.size();
+  while (p < end) {
+    const char* start = p;
+    uint64_t tag;
+    if (!ReadVarint(&p, end, &tag)) return false;
+    const int field = static_cast<int>(tag >> 3);
+    const int wire = static_cast<int>(tag & 7);
+    uint64_t v = 0;
+    std::string_view payload;
+    switch (wire) {
+      case 0:
+        if (!ReadVarint(&p, end, &v)) return false;
+        break;
+      case 1:
+        if (end - p < 8) return false;
+        p += 8;
+        break;
+      case 2: {
+        uint64_t len;
+        if (!ReadVarint(&p, end, &len) || static_cast<uint64_t>(end - p) < len) return false;
+        payload = std::string_view(p, len);
+        p += len;
+        break;
+      }
+      case 5:
+        if (end - p < 4) return false;
+        p += 4;
+        break;
+      default:
+        return false;
+    }
+    visit(field, wire, std::string_view(start, p - start), v, payload);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool DecodeKeyValue(std::string_view bytes, KeyValueView* kv) {
+  *kv = KeyValueView();
+  return WalkFields(bytes, [kv](int field, int wire, std::string_view, uint64_t v,
+                                std::string_view payload) {
+    switch (field) {
+      case 1: kv->key = payload; break;
+      case 2: kv->create_revision = static_cast<int64_t>(v); break;
+      case 3: kv->mod_revision = static_cast<int64_t>(v); break;
+      case 4: kv->version = static_cast<int64_t>(v); break;
+      case 5: kv->value = payload; break;
+      case 6: kv->lease = static_cast<int64_t>(v); break;
+      default: break;
+    }
+  });
+}
+
+void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out) {
+  if (!strip_value) {
+    AppendBytesField(field, record, out);
+    return;
+  }
+  std::string stripped;
+  stripped.reserve(record.size());
+  WalkFields(record, [&stripped](int f, int, std::string_view whole, uint64_t, std::string_view) {
+    if (f != 5) stripped.append(whole);
+  });
+  AppendBytesField(field, stripped, out);
+}
+
+}  // namespace capstan::mvcc

@@ -1,0 +1,48 @@
+// Wire codec for stored mvccpb.KeyValue records.
+//
+// Values are stored already encoded as mvccpb.KeyValue so Range responses are
+// assembled from stored bytes: a record is copied into the response as a
+// length-delimited field without being decoded and re-encoded.
+
+#ifndef CAPSTAN_MVCC_KV_CODEC_H_
+#define CAPSTAN_MVCC_KV_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace capstan::mvcc {
+
+// A decoded view of a stored KeyValue. Views point into the record's bytes
+// and are valid while those bytes are.
+struct KeyValueView {
+  std::string_view key;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t version = 0;
+  std::string_view value;
+  int64_t lease = 0;
+};
+
+// Encodes a KeyValue exactly as protobuf (and etcd, in Go) does: fields in
+// number order, zero values omitted.
+std::string EncodeKeyValue(const KeyValueView& kv);
+
+// Decodes a stored record. Returns false if the bytes are not a KeyValue.
+bool DecodeKeyValue(std::string_view bytes, KeyValueView* kv);
+
+// Appends `record` to out as field `field` of wire type 2; with strip_value
+// the record's value field (5) is left out (keys_only).
+void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out);
+
+// Protobuf wire helpers.
+void AppendVarint(uint64_t v, std::string* out);
+void AppendTag(int field, int wire_type, std::string* out);
+void AppendVarintField(int field, uint64_t v, std::string* out);  // omitted when v == 0
+void AppendBytesField(int field, std::string_view bytes, std::string* out);
+// Reads a varint at *p (< end), advancing *p. Returns false on malformed input.
+bool ReadVarint(const char** p, const char* end, uint64_t* v);
+
+}  // namespace capstan::mvcc
+
+#endif  // CAPSTAN_MVCC_KV_CODEC_H_

@@ -1,0 +1,264 @@
+#include "mvcc/kv_store.h"
+
+#include <future>
+#include <utility>
+
+#include "mvcc/check.h"
+#include "absl/strings/str_cat.h"
+#include "mvcc/errors.h"
+#include "mvcc/kv_codec.h"
+#include "mvcc/kv_range.h"
+#include "mvcc/meta_keys.h"
+#include "mvcc/revision_key.h"
+
+namespace capstan::mvcc {
+
+using storage::Cf;
+
+KvStore::KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend)
+    : options_(options), backend_(std::move(backend)), epoch_(std::make_shared<Epoch>()) {}
+
+absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& options,
+                                                       std::unique_ptr<storage::Backend> backend) {
+  std::unique_ptr<KvStore> store(new KvStore(options, std::move(backend)));
+  if (auto s = store->Recover(); !s.ok()) return s;
+  store->Publish();
+  store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
+  store->compactor_ = std::thread([s = store.get()] { s->CompactionLoop(); });
+  return store;
+}
+
+KvStore::~KvStore() {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
+  {
+    std::lock_guard<std::mutex> l(compact_mu_);
+    compact_requested_ = -1;  // tells the compactor to exit
+  }
+  compact_cv_.notify_all();
+  if (compactor_.joinable()) compactor_.join();
+}
+
+absl::Status KvStore::Recover() {
+  // Compaction state.
+  std::string value;
+  int64_t scheduled = 0;
+  if (auto s = backend_->Get(Cf::kMeta, kScheduledCompactKey, &value); s.ok()) {
+    scheduled = DecodeMetaRevision(value);
+  } else if (!absl::IsNotFound(s)) {
+    return s;
+  }
+  if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
+    compact_rev_ = DecodeMetaRevision(value);
+  } else if (!absl::IsNotFound(s)) {
+    return s;
+  }
+
+  // Rebuild the key index by replaying history in revision order, as etcd's
+  // restore does: the first record of a key seen restores its generation
+  // from the record's create revision and version (earlier history may have
+  // been compacted away); later records are put or tombstoned on top.
+  auto it = backend_->NewIterator(Cf::kKey);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    Revision rev;
+    bool tombstone;
+    if (!ParseRevisionKey(it->key(), &rev, &tombstone)) {
+      return absl::DataLossError("key family holds a key that is not a revision");
+    }
+    KeyValueView kv;
+    if (!DecodeKeyValue(it->value(), &kv)) {
+      return absl::DataLossError(absl::StrCat("record at revision ", rev.main, " is corrupt"));
+    }
+    current_rev_ = rev.main;
+    if (tombstone) {
+      // A tombstone whose key history was compacted away has nothing to end.
+      index_.Tombstone(kv.key, rev).IgnoreError();
+    } else {
+      index_.Restore(kv.key, Revision{kv.create_revision, 0}, rev, kv.version);
+    }
+  }
+  if (auto s = it->status(); !s.ok()) return s;
+  it.reset();
+  // Every record may have been compacted away; the revision never goes back.
+  if (current_rev_ < compact_rev_) current_rev_ = compact_rev_;
+  if (current_rev_ < scheduled) current_rev_ = scheduled;
+  if (scheduled > compact_rev_) {
+    // A compaction was interrupted: finish it.
+    compact_rev_ = scheduled;
+    compact_requested_ = scheduled;
+  }
+  // An interrupted compaction leaves compact_finished_ behind
+  // compact_requested_, so the compactor picks it up and WaitCompactionDone
+  // waits for it.
+  int64_t finished = 0;
+  if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
+    finished = DecodeMetaRevision(value);
+  }
+  compact_finished_ = finished;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const ReadView> KvStore::View() const {
+  std::lock_guard<std::mutex> l(view_mu_);
+  return view_;
+}
+
+void KvStore::Publish() {
+  index_.Publish();
+  auto view = std::make_shared<ReadView>();
+  view->index = index_.Snapshot();
+  view->rev = current_rev_;
+  view->compact_rev = compact_rev_;
+  view->epoch = epoch_;
+  std::shared_ptr<const ReadView> old;
+  {
+    std::lock_guard<std::mutex> l(view_mu_);
+    old = std::move(view_);
+    view_ = std::move(view);
+  }
+  // `old` is released here, outside the lock.
+}
+
+absl::Status KvStore::ReadRecords(const std::vector<Revision>& revs, std::vector<std::string>* out,
+                                  bool include_pending) const {
+  out->clear();
+  out->resize(revs.size());
+  std::vector<std::string> keys;
+  std::vector<size_t> slots;
+  keys.reserve(revs.size());
+  for (size_t i = 0; i < revs.size(); ++i) {
+    if (include_pending) {
+      if (auto p = pending_.find(revs[i]); p != pending_.end()) {
+        (*out)[i] = p->second;
+        continue;
+      }
+    }
+    keys.push_back(RevisionKey(revs[i]));
+    slots.push_back(i);
+  }
+  if (keys.empty()) return absl::OkStatus();
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<std::string> values;
+  auto statuses = backend_->MultiGet(Cf::kKey, views, &values);
+  for (size_t j = 0; j < slots.size(); ++j) {
+    if (!statuses[j].ok()) {
+      // The index names a revision the backend does not hold: a broken
+      // invariant unless a compaction raced this read, which the read epoch
+      // rules out.
+      return absl::InternalError(
+          absl::StrCat("revision ", revs[slots[j]].main, "_", revs[slots[j]].sub,
+                       " missing from storage: ", statuses[j].ToString()));
+    }
+    (*out)[slots[j]] = std::move(values[j]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* result) const {
+  stat_ranges_.fetch_add(1, std::memory_order_relaxed);
+  if (auto s = ValidateRange(req); !s.ok()) return s;
+  auto view = View();
+  int64_t rev;
+  if (auto s = ResolveReadRevision(req.revision(), view->rev, view->compact_rev, &rev); !s.ok()) {
+    return s;
+  }
+  return RangeAt(
+      view->index, req, rev, view->rev,
+      [this](const std::vector<Revision>& revs, std::vector<std::string>* out) {
+        return ReadRecords(revs, out, /*include_pending=*/false);
+      },
+      result);
+}
+
+void KvStore::Submit(WriteRequest write) {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(write));
+      if (queue_.size() == 1) queue_cv_.notify_one();
+      return;
+    }
+  }
+  write.done(MakeError(Error::kStopped));
+}
+
+void KvStore::CommitLoop() {
+  std::vector<WriteRequest> group;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(queue_mu_);
+      queue_cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() && stopping_) return;
+      if (options_.batch_interval > absl::ZeroDuration() &&
+          static_cast<int>(queue_.size()) < options_.batch_limit && !stopping_) {
+        // Let the group grow for at most batch_interval.
+        auto deadline = std::chrono::steady_clock::now() +
+                        absl::ToChronoNanoseconds(options_.batch_interval);
+        queue_cv_.wait_until(l, deadline, [this] {
+          return stopping_ || static_cast<int>(queue_.size()) >= options_.batch_limit;
+        });
+      }
+      const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.batch_limit));
+      for (size_t i = 0; i < n; ++i) {
+        group.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    CommitGroup(&group);
+    group.clear();
+  }
+}
+
+absl::StatusOr<etcdserverpb::PutResponse> KvStore::Put(const etcdserverpb::PutRequest& req) {
+  etcdserverpb::PutResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kPut, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<etcdserverpb::DeleteRangeResponse> KvStore::DeleteRange(
+    const etcdserverpb::DeleteRangeRequest& req) {
+  etcdserverpb::DeleteRangeResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kDeleteRange, &req, &resp,
+          [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> KvStore::Txn(const etcdserverpb::TxnRequest& req) {
+  etcdserverpb::TxnResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kTxn, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<etcdserverpb::CompactionResponse> KvStore::Compact(
+    const etcdserverpb::CompactionRequest& req) {
+  etcdserverpb::CompactionResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kCompact, &req, &resp,
+          [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+KvStore::Stats KvStore::GetStats() const {
+  Stats s;
+  s.puts = stat_puts_.load(std::memory_order_relaxed);
+  s.deletes = stat_deletes_.load(std::memory_order_relaxed);
+  s.txns = stat_txns_.load(std::memory_order_relaxed);
+  s.ranges = stat_ranges_.load(std::memory_order_relaxed);
+  s.groups = stat_groups_.load(std::memory_order_relaxed);
+  s.group_writes = stat_group_writes_.load(std::memory_order_relaxed);
+  s.keys = View()->index.size();
+  return s;
+}
+
+}  // namespace capstan::mvcc

@@ -1,0 +1,222 @@
+// KvStore: etcd's multi-version key-value store on a Capstan backend.
+//
+// Writes (Put, DeleteRange, Txn, Compact) are applied by one committer thread
+// in submission order. The committer assigns revisions, stages a group of
+// writes into one backend batch (group commit), writes it durably, then
+// publishes the new state to readers and only then completes each request.
+// Nothing is visible to readers before it is durable.
+//
+// Reads take the published ReadView (an O(1) snapshot of the key index plus
+// the revision it reflects) and read stored records by revision. They never
+// wait for a commit, never take a lock that a writer holds while working, and
+// never block writers.
+//
+// Thread safety: every public method may be called from any thread.
+
+#ifndef CAPSTAN_MVCC_KV_STORE_H_
+#define CAPSTAN_MVCC_KV_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "index/tree_index.h"
+#include "storage/backend.h"
+
+namespace capstan::mvcc {
+
+using index::Revision;
+
+struct KvStoreOptions {
+  // The most write requests one group commit holds (--backend-batch-limit).
+  int batch_limit = 10000;
+  // How long the committer waits for a group to grow once it has a request
+  // (--backend-batch-interval). Zero: commit whatever is queued at once;
+  // requests arriving during a commit form the next group anyway.
+  absl::Duration batch_interval = absl::ZeroDuration();
+  // Most operations in one txn branch (--max-txn-ops).
+  int max_txn_ops = 128;
+  // Largest write request accepted, in encoded bytes (--max-request-bytes).
+  int64_t max_request_bytes = 1572864;
+  // Revisions deleted per backend batch by physical compaction and the pause
+  // between batches (--experimental-compaction-batch-limit and
+  // --experimental-compaction-sleep-interval).
+  int compaction_batch_limit = 1000;
+  absl::Duration compaction_sleep_interval = absl::Milliseconds(10);
+};
+
+// What a reader sees: one published, durable state of the store.
+struct ReadView {
+  index::IndexSnapshot index;
+  int64_t rev = 0;          // the store's revision
+  int64_t compact_rev = 0;  // reads below this revision answer ErrCompacted
+  // Held by every reader of this view; physical compaction waits for the
+  // readers of views published before it was scheduled to finish.
+  std::shared_ptr<const void> epoch;
+};
+
+// The result of a Range: stored records ready to be sent.
+struct RangeResult {
+  int64_t rev = 0;    // header revision: the store's current revision
+  int64_t count = 0;  // keys in the range at the read revision (before filters)
+  bool more = false;
+  int num_kvs = 0;
+  // The returned KeyValues, each encoded as field 2 of a RangeResponse
+  // (length-delimited, in order): appending these bytes to an encoded
+  // RangeResponse adds the kvs without decoding them.
+  std::string kvs_wire;
+};
+
+// A write applied by the committer. The request and response objects are
+// owned by the caller and must stay alive until `done` runs. The committer
+// fills the response (its header carries only the revision) and calls done
+// exactly once, after the write is durable and visible, or with the error
+// that refused it. done runs on the committer thread: it must not block.
+struct WriteRequest {
+  // kInternal is KvStore's own: `apply` runs on the committer thread inside
+  // a group (used to compact the key index in batches between writes).
+  enum class Kind { kPut, kDeleteRange, kTxn, kCompact, kInternal };
+  Kind kind;
+  const google::protobuf::Message* request = nullptr;
+  google::protobuf::Message* response = nullptr;
+  absl::AnyInvocable<void(absl::Status)> done;
+  absl::AnyInvocable<void()> apply;
+};
+
+class KvStore {
+ public:
+  // Opens the store on backend, rebuilding the key index from it and
+  // resuming an interrupted compaction.
+  static absl::StatusOr<std::unique_ptr<KvStore>> Open(const KvStoreOptions& options,
+                                                       std::unique_ptr<storage::Backend> backend);
+
+  // Stops the committer after the requests already queued are done; later
+  // submissions fail with Error::kStopped.
+  ~KvStore();
+
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+
+  // The latest published view. Cheap; never blocks on the committer.
+  std::shared_ptr<const ReadView> View() const;
+
+  // Serves a Range with etcd's semantics from the latest published view.
+  absl::Status Range(const etcdserverpb::RangeRequest& req, RangeResult* result) const;
+
+  // Queues a write for the committer. See WriteRequest for the contract.
+  void Submit(WriteRequest write);
+
+  // Blocking conveniences over Submit, for tests and tools.
+  absl::StatusOr<etcdserverpb::PutResponse> Put(const etcdserverpb::PutRequest& req);
+  absl::StatusOr<etcdserverpb::DeleteRangeResponse> DeleteRange(
+      const etcdserverpb::DeleteRangeRequest& req);
+  absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& req);
+  absl::StatusOr<etcdserverpb::CompactionResponse> Compact(
+      const etcdserverpb::CompactionRequest& req);
+
+  // Blocks until the compaction scheduled most recently has deleted its
+  // revisions from the backend.
+  void WaitCompactionDone();
+
+  int64_t Rev() const { return View()->rev; }
+  int64_t CompactRev() const { return View()->compact_rev; }
+  storage::Backend* backend() const { return backend_.get(); }
+  const KvStoreOptions& options() const { return options_; }
+
+  // Statistics for metrics.
+  struct Stats {
+    uint64_t puts = 0, deletes = 0, txns = 0, ranges = 0, groups = 0, group_writes = 0;
+    uint64_t keys = 0;
+  };
+  Stats GetStats() const;
+
+ private:
+  class Applier;  // applies one write request inside a group (kv_store_apply.cc)
+
+  KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend);
+
+  absl::Status Recover();
+  void CommitLoop();
+  void CommitGroup(std::vector<WriteRequest>* group);
+  void Publish();
+
+  // Physical compaction, on its own thread (kv_store_compaction.cc).
+  void CompactionLoop();
+  void RunCompaction(int64_t rev);
+  absl::Status ApplyCompact(const etcdserverpb::CompactionRequest& req,
+                            etcdserverpb::CompactionResponse* resp);
+  // Runs fn on the committer thread between groups and waits for it.
+  void RunOnCommitter(absl::AnyInvocable<void()> fn);
+  bool LeaseExists(int64_t id) const;
+
+  // Readers hold the Epoch current when their view was published. Scheduling
+  // a compaction starts a new epoch; an old epoch keeps every newer one
+  // alive, so once the epoch replaced by a compaction has expired, no reader
+  // of a view older than that compaction remains.
+  struct Epoch {
+    std::shared_ptr<Epoch> next;
+  };
+
+  // Reads the stored records at revs, in order; records written in the
+  // group being committed are served from pending_ (committer thread only).
+  absl::Status ReadRecords(const std::vector<Revision>& revs, std::vector<std::string>* out,
+                           bool include_pending) const;
+
+  const KvStoreOptions options_;
+  const std::unique_ptr<storage::Backend> backend_;
+
+  // Committer state: touched by the committer thread only (and by Open
+  // before the thread starts).
+  index::TreeIndex index_;
+  int64_t current_rev_ = 1;  // a new store starts at revision 1, as etcd does
+  int64_t compact_rev_ = 0;
+  std::shared_ptr<Epoch> epoch_;
+  // The epoch replaced by the compaction scheduled in the current group.
+  std::shared_ptr<Epoch> compaction_barrier_;
+  storage::WriteBatch batch_;
+  // Records staged in batch_, by revision, until the batch is durable.
+  absl::flat_hash_map<Revision, std::string> pending_;
+  bool failed_ = false;
+  absl::Status storage_error_;
+
+  // The published view. Lock order: view_mu_ is a leaf lock.
+  mutable std::mutex view_mu_;
+  std::shared_ptr<const ReadView> view_;
+
+  // The request queue.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<WriteRequest> queue_;
+  bool stopping_ = false;
+
+  // Physical compaction requests, handed from the committer.
+  std::mutex compact_mu_;
+  std::condition_variable compact_cv_;
+  int64_t compact_requested_ = 0;  // newest scheduled compaction revision
+  int64_t compact_finished_ = 0;   // newest finished compaction revision
+  std::weak_ptr<Epoch> compact_epoch_;  // readers the newest compaction waits for
+  std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_;
+
+  mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
+      stat_groups_{0}, stat_group_writes_{0};
+
+  std::thread committer_;
+  std::thread compactor_;
+};
+
+}  // namespace capstan::mvcc
+
+#endif  // CAPSTAN_MVCC_KV_STORE_H_

@@ -1,0 +1,534 @@
+// The committer's side of KvStore: group commit and the application of
+// Put, DeleteRange, Txn and Compact to the live (unpublished) state.
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "mvcc/check.h"
+#include "absl/strings/str_cat.h"
+#include "mvcc/errors.h"
+#include "mvcc/kv_codec.h"
+#include "mvcc/kv_range.h"
+#include "mvcc/kv_store.h"
+#include "mvcc/meta_keys.h"
+#include "mvcc/revision_key.h"
+
+namespace capstan::mvcc {
+
+using etcdserverpb::Compare;
+using etcdserverpb::DeleteRangeRequest;
+using etcdserverpb::DeleteRangeResponse;
+using etcdserverpb::PutRequest;
+using etcdserverpb::PutResponse;
+using etcdserverpb::RangeRequest;
+using etcdserverpb::RangeResponse;
+using etcdserverpb::RequestOp;
+using etcdserverpb::ResponseOp;
+using etcdserverpb::TxnRequest;
+using etcdserverpb::TxnResponse;
+using storage::Cf;
+
+namespace {
+
+// ---- Request validation, as etcd's v3rpc does before proposing. ----
+
+absl::Status ValidatePut(const PutRequest& r) {
+  if (r.key().empty()) return MakeError(Error::kEmptyKey);
+  if (r.ignore_value() && !r.value().empty()) return MakeError(Error::kValueProvided);
+  if (r.ignore_lease() && r.lease() != 0) return MakeError(Error::kLeaseProvided);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDelete(const DeleteRangeRequest& r) {
+  if (r.key().empty()) return MakeError(Error::kEmptyKey);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTxn(const TxnRequest& r, int max_ops);
+
+absl::Status ValidateOp(const RequestOp& op, int max_ops) {
+  switch (op.request_case()) {
+    case RequestOp::kRequestRange: return ValidateRange(op.request_range());
+    case RequestOp::kRequestPut: return ValidatePut(op.request_put());
+    case RequestOp::kRequestDeleteRange: return ValidateDelete(op.request_delete_range());
+    case RequestOp::kRequestTxn: return ValidateTxn(op.request_txn(), max_ops);
+    default: return absl::OkStatus();
+  }
+}
+
+absl::Status ValidateTxn(const TxnRequest& r, int max_ops) {
+  if (r.compare_size() > max_ops || r.success_size() > max_ops || r.failure_size() > max_ops) {
+    return MakeError(Error::kTooManyOps);
+  }
+  for (const auto& c : r.compare()) {
+    if (c.key().empty()) return MakeError(Error::kEmptyKey);
+  }
+  for (const auto& op : r.success()) {
+    if (auto s = ValidateOp(op, max_ops - r.success_size()); !s.ok()) return s;
+  }
+  for (const auto& op : r.failure()) {
+    if (auto s = ValidateOp(op, max_ops - r.failure_size()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Half-open key intervals with etcd's affine ordering: an empty end is
+// +infinity. A point k is [k, k + "\0").
+struct Interval {
+  std::string begin, end;
+};
+
+bool AffineLess(const std::string& a, const std::string& b) {
+  if (a.empty()) return false;
+  if (b.empty()) return true;
+  return a < b;
+}
+
+bool IntersectsPoint(const std::vector<Interval>& dels, const std::string& k) {
+  const std::string k_end = k + std::string(1, '\0');
+  for (const auto& iv : dels) {
+    // [b, e) intersects [k, k\0) iff b < k\0 and k < e.
+    if (AffineLess(iv.begin, k_end) && AffineLess(k, iv.end)) return true;
+  }
+  return false;
+}
+
+// etcd's checkIntervals: a txn may not put one key twice, nor put a key that
+// the same txn deletes (then/else branches of a nested txn excepted).
+absl::Status CheckIntervals(const google::protobuf::RepeatedPtrField<RequestOp>& reqs,
+                            std::set<std::string>* puts_out, std::vector<Interval>* dels_out) {
+  std::vector<Interval> dels;
+  for (const auto& req : reqs) {
+    if (req.request_case() != RequestOp::kRequestDeleteRange) continue;
+    const auto& d = req.request_delete_range();
+    if (!d.range_end().empty()) {
+      dels.push_back({d.key(), d.range_end()});
+    } else {
+      dels.push_back({d.key(), d.key() + std::string(1, '\0')});
+    }
+  }
+  std::set<std::string> puts;
+  for (const auto& req : reqs) {
+    if (req.request_case() != RequestOp::kRequestTxn) continue;
+    std::set<std::string> puts_then, puts_else;
+    std::vector<Interval> dels_then, dels_else;
+    if (auto s = CheckIntervals(req.request_txn().success(), &puts_then, &dels_then); !s.ok()) {
+      return s;
+    }
+    if (auto s = CheckIntervals(req.request_txn().failure(), &puts_else, &dels_else); !s.ok()) {
+      return s;
+    }
+    for (const auto& k : puts_then) {
+      if (puts.count(k) || IntersectsPoint(dels, k)) return MakeError(Error::kDuplicateKey);
+      puts.insert(k);
+    }
+    for (const auto& k : puts_else) {
+      if (puts.count(k) && !puts_then.count(k)) return MakeError(Error::kDuplicateKey);
+      if (IntersectsPoint(dels, k)) return MakeError(Error::kDuplicateKey);
+      puts.insert(k);
+    }
+    dels.insert(dels.end(), dels_then.begin(), dels_then.end());
+    dels.insert(dels.end(), dels_else.begin(), dels_else.end());
+  }
+  for (const auto& req : reqs) {
+    if (req.request_case() != RequestOp::kRequestPut) continue;
+    const std::string& k = req.request_put().key();
+    if (puts.count(k) || IntersectsPoint(dels, k)) return MakeError(Error::kDuplicateKey);
+    puts.insert(k);
+  }
+  if (puts_out) *puts_out = std::move(puts);
+  if (dels_out) *dels_out = std::move(dels);
+  return absl::OkStatus();
+}
+
+int CompareInt(int64_t a, int64_t b) { return a < b ? -1 : (a > b ? 1 : 0); }
+
+// etcd's compareKV.
+bool CompareKv(const Compare& c, const KeyValueView& kv) {
+  int result = 0;
+  switch (c.target()) {
+    case Compare::VALUE: {
+      std::string_view v = c.target_union_case() == Compare::kValue ? c.value() : "";
+      result = kv.value.compare(v);
+      result = result < 0 ? -1 : (result > 0 ? 1 : 0);
+      break;
+    }
+    case Compare::CREATE:
+      result = CompareInt(kv.create_revision,
+                          c.target_union_case() == Compare::kCreateRevision ? c.create_revision() : 0);
+      break;
+    case Compare::MOD:
+      result = CompareInt(kv.mod_revision,
+                          c.target_union_case() == Compare::kModRevision ? c.mod_revision() : 0);
+      break;
+    case Compare::VERSION:
+      result = CompareInt(kv.version, c.target_union_case() == Compare::kVersion ? c.version() : 0);
+      break;
+    case Compare::LEASE:
+      result = CompareInt(kv.lease, c.target_union_case() == Compare::kLease ? c.lease() : 0);
+      break;
+    default:
+      break;
+  }
+  switch (c.result()) {
+    case Compare::EQUAL: return result == 0;
+    case Compare::NOT_EQUAL: return result != 0;
+    case Compare::GREATER: return result > 0;
+    case Compare::LESS: return result < 0;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+// Applies one write request to the committer's live state. Every check that
+// can refuse a request runs before its first change, so a refused request
+// changes nothing.
+class KvStore::Applier {
+ public:
+  explicit Applier(KvStore* store)
+      : s_(store), main_(store->current_rev_ + 1), sub_(0) {}
+
+  // The revision this request's changes get, and whether it made any.
+  int64_t main() const { return main_; }
+  bool changed() const { return sub_ > 0; }
+  // Reads inside a request see its own earlier changes.
+  int64_t read_rev() const { return sub_ > 0 ? main_ : s_->current_rev_; }
+
+  absl::Status Put(const PutRequest& r, PutResponse* resp, bool checked) {
+    if (!checked) {
+      if (auto s = ValidatePut(r); !s.ok()) return s;
+      if (r.lease() != 0 && !s_->LeaseExists(r.lease())) return MakeError(Error::kLeaseNotFound);
+    }
+    std::vector<std::string> prev;
+    if (r.ignore_value() || r.ignore_lease() || r.prev_kv()) {
+      if (auto s = ReadKvs(r.key(), "", read_rev(), &prev); !s.ok()) return s;
+    }
+    KeyValueView prev_kv;
+    if (!prev.empty()) CHECK(DecodeKeyValue(prev[0], &prev_kv));
+    if ((r.ignore_value() || r.ignore_lease()) && prev.empty()) {
+      return MakeError(Error::kKeyNotFound);
+    }
+    std::string_view value = r.ignore_value() ? prev_kv.value : std::string_view(r.value());
+    const int64_t lease = r.ignore_lease() ? prev_kv.lease : r.lease();
+    if (r.prev_kv() && !prev.empty()) resp->mutable_prev_kv()->ParseFromString(prev[0]);
+
+    Revision created, modified;
+    int64_t version = 0;
+    const Revision rev{main_, sub_};
+    if (!s_->index_.Unpublished().Get(r.key(), read_rev(), &modified, &created, &version).ok()) {
+      created = rev;
+      version = 0;
+    }
+    KeyValueView kv;
+    kv.key = r.key();
+    kv.create_revision = created.main;
+    kv.mod_revision = main_;
+    kv.version = version + 1;
+    kv.value = value;
+    kv.lease = lease;
+    std::string record = EncodeKeyValue(kv);
+    const std::string rev_key = RevisionKey(rev);
+    s_->batch_.Put(Cf::kKey, rev_key, record);
+    s_->pending_[rev] = std::move(record);
+    s_->index_.Put(r.key(), rev);
+    ++sub_;
+    resp->mutable_header()->set_revision(main_);
+    s_->stat_puts_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  absl::Status DeleteRange(const DeleteRangeRequest& r, DeleteRangeResponse* resp, bool checked) {
+    if (!checked) {
+      if (auto s = ValidateDelete(r); !s.ok()) return s;
+    }
+    std::vector<std::pair<std::string, Revision>> keys;
+    s_->index_.Unpublished().Range(r.key(), r.range_end(), read_rev(),
+                                   [&keys](std::string_view k, const index::RangeHit& hit) {
+                                     keys.emplace_back(std::string(k), hit.modified);
+                                     return true;
+                                   });
+    if (r.prev_kv() && !keys.empty()) {
+      std::vector<Revision> revs;
+      for (const auto& k : keys) revs.push_back(k.second);
+      std::vector<std::string> records;
+      if (auto s = s_->ReadRecords(revs, &records, true); !s.ok()) return s;
+      for (const auto& rec : records) resp->add_prev_kvs()->ParseFromString(rec);
+    }
+    for (const auto& [key, unused] : keys) {
+      const Revision rev{main_, sub_};
+      KeyValueView tomb;
+      tomb.key = key;
+      s_->batch_.Put(Cf::kKey, RevisionKey(rev, /*tombstone=*/true), EncodeKeyValue(tomb));
+      CHECK(s_->index_.Tombstone(key, rev).ok()) << "tombstone of a live key failed";
+      ++sub_;
+    }
+    resp->set_deleted(static_cast<int64_t>(keys.size()));
+    resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
+    s_->stat_deletes_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  absl::Status Txn(const TxnRequest& r, TxnResponse* resp) {
+    if (auto s = ValidateTxn(r, s_->options_.max_txn_ops); !s.ok()) return s;
+    if (auto s = CheckIntervals(r.success(), nullptr, nullptr); !s.ok()) return s;
+    if (auto s = CheckIntervals(r.failure(), nullptr, nullptr); !s.ok()) return s;
+    // Every compare of the txn and its nested txns sees the state before it.
+    std::vector<bool> path;
+    if (auto s = CompareToPath(r, &path); !s.ok()) return s;
+    size_t pos = 0;
+    if (auto s = CheckPath(r, path, &pos); !s.ok()) return s;
+    pos = 0;
+    if (auto s = ApplyTxn(r, path, &pos, resp); !s.ok()) return s;
+    resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
+    s_->stat_txns_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Reads the records of the keys in [key, end) alive at rev.
+  absl::Status ReadKvs(const std::string& key, const std::string& end, int64_t rev,
+                       std::vector<std::string>* out) {
+    std::vector<Revision> revs;
+    s_->index_.Unpublished().Range(key, end, rev, [&revs](std::string_view, const index::RangeHit& h) {
+      revs.push_back(h.modified);
+      return true;
+    });
+    return s_->ReadRecords(revs, out, /*include_pending=*/true);
+  }
+
+  absl::Status ApplyCompares(const TxnRequest& r, bool* ok) {
+    *ok = true;
+    for (const auto& c : r.compare()) {
+      std::string end = c.range_end();
+      std::vector<std::string> records;
+      if (auto s = ReadKvs(c.key(), end, s_->current_rev_, &records); !s.ok()) return s;
+      if (records.empty()) {
+        // A missing key compares as an empty KeyValue, except on VALUE,
+        // which always fails: there is no value to compare.
+        if (c.target() == Compare::VALUE || !CompareKv(c, KeyValueView())) {
+          *ok = false;
+          return absl::OkStatus();
+        }
+        continue;
+      }
+      for (const auto& rec : records) {
+        KeyValueView kv;
+        CHECK(DecodeKeyValue(rec, &kv));
+        if (!CompareKv(c, kv)) {
+          *ok = false;
+          return absl::OkStatus();
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // etcd's compareToPath: the branch taken by this txn and each nested txn
+  // on the taken branches, depth first.
+  absl::Status CompareToPath(const TxnRequest& r, std::vector<bool>* path) {
+    bool ok;
+    if (auto s = ApplyCompares(r, &ok); !s.ok()) return s;
+    path->push_back(ok);
+    for (const auto& op : ok ? r.success() : r.failure()) {
+      if (op.request_case() != RequestOp::kRequestTxn) continue;
+      if (auto s = CompareToPath(op.request_txn(), path); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // etcd's checkRequestPut and checkRequestRange over the taken path.
+  absl::Status CheckPath(const TxnRequest& r, const std::vector<bool>& path, size_t* pos) {
+    const bool ok = path[(*pos)++];
+    for (const auto& op : ok ? r.success() : r.failure()) {
+      switch (op.request_case()) {
+        case RequestOp::kRequestPut: {
+          const auto& p = op.request_put();
+          if (p.lease() != 0 && !s_->LeaseExists(p.lease())) {
+            return MakeError(Error::kLeaseNotFound);
+          }
+          if (p.ignore_value() || p.ignore_lease()) {
+            Revision m, c;
+            int64_t v;
+            if (!s_->index_.Unpublished().Get(p.key(), s_->current_rev_, &m, &c, &v).ok()) {
+              return MakeError(Error::kKeyNotFound);
+            }
+          }
+          break;
+        }
+        case RequestOp::kRequestRange: {
+          const int64_t rev = op.request_range().revision();
+          if (rev == 0) break;
+          if (rev > s_->current_rev_) return MakeError(Error::kFutureRev);
+          if (rev < s_->compact_rev_) return MakeError(Error::kCompacted);
+          break;
+        }
+        case RequestOp::kRequestTxn:
+          if (auto s = CheckPath(op.request_txn(), path, pos); !s.ok()) return s;
+          break;
+        default:
+          break;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyTxn(const TxnRequest& r, const std::vector<bool>& path, size_t* pos,
+                        TxnResponse* resp) {
+    const bool ok = path[(*pos)++];
+    resp->set_succeeded(ok);
+    for (const auto& op : ok ? r.success() : r.failure()) {
+      ResponseOp* out = resp->add_responses();
+      switch (op.request_case()) {
+        case RequestOp::kRequestRange: {
+          const auto& rr = op.request_range();
+          int64_t rev;
+          const int64_t current = read_rev();
+          if (auto s = ResolveReadRevision(rr.revision(), current, s_->compact_rev_, &rev); !s.ok()) {
+            return s;
+          }
+          RangeResult result;
+          auto s = RangeAt(
+              s_->index_.Unpublished(), rr, rev, current,
+              [this](const std::vector<Revision>& revs, std::vector<std::string>* recs) {
+                return s_->ReadRecords(revs, recs, /*include_pending=*/true);
+              },
+              &result);
+          if (!s.ok()) return s;
+          RangeResponse* rresp = out->mutable_response_range();
+          rresp->ParseFromString(result.kvs_wire);
+          rresp->mutable_header()->set_revision(result.rev);
+          rresp->set_more(result.more);
+          rresp->set_count(result.count);
+          break;
+        }
+        case RequestOp::kRequestPut:
+          if (auto s = Put(op.request_put(), out->mutable_response_put(), true); !s.ok()) return s;
+          break;
+        case RequestOp::kRequestDeleteRange:
+          if (auto s = DeleteRange(op.request_delete_range(), out->mutable_response_delete_range(),
+                                   true);
+              !s.ok()) {
+            return s;
+          }
+          break;
+        case RequestOp::kRequestTxn: {
+          TxnResponse* nested = out->mutable_response_txn();
+          nested->mutable_header();
+          if (auto s = ApplyTxn(op.request_txn(), path, pos, nested); !s.ok()) return s;
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  KvStore* s_;
+  const int64_t main_;
+  int64_t sub_;
+};
+
+bool KvStore::LeaseExists(int64_t id) const { return false; }
+
+void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
+  std::vector<absl::Status> results(group->size());
+  // Physical compactions answer once their compaction is done.
+  std::vector<bool> deferred(group->size(), false);
+  bool changed = false;
+  for (size_t i = 0; i < group->size(); ++i) {
+    WriteRequest& w = (*group)[i];
+    if (failed_) {
+      results[i] = MakeError(Error::kStorageFailed);
+      continue;
+    }
+    if (w.kind == WriteRequest::Kind::kInternal) {
+      w.apply();
+      changed = true;
+      continue;
+    }
+    if (w.kind == WriteRequest::Kind::kCompact) {
+      const auto& req = static_cast<const etcdserverpb::CompactionRequest&>(*w.request);
+      results[i] = ApplyCompact(req, static_cast<etcdserverpb::CompactionResponse*>(w.response));
+      if (results[i].ok()) {
+        changed = true;
+        deferred[i] = req.physical();
+      }
+      continue;
+    }
+    if (w.request->ByteSizeLong() > static_cast<size_t>(options_.max_request_bytes)) {
+      results[i] = MakeError(Error::kRequestTooLarge);
+      continue;
+    }
+    Applier applier(this);
+    switch (w.kind) {
+      case WriteRequest::Kind::kPut:
+        results[i] = applier.Put(static_cast<const PutRequest&>(*w.request),
+                                 static_cast<PutResponse*>(w.response), false);
+        break;
+      case WriteRequest::Kind::kDeleteRange:
+        results[i] = applier.DeleteRange(static_cast<const DeleteRangeRequest&>(*w.request),
+                                         static_cast<DeleteRangeResponse*>(w.response), false);
+        break;
+      case WriteRequest::Kind::kTxn:
+        results[i] = applier.Txn(static_cast<const TxnRequest&>(*w.request),
+                                 static_cast<TxnResponse*>(w.response));
+        break;
+      default:
+        break;
+    }
+    if (results[i].ok() && applier.changed()) {
+      current_rev_ = applier.main();
+      changed = true;
+    }
+  }
+
+  if (batch_.Count() > 0) {
+    absl::Status s = backend_->Write(&batch_);
+    batch_.Clear();
+    pending_.clear();
+    if (!s.ok()) {
+      // Fail-stop: the group's changes are in the live index but not durable.
+      // They are never published, and no later write is accepted.
+      failed_ = true;
+      storage_error_ = s;
+      for (auto& r : results) {
+        if (r.ok()) r = MakeError(Error::kStorageFailed);
+      }
+      changed = false;
+    }
+  }
+  stat_groups_.fetch_add(1, std::memory_order_relaxed);
+  stat_group_writes_.fetch_add(group->size(), std::memory_order_relaxed);
+  if (changed) Publish();
+  if (compaction_barrier_) {
+    if (!failed_) {
+      std::lock_guard<std::mutex> l(compact_mu_);
+      compact_requested_ = compact_rev_;
+      compact_epoch_ = compaction_barrier_;
+      compact_cv_.notify_all();
+    }
+    compaction_barrier_.reset();
+  }
+  for (size_t i = 0; i < group->size(); ++i) {
+    WriteRequest& w = (*group)[i];
+    if (w.kind == WriteRequest::Kind::kInternal) continue;
+    if (deferred[i] && results[i].ok()) {
+      const int64_t rev = static_cast<const etcdserverpb::CompactionRequest&>(*w.request).revision();
+      {
+        std::lock_guard<std::mutex> l(compact_mu_);
+        if (compact_finished_ < rev) {
+          compact_waiters_.emplace_back(rev, std::move(w.done));
+          continue;
+        }
+      }
+      w.done(absl::OkStatus());
+      continue;
+    }
+    w.done(results[i]);
+  }
+}
+
+}  // namespace capstan::mvcc

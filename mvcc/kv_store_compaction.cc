@@ -1,0 +1,150 @@
+// Compaction: scheduling on the committer, then index compaction in batches
+// and deletion of compacted revisions from the backend on the compactor
+// thread. Neither step holds a lock while it traverses the index.
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "spdlog/spdlog.h"
+#include "mvcc/errors.h"
+#include "mvcc/kv_store.h"
+#include "mvcc/meta_keys.h"
+#include "mvcc/revision_key.h"
+
+namespace capstan::mvcc {
+
+using storage::Cf;
+
+absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
+                                   etcdserverpb::CompactionResponse* resp) {
+  const int64_t rev = req.revision();
+  if (rev <= compact_rev_) return MakeError(Error::kCompacted);
+  if (rev > current_rev_) return MakeError(Error::kFutureRev);
+  batch_.Put(Cf::kMeta, kScheduledCompactKey, EncodeMetaRevision(rev));
+  compact_rev_ = rev;
+  // Views published from now on belong to a new epoch; the compactor waits
+  // for the readers of the old one.
+  auto next = std::make_shared<Epoch>();
+  epoch_->next = next;
+  compaction_barrier_ = std::move(epoch_);
+  epoch_ = std::move(next);
+  resp->mutable_header()->set_revision(current_rev_);
+  return absl::OkStatus();
+}
+
+void KvStore::RunOnCommitter(absl::AnyInvocable<void()> fn) {
+  std::promise<void> ran;
+  WriteRequest w;
+  w.kind = WriteRequest::Kind::kInternal;
+  w.apply = [&fn, &ran] {
+    fn();
+    ran.set_value();
+  };
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (stopping_) return;
+    queue_.push_back(std::move(w));
+  }
+  queue_cv_.notify_one();
+  ran.get_future().wait();
+}
+
+void KvStore::CompactionLoop() {
+  for (;;) {
+    int64_t rev;
+    std::weak_ptr<Epoch> barrier;
+    {
+      std::unique_lock<std::mutex> l(compact_mu_);
+      compact_cv_.wait(l, [this] {
+        return compact_requested_ < 0 || compact_requested_ > compact_finished_;
+      });
+      if (compact_requested_ < 0) return;
+      rev = compact_requested_;
+      barrier = compact_epoch_;
+    }
+    // Readers that began before the compaction was scheduled may still read
+    // revisions it removes; wait for them to finish.
+    while (!barrier.expired()) {
+      {
+        std::lock_guard<std::mutex> l(compact_mu_);
+        if (compact_requested_ < 0) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RunCompaction(rev);
+  }
+}
+
+void KvStore::RunCompaction(int64_t rev) {
+  // 1. The key index, in batches on the committer between write groups.
+  const std::vector<std::string> keys = View()->index.KeysToCompact(rev);
+  const size_t step = static_cast<size_t>(std::max(1, options_.compaction_batch_limit));
+  for (size_t i = 0; i < keys.size(); i += step) {
+    std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
+    RunOnCommitter([this, batch, rev] { index_.CompactKeys(batch, rev, nullptr); });
+    {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      if (stopping_) return;
+    }
+  }
+
+  // 2. The backend: every revision at or below rev that the index no longer
+  // keeps, in batches with a pause between them so writes keep flowing.
+  index::RevisionSet keep;
+  View()->index.Keep(rev, &keep);
+  const std::string end = RevisionKey(Revision{rev + 1, 0});
+  auto it = backend_->NewIterator(Cf::kKey);
+  storage::WriteBatch batch;
+  int64_t deleted = 0;
+  absl::Status status;
+  for (it->SeekToFirst(); it->Valid() && it->key() < end; it->Next()) {
+    Revision r;
+    bool tombstone;
+    if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
+    if (!tombstone && keep.contains(r)) continue;
+    batch.Delete(Cf::kKey, it->key());
+    if (batch.Count() >= options_.compaction_batch_limit) {
+      deleted += batch.Count();
+      status = backend_->Write(&batch);
+      batch.Clear();
+      if (!status.ok()) break;
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.compaction_sleep_interval));
+    }
+  }
+  it.reset();
+  if (status.ok()) {
+    deleted += batch.Count();
+    batch.Put(Cf::kMeta, kFinishedCompactKey, EncodeMetaRevision(rev));
+    status = backend_->Write(&batch);
+  }
+  if (!status.ok()) {
+    spdlog::error("compaction at revision {} failed: {}", rev, status.ToString());
+    return;
+  }
+  std::vector<absl::AnyInvocable<void(absl::Status)>> done;
+  {
+    std::lock_guard<std::mutex> l(compact_mu_);
+    compact_finished_ = std::max(compact_finished_, rev);
+    for (auto it2 = compact_waiters_.begin(); it2 != compact_waiters_.end();) {
+      if (it2->first <= compact_finished_) {
+        done.push_back(std::move(it2->second));
+        it2 = compact_waiters_.erase(it2);
+      } else {
+        ++it2;
+      }
+    }
+  }
+  compact_cv_.notify_all();
+  for (auto& d : done) d(absl::OkStatus());
+  (void)deleted;
+}
+
+void KvStore::WaitCompactionDone() {
+  std::unique_lock<std::mutex> l(compact_mu_);
+  compact_cv_.wait(l, [this] {
+    return compact_requested_ < 0 || compact_finished_ >= compact_requested_;
+  });
+}
+
+}  // namespace capstan::mvcc

@@ -1,0 +1,244 @@
+#include "mvcc/kv_store.h"
+
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "mvcc/errors.h"
+
+namespace capstan::mvcc {
+namespace {
+
+using etcdserverpb::Compare;
+using etcdserverpb::RangeRequest;
+using etcdserverpb::RangeResponse;
+
+class KvStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/capstan-kv-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    Reopen();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen(KvStoreOptions options = {}) {
+    store_.reset();
+    storage::BackendOptions bo;
+    bo.dir = dir_ + "/db";
+    auto backend = storage::Backend::Open(bo);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    auto store = KvStore::Open(options, std::move(*backend));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  int64_t Put(const std::string& k, const std::string& v) {
+    etcdserverpb::PutRequest req;
+    req.set_key(k);
+    req.set_value(v);
+    auto resp = store_->Put(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->header().revision() : -1;
+  }
+
+  RangeResponse Get(const std::string& k, const std::string& end = "", int64_t rev = 0,
+                    absl::Status* status = nullptr) {
+    RangeRequest req;
+    req.set_key(k);
+    req.set_range_end(end);
+    req.set_revision(rev);
+    RangeResult result;
+    absl::Status s = store_->Range(req, &result);
+    if (status) *status = s;
+    RangeResponse resp;
+    if (!s.ok()) return resp;
+    EXPECT_TRUE(resp.ParseFromString(result.kvs_wire));
+    resp.set_count(result.count);
+    resp.set_more(result.more);
+    resp.mutable_header()->set_revision(result.rev);
+    return resp;
+  }
+
+  std::string dir_;
+  std::unique_ptr<KvStore> store_;
+};
+
+TEST_F(KvStoreTest, PutAssignsRevisionsAndVersions) {
+  EXPECT_EQ(Put("a", "1"), 2);  // the store starts at revision 1
+  EXPECT_EQ(Put("a", "2"), 3);
+  EXPECT_EQ(Put("b", "x"), 4);
+  auto r = Get("a");
+  ASSERT_EQ(r.kvs_size(), 1);
+  EXPECT_EQ(r.kvs(0).value(), "2");
+  EXPECT_EQ(r.kvs(0).create_revision(), 2);
+  EXPECT_EQ(r.kvs(0).mod_revision(), 3);
+  EXPECT_EQ(r.kvs(0).version(), 2);
+  EXPECT_EQ(r.header().revision(), 4);
+  auto old = Get("a", "", 2);
+  ASSERT_EQ(old.kvs_size(), 1);
+  EXPECT_EQ(old.kvs(0).value(), "1");
+}
+
+TEST_F(KvStoreTest, FutureAndCompactedRevisions) {
+  Put("a", "1");
+  Put("a", "2");
+  Put("a", "3");
+  absl::Status s;
+  Get("a", "", 10, &s);
+  EXPECT_TRUE(Is(s, Error::kFutureRev)) << s;
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(3);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+  Get("a", "", 2, &s);
+  EXPECT_TRUE(Is(s, Error::kCompacted)) << s;
+  auto at = Get("a", "", 3, &s);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(at.kvs_size(), 1);
+  EXPECT_EQ(at.kvs(0).value(), "2");
+  EXPECT_TRUE(Is(store_->Compact(creq).status(), Error::kCompacted));
+  creq.set_revision(100);
+  EXPECT_TRUE(Is(store_->Compact(creq).status(), Error::kFutureRev));
+}
+
+TEST_F(KvStoreTest, DeleteRangeAndRecreate) {
+  Put("a", "1");
+  Put("b", "1");
+  Put("c", "1");
+  etcdserverpb::DeleteRangeRequest d;
+  d.set_key("a");
+  d.set_range_end("c");
+  d.set_prev_kv(true);
+  auto resp = store_->DeleteRange(d);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->deleted(), 2);
+  EXPECT_EQ(resp->prev_kvs_size(), 2);
+  EXPECT_EQ(resp->header().revision(), 5);
+  auto none = store_->DeleteRange(d);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->deleted(), 0);
+  EXPECT_EQ(none->header().revision(), 5);
+  EXPECT_EQ(Get("a", std::string(1, '\0')).count(), 1);
+  Put("a", "again");
+  auto r = Get("a");
+  ASSERT_EQ(r.kvs_size(), 1);
+  EXPECT_EQ(r.kvs(0).create_revision(), 6);
+  EXPECT_EQ(r.kvs(0).version(), 1);
+}
+
+TEST_F(KvStoreTest, TxnSeesItsOwnWritesAndUsesOneRevision) {
+  Put("k", "v0");
+  etcdserverpb::TxnRequest t;
+  auto* c = t.add_compare();
+  c->set_key("k");
+  c->set_target(Compare::VALUE);
+  c->set_result(Compare::EQUAL);
+  c->set_value("v0");
+  auto* p = t.add_success()->mutable_request_put();
+  p->set_key("k");
+  p->set_value("v1");
+  auto* p2 = t.add_success()->mutable_request_put();
+  p2->set_key("k2");
+  p2->set_value("x");
+  t.add_success()->mutable_request_range()->set_key("k");
+  auto resp = store_->Txn(t);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_TRUE(resp->succeeded());
+  EXPECT_EQ(resp->header().revision(), 3);
+  ASSERT_EQ(resp->responses_size(), 3);
+  const auto& rr = resp->responses(2).response_range();
+  ASSERT_EQ(rr.kvs_size(), 1);
+  EXPECT_EQ(rr.kvs(0).value(), "v1");
+  EXPECT_EQ(rr.kvs(0).mod_revision(), 3);
+  // Both puts share main revision 3 with sub revisions 0 and 1.
+  auto k2 = Get("k2");
+  ASSERT_EQ(k2.kvs_size(), 1);
+  EXPECT_EQ(k2.kvs(0).mod_revision(), 3);
+  // The compare now fails.
+  auto again = store_->Txn(t);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->succeeded());
+  EXPECT_EQ(again->header().revision(), 3);
+}
+
+TEST_F(KvStoreTest, TxnRejectsDuplicateKeysAndTooManyOps) {
+  etcdserverpb::TxnRequest t;
+  t.add_success()->mutable_request_put()->set_key("a");
+  t.add_success()->mutable_request_put()->set_key("a");
+  EXPECT_TRUE(Is(store_->Txn(t).status(), Error::kDuplicateKey));
+  etcdserverpb::TxnRequest del;
+  auto* d = del.add_success()->mutable_request_delete_range();
+  d->set_key("a");
+  d->set_range_end("c");
+  del.add_success()->mutable_request_put()->set_key("b");
+  EXPECT_TRUE(Is(store_->Txn(del).status(), Error::kDuplicateKey));
+  etcdserverpb::TxnRequest many;
+  for (int i = 0; i < 129; ++i) {
+    many.add_success()->mutable_request_put()->set_key("k" + std::to_string(i));
+  }
+  EXPECT_TRUE(Is(store_->Txn(many).status(), Error::kTooManyOps));
+  EXPECT_EQ(store_->Rev(), 1);
+}
+
+TEST_F(KvStoreTest, PutErrors) {
+  etcdserverpb::PutRequest p;
+  EXPECT_TRUE(Is(store_->Put(p).status(), Error::kEmptyKey));
+  p.set_key("k");
+  p.set_lease(42);
+  EXPECT_TRUE(Is(store_->Put(p).status(), Error::kLeaseNotFound));
+  p.set_lease(0);
+  p.set_ignore_value(true);
+  EXPECT_TRUE(Is(store_->Put(p).status(), Error::kKeyNotFound));
+  p.set_value("v");
+  EXPECT_TRUE(Is(store_->Put(p).status(), Error::kValueProvided));
+}
+
+TEST_F(KvStoreTest, StateSurvivesReopen) {
+  Put("a", "1");
+  Put("a", "2");
+  Put("b", "1");
+  etcdserverpb::DeleteRangeRequest d;
+  d.set_key("b");
+  ASSERT_TRUE(store_->DeleteRange(d).ok());
+  etcdserverpb::CompactionRequest c;
+  c.set_revision(3);
+  c.set_physical(true);
+  ASSERT_TRUE(store_->Compact(c).ok());
+  Reopen();
+  EXPECT_EQ(store_->Rev(), 5);
+  EXPECT_EQ(store_->CompactRev(), 3);
+  auto r = Get("a");
+  ASSERT_EQ(r.kvs_size(), 1);
+  EXPECT_EQ(r.kvs(0).version(), 2);
+  EXPECT_EQ(r.kvs(0).create_revision(), 2);
+  EXPECT_EQ(Get("b").kvs_size(), 0);
+  EXPECT_EQ(Put("a", "3"), 6);
+  EXPECT_EQ(Get("a").kvs(0).version(), 3);
+}
+
+TEST_F(KvStoreTest, LimitCountMoreAndSort) {
+  for (int i = 0; i < 10; ++i) Put("key" + std::to_string(i), std::to_string(9 - i));
+  RangeRequest req;
+  req.set_key("key");
+  req.set_range_end("kez");
+  req.set_limit(3);
+  RangeResult result;
+  ASSERT_TRUE(store_->Range(req, &result).ok());
+  EXPECT_EQ(result.count, 10);
+  EXPECT_TRUE(result.more);
+  EXPECT_EQ(result.num_kvs, 3);
+  req.set_sort_target(RangeRequest::VALUE);
+  req.set_sort_order(RangeRequest::ASCEND);
+  ASSERT_TRUE(store_->Range(req, &result).ok());
+  RangeResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(result.kvs_wire));
+  ASSERT_EQ(resp.kvs_size(), 3);
+  EXPECT_EQ(resp.kvs(0).key(), "key9");
+  req.set_sort_order(static_cast<RangeRequest::SortOrder>(7));
+  EXPECT_TRUE(Is(store_->Range(req, &result), Error::kInvalidSortOption));
+}
+
+}  // namespace
+}  // namespace capstan::mvcc
