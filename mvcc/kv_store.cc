@@ -58,6 +58,10 @@ absl::Status KvStore::Recover() {
     return s;
   }
 
+  if (auto s = backend_->Get(Cf::kMeta, kConsistentIndexKey, &value); s.ok() && value.size() == 8) {
+    applied_index_.store(ReadBigEndian64(value.data()));
+  }
+
   // Rebuild the key index by replaying history in revision order, as etcd's
   // restore does: the first record of a key seen restores its generation
   // from the record's create revision and version (earlier history may have

@@ -131,6 +131,10 @@ class KvStore {
   // revisions from the backend.
   void WaitCompactionDone();
 
+  // Write requests applied over the store's life, kept durable with each
+  // group: the member's raft index and applied index in Status.
+  uint64_t AppliedIndex() const { return applied_index_.load(std::memory_order_acquire); }
+
   int64_t Rev() const { return View()->rev; }
   int64_t CompactRev() const { return View()->compact_rev; }
   storage::Backend* backend() const { return backend_.get(); }
@@ -191,6 +195,7 @@ class KvStore {
   absl::flat_hash_map<Revision, std::string> pending_;
   bool failed_ = false;
   absl::Status storage_error_;
+  std::atomic<uint64_t> applied_index_{0};
 
   // The published view. Lock order: view_mu_ is a leaf lock.
   mutable std::mutex view_mu_;

@@ -485,7 +485,14 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     }
   }
 
+  uint64_t applied = applied_index_.load(std::memory_order_relaxed);
+  for (const auto& w : *group) {
+    if (w.kind != WriteRequest::Kind::kInternal) ++applied;
+  }
   if (batch_.Count() > 0) {
+    std::string index_bytes;
+    AppendBigEndian64(applied, &index_bytes);
+    batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);
     absl::Status s = backend_->Write(&batch_);
     batch_.Clear();
     pending_.clear();
@@ -500,6 +507,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
       changed = false;
     }
   }
+  if (!failed_) applied_index_.store(applied, std::memory_order_release);
   stat_groups_.fetch_add(1, std::memory_order_relaxed);
   stat_group_writes_.fetch_add(group->size(), std::memory_order_relaxed);
   if (changed) Publish();

@@ -14,6 +14,8 @@ namespace capstan::mvcc {
 // etcd's names for the compaction marks.
 inline constexpr std::string_view kScheduledCompactKey = "scheduledCompactRev";
 inline constexpr std::string_view kFinishedCompactKey = "finishedCompactRev";
+// Write requests applied, as 8 big-endian bytes (etcd's consistent_index).
+inline constexpr std::string_view kConsistentIndexKey = "consistent_index";
 
 // Compaction marks are stored as revision keys of {rev, 0}, as etcd does.
 inline std::string EncodeMetaRevision(int64_t rev) { return RevisionKey(Revision{rev, 0}); }

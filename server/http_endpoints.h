@@ -1,0 +1,54 @@
+// HTTP endpoints on the metrics URLs (--listen-metrics-urls): /health,
+// /livez, /readyz, /version and /metrics (Prometheus text format).
+
+#ifndef CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
+#define CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "mvcc/kv_store.h"
+#include "server/member.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace capstan::server {
+
+struct Versions {
+  std::string server;   // etcd server version whose API Capstan implements
+  std::string cluster;  // cluster version
+  std::string capstan;  // Capstan's own version
+};
+
+// Serves the endpoints on one thread per listener. Thread-safe; Stop() is
+// idempotent and called by the destructor. store and member must outlive it.
+class HttpEndpoints {
+ public:
+  HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions);
+  ~HttpEndpoints();
+
+  // Starts listening on host:port. Fails if the address cannot be bound.
+  absl::Status Listen(const std::string& host, int port);
+  void Stop();
+
+  // The Prometheus exposition served at /metrics.
+  std::string RenderMetrics() const;
+
+ private:
+  void Install(httplib::Server* server);
+
+  mvcc::KvStore* const store_;
+  const MemberInfo* const member_;
+  const Versions versions_;
+  std::vector<std::unique_ptr<httplib::Server>> servers_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_HTTP_ENDPOINTS_H_

@@ -1,0 +1,110 @@
+#include "server/kv_service.h"
+
+#include <string>
+#include <vector>
+
+#include "mvcc/kv_codec.h"
+#include "server/errors.h"
+
+namespace capstan::server {
+namespace {
+
+// Concatenates a ByteBuffer into one string.
+bool FlattenBuffer(const grpc::ByteBuffer& buffer, std::string* out) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  out->clear();
+  out->reserve(buffer.Length());
+  for (const auto& s : slices) out->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return true;
+}
+
+// Moves a string into a ByteBuffer without copying its bytes.
+void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out) {
+  auto* owned = new std::string(std::move(bytes));
+  grpc::Slice slice(owned->data(), owned->size(),
+                    [](void* p) { delete static_cast<std::string*>(p); }, owned);
+  grpc::ByteBuffer buffer(&slice, 1);
+  out->Swap(&buffer);
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) {
+  auto* reactor = ctx->DefaultReactor();
+  std::string bytes;
+  etcdserverpb::RangeRequest req;
+  if (!FlattenBuffer(*request, &bytes) || !req.ParseFromString(bytes)) {
+    reactor->Finish(grpc::Status(grpc::INTERNAL,
+                                 "grpc: error unmarshalling request: proto: cannot parse invalid "
+                                 "wire-format data"));
+    return reactor;
+  }
+  mvcc::RangeResult result;
+  if (auto s = store_->Range(req, &result); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  // RangeResponse: header (1), kvs (2, already encoded), more (3), count (4).
+  etcdserverpb::ResponseHeader header;
+  FillHeader(*member_, &header);
+  header.set_revision(result.rev);
+  std::string wire;
+  wire.reserve(result.kvs_wire.size() + 64);
+  mvcc::AppendBytesField(1, header.SerializeAsString(), &wire);
+  wire.append(result.kvs_wire);
+  if (result.more) mvcc::AppendVarintField(3, 1, &wire);
+  mvcc::AppendVarintField(4, static_cast<uint64_t>(result.count), &wire);
+  result.kvs_wire.clear();
+  result.kvs_wire.shrink_to_fit();
+  StringToBuffer(std::move(wire), response);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+template <typename Response>
+grpc::ServerUnaryReactor* KvService::SubmitWrite(grpc::CallbackServerContext* ctx,
+                                                 mvcc::WriteRequest::Kind kind,
+                                                 const google::protobuf::Message* request,
+                                                 Response* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const MemberInfo* member = member_;
+  mvcc::WriteRequest w;
+  w.kind = kind;
+  w.request = request;
+  w.response = response;
+  w.done = [reactor, response, member](absl::Status s) {
+    if (s.ok()) FillHeader(*member, response->mutable_header());
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  store_->Submit(std::move(w));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
+                                         const etcdserverpb::PutRequest* request,
+                                         etcdserverpb::PutResponse* response) {
+  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kPut, request, response);
+}
+
+grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
+                                                 const etcdserverpb::DeleteRangeRequest* request,
+                                                 etcdserverpb::DeleteRangeResponse* response) {
+  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response);
+}
+
+grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
+                                         const etcdserverpb::TxnRequest* request,
+                                         etcdserverpb::TxnResponse* response) {
+  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kTxn, request, response);
+}
+
+grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
+                                             const etcdserverpb::CompactionRequest* request,
+                                             etcdserverpb::CompactionResponse* response) {
+  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kCompact, request, response);
+}
+
+}  // namespace capstan::server

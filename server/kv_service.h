@@ -1,0 +1,57 @@
+// etcdserverpb.KV over the gRPC callback API.
+//
+// Range is served raw: the request is parsed here and the response is
+// assembled from the stored KeyValue bytes (mvcc::RangeResult::kvs_wire)
+// without building a RangeResponse message. Writes are submitted to the KV
+// store's committer and answered from its completion callback, after the
+// write is durable; no thread waits on them.
+
+#ifndef CAPSTAN_SERVER_KV_SERVICE_H_
+#define CAPSTAN_SERVER_KV_SERVICE_H_
+
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "mvcc/kv_store.h"
+#include "server/member.h"
+
+namespace capstan::server {
+
+using KvServiceBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
+    etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_DeleteRange<
+        etcdserverpb::KV::WithCallbackMethod_Txn<
+            etcdserverpb::KV::WithCallbackMethod_Compact<etcdserverpb::KV::Service>>>>>;
+
+// Thread-safe. store and member must outlive the service.
+class KvService final : public KvServiceBase {
+ public:
+  KvService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {}
+
+  grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
+                                const etcdserverpb::PutRequest* request,
+                                etcdserverpb::PutResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteRange(grpc::CallbackServerContext* ctx,
+                                        const etcdserverpb::DeleteRangeRequest* request,
+                                        etcdserverpb::DeleteRangeResponse* response) override;
+  grpc::ServerUnaryReactor* Txn(grpc::CallbackServerContext* ctx,
+                                const etcdserverpb::TxnRequest* request,
+                                etcdserverpb::TxnResponse* response) override;
+  grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* ctx,
+                                    const etcdserverpb::CompactionRequest* request,
+                                    etcdserverpb::CompactionResponse* response) override;
+
+ private:
+  // Submits a write and finishes the RPC when the committer is done with it.
+  template <typename Response>
+  grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx,
+                                        mvcc::WriteRequest::Kind kind,
+                                        const google::protobuf::Message* request,
+                                        Response* response);
+
+  mvcc::KvStore* const store_;
+  const MemberInfo* const member_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_KV_SERVICE_H_

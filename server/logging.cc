@@ -1,0 +1,108 @@
+#include "server/logging.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/pattern_formatter.h"
+#include "spdlog/sinks/basic_file_sink.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace capstan::server {
+namespace {
+
+// %* : the message, escaped for a JSON string.
+class EscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string escaped = JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<EscapedMessage>();
+  }
+};
+
+// %L : etcd's (zap's) level names.
+class ZapLevel final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string_view name;
+    switch (msg.level) {
+      case spdlog::level::trace:
+      case spdlog::level::debug: name = "debug"; break;
+      case spdlog::level::info: name = "info"; break;
+      case spdlog::level::warn: name = "warn"; break;
+      case spdlog::level::err: name = "error"; break;
+      default: name = "fatal"; break;
+    }
+    dest.append(name.data(), name.data() + name.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<ZapLevel>();
+  }
+};
+
+spdlog::level::level_enum ToSpdlog(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return spdlog::level::debug;
+    case LogLevel::kInfo: return spdlog::level::info;
+    case LogLevel::kWarn: return spdlog::level::warn;
+    case LogLevel::kError: return spdlog::level::err;
+    default: return spdlog::level::critical;
+  }
+}
+
+}  // namespace
+
+std::string JsonEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs) {
+  std::vector<spdlog::sink_ptr> sinks;
+  for (const auto& out : outputs) {
+    if (out == "default" || out == "stderr") {
+      sinks.push_back(std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    } else if (out == "stdout") {
+      sinks.push_back(std::make_shared<spdlog::sinks::stdout_sink_mt>());
+    } else {
+      try {
+        sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(out));
+      } catch (const spdlog::spdlog_ex& e) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot open log output ", out, ": ", e.what()));
+      }
+    }
+  }
+  auto logger = std::make_shared<spdlog::logger>("capstan", sinks.begin(), sinks.end());
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  formatter->add_flag<ZapLevel>('L').add_flag<EscapedMessage>('*').set_pattern(
+      R"({"level":"%L","ts":"%Y-%m-%dT%H:%M:%S.%eZ","msg":"%*"})");
+  logger->set_formatter(std::move(formatter));
+  logger->set_level(ToSpdlog(level));
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+  return absl::OkStatus();
+}
+
+}  // namespace capstan::server

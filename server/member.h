@@ -1,0 +1,40 @@
+// The identity of this single-member cluster: ids generated once and kept in
+// the data directory, and the raft-like counters etcd clients expect.
+
+#ifndef CAPSTAN_SERVER_MEMBER_H_
+#define CAPSTAN_SERVER_MEMBER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "storage/backend.h"
+
+namespace capstan::server {
+
+struct MemberInfo {
+  uint64_t cluster_id = 0;
+  uint64_t member_id = 0;
+  // etcd's raft term: a fresh single member elects itself at term 2 and each
+  // restart starts a new term. Capstan keeps the same numbers.
+  uint64_t raft_term = 0;
+  std::string name;
+  std::vector<std::string> peer_urls;
+  std::vector<std::string> client_urls;
+};
+
+// Loads the identity from backend's meta family, creating it on first start,
+// and begins a new term. Call before the backend is handed to the KV store.
+absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const std::string& name,
+                                              std::vector<std::string> peer_urls,
+                                              std::vector<std::string> client_urls);
+
+// Fills the member fields of a response header (cluster_id, member_id,
+// raft_term); the revision is the caller's.
+void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header);
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_MEMBER_H_

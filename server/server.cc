@@ -1,0 +1,163 @@
+#include "server/server.h"
+
+#include <chrono>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "mvcc/kv_store.h"
+#include "server/data_dir.h"
+#include "server/http_endpoints.h"
+#include "server/kv_service.h"
+#include "server/maintenance_service.h"
+#include "server/member.h"
+#include "spdlog/spdlog.h"
+#include "storage/backend.h"
+
+namespace capstan::server {
+
+const char kEtcdApiVersion[] = CAPSTAN_ETCD_API_VERSION;
+const char kEtcdClusterVersion[] = CAPSTAN_ETCD_CLUSTER_VERSION;
+const char kCapstanVersion[] = CAPSTAN_VERSION;
+
+namespace {
+
+// gRPC's own framing beyond --max-request-bytes that etcd allows for.
+constexpr int kGrpcOverheadBytes = 512 * 1024;
+
+absl::StatusOr<std::string> GrpcAddress(const Url& url) {
+  if (url.scheme == "http") return url.host;
+  if (url.scheme == "unix") return absl::StrCat("unix:", url.host, url.path);
+  return absl::UnimplementedError(
+      absl::StrCat("client URL ", url.String(), ": TLS (https/unixs) is not supported yet"));
+}
+
+std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
+  std::vector<std::string> out;
+  for (const auto& u : urls) out.push_back(u.String());
+  return out;
+}
+
+}  // namespace
+
+Server::Server(const ServerConfig& config) : config_(config) {}
+
+Server::~Server() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  std::unique_ptr<Server> server(new Server(config));
+  if (auto s = server->Init(); !s.ok()) {
+    server->Shutdown();
+    return s;
+  }
+  return server;
+}
+
+absl::Status Server::Init() {
+  if (auto s = PrepareDataDir(config_.data_dir); !s.ok()) return s;
+
+  storage::BackendOptions backend_options;
+  backend_options.dir = BackendDir(config_.data_dir);
+  backend_options.sync = !config_.unsafe_no_fsync;
+  auto backend = storage::Backend::Open(backend_options);
+  if (!backend.ok()) return backend.status();
+
+  auto member = LoadOrCreateMember(backend->get(), config_.name,
+                                   UrlStrings(config_.initial_advertise_peer_urls),
+                                   UrlStrings(config_.advertise_client_urls));
+  if (!member.ok()) return member.status();
+  member_ = std::make_unique<MemberInfo>(std::move(*member));
+
+  mvcc::KvStoreOptions kv_options;
+  if (config_.backend_batch_limit > 0) kv_options.batch_limit = static_cast<int>(config_.backend_batch_limit);
+  kv_options.batch_interval = config_.backend_batch_interval;
+  kv_options.max_txn_ops = static_cast<int>(config_.max_txn_ops);
+  kv_options.max_request_bytes = static_cast<int64_t>(config_.max_request_bytes);
+  kv_options.compaction_batch_limit = static_cast<int>(config_.experimental_compaction_batch_limit);
+  kv_options.compaction_sleep_interval = config_.experimental_compaction_sleep_interval;
+  const auto start = std::chrono::steady_clock::now();
+  auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  spdlog::info("opened store: revision {}, compacted revision {}, {} keys, recovered in {} ms",
+               store_->Rev(), store_->CompactRev(), store_->GetStats().keys,
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - start)
+                   .count());
+
+  services_.push_back(std::make_unique<KvService>(store_.get(), member_.get()));
+  services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
+                                                           kEtcdApiVersion));
+  services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
+  // Not implemented yet: every RPC of these answers UNIMPLEMENTED.
+  services_.push_back(std::make_unique<etcdserverpb::Watch::CallbackService>());
+  services_.push_back(std::make_unique<etcdserverpb::Lease::CallbackService>());
+  services_.push_back(std::make_unique<etcdserverpb::Auth::CallbackService>());
+
+  grpc::ServerBuilder builder;
+  std::vector<int> bound(config_.listen_client_urls.size(), 0);
+  for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
+    auto address = GrpcAddress(config_.listen_client_urls[i]);
+    if (!address.ok()) return address.status();
+    builder.AddListeningPort(*address, grpc::InsecureServerCredentials(), &bound[i]);
+  }
+  for (auto& s : services_) builder.RegisterService(s.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_request_bytes) + kGrpcOverheadBytes);
+  builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(std::min<uint64_t>(config_.max_concurrent_streams,
+                                                                 std::numeric_limits<int>::max())));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(config_.grpc_keepalive_min_time)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(std::min<int64_t>(
+                                 absl::ToInt64Milliseconds(config_.grpc_keepalive_interval),
+                                 std::numeric_limits<int>::max())));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(config_.grpc_keepalive_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_) return absl::UnavailableError("cannot start the gRPC server");
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (bound[i] == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on client URL ", config_.listen_client_urls[i].String()));
+    }
+    spdlog::info("serving client traffic insecurely on {}", config_.listen_client_urls[i].String());
+  }
+
+  http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
+                                          Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion});
+  for (const auto& url : config_.listen_metrics_urls) {
+    if (url.scheme != "http") {
+      return absl::UnimplementedError(
+          absl::StrCat("metrics URL ", url.String(), ": only http is supported yet"));
+    }
+    int port = 0;
+    if (!absl::SimpleAtoi(url.Port(), &port)) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics URL ", url.String(), " has no port"));
+    }
+    if (auto s = http_->Listen(url.Hostname(), port); !s.ok()) return s;
+    spdlog::info("serving metrics and health on {}", url.String());
+  }
+  spdlog::info("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
+               member_->member_id, member_->cluster_id);
+  return absl::OkStatus();
+}
+
+void Server::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (grpc_server_) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_server_->Wait();
+  }
+  if (http_) http_->Stop();
+  grpc_server_.reset();
+  // The store drains its queue and stops its threads.
+  store_.reset();
+  services_.clear();
+  spdlog::info("stopped serving");
+}
+
+}  // namespace capstan::server

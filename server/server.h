@@ -1,0 +1,59 @@
+// Server: one Capstan member. Opens the data directory and the KV store,
+// serves etcd's gRPC API on the client URLs and the HTTP endpoints on the
+// metrics URLs, and shuts down gracefully.
+
+#ifndef CAPSTAN_SERVER_SERVER_H_
+#define CAPSTAN_SERVER_SERVER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/config.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace capstan::mvcc {
+class KvStore;
+}
+
+namespace capstan::server {
+
+class HttpEndpoints;
+struct MemberInfo;
+
+class Server {
+ public:
+  // Starts serving. Fails (with nothing left running) if the data directory
+  // is unusable or an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerConfig& config);
+
+  // Stops accepting requests, lets in-flight ones finish (up to a deadline),
+  // then closes the store. Idempotent; the destructor calls it.
+  void Shutdown();
+  ~Server();
+
+ private:
+  explicit Server(const ServerConfig& config);
+  absl::Status Init();
+
+  const ServerConfig config_;
+  std::unique_ptr<MemberInfo> member_;
+  std::unique_ptr<mvcc::KvStore> store_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<HttpEndpoints> http_;
+  bool shut_down_ = false;
+};
+
+// The etcd version whose API Capstan implements (Status.version, /version).
+extern const char kEtcdApiVersion[];
+extern const char kEtcdClusterVersion[];
+extern const char kCapstanVersion[];
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_SERVER_H_
