@@ -10,6 +10,7 @@
 #include "mvcc/kv_range.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/watch_hub.h"
 
 namespace capstan::mvcc {
 

@@ -39,6 +39,8 @@
 namespace capstan::mvcc {
 
 using index::Revision;
+class WatchHub;
+struct WatchEvent;
 
 struct KvStoreOptions {
   // The most write requests one group commit holds (--backend-batch-limit).
@@ -127,6 +129,11 @@ class KvStore {
   absl::StatusOr<etcdserverpb::CompactionResponse> Compact(
       const etcdserverpb::CompactionRequest& req);
 
+  // Sends every committed change to hub from now on, in revision order,
+  // after it is durable and published. Pass null to stop. The hub must stay
+  // alive until it is detached or the store is destroyed.
+  void SetWatchHub(WatchHub* hub) { hub_.store(hub, std::memory_order_release); }
+
   // Blocks until the compaction scheduled most recently has deleted its
   // revisions from the backend.
   void WaitCompactionDone();
@@ -195,6 +202,9 @@ class KvStore {
   absl::flat_hash_map<Revision, std::string> pending_;
   bool failed_ = false;
   absl::Status storage_error_;
+  // Changes of the group being committed, for the watch hub.
+  std::vector<WatchEvent> group_events_;
+  std::atomic<WatchHub*> hub_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
 
   // The published view. Lock order: view_mu_ is a leaf lock.

@@ -13,6 +13,7 @@
 #include "mvcc/kv_store.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/watch_hub.h"
 
 namespace capstan::mvcc {
 
@@ -188,7 +189,10 @@ bool CompareKv(const Compare& c, const KeyValueView& kv) {
 class KvStore::Applier {
  public:
   explicit Applier(KvStore* store)
-      : s_(store), main_(store->current_rev_ + 1), sub_(0) {}
+      : s_(store),
+        hub_(store->hub_.load(std::memory_order_acquire)),
+        main_(store->current_rev_ + 1),
+        sub_(0) {}
 
   // The revision this request's changes get, and whether it made any.
   int64_t main() const { return main_; }
@@ -229,6 +233,25 @@ class KvStore::Applier {
     kv.value = value;
     kv.lease = lease;
     std::string record = EncodeKeyValue(kv);
+    if (hub_) {
+      WatchEvent ev;
+      ev.rev = main_;
+      ev.key = r.key();
+      ev.kv = record;
+      if (version == 0) {
+        ev.prev_known = true;  // a create has no previous value
+      } else if (!prev.empty()) {
+        ev.prev_kv = prev[0];
+        ev.has_prev = ev.prev_known = true;
+      } else if (hub_->WantsPrevKv()) {
+        std::vector<std::string> recs;
+        if (s_->ReadRecords({modified}, &recs, true).ok()) {
+          ev.prev_kv = std::move(recs[0]);
+          ev.has_prev = ev.prev_known = true;
+        }
+      }
+      s_->group_events_.push_back(std::move(ev));
+    }
     const std::string rev_key = RevisionKey(rev);
     s_->batch_.Put(Cf::kKey, rev_key, record);
     s_->pending_[rev] = std::move(record);
@@ -249,17 +272,36 @@ class KvStore::Applier {
                                      keys.emplace_back(std::string(k), hit.modified);
                                      return true;
                                    });
-    if (r.prev_kv() && !keys.empty()) {
+    std::vector<std::string> records;
+    const bool want_prev = hub_ && hub_->WantsPrevKv();
+    if ((r.prev_kv() || want_prev) && !keys.empty()) {
       std::vector<Revision> revs;
       for (const auto& k : keys) revs.push_back(k.second);
-      std::vector<std::string> records;
       if (auto s = s_->ReadRecords(revs, &records, true); !s.ok()) return s;
-      for (const auto& rec : records) resp->add_prev_kvs()->ParseFromString(rec);
+      if (r.prev_kv()) {
+        for (const auto& rec : records) resp->add_prev_kvs()->ParseFromString(rec);
+      }
     }
-    for (const auto& [key, unused] : keys) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::string& key = keys[i].first;
       const Revision rev{main_, sub_};
       KeyValueView tomb;
       tomb.key = key;
+      if (hub_) {
+        WatchEvent ev;
+        ev.is_delete = true;
+        ev.rev = main_;
+        ev.key = key;
+        KeyValueView del;
+        del.key = key;
+        del.mod_revision = main_;
+        ev.kv = EncodeKeyValue(del);
+        if (!records.empty()) {
+          ev.prev_kv = records[i];
+          ev.has_prev = ev.prev_known = true;
+        }
+        s_->group_events_.push_back(std::move(ev));
+      }
       s_->batch_.Put(Cf::kKey, RevisionKey(rev, /*tombstone=*/true), EncodeKeyValue(tomb));
       CHECK(s_->index_.Tombstone(key, rev).ok()) << "tombstone of a live key failed";
       ++sub_;
@@ -427,6 +469,7 @@ class KvStore::Applier {
   }
 
   KvStore* s_;
+  WatchHub* const hub_;
   const int64_t main_;
   int64_t sub_;
 };
@@ -505,12 +548,19 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
         if (r.ok()) r = MakeError(Error::kStorageFailed);
       }
       changed = false;
+      group_events_.clear();
     }
   }
   if (!failed_) applied_index_.store(applied, std::memory_order_release);
   stat_groups_.fetch_add(1, std::memory_order_relaxed);
   stat_group_writes_.fetch_add(group->size(), std::memory_order_relaxed);
   if (changed) Publish();
+  if (!group_events_.empty()) {
+    if (WatchHub* hub = hub_.load(std::memory_order_acquire)) {
+      hub->Notify(current_rev_, std::move(group_events_));
+    }
+    group_events_.clear();
+  }
   if (compaction_barrier_) {
     if (!failed_) {
       std::lock_guard<std::mutex> l(compact_mu_);

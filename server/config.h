@@ -20,6 +20,8 @@
 //    single-member server);
 //  - --proxy other than 'off' and --config-file are refused;
 //  - two Capstan flags: --watch-cache-prefixes and --lease-revoke-rate.
+// As in etcd, an ETCD_* variable whose flag is also on the command line is a
+// fatal error, and unknown ETCD_* variables are only warned about.
 //
 // Thread safety: everything here is a pure function of its arguments and
 // safe to call from any thread.
@@ -65,8 +67,10 @@ enum class ClusterState { kNew, kExisting };
 enum class CompactionMode { kPeriodic, kRevision };
 enum class LogLevel { kDebug, kInfo, kWarn, kError, kDPanic, kPanic, kFatal };
 
-// The complete server configuration. Field names follow the flags; the
-// comment on each field gives the flag and its default.
+// The complete server configuration, a plain value. Each field holds the
+// flag of the same name (--snapshot-count -> snapshot_count) and is
+// initialized to etcd's default; "(no effect)" marks flags a single-member
+// Capstan accepts, validates and otherwise ignores.
 struct ServerConfig {
   // etcd's default for --quota-backend-bytes=0, and the most it recommends.
   static constexpr int64_t kDefaultQuotaBackendBytes = int64_t{2} << 30;
@@ -105,6 +109,7 @@ struct ServerConfig {
   absl::Duration grpc_keepalive_timeout = absl::Seconds(20);  // --grpc-keepalive-timeout
   bool socket_reuse_port = false;                             // --socket-reuse-port
   bool socket_reuse_address = false;                          // --socket-reuse-address
+  bool enable_grpc_gateway = true;                            // --enable-grpc-gateway (no effect)
 
   // ---- Clustering ---------------------------------------------------------
   std::vector<Url> initial_advertise_peer_urls = {{"http", "localhost:2380"}};  // (no effect)
@@ -261,9 +266,17 @@ struct ServerConfig {
 // keys starting with "ETCD_" are looked at) into a configuration, and
 // validates it as etcd does before it starts serving.
 //
-// On failure the status message is the exact text etcd prints (for exit code
-// 2 errors) or logs as the "error" of "failed to verify flags" (exit code 1);
-// use GetConfigFailure() for the exit code and whether to print the usage.
+// On failure the status message is etcd's exact text; GetConfigFailure()
+// tells how to end the process:
+//  - exit 2 with print_usage: a command-line syntax error. Print the message
+//    and then ShortUsageText() to stderr, as Go's flag package does.
+//  - exit 2 without print_usage: an unknown --log-level, on which etcd
+//    panics (it prints "panic: " and the message).
+//  - exit 1: a configuration etcd refuses after parsing. etcd logs it as
+//    the "error" field of "failed to verify flags".
+// The code is kInvalidArgument for everything etcd refuses too, and
+// kUnimplemented where only Capstan refuses (multi-member --initial-cluster,
+// --proxy, --config-file).
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
                                                const std::map<std::string, std::string>& env);
 

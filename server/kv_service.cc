@@ -5,30 +5,9 @@
 
 #include "mvcc/kv_codec.h"
 #include "server/errors.h"
+#include "server/grpc_buffers.h"
 
 namespace capstan::server {
-namespace {
-
-// Concatenates a ByteBuffer into one string.
-bool FlattenBuffer(const grpc::ByteBuffer& buffer, std::string* out) {
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return false;
-  out->clear();
-  out->reserve(buffer.Length());
-  for (const auto& s : slices) out->append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return true;
-}
-
-// Moves a string into a ByteBuffer without copying its bytes.
-void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out) {
-  auto* owned = new std::string(std::move(bytes));
-  grpc::Slice slice(owned->data(), owned->size(),
-                    [](void* p) { delete static_cast<std::string*>(p); }, owned);
-  grpc::ByteBuffer buffer(&slice, 1);
-  out->Swap(&buffer);
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* request,
@@ -37,9 +16,7 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
   std::string bytes;
   etcdserverpb::RangeRequest req;
   if (!FlattenBuffer(*request, &bytes) || !req.ParseFromString(bytes)) {
-    reactor->Finish(grpc::Status(grpc::INTERNAL,
-                                 "grpc: error unmarshalling request: proto: cannot parse invalid "
-                                 "wire-format data"));
+    reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
     return reactor;
   }
   mvcc::RangeResult result;

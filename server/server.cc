@@ -6,11 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/watch_hub.h"
 #include "server/data_dir.h"
 #include "server/http_endpoints.h"
 #include "server/kv_service.h"
 #include "server/maintenance_service.h"
 #include "server/member.h"
+#include "server/watch_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
 
@@ -85,12 +87,18 @@ absl::Status Server::Init() {
                    std::chrono::steady_clock::now() - start)
                    .count());
 
+  mvcc::WatchHubOptions hub_options;
+  hub_options.max_response_bytes = static_cast<int64_t>(config_.max_request_bytes);
+  hub_options.progress_interval = config_.experimental_watch_progress_notify_interval;
+  hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), hub_options);
+  store_->SetWatchHub(hub_.get());
+
   services_.push_back(std::make_unique<KvService>(store_.get(), member_.get()));
+  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get()));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
   // Not implemented yet: every RPC of these answers UNIMPLEMENTED.
-  services_.push_back(std::make_unique<etcdserverpb::Watch::CallbackService>());
   services_.push_back(std::make_unique<etcdserverpb::Lease::CallbackService>());
   services_.push_back(std::make_unique<etcdserverpb::Auth::CallbackService>());
 
@@ -154,8 +162,11 @@ void Server::Shutdown() {
   }
   if (http_) http_->Stop();
   grpc_server_.reset();
-  // The store drains its queue and stops its threads.
+  // The hub's syncer reads the store: stop it first. The store then drains
+  // its queue (still notifying the hub) and stops its threads.
+  if (hub_) hub_->Stop();
   store_.reset();
+  hub_.reset();
   services_.clear();
   spdlog::info("stopped serving");
 }

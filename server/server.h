@@ -18,7 +18,8 @@ class Service;
 
 namespace capstan::mvcc {
 class KvStore;
-}
+class WatchHub;
+}  // namespace capstan::mvcc
 
 namespace capstan::server {
 
@@ -43,6 +44,7 @@ class Server {
   const ServerConfig config_;
   std::unique_ptr<MemberInfo> member_;
   std::unique_ptr<mvcc::KvStore> store_;
+  std::unique_ptr<mvcc::WatchHub> hub_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpEndpoints> http_;

@@ -1,0 +1,25 @@
+// Conversions between gRPC byte buffers and strings for raw methods.
+
+#ifndef CAPSTAN_SERVER_GRPC_BUFFERS_H_
+#define CAPSTAN_SERVER_GRPC_BUFFERS_H_
+
+#include <string>
+
+#include "grpcpp/support/byte_buffer.h"
+
+namespace capstan::server {
+
+// Concatenates a ByteBuffer into one string. False if it cannot be read.
+bool FlattenBuffer(const grpc::ByteBuffer& buffer, std::string* out);
+
+// Moves a string into a ByteBuffer without copying its bytes.
+void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out);
+
+// The status Go's gRPC server (and so etcd) answers for a request that does
+// not parse.
+inline constexpr char kUnmarshalError[] =
+    "grpc: error unmarshalling request: proto: cannot parse invalid wire-format data";
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_GRPC_BUFFERS_H_
