@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& opt
   store->Publish();
   store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
   store->compactor_ = std::thread([s = store.get()] { s->CompactionLoop(); });
+  store->lease_expiry_ = std::thread([s = store.get()] { s->LeaseExpiryLoop(); });
   return store;
 }
 
@@ -35,6 +36,8 @@ KvStore::~KvStore() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  lease_cv_.notify_all();
+  if (lease_expiry_.joinable()) lease_expiry_.join();
   if (committer_.joinable()) committer_.join();
   {
     std::lock_guard<std::mutex> l(compact_mu_);
@@ -67,6 +70,21 @@ absl::Status KvStore::Recover() {
   // restore does: the first record of a key seen restores its generation
   // from the record's create revision and version (earlier history may have
   // been compacted away); later records are put or tombstoned on top.
+  // Leases: each gets its full TTL again (see Lessor::Restore).
+  {
+    auto lit = backend_->NewIterator(Cf::kLease);
+    for (lit->SeekToFirst(); lit->Valid(); lit->Next()) {
+      int64_t id, ttl;
+      if (!DecodeLeaseRecord(lit->value(), &id, &ttl)) {
+        return absl::DataLossError("lease family holds a corrupt record");
+      }
+      lessor_.Restore(id, ttl);
+    }
+    if (auto s = lit->status(); !s.ok()) return s;
+  }
+
+  // The lease each live key holds, from its latest record.
+  absl::flat_hash_map<std::string, int64_t> key_lease;
   auto it = backend_->NewIterator(Cf::kKey);
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     Revision rev;
@@ -79,6 +97,11 @@ absl::Status KvStore::Recover() {
       return absl::DataLossError(absl::StrCat("record at revision ", rev.main, " is corrupt"));
     }
     current_rev_ = rev.main;
+    if (tombstone || kv.lease == 0) {
+      key_lease.erase(std::string(kv.key));
+    } else {
+      key_lease[std::string(kv.key)] = kv.lease;
+    }
     if (tombstone) {
       // A tombstone whose key history was compacted away has nothing to end.
       index_.Tombstone(kv.key, rev).IgnoreError();
@@ -88,6 +111,7 @@ absl::Status KvStore::Recover() {
   }
   if (auto s = it->status(); !s.ok()) return s;
   it.reset();
+  for (const auto& [key, lease] : key_lease) lessor_.Attach(key, lease);
   // Every record may have been compacted away; the revision never goes back.
   if (current_rev_ < compact_rev_) current_rev_ = compact_rev_;
   if (current_rev_ < scheduled) current_rev_ = scheduled;
@@ -252,6 +276,47 @@ absl::StatusOr<etcdserverpb::CompactionResponse> KvStore::Compact(
           [&done](absl::Status s) { done.set_value(s); }});
   if (auto s = done.get_future().get(); !s.ok()) return s;
   return resp;
+}
+
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> KvStore::LeaseGrant(
+    const etcdserverpb::LeaseGrantRequest& req) {
+  etcdserverpb::LeaseGrantResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kLeaseGrant, &req, &resp,
+          [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<etcdserverpb::LeaseRevokeResponse> KvStore::LeaseRevoke(
+    const etcdserverpb::LeaseRevokeRequest& req) {
+  etcdserverpb::LeaseRevokeResponse resp;
+  std::promise<absl::Status> done;
+  Submit({WriteRequest::Kind::kLeaseRevoke, &req, &resp,
+          [&done](absl::Status s) { done.set_value(s); }});
+  if (auto s = done.get_future().get(); !s.ok()) return s;
+  return resp;
+}
+
+void KvStore::LeaseExpiryLoop() {
+  const auto interval = absl::ToChronoNanoseconds(options_.lease_check_interval);
+  // Revocations allowed per check, from the per-second rate.
+  const size_t per_check = static_cast<size_t>(std::max<int64_t>(
+      1, options_.lease_revoke_rate * absl::ToInt64Milliseconds(options_.lease_check_interval) / 1000));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(queue_mu_);
+      lease_cv_.wait_for(l, interval, [this] { return stopping_; });
+      if (stopping_) return;
+    }
+    for (int64_t id : lessor_.Expired(per_check)) {
+      auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
+      req->set_id(id);
+      auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
+      Submit({WriteRequest::Kind::kLeaseRevoke, req.get(), resp.get(),
+              [req, resp](absl::Status) {}});
+    }
+  }
 }
 
 KvStore::Stats KvStore::GetStats() const {

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
+#include "mvcc/lessor.h"
 #include "storage/backend.h"
 
 namespace capstan::mvcc {
@@ -58,6 +59,12 @@ struct KvStoreOptions {
   // --experimental-compaction-sleep-interval).
   int compaction_batch_limit = 1000;
   absl::Duration compaction_sleep_interval = absl::Milliseconds(10);
+  // Expired leases revoked per second at most (--lease-revoke-rate).
+  int64_t lease_revoke_rate = 1000;
+  // How often expired leases are looked for.
+  absl::Duration lease_check_interval = absl::Milliseconds(500);
+  // The high 16 bits of lease ids the store picks (etcd uses its member id).
+  uint16_t lease_id_prefix = 0;
 };
 
 // What a reader sees: one published, durable state of the store.
@@ -90,7 +97,7 @@ struct RangeResult {
 struct WriteRequest {
   // kInternal is KvStore's own: `apply` runs on the committer thread inside
   // a group (used to compact the key index in batches between writes).
-  enum class Kind { kPut, kDeleteRange, kTxn, kCompact, kInternal };
+  enum class Kind { kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kInternal };
   Kind kind;
   const google::protobuf::Message* request = nullptr;
   google::protobuf::Message* response = nullptr;
@@ -128,6 +135,13 @@ class KvStore {
   absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& req);
   absl::StatusOr<etcdserverpb::CompactionResponse> Compact(
       const etcdserverpb::CompactionRequest& req);
+  absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(
+      const etcdserverpb::LeaseGrantRequest& req);
+  absl::StatusOr<etcdserverpb::LeaseRevokeResponse> LeaseRevoke(
+      const etcdserverpb::LeaseRevokeRequest& req);
+
+  // The leases; keep-alives and reads go to it directly.
+  Lessor* lessor() { return &lessor_; }
 
   // Sends every committed change to hub from now on, in revision order,
   // after it is durable and published. Pass null to stop. The hub must stay
@@ -171,7 +185,11 @@ class KvStore {
                             etcdserverpb::CompactionResponse* resp);
   // Runs fn on the committer thread between groups and waits for it.
   void RunOnCommitter(absl::AnyInvocable<void()> fn);
-  bool LeaseExists(int64_t id) const;
+  bool LeaseExists(int64_t id) const { return lessor_.Exists(id); }
+  absl::Status ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req,
+                               etcdserverpb::LeaseGrantResponse* resp);
+  // Revokes expired leases at the configured rate (own thread).
+  void LeaseExpiryLoop();
 
   // Readers hold the Epoch current when their view was published. Scheduling
   // a compaction starts a new epoch; an old epoch keeps every newer one
@@ -216,6 +234,9 @@ class KvStore {
   std::condition_variable queue_cv_;
   std::deque<WriteRequest> queue_;
   bool stopping_ = false;
+  // Wakes the lease expiry thread at shutdown (queue_cv_ is the committer's
+  // alone, so a notify_one always reaches it).
+  std::condition_variable lease_cv_;
 
   // Physical compaction requests, handed from the committer.
   std::mutex compact_mu_;
@@ -228,8 +249,12 @@ class KvStore {
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
       stat_groups_{0}, stat_group_writes_{0};
 
+  Lessor lessor_;
+  int64_t next_lease_id_ = 0;  // committer only
+
   std::thread committer_;
   std::thread compactor_;
+  std::thread lease_expiry_;
 };
 
 }  // namespace capstan::mvcc

@@ -256,6 +256,7 @@ class KvStore::Applier {
     s_->batch_.Put(Cf::kKey, rev_key, record);
     s_->pending_[rev] = std::move(record);
     s_->index_.Put(r.key(), rev);
+    s_->lessor_.Attach(r.key(), lease);
     ++sub_;
     resp->mutable_header()->set_revision(main_);
     s_->stat_puts_.fetch_add(1, std::memory_order_relaxed);
@@ -304,11 +305,29 @@ class KvStore::Applier {
       }
       s_->batch_.Put(Cf::kKey, RevisionKey(rev, /*tombstone=*/true), EncodeKeyValue(tomb));
       CHECK(s_->index_.Tombstone(key, rev).ok()) << "tombstone of a live key failed";
+      s_->lessor_.Attach(key, 0);
       ++sub_;
     }
     resp->set_deleted(static_cast<int64_t>(keys.size()));
     resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
     s_->stat_deletes_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  // Deletes every key of the lease in this request's revision, then the
+  // lease itself.
+  absl::Status LeaseRevoke(const etcdserverpb::LeaseRevokeRequest& r,
+                           etcdserverpb::LeaseRevokeResponse* resp) {
+    if (!s_->lessor_.Exists(r.id())) return MakeError(Error::kLeaseNotFound);
+    for (const auto& key : s_->lessor_.Get(r.id(), /*with_keys=*/true)->keys) {
+      DeleteRangeRequest d;
+      d.set_key(key);
+      DeleteRangeResponse unused;
+      if (auto s = DeleteRange(d, &unused, /*checked=*/true); !s.ok()) return s;
+    }
+    s_->batch_.Delete(Cf::kLease, LeaseKey(r.id()));
+    s_->lessor_.Revoke(r.id());
+    resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
     return absl::OkStatus();
   }
 
@@ -474,7 +493,31 @@ class KvStore::Applier {
   int64_t sub_;
 };
 
-bool KvStore::LeaseExists(int64_t id) const { return false; }
+absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req,
+                                      etcdserverpb::LeaseGrantResponse* resp) {
+  if (req.ttl() > Lessor::kMaxTtlSeconds) return MakeError(Error::kLeaseTtlTooLarge);
+  int64_t id = req.id();
+  if (id == 0) {
+    // Pick an unused positive id: the configured prefix in the high bits,
+    // a counter seeded from the clock below.
+    if (next_lease_id_ == 0) {
+      next_lease_id_ = (static_cast<int64_t>(options_.lease_id_prefix & 0x7fff) << 48) |
+                       ((absl::ToUnixMillis(absl::Now()) & 0xffffffffffLL) << 8);
+    }
+    do {
+      id = next_lease_id_++ & 0x7fffffffffffffffLL;
+    } while (id == 0 || lessor_.Exists(id));
+  } else if (lessor_.Exists(id)) {
+    return MakeError(Error::kLeaseExists);
+  }
+  const int64_t ttl = std::max(req.ttl(), Lessor::kMinTtlSeconds);
+  batch_.Put(Cf::kLease, LeaseKey(id), EncodeLeaseRecord(id, ttl));
+  lessor_.Grant(id, ttl);
+  resp->set_id(id);
+  resp->set_ttl(ttl);
+  resp->mutable_header()->set_revision(current_rev_);
+  return absl::OkStatus();
+}
 
 void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   std::vector<absl::Status> results(group->size());
@@ -518,6 +561,15 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
       case WriteRequest::Kind::kTxn:
         results[i] = applier.Txn(static_cast<const TxnRequest&>(*w.request),
                                  static_cast<TxnResponse*>(w.response));
+        break;
+      case WriteRequest::Kind::kLeaseGrant:
+        results[i] = ApplyLeaseGrant(static_cast<const etcdserverpb::LeaseGrantRequest&>(*w.request),
+                                     static_cast<etcdserverpb::LeaseGrantResponse*>(w.response));
+        break;
+      case WriteRequest::Kind::kLeaseRevoke:
+        results[i] = applier.LeaseRevoke(
+            static_cast<const etcdserverpb::LeaseRevokeRequest&>(*w.request),
+            static_cast<etcdserverpb::LeaseRevokeResponse*>(w.response));
         break;
       default:
         break;

@@ -751,7 +751,7 @@ std::vector<FlagSpec> BuildFlags() {
        kNoEffect},
       {"backend-batch-interval", Section::kMember, Dur(&S::backend_batch_interval), "''",
        "Capstan: the longest time a group commit waits to gather more write requests\n"
-       "before it is written and synced (Go duration, e.g. '2ms'). 0 or empty uses\n"
+       "before it is written and synced (Go duration, e.g. '2ms'). Unset or 0 uses\n"
        "Capstan's default. In etcd: the maximum time before committing the backend\n"
        "transaction."},
       {"backend-batch-limit", Section::kMember, Int(&S::backend_batch_limit), "'0'",
@@ -777,6 +777,11 @@ std::vector<FlagSpec> BuildFlags() {
       {"socket-reuse-address", Section::kMember, Bool(&S::socket_reuse_address), "'false'",
        "Enable to set socket option SO_REUSEADDR on listeners allowing binding to an\n"
        "address in TIME_WAIT state."},
+
+      {"enable-grpc-gateway", Section::kMember, Bool(&S::enable_grpc_gateway), "'true'",
+       "Enable GRPC gateway. No effect in Capstan, which does not serve etcd's JSON gateway\n"
+       "(/v3/...) yet.",
+       kNoEffect},
 
       // ---- Clustering ----
       {"initial-advertise-peer-urls", Section::kClustering, Urls(&S::initial_advertise_peer_urls),

@@ -169,6 +169,44 @@ TEST(ServerConfigTest, LaterFlagWins) {
   EXPECT_EQ(c->max_txn_ops, 7u);
 }
 
+// The command line kubeadm writes into its etcd static Pod.
+TEST(ServerConfigTest, KubeadmCommandLine) {
+  absl::StatusOr<ServerConfig> c = Parse({
+      "--advertise-client-urls=https://10.0.0.5:2379",
+      "--cert-file=/etc/kubernetes/pki/etcd/server.crt",
+      "--client-cert-auth=true",
+      "--data-dir=/var/lib/etcd",
+      "--experimental-initial-corrupt-check=true",
+      "--experimental-watch-progress-notify-interval=5s",
+      "--initial-advertise-peer-urls=https://10.0.0.5:2380",
+      "--initial-cluster=cp-1=https://10.0.0.5:2380",
+      "--key-file=/etc/kubernetes/pki/etcd/server.key",
+      "--listen-client-urls=https://127.0.0.1:2379,https://10.0.0.5:2379",
+      "--listen-metrics-urls=http://127.0.0.1:2381",
+      "--listen-peer-urls=https://10.0.0.5:2380",
+      "--name=cp-1",
+      "--peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt",
+      "--peer-client-cert-auth=true",
+      "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key",
+      "--peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+      "--snapshot-count=10000",
+      "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+  });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "cp-1");
+  EXPECT_EQ(c->data_dir, "/var/lib/etcd");
+  EXPECT_THAT(UrlStrings(c->listen_client_urls),
+              ElementsAre("https://10.0.0.5:2379", "https://127.0.0.1:2379"));
+  EXPECT_THAT(UrlStrings(c->listen_metrics_urls), ElementsAre("http://127.0.0.1:2381"));
+  EXPECT_TRUE(c->client_cert_auth);
+  EXPECT_EQ(c->experimental_watch_progress_notify_interval, absl::Seconds(5));
+  EXPECT_THAT(
+      c->ignored_flags,
+      ElementsAre("snapshot-count", "listen-peer-urls", "initial-advertise-peer-urls",
+                  "initial-cluster", "peer-cert-file", "peer-key-file", "peer-client-cert-auth",
+                  "peer-trusted-ca-file", "experimental-initial-corrupt-check"));
+}
+
 TEST(ServerConfigTest, UnknownFlag) {
   ExpectUsageError(Parse({"--bogus-flag"}), "flag provided but not defined: -bogus-flag");
   ExpectUsageError(Parse({"-bogus-flag"}), "flag provided but not defined: -bogus-flag");
@@ -598,12 +636,13 @@ TEST(ServerConfigTest, RaftTimingIsValidatedThoughIgnored) {
 TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
   absl::StatusOr<ServerConfig> c =
       Parse({"--listen-peer-urls=http://10.0.0.1:2380", "--snapshot-count=5", "--pre-vote=false",
-             "--peer-cert-file=/p", "--force-new-cluster", "--v", "--max-txn-ops=9"},
+             "--peer-cert-file=/p", "--force-new-cluster", "--v", "--max-txn-ops=9",
+             "--enable-grpc-gateway=false"},
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "listen-peer-urls", "pre-vote", "peer-cert-file",
-                          "enable-pprof", "force-new-cluster", "v"));
+              ElementsAre("snapshot-count", "listen-peer-urls", "enable-grpc-gateway", "pre-vote",
+                          "peer-cert-file", "enable-pprof", "force-new-cluster", "v"));
 }
 
 TEST(ServerConfigTest, AutoCompaction) {

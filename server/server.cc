@@ -10,6 +10,7 @@
 #include "server/data_dir.h"
 #include "server/http_endpoints.h"
 #include "server/kv_service.h"
+#include "server/lease_service.h"
 #include "server/maintenance_service.h"
 #include "server/member.h"
 #include "server/watch_service.h"
@@ -77,6 +78,8 @@ absl::Status Server::Init() {
   kv_options.max_request_bytes = static_cast<int64_t>(config_.max_request_bytes);
   kv_options.compaction_batch_limit = static_cast<int>(config_.experimental_compaction_batch_limit);
   kv_options.compaction_sleep_interval = config_.experimental_compaction_sleep_interval;
+  kv_options.lease_revoke_rate = config_.lease_revoke_rate;
+  kv_options.lease_id_prefix = static_cast<uint16_t>(member_->member_id & 0xffff);
   const auto start = std::chrono::steady_clock::now();
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
@@ -99,7 +102,7 @@ absl::Status Server::Init() {
                                                            kEtcdApiVersion));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
   // Not implemented yet: every RPC of these answers UNIMPLEMENTED.
-  services_.push_back(std::make_unique<etcdserverpb::Lease::CallbackService>());
+  services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get()));
   services_.push_back(std::make_unique<etcdserverpb::Auth::CallbackService>());
 
   grpc::ServerBuilder builder;

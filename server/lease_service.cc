@@ -1,0 +1,113 @@
+#include "server/lease_service.h"
+
+#include "server/errors.h"
+
+namespace capstan::server {
+namespace {
+
+using etcdserverpb::LeaseKeepAliveRequest;
+using etcdserverpb::LeaseKeepAliveResponse;
+
+// One keep-alive stream: each request renews one lease and is answered
+// with its TTL (0 if the lease does not exist), one at a time.
+class KeepAliveReactor final
+    : public grpc::ServerBidiReactor<LeaseKeepAliveRequest, LeaseKeepAliveResponse> {
+ public:
+  KeepAliveReactor(mvcc::KvStore* store, const MemberInfo* member)
+      : store_(store), member_(member) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    response_.Clear();
+    FillHeader(*member_, response_.mutable_header());
+    response_.mutable_header()->set_revision(store_->Rev());
+    response_.set_id(request_.id());
+    response_.set_ttl(store_->lessor()->Renew(request_.id()).value_or(0));
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  mvcc::KvStore* const store_;
+  const MemberInfo* const member_;
+  LeaseKeepAliveRequest request_;
+  LeaseKeepAliveResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* ctx,
+                                                   const etcdserverpb::LeaseGrantRequest* request,
+                                                   etcdserverpb::LeaseGrantResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const MemberInfo* member = member_;
+  store_->Submit({mvcc::WriteRequest::Kind::kLeaseGrant, request, response,
+                  [reactor, response, member](absl::Status s) {
+                    if (s.ok()) FillHeader(*member, response->mutable_header());
+                    reactor->Finish(ToGrpcStatus(s));
+                  }});
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::LeaseRevokeRequest* request,
+                                                    etcdserverpb::LeaseRevokeResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const MemberInfo* member = member_;
+  store_->Submit({mvcc::WriteRequest::Kind::kLeaseRevoke, request, response,
+                  [reactor, response, member](absl::Status s) {
+                    if (s.ok()) FillHeader(*member, response->mutable_header());
+                    reactor->Finish(ToGrpcStatus(s));
+                  }});
+  return reactor;
+}
+
+grpc::ServerBidiReactor<LeaseKeepAliveRequest, LeaseKeepAliveResponse>*
+LeaseService::LeaseKeepAlive(grpc::CallbackServerContext*) {
+  return new KeepAliveReactor(store_, member_);
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::LeaseTimeToLiveRequest* request,
+    etcdserverpb::LeaseTimeToLiveResponse* response) {
+  FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  response->set_id(request->id());
+  if (auto info = store_->lessor()->Get(request->id(), request->keys())) {
+    response->set_ttl(info->remaining_ttl);
+    response->set_grantedttl(info->granted_ttl);
+    for (auto& k : info->keys) response->add_keys(std::move(k));
+  } else {
+    response->set_ttl(-1);  // etcd's answer for a lease that does not exist
+  }
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseLeases(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::LeaseLeasesRequest*,
+                                                    etcdserverpb::LeaseLeasesResponse* response) {
+  FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  for (int64_t id : store_->lessor()->List()) response->add_leases()->set_id(id);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace capstan::server

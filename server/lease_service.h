@@ -1,0 +1,42 @@
+// etcdserverpb.Lease over the gRPC callback API. Grants and revokes are
+// writes through the KV store's committer; keep-alives and time-to-live
+// reads are answered from the in-memory lessor.
+
+#ifndef CAPSTAN_SERVER_LEASE_SERVICE_H_
+#define CAPSTAN_SERVER_LEASE_SERVICE_H_
+
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "mvcc/kv_store.h"
+#include "server/member.h"
+
+namespace capstan::server {
+
+// Thread-safe. store and member must outlive the service.
+class LeaseService final : public etcdserverpb::Lease::CallbackService {
+ public:
+  LeaseService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {}
+
+  grpc::ServerUnaryReactor* LeaseGrant(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::LeaseGrantRequest* request,
+                                       etcdserverpb::LeaseGrantResponse* response) override;
+  grpc::ServerUnaryReactor* LeaseRevoke(grpc::CallbackServerContext* ctx,
+                                        const etcdserverpb::LeaseRevokeRequest* request,
+                                        etcdserverpb::LeaseRevokeResponse* response) override;
+  grpc::ServerBidiReactor<etcdserverpb::LeaseKeepAliveRequest,
+                          etcdserverpb::LeaseKeepAliveResponse>*
+  LeaseKeepAlive(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* LeaseTimeToLive(grpc::CallbackServerContext* ctx,
+                                            const etcdserverpb::LeaseTimeToLiveRequest* request,
+                                            etcdserverpb::LeaseTimeToLiveResponse* response) override;
+  grpc::ServerUnaryReactor* LeaseLeases(grpc::CallbackServerContext* ctx,
+                                        const etcdserverpb::LeaseLeasesRequest* request,
+                                        etcdserverpb::LeaseLeasesResponse* response) override;
+
+ private:
+  mvcc::KvStore* const store_;
+  const MemberInfo* const member_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_LEASE_SERVICE_H_
