@@ -27,7 +27,7 @@ build: configure
 
 run: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target capstan
-	$(BUILD_DIR)/server/capstan --name default --data-dir $(DATA_DIR) \
+	$(BUILD_DIR)/capstan --name default --data-dir $(DATA_DIR) \
 	  --listen-client-urls $(CLIENT_URL) --advertise-client-urls $(CLIENT_URL) \
 	  --listen-metrics-urls $(METRICS_URL)
 
