@@ -70,6 +70,8 @@ absl::Status KvStore::Recover() {
   // restore does: the first record of a key seen restores its generation
   // from the record's create revision and version (earlier history may have
   // been compacted away); later records are put or tombstoned on top.
+  if (auto s = LoadAlarms(); !s.ok()) return s;
+
   // Leases: each gets its full TTL again (see Lessor::Restore).
   {
     auto lit = backend_->NewIterator(Cf::kLease);

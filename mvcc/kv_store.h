@@ -65,6 +65,11 @@ struct KvStoreOptions {
   absl::Duration lease_check_interval = absl::Milliseconds(500);
   // The high 16 bits of lease ids the store picks (etcd uses its member id).
   uint16_t lease_id_prefix = 0;
+  // Backend size above which writes that add data raise the NOSPACE alarm
+  // and are refused (--quota-backend-bytes); 0: no quota.
+  int64_t quota_bytes = 0;
+  // The member raising alarms (the NOSPACE alarm names it).
+  uint64_t member_id = 0;
 };
 
 // What a reader sees: one published, durable state of the store.
@@ -97,7 +102,9 @@ struct RangeResult {
 struct WriteRequest {
   // kInternal is KvStore's own: `apply` runs on the committer thread inside
   // a group (used to compact the key index in batches between writes).
-  enum class Kind { kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kInternal };
+  enum class Kind {
+    kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kAlarm, kInternal
+  };
   Kind kind;
   const google::protobuf::Message* request = nullptr;
   google::protobuf::Message* response = nullptr;
@@ -139,6 +146,20 @@ class KvStore {
       const etcdserverpb::LeaseGrantRequest& req);
   absl::StatusOr<etcdserverpb::LeaseRevokeResponse> LeaseRevoke(
       const etcdserverpb::LeaseRevokeRequest& req);
+
+  // etcd's HashKV: CRC-32C of the key family's records up to rev (0: the
+  // current revision), skipping revisions at or below the compaction
+  // revision that compaction no longer keeps. Equal data and history give
+  // equal hashes (and equal to etcd's for byte-identical records).
+  absl::Status HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev, int64_t* hash_rev) const;
+  // CRC-32C of every record of every column family (Maintenance.Hash).
+  absl::StatusOr<uint32_t> Hash() const;
+  // The active alarms.
+  std::vector<etcdserverpb::AlarmMember> Alarms() const;
+  bool NoSpace() const;
+  // Compacts the backend fully, reclaiming the space of deleted data, while
+  // reads and writes go on (Maintenance.Defragment).
+  absl::Status Defragment() { return backend_->CompactAll(); }
 
   // The leases; keep-alives and reads go to it directly.
   Lessor* lessor() { return &lessor_; }
@@ -186,6 +207,12 @@ class KvStore {
   // Runs fn on the committer thread between groups and waits for it.
   void RunOnCommitter(absl::AnyInvocable<void()> fn);
   bool LeaseExists(int64_t id) const { return lessor_.Exists(id); }
+  absl::Status ApplyAlarm(const etcdserverpb::AlarmRequest& req, etcdserverpb::AlarmResponse* resp);
+  // Refuses a write that adds data while NOSPACE is raised or when it would
+  // take the backend over the quota (raising NOSPACE). *group_cost carries
+  // the bytes the group has added so far.
+  absl::Status CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost);
+  absl::Status LoadAlarms();
   absl::Status ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req,
                                etcdserverpb::LeaseGrantResponse* resp);
   // Revokes expired leases at the configured rate (own thread).
@@ -224,6 +251,9 @@ class KvStore {
   std::vector<WatchEvent> group_events_;
   std::atomic<WatchHub*> hub_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
+  // The backend's size as last measured, for the quota.
+  int64_t backend_size_ = 0;
+  absl::Time backend_size_at_ = absl::InfinitePast();
 
   // The published view. Lock order: view_mu_ is a leaf lock.
   mutable std::mutex view_mu_;
@@ -251,6 +281,10 @@ class KvStore {
 
   Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only
+
+  // Active alarms: changed by the committer, read by anyone.
+  mutable std::mutex alarm_mu_;
+  std::vector<etcdserverpb::AlarmMember> alarms_;
 
   std::thread committer_;
   std::thread compactor_;

@@ -524,10 +524,28 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   // Physical compactions answer once their compaction is done.
   std::vector<bool> deferred(group->size(), false);
   bool changed = false;
+  if (options_.quota_bytes > 0 && absl::Now() - backend_size_at_ > absl::Milliseconds(100)) {
+    // Measuring the backend lists its files: do it at most every 100 ms.
+    backend_size_ = static_cast<int64_t>(backend_->SizeOnDisk());
+    backend_size_at_ = absl::Now();
+  }
+  const int64_t backend_size = backend_size_;
+  int64_t group_cost = 0;
   for (size_t i = 0; i < group->size(); ++i) {
     WriteRequest& w = (*group)[i];
     if (failed_) {
       results[i] = MakeError(Error::kStorageFailed);
+      continue;
+    }
+    if (auto s = CheckQuota(w, backend_size, &group_cost); !s.ok()) {
+      results[i] = s;
+      changed = true;  // the alarm may have been raised
+      continue;
+    }
+    if (w.kind == WriteRequest::Kind::kAlarm) {
+      results[i] = ApplyAlarm(static_cast<const etcdserverpb::AlarmRequest&>(*w.request),
+                              static_cast<etcdserverpb::AlarmResponse*>(w.response));
+      changed = true;
       continue;
     }
     if (w.kind == WriteRequest::Kind::kInternal) {

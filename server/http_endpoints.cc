@@ -34,8 +34,27 @@ HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Ver
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
 void HttpEndpoints::Install(httplib::Server* server) {
-  auto health = [this](const httplib::Request&, httplib::Response& res) {
-    // A single member always has a leader; the store answers while it runs.
+  auto health = [this](const httplib::Request& req, httplib::Response& res) {
+    // A single member always has a leader. Active alarms make it unhealthy
+    // unless excluded (`?exclude=NOSPACE`, as kubeadm's probe asks).
+    std::string reason;
+    for (const auto& a : store_->Alarms()) {
+      const std::string name = etcdserverpb::AlarmType_Name(a.alarm());
+      bool excluded = false;
+      for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
+        excluded |= req.get_param_value("exclude", i) == name;
+      }
+      if (!excluded) {
+        reason = "ALARM " + name;
+        break;
+      }
+    }
+    if (!reason.empty()) {
+      res.status = 503;
+      res.set_content("{\"health\":\"false\",\"reason\":\"" + reason + "\"}",
+                      "text/plain; charset=utf-8");
+      return;
+    }
     res.set_content("{\"health\":\"true\",\"reason\":\"\"}", "text/plain; charset=utf-8");
   };
   server->Get("/health", health);

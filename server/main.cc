@@ -10,6 +10,7 @@
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/server.h"
+#include "server/snapshot.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -26,11 +27,73 @@ std::map<std::string, std::string> Environment() {
   return env;
 }
 
+constexpr char kSnapshotUsage[] =
+    "Usage:\n"
+    "  capstan snapshot restore FILE --data-dir DIR   create DIR from a snapshot\n"
+    "  capstan snapshot status FILE [-w json|table]   describe a snapshot\n"
+    "A snapshot is the file `etcdctl snapshot save` writes from a Capstan server.\n";
+
+// `capstan snapshot ...`: offline tools for snapshot files.
+int SnapshotCommand(const std::vector<std::string>& args) {
+  using namespace capstan::server;
+  if (args.size() < 2 || (args[0] != "restore" && args[0] != "status")) {
+    std::fputs(kSnapshotUsage, stderr);
+    return 2;
+  }
+  const std::string file = args[1];
+  std::string data_dir, format = "table";
+  for (size_t i = 2; i < args.size(); ++i) {
+    auto value = [&](const std::string& flag) -> std::string {
+      if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+      if (args[i] == flag && i + 1 < args.size()) return args[++i];
+      return "";
+    };
+    if (args[i].rfind("--data-dir", 0) == 0) {
+      data_dir = value("--data-dir");
+    } else if (args[i].rfind("-w", 0) == 0 || args[i].rfind("--write-out", 0) == 0) {
+      format = args[i].rfind("-w", 0) == 0 ? value("-w") : value("--write-out");
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", args[i].c_str(), kSnapshotUsage);
+      return 2;
+    }
+  }
+  if (args[0] == "restore") {
+    if (data_dir.empty()) {
+      std::fprintf(stderr, "--data-dir is required\n%s", kSnapshotUsage);
+      return 2;
+    }
+    if (auto s = RestoreSnapshot(file, data_dir); !s.ok()) {
+      std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("restored snapshot %s into %s\n", file.c_str(), data_dir.c_str());
+    return 0;
+  }
+  auto st = ReadSnapshotStatus(file);
+  if (!st.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(st.status().message()).c_str());
+    return 1;
+  }
+  if (format == "json") {
+    std::printf("{\"hash\":%u,\"revision\":%lld,\"totalKey\":%lld,\"totalSize\":%lld}\n", st->hash,
+                static_cast<long long>(st->revision), static_cast<long long>(st->total_keys),
+                static_cast<long long>(st->total_size));
+  } else {
+    std::printf("HASH\tREVISION\tTOTAL KEYS\tTOTAL SIZE\n%x\t%lld\t%lld\t%lld\n", st->hash,
+                static_cast<long long>(st->revision), static_cast<long long>(st->total_keys),
+                static_cast<long long>(st->total_size));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace capstan::server;
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "snapshot") {
+    return SnapshotCommand(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   auto config = ParseServerConfig(args, Environment());
   if (!config.ok()) {
     ConfigFailure failure = GetConfigFailure(config.status());

@@ -1,5 +1,10 @@
 #include "server/maintenance_service.h"
 
+#include <thread>
+
+#include "server/errors.h"
+#include "server/snapshot.h"
+
 namespace capstan::server {
 
 grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext* ctx,
@@ -18,8 +23,108 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
   response->set_raftappliedindex(index);
   response->set_raftterm(member_->raft_term);
   response->set_islearner(false);
+  for (const auto& a : store_->Alarms()) {
+    // etcd lists alarms as the AlarmMember's text form.
+    response->add_errors("memberID:" + std::to_string(a.memberid()) +
+                         " alarm:" + etcdserverpb::AlarmType_Name(a.alarm()) + " ");
+  }
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::AlarmRequest* request,
+                                                    etcdserverpb::AlarmResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const MemberInfo* member = member_;
+  store_->Submit({mvcc::WriteRequest::Kind::kAlarm, request, response,
+                  [reactor, response, member](absl::Status s) {
+                    if (s.ok()) FillHeader(*member, response->mutable_header());
+                    reactor->Finish(ToGrpcStatus(s));
+                  }});
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Defragment(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::DefragmentRequest*,
+    etcdserverpb::DefragmentResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // A full backend compaction takes a while: run it off the gRPC threads.
+  // Reads and writes continue meanwhile.
+  std::thread([this, reactor, response] {
+    absl::Status s = store_->Defragment();
+    FillHeader(*member_, response->mutable_header());
+    response->mutable_header()->set_revision(store_->Rev());
+    reactor->Finish(ToGrpcStatus(s));
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Hash(grpc::CallbackServerContext* ctx,
+                                                   const etcdserverpb::HashRequest*,
+                                                   etcdserverpb::HashResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const int64_t rev = store_->Rev();
+  auto hash = store_->Hash();
+  if (!hash.ok()) {
+    reactor->Finish(ToGrpcStatus(hash.status()));
+    return reactor;
+  }
+  FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(rev);
+  response->set_hash(*hash);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext* ctx,
+                                                     const etcdserverpb::HashKVRequest* request,
+                                                     etcdserverpb::HashKVResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  uint32_t hash;
+  int64_t compact_rev, hash_rev;
+  absl::Status s = store_->HashKV(request->revision(), &hash, &compact_rev, &hash_rev);
+  if (s.ok()) {
+    FillHeader(*member_, response->mutable_header());
+    response->mutable_header()->set_revision(store_->Rev());
+    response->set_hash(hash);
+    response->set_compact_revision(compact_rev);
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Snapshot(
+    grpc::CallbackServerContext*, const etcdserverpb::SnapshotRequest*) {
+  etcdserverpb::ResponseHeader header;
+  FillHeader(*member_, &header);
+  header.set_revision(store_->Rev());
+  return NewSnapshotReactor(store_, header);
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::MoveLeader(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::MoveLeaderRequest* request,
+    etcdserverpb::MoveLeaderResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // One member: it already leads; any other target is not a member.
+  if (request->targetid() != member_->member_id) {
+    reactor->Finish(grpc::Status(grpc::FAILED_PRECONDITION, "etcdserver: bad leader transferee"));
+    return reactor;
+  }
+  FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerContext* ctx,
+                                                        const etcdserverpb::DowngradeRequest*,
+                                                        etcdserverpb::DowngradeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED,
+                               "capstan: cluster version downgrade is not supported; a Capstan "
+                               "member serves one API version"));
   return reactor;
 }
 

@@ -5,6 +5,7 @@
 #define CAPSTAN_SERVER_MAINTENANCE_SERVICE_H_
 
 #include <string>
+#include <thread>
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
@@ -21,6 +22,26 @@ class MaintenanceService final : public etcdserverpb::Maintenance::CallbackServi
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const etcdserverpb::StatusRequest* request,
                                    etcdserverpb::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Alarm(grpc::CallbackServerContext* ctx,
+                                  const etcdserverpb::AlarmRequest* request,
+                                  etcdserverpb::AlarmResponse* response) override;
+  grpc::ServerUnaryReactor* Defragment(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::DefragmentRequest* request,
+                                       etcdserverpb::DefragmentResponse* response) override;
+  grpc::ServerUnaryReactor* Hash(grpc::CallbackServerContext* ctx,
+                                 const etcdserverpb::HashRequest* request,
+                                 etcdserverpb::HashResponse* response) override;
+  grpc::ServerUnaryReactor* HashKV(grpc::CallbackServerContext* ctx,
+                                   const etcdserverpb::HashKVRequest* request,
+                                   etcdserverpb::HashKVResponse* response) override;
+  grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* Snapshot(
+      grpc::CallbackServerContext* ctx, const etcdserverpb::SnapshotRequest* request) override;
+  grpc::ServerUnaryReactor* MoveLeader(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::MoveLeaderRequest* request,
+                                       etcdserverpb::MoveLeaderResponse* response) override;
+  grpc::ServerUnaryReactor* Downgrade(grpc::CallbackServerContext* ctx,
+                                      const etcdserverpb::DowngradeRequest* request,
+                                      etcdserverpb::DowngradeResponse* response) override;
 
  private:
   mvcc::KvStore* const store_;

@@ -80,6 +80,8 @@ absl::Status Server::Init() {
   kv_options.compaction_sleep_interval = config_.experimental_compaction_sleep_interval;
   kv_options.lease_revoke_rate = config_.lease_revoke_rate;
   kv_options.lease_id_prefix = static_cast<uint16_t>(member_->member_id & 0xffff);
+  kv_options.quota_bytes = config_.QuotaBackendBytes();
+  kv_options.member_id = member_->member_id;
   const auto start = std::chrono::steady_clock::now();
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();

@@ -11,6 +11,7 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "rocksdb/transaction_log.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 
@@ -92,22 +93,31 @@ class RocksBackend final : public Backend {
     return std::make_unique<RocksIterator>(db_->NewIterator(ro, handle(cf)));
   }
 
-  uint64_t SizeOnDisk() const override {
+  // Memtables are counted through the WAL that holds their data: the
+  // memtable size properties report arena blocks allocated, not data.
+  uint64_t WalBytes() const {
+    rocksdb::VectorLogPtr files;
     uint64_t total = 0;
+    if (const_cast<rocksdb::DB*>(db_.get())->GetSortedWalFiles(files).ok()) {
+      for (const auto& f : files) total += f->SizeFileBytes();
+    }
+    return total;
+  }
+
+  uint64_t SizeOnDisk() const override {
+    uint64_t total = WalBytes();
     for (auto* h : handles_) {
       uint64_t v = 0;
       if (db_->GetIntProperty(h, rocksdb::DB::Properties::kTotalSstFilesSize, &v)) total += v;
-      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) total += v;
     }
     return total;
   }
 
   uint64_t LiveDataSize() const override {
-    uint64_t total = 0;
+    uint64_t total = WalBytes();
     for (auto* h : handles_) {
       uint64_t v = 0;
       if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateLiveDataSize, &v)) total += v;
-      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) total += v;
     }
     return total;
   }

@@ -1,0 +1,171 @@
+// Maintenance on the KV store: HashKV and Hash, alarms and the backend quota.
+
+#include <algorithm>
+
+#include "mvcc/crc32c.h"
+#include "mvcc/errors.h"
+#include "mvcc/kv_store.h"
+#include "mvcc/revision_key.h"
+
+namespace capstan::mvcc {
+
+using etcdserverpb::AlarmMember;
+using etcdserverpb::AlarmRequest;
+using etcdserverpb::AlarmType;
+using storage::Cf;
+
+absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
+                             int64_t* hash_rev) const {
+  // The view pins the revisions it can see against physical compaction.
+  auto view = View();
+  if (rev > view->rev) return MakeError(Error::kFutureRev);
+  if (rev <= 0) rev = view->rev;
+  if (rev < view->compact_rev) return MakeError(Error::kCompacted);
+  index::RevisionSet keep;
+  if (view->compact_rev > 0) view->index.Keep(view->compact_rev, &keep);
+
+  uint32_t h = Crc32cExtend(0, "key");
+  const std::string upper = RevisionKey(Revision{rev + 1, 0});
+  auto it = backend_->NewIterator(Cf::kKey);
+  for (it->SeekToFirst(); it->Valid() && it->key() < upper; it->Next()) {
+    Revision r;
+    bool tombstone;
+    if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
+    // Revisions at or below the compaction revision that compaction does
+    // not keep are about to be deleted: leave them out.
+    if (r.main <= view->compact_rev && !keep.empty() && !keep.contains(r)) continue;
+    h = Crc32cExtend(h, it->key());
+    h = Crc32cExtend(h, it->value());
+  }
+  if (auto s = it->status(); !s.ok()) return s;
+  *hash = h;
+  *compact_rev = view->compact_rev;
+  *hash_rev = rev;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> KvStore::Hash() const {
+  auto view = View();
+  uint32_t h = 0;
+  for (Cf cf : {Cf::kKey, Cf::kMeta, Cf::kLease, Cf::kAuth, Cf::kAlarm}) {
+    auto it = backend_->NewIterator(cf);
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      h = Crc32cExtend(h, it->key());
+      h = Crc32cExtend(h, it->value());
+    }
+    if (auto s = it->status(); !s.ok()) return s;
+  }
+  return h;
+}
+
+std::vector<AlarmMember> KvStore::Alarms() const {
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  return alarms_;
+}
+
+bool KvStore::NoSpace() const {
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  return std::any_of(alarms_.begin(), alarms_.end(),
+                     [](const AlarmMember& a) { return a.alarm() == etcdserverpb::NOSPACE; });
+}
+
+absl::Status KvStore::LoadAlarms() {
+  auto it = backend_->NewIterator(Cf::kAlarm);
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    AlarmMember m;
+    if (!m.ParseFromArray(it->key().data(), static_cast<int>(it->key().size()))) {
+      return absl::DataLossError("alarm family holds a corrupt record");
+    }
+    alarms_.push_back(m);
+  }
+  return it->status();
+}
+
+absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmResponse* resp) {
+  resp->mutable_header()->set_revision(current_rev_);
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  auto match = [&req](const AlarmMember& a) {
+    return a.memberid() == req.memberid() && a.alarm() == req.alarm();
+  };
+  switch (req.action()) {
+    case AlarmRequest::GET:
+      for (const auto& a : alarms_) {
+        if (req.alarm() == etcdserverpb::NONE || a.alarm() == req.alarm()) *resp->add_alarms() = a;
+      }
+      break;
+    case AlarmRequest::ACTIVATE: {
+      if (std::any_of(alarms_.begin(), alarms_.end(), match)) break;
+      AlarmMember m;
+      m.set_memberid(req.memberid());
+      m.set_alarm(req.alarm());
+      batch_.Put(Cf::kAlarm, m.SerializeAsString(), "");
+      alarms_.push_back(m);
+      *resp->add_alarms() = m;
+      break;
+    }
+    case AlarmRequest::DEACTIVATE: {
+      auto it = std::find_if(alarms_.begin(), alarms_.end(), match);
+      if (it == alarms_.end()) break;
+      batch_.Delete(Cf::kAlarm, it->SerializeAsString());
+      *resp->add_alarms() = *it;
+      alarms_.erase(it);
+      break;
+    }
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// What a write adds to the backend, roughly; 0 for writes that only
+// delete. Mirrors etcd's quota cost: the request plus per-key overhead.
+int64_t WriteCost(const WriteRequest& w) {
+  constexpr int64_t kKeyOverhead = 256;
+  switch (w.kind) {
+    case WriteRequest::Kind::kPut:
+      return static_cast<int64_t>(w.request->ByteSizeLong()) + kKeyOverhead;
+    case WriteRequest::Kind::kLeaseGrant:
+      return 64;
+    case WriteRequest::Kind::kTxn: {
+      const auto& t = static_cast<const etcdserverpb::TxnRequest&>(*w.request);
+      int64_t cost = 0;
+      std::function<void(const etcdserverpb::TxnRequest&)> walk = [&](const auto& txn) {
+        for (const auto* ops : {&txn.success(), &txn.failure()}) {
+          for (const auto& op : *ops) {
+            if (op.has_request_put()) cost += op.request_put().ByteSizeLong() + kKeyOverhead;
+            if (op.has_request_txn()) walk(op.request_txn());
+          }
+        }
+      };
+      walk(t);
+      return cost;
+    }
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+absl::Status KvStore::CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost) {
+  const int64_t cost = WriteCost(w);
+  if (cost == 0) return absl::OkStatus();
+  if (NoSpace()) return MakeError(Error::kNoSpace);
+  if (options_.quota_bytes <= 0) return absl::OkStatus();
+  if (backend_size + *group_cost + cost <= options_.quota_bytes) {
+    *group_cost += cost;
+    return absl::OkStatus();
+  }
+  AlarmRequest raise;
+  raise.set_action(AlarmRequest::ACTIVATE);
+  raise.set_memberid(options_.member_id);
+  raise.set_alarm(etcdserverpb::NOSPACE);
+  etcdserverpb::AlarmResponse unused;
+  ApplyAlarm(raise, &unused).IgnoreError();
+  return MakeError(Error::kNoSpace);
+}
+
+}  // namespace capstan::mvcc
