@@ -7,6 +7,7 @@
 #include "grpcpp/grpcpp.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "server/auto_compactor.h"
 #include "server/data_dir.h"
 #include "server/http_endpoints.h"
 #include "server/kv_service.h"
@@ -153,6 +154,14 @@ absl::Status Server::Init() {
     if (auto s = http_->Listen(url.Hostname(), port); !s.ok()) return s;
     spdlog::info("serving metrics and health on {}", url.String());
   }
+  if (config_.auto_compaction_mode == CompactionMode::kPeriodic &&
+      config_.auto_compaction_period > absl::ZeroDuration()) {
+    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), config_.auto_compaction_period, 0);
+  } else if (config_.auto_compaction_mode == CompactionMode::kRevision &&
+             config_.auto_compaction_revisions > 0) {
+    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), absl::ZeroDuration(),
+                                                      config_.auto_compaction_revisions);
+  }
   spdlog::info("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);
   return absl::OkStatus();
@@ -166,6 +175,7 @@ void Server::Shutdown() {
     grpc_server_->Wait();
   }
   if (http_) http_->Stop();
+  auto_compactor_.reset();
   grpc_server_.reset();
   // The hub's syncer reads the store: stop it first. The store then drains
   // its queue (still notifying the hub) and stops its threads.
