@@ -14,6 +14,7 @@
 #include "server/lease_service.h"
 #include "server/maintenance_service.h"
 #include "server/member.h"
+#include "server/tls.h"
 #include "server/watch_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
@@ -29,12 +30,12 @@ namespace {
 // gRPC's own framing beyond --max-request-bytes that etcd allows for.
 constexpr int kGrpcOverheadBytes = 512 * 1024;
 
-absl::StatusOr<std::string> GrpcAddress(const Url& url) {
-  if (url.scheme == "http") return url.host;
-  if (url.scheme == "unix") return absl::StrCat("unix:", url.host, url.path);
-  return absl::UnimplementedError(
-      absl::StrCat("client URL ", url.String(), ": TLS (https/unixs) is not supported yet"));
+std::string GrpcAddress(const Url& url) {
+  if (url.scheme == "unix" || url.scheme == "unixs") return absl::StrCat("unix:", url.host, url.path);
+  return url.host;
 }
+
+bool IsTls(const Url& url) { return url.scheme == "https" || url.scheme == "unixs"; }
 
 std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
   std::vector<std::string> out;
@@ -110,10 +111,19 @@ absl::Status Server::Init() {
 
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
+  std::shared_ptr<grpc::ServerCredentials> tls;
   for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
-    auto address = GrpcAddress(config_.listen_client_urls[i]);
-    if (!address.ok()) return address.status();
-    builder.AddListeningPort(*address, grpc::InsecureServerCredentials(), &bound[i]);
+    const Url& url = config_.listen_client_urls[i];
+    std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+    if (IsTls(url)) {
+      if (!tls) {
+        auto made = ClientTlsCredentials(config_);
+        if (!made.ok()) return made.status();
+        tls = *made;
+      }
+      creds = tls;
+    }
+    builder.AddListeningPort(GrpcAddress(url), creds, &bound[i]);
   }
   for (auto& s : services_) builder.RegisterService(s.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_request_bytes) + kGrpcOverheadBytes);
@@ -137,7 +147,9 @@ absl::Status Server::Init() {
       return absl::UnavailableError(
           absl::StrCat("cannot listen on client URL ", config_.listen_client_urls[i].String()));
     }
-    spdlog::info("serving client traffic insecurely on {}", config_.listen_client_urls[i].String());
+    spdlog::info("serving client traffic {}on {}",
+                 IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
+                 config_.listen_client_urls[i].String());
   }
 
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),

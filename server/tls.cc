@@ -1,0 +1,160 @@
+#include "server/tls.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "openssl/ec.h"
+#include "openssl/evp.h"
+#include "openssl/pem.h"
+#include "openssl/x509v3.h"
+
+namespace capstan::server {
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", flag, " ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Go's cipher suite names (etcd's --cipher-suites) as OpenSSL names.
+const std::map<std::string, std::string>& CipherNames() {
+  static const auto* names = new std::map<std::string, std::string>{
+      {"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "ECDHE-ECDSA-AES128-GCM-SHA256"},
+      {"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "ECDHE-RSA-AES128-GCM-SHA256"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "ECDHE-ECDSA-AES256-GCM-SHA384"},
+      {"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "ECDHE-RSA-AES256-GCM-SHA384"},
+      {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "ECDHE-ECDSA-CHACHA20-POLY1305"},
+      {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "ECDHE-RSA-CHACHA20-POLY1305"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "ECDHE-ECDSA-AES128-SHA"},
+      {"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "ECDHE-RSA-AES128-SHA"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "ECDHE-ECDSA-AES256-SHA"},
+      {"TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA-AES256-SHA"},
+      {"TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"},
+      {"TLS_RSA_WITH_AES_256_GCM_SHA384", "AES256-GCM-SHA384"},
+      {"TLS_RSA_WITH_AES_128_CBC_SHA", "AES128-SHA"},
+      {"TLS_RSA_WITH_AES_256_CBC_SHA", "AES256-SHA"},
+  };
+  return *names;
+}
+
+}  // namespace
+
+absl::Status SelfSignedCertificate(const std::string& dir, const std::vector<std::string>& hosts,
+                                   int years) {
+  const std::string cert_path = dir + "/cert.pem", key_path = dir + "/key.pem";
+  std::error_code ec;
+  if (fs::exists(cert_path, ec) && fs::exists(key_path, ec)) return absl::OkStatus();
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  if (!key) return absl::InternalError("cannot generate a key for --auto-tls");
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), static_cast<long>(std::rand()) + 1);
+  X509_gmtime_adj(X509_getm_notBefore(cert), 0);
+  X509_gmtime_adj(X509_getm_notAfter(cert), static_cast<long>(years) * 365 * 24 * 3600);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("capstan"), -1, -1, 0);
+  X509_set_issuer_name(cert, name);
+  std::vector<std::string> sans;
+  for (const auto& h : hosts) {
+    const bool ip = !h.empty() && (std::isdigit(static_cast<unsigned char>(h[0])) || h[0] == ':');
+    sans.push_back(absl::StrCat(ip ? "IP:" : "DNS:", h));
+  }
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  const std::string san = absl::StrJoin(sans, ",");
+  for (auto [nid, value] : {std::pair<int, std::string>{NID_subject_alt_name, san},
+                            {NID_key_usage, "critical,digitalSignature,keyEncipherment"},
+                            {NID_ext_key_usage, "serverAuth,clientAuth"}}) {
+    if (value.empty()) continue;
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+    if (ext) {
+      X509_add_ext(cert, ext, -1);
+      X509_EXTENSION_free(ext);
+    }
+  }
+  X509_sign(cert, key, EVP_sha256());
+
+  absl::Status status;
+  FILE* cf = std::fopen(cert_path.c_str(), "w");
+  FILE* kf = std::fopen(key_path.c_str(), "w");
+  if (!cf || !kf || !PEM_write_X509(cf, cert) ||
+      !PEM_write_PrivateKey(kf, key, nullptr, nullptr, 0, nullptr, nullptr)) {
+    status = absl::InternalError(absl::StrCat("cannot write the --auto-tls pair into ", dir));
+  }
+  if (cf) std::fclose(cf);
+  if (kf) std::fclose(kf);
+  ::chmod(key_path.c_str(), 0600);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
+    const ServerConfig& config) {
+  std::string cert_file = config.cert_file, key_file = config.key_file;
+  if ((cert_file.empty() || key_file.empty()) && config.auto_tls) {
+    const std::string dir = config.data_dir + "/fixtures/client";
+    std::vector<std::string> hosts;
+    for (const auto& u : config.listen_client_urls) hosts.push_back(u.Hostname());
+    if (auto s = SelfSignedCertificate(dir, hosts, static_cast<int>(config.self_signed_cert_validity_years));
+        !s.ok()) {
+      return s;
+    }
+    cert_file = dir + "/cert.pem";
+    key_file = dir + "/key.pem";
+  }
+  if (cert_file.empty() || key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS key/cert (--cert-file, --key-file) must be provided for https client URLs (or use "
+        "--auto-tls)");
+  }
+  auto cert = ReadFile(cert_file, "--cert-file");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(key_file, "--key-file");
+  if (!key.ok()) return key.status();
+
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.trusted_ca_file.empty()) {
+    auto ca = ReadFile(config.trusted_ca_file, "--trusted-ca-file");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+  }
+  if (config.client_cert_auth) {
+    if (options.pem_root_certs.empty()) {
+      return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
+    }
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  if (!config.cipher_suites.empty()) {
+    // gRPC reads its cipher list from the environment when it first builds
+    // TLS credentials.
+    std::vector<std::string> names;
+    for (const auto& c : config.cipher_suites) {
+      auto it = CipherNames().find(c);
+      if (it != CipherNames().end()) names.push_back(it->second);
+    }
+    if (!names.empty()) ::setenv("GRPC_SSL_CIPHER_SUITES", absl::StrJoin(names, ":").c_str(), 1);
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace capstan::server
