@@ -32,7 +32,7 @@ bool Walk(const Node* n, const Bounds& b, bool seek, F& f) {
     const Leaf* leaf = static_cast<const Leaf*>(n);
     for (int i = seek ? internal::LeafLowerBound(leaf, b.start) : 0; i < leaf->count; ++i) {
       const Entry* e = leaf->entries[i];
-      if (!b.BeforeEnd(e->key)) return false;
+      if (!b.BeforeEnd(e->key())) return false;
       if (!f(e)) return false;
     }
     return true;
@@ -41,7 +41,7 @@ bool Walk(const Node* n, const Bounds& b, bool seek, F& f) {
   const int first = seek ? internal::ChildIndex(inner, b.start) : 0;
   for (int i = first; i < inner->count; ++i) {
     // Every key under children[i] is >= separators[i].
-    if (i > 0 && !b.BeforeEnd(inner->separators[i]->key)) return false;
+    if (i > 0 && !b.BeforeEnd(inner->separators[i]->key())) return false;
     if (!Walk(inner->children[i], b, seek && i == first, f)) return false;
   }
   return true;
@@ -85,7 +85,7 @@ void IndexView::Range(
   WalkRange(root_, key, range_end, [&](const Entry* e) {
     RangeHit hit;
     if (!e->index.Lookup(at_rev, &hit.modified, &hit.created, &hit.version)) return true;
-    return visit(e->key, hit);
+    return visit(e->key(), hit);
   });
 }
 
@@ -103,14 +103,13 @@ int64_t IndexView::Count(std::string_view key, std::string_view range_end, int64
 
 void IndexView::RangeSince(
     std::string_view key, std::string_view range_end, int64_t rev,
-    absl::FunctionRef<bool(std::string_view key, std::span<const Revision> revs)> visit)
-    const {
+    absl::FunctionRef<bool(std::string_view key, std::span<const Revision> revs)> visit) const {
   std::vector<Revision> revs;
   WalkRange(root_, key, range_end, [&](const Entry* e) {
     revs.clear();
     e->index.AppendSince(rev, &revs);
     if (revs.empty()) return true;
-    return visit(e->key, std::span<const Revision>(revs));
+    return visit(e->key(), std::span<const Revision>(revs));
   });
 }
 
@@ -128,7 +127,7 @@ std::vector<Revision> IndexView::RangeSince(std::string_view key, std::string_vi
 void IndexView::ForEach(
     std::string_view key, std::string_view range_end,
     absl::FunctionRef<bool(std::string_view key, const KeyIndex& index)> visit) const {
-  WalkRange(root_, key, range_end, [&](const Entry* e) { return visit(e->key, e->index); });
+  WalkRange(root_, key, range_end, [&](const Entry* e) { return visit(e->key(), e->index); });
 }
 
 void IndexView::Keep(int64_t at_rev, RevisionSet* available) const {
@@ -141,7 +140,7 @@ void IndexView::Keep(int64_t at_rev, RevisionSet* available) const {
 std::vector<std::string> IndexView::KeysToCompact(int64_t at_rev) const {
   std::vector<std::string> keys;
   WalkRange(root_, "", kRangeEndAll, [&](const Entry* e) {
-    if (e->index.NeedsCompaction(at_rev)) keys.push_back(e->key);
+    if (e->index.NeedsCompaction(at_rev)) keys.emplace_back(e->key());
     return true;
   });
   return keys;
@@ -153,9 +152,9 @@ namespace {
 
 // Validates the subtree `n` whose keys must lie in [lo, hi) (has_lo/has_hi
 // false: unbounded), at `depth`.
-absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, const std::string& lo,
-                          bool has_hi, const std::string& hi, int depth, int* leaf_depth,
-                          size_t* entries, const std::string** prev) {
+absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, std::string_view lo,
+                          bool has_hi, std::string_view hi, int depth, int* leaf_depth,
+                          size_t* entries, const std::string** prev, std::string* prev_storage) {
   const int cap = n->leaf ? internal::kLeafCapacity : internal::kInnerCapacity;
   if (n->count > cap) return absl::InternalError("node over capacity");
   if (n->count == 0) return absl::InternalError("empty node");
@@ -165,33 +164,50 @@ absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, const std::s
     if (*leaf_depth < 0) *leaf_depth = depth;
     if (*leaf_depth != depth) return absl::InternalError("leaves at different depths");
     const Leaf* leaf = static_cast<const Leaf*>(n);
+    const std::string_view prefix = leaf->entries[0]->key().substr(0, leaf->prefix_len);
     for (int i = 0; i < leaf->count; ++i) {
-      const std::string& k = leaf->entries[i]->key;
+      const std::string_view k = leaf->entries[i]->key();
+      if (k.substr(0, leaf->prefix_len) != prefix || prefix.size() != leaf->prefix_len ||
+          leaf->hints[i] != internal::KeyHint(k, leaf->prefix_len)) {
+        return absl::InternalError("stale key hint in a leaf at " + std::string(k));
+      }
       if (*prev != nullptr && !(**prev < k)) {
-        return absl::InternalError("keys not strictly ascending at " + k);
+        return absl::InternalError("keys not strictly ascending at " + std::string(k));
       }
       if ((has_lo && k < lo) || (has_hi && !(k < hi))) {
-        return absl::InternalError("key outside its separators: " + k);
+        return absl::InternalError("key outside its separators: " + std::string(k));
       }
       if (leaf->entries[i]->index.IsEmpty()) {
-        return absl::InternalError("empty KeyIndex for " + k);
+        return absl::InternalError("empty KeyIndex for " + std::string(k));
       }
-      *prev = &k;
+      prev_storage->assign(k);
+      *prev = prev_storage;
       ++*entries;
     }
     return absl::OkStatus();
   }
   const Inner* inner = static_cast<const Inner*>(n);
+  for (int i = 1; i < inner->count; ++i) {
+    const std::string_view k = inner->separators[i]->key();
+    const std::string_view prefix = inner->separators[1]->key().substr(0, inner->prefix_len);
+    if (k.substr(0, inner->prefix_len) != prefix || prefix.size() != inner->prefix_len ||
+        inner->hints[i] != internal::KeyHint(k, inner->prefix_len)) {
+      return absl::InternalError("stale key hint in an inner node at " + std::string(k));
+    }
+  }
+  if (inner->count < 2 && inner->prefix_len != 0) {
+    return absl::InternalError("prefix in an inner node without separators");
+  }
   for (int i = 0; i < inner->count; ++i) {
     const bool c_has_lo = i > 0 || has_lo;
-    const std::string& c_lo = i > 0 ? inner->separators[i]->key : lo;
+    const std::string_view c_lo = i > 0 ? inner->separators[i]->key() : lo;
     const bool c_has_hi = i + 1 < inner->count || has_hi;
-    const std::string& c_hi = i + 1 < inner->count ? inner->separators[i + 1]->key : hi;
+    const std::string_view c_hi = i + 1 < inner->count ? inner->separators[i + 1]->key() : hi;
     if (i > 0 && ((has_lo && c_lo < lo) || (has_hi && !(c_lo < hi)))) {
       return absl::InternalError("separator outside its parent's range");
     }
     absl::Status s = ValidateNode(inner->children[i], false, c_has_lo, c_lo, c_has_hi, c_hi,
-                                  depth + 1, leaf_depth, entries, prev);
+                                  depth + 1, leaf_depth, entries, prev, prev_storage);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -206,9 +222,9 @@ absl::Status IndexView::TEST_Validate() const {
   int leaf_depth = -1;
   size_t entries = 0;
   const std::string* prev = nullptr;
-  const std::string none;
-  absl::Status s = ValidateNode(root_, true, false, none, false, none, 0, &leaf_depth,
-                                &entries, &prev);
+  std::string prev_storage;
+  absl::Status s = ValidateNode(root_, true, false, "", false, "", 0, &leaf_depth, &entries, &prev,
+                                &prev_storage);
   if (!s.ok()) return s;
   if (entries != size_) return absl::InternalError("size does not match the entries");
   return absl::OkStatus();

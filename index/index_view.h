@@ -37,7 +37,9 @@ struct RangeHit {
   int64_t version = 0;
 };
 
-// A non-owning, read-only view of one version of the index.
+// A non-owning, read-only view of one version of the index. An IndexView
+// copied out of an IndexSnapshot does not keep that version alive: keep the
+// snapshot for as long as the view is used.
 //
 // Thread-safety: all methods are const. On a view of a published version (an
 // IndexSnapshot, or a view taken from one) they may run on any number of
@@ -45,16 +47,18 @@ struct RangeHit {
 // (TreeIndex::Unpublished) may be used by the writer thread only, and only
 // until its next write call.
 //
-// Views handed to a visitor (keys, spans, KeyIndex references) are valid
-// while the version they come from is (for a snapshot: while it lives).
+// Keys and KeyIndex references handed to a visitor or returned by Find are
+// valid while the version they come from is (for a snapshot: while it lives;
+// for Unpublished(): until the next writer call). RangeSince's `revs` span is
+// valid only during the call.
 class IndexView {
  public:
   IndexView() = default;  // an empty index
 
   // The state of `key` at store revision `at_rev` (see KeyIndex::Get).
   // NotFound ("revision not found") when the key does not exist at `at_rev`.
-  absl::Status Get(std::string_view key, int64_t at_rev, Revision* modified,
-                   Revision* created, int64_t* version) const;
+  absl::Status Get(std::string_view key, int64_t at_rev, Revision* modified, Revision* created,
+                   int64_t* version) const;
 
   // The KeyIndex of `key`, or null when the key is not in the index.
   const KeyIndex* Find(std::string_view key) const;
@@ -73,8 +77,7 @@ class IndexView {
   // (`rev`) when that is not empty, until `visit` returns false.
   void RangeSince(
       std::string_view key, std::string_view range_end, int64_t rev,
-      absl::FunctionRef<bool(std::string_view key, std::span<const Revision> revs)> visit)
-      const;
+      absl::FunctionRef<bool(std::string_view key, std::span<const Revision> revs)> visit) const;
   // etcd's treeIndex.RangeSince: the same revisions, all keys together, sorted.
   std::vector<Revision> RangeSince(std::string_view key, std::string_view range_end,
                                    int64_t rev) const;
@@ -82,8 +85,7 @@ class IndexView {
   // Calls `visit` in key order with the raw KeyIndex of every key of the
   // range, whether or not it is alive, until `visit` returns false.
   void ForEach(std::string_view key, std::string_view range_end,
-               absl::FunctionRef<bool(std::string_view key, const KeyIndex& index)> visit)
-      const;
+               absl::FunctionRef<bool(std::string_view key, const KeyIndex& index)> visit) const;
 
   // Adds to *available the revisions that a compaction at `at_rev` keeps
   // (etcd's treeIndex.Keep; equal to what etcd's treeIndex.Compact returns).
@@ -125,8 +127,7 @@ class IndexSnapshot : public IndexView {
  public:
   IndexSnapshot() = default;
   IndexSnapshot(const IndexSnapshot& o) = default;
-  IndexSnapshot(IndexSnapshot&& o) noexcept
-      : IndexView(o.root_, o.size_), ref_(std::move(o.ref_)) {
+  IndexSnapshot(IndexSnapshot&& o) noexcept : IndexView(o.root_, o.size_), ref_(std::move(o.ref_)) {
     o.root_ = nullptr;
     o.size_ = 0;
   }

@@ -19,17 +19,15 @@ namespace {
   std::abort();
 }
 
-absl::Status RevisionNotFound() {
-  return absl::NotFoundError("revision not found");
-}
+absl::Status RevisionNotFound() { return absl::NotFoundError("revision not found"); }
 
 }  // namespace
 
 void KeyIndex::Put(Revision rev) {
   if (!(rev > modified_)) {
     Panic(absl::StrFormat(
-        "'put' with an unexpected smaller revision: given {%d,%d}, modified {%d,%d}",
-        rev.main, rev.sub, modified_.main, modified_.sub));
+        "'put' with an unexpected smaller revision: given {%d,%d}, modified {%d,%d}", rev.main,
+        rev.sub, modified_.main, modified_.sub));
   }
   if (revs_.size() >= std::numeric_limits<uint32_t>::max()) {
     Panic("'put' on a key with 2^32 revisions");
@@ -44,8 +42,7 @@ void KeyIndex::Put(Revision rev) {
 
 void KeyIndex::Restore(Revision created, Revision modified, int64_t version) {
   if (!gens_.empty()) {
-    Panic(absl::StrFormat("'restore' got an unexpected non-empty generations (%d)",
-                          gens_.size()));
+    Panic(absl::StrFormat("'restore' got an unexpected non-empty generations (%d)", gens_.size()));
   }
   modified_ = modified;
   revs_.push_back(modified);

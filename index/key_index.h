@@ -44,8 +44,8 @@ class KeyIndex {
   // A read-only view of one generation. `revs` is valid until the next
   // non-const call on the KeyIndex it came from.
   struct Generation {
-    Revision created;  // the revision of the put that created the key
-    int64_t version = 0;  // number of puts (and the tombstone) in the generation
+    Revision created;                // the revision of the put that created the key
+    int64_t version = 0;             // number of puts (and the tombstone) in the generation
     std::span<const Revision> revs;  // ascending; may be trimmed by Compact
   };
 
@@ -78,11 +78,9 @@ class KeyIndex {
   // last change at or before `at_rev`, the revision that created it and its
   // version (1 for the creating put). NotFound when the key did not exist at
   // `at_rev` (never created yet, deleted, or compacted away).
-  absl::Status Get(int64_t at_rev, Revision* modified, Revision* created,
-                   int64_t* version) const;
+  absl::Status Get(int64_t at_rev, Revision* modified, Revision* created, int64_t* version) const;
   // As Get, returning false instead of NotFound (no Status built: for scans).
-  bool Lookup(int64_t at_rev, Revision* modified, Revision* created,
-              int64_t* version) const;
+  bool Lookup(int64_t at_rev, Revision* modified, Revision* created, int64_t* version) const;
 
   // The revisions with main >= `rev`, ascending, keeping only the largest sub
   // revision of each main revision (etcd's since). Empty for an empty index.
@@ -141,9 +139,7 @@ class KeyIndex {
   size_t GenerationEnd(size_t g) const {
     return g + 1 < gens_.size() ? gens_[g + 1].begin : revs_.size();
   }
-  bool GenerationIsEmpty(size_t g) const {
-    return GenerationBegin(g) == GenerationEnd(g);
-  }
+  bool GenerationIsEmpty(size_t g) const { return GenerationBegin(g) == GenerationEnd(g); }
 
   // Index of the generation alive at `rev` or -1 (etcd's findGeneration).
   ptrdiff_t FindGeneration(int64_t rev) const;

@@ -6,6 +6,7 @@
 #include "index/key_index.h"
 
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -33,8 +34,7 @@ void ExpectKeyIndex(const KeyIndex& ki, Revision modified, const std::vector<Gen
     const KeyIndex::Generation g = ki.generation(i);
     EXPECT_EQ(g.created, gens[i].created) << "generation " << i;
     EXPECT_EQ(g.version, gens[i].version) << "generation " << i;
-    EXPECT_THAT(std::vector<Revision>(g.revs.begin(), g.revs.end()),
-                ElementsAreArray(gens[i].revs))
+    EXPECT_THAT(std::vector<Revision>(g.revs.begin(), g.revs.end()), ElementsAreArray(gens[i].revs))
         << "generation " << i;
   }
 }
@@ -126,8 +126,7 @@ TEST(KeyIndexTest, FindGeneration) {
   for (int64_t rev = 0; rev <= 17; ++rev) {
     Revision mod, creat;
     int64_t ver;
-    const bool want = (rev >= 2 && rev <= 5) || (rev >= 8 && rev <= 11) ||
-                      (rev >= 14 && rev <= 15);
+    const bool want = (rev >= 2 && rev <= 5) || (rev >= 8 && rev <= 11) || (rev >= 14 && rev <= 15);
     EXPECT_EQ(ki.Get(rev, &mod, &creat, &ver).ok(), want) << rev;
   }
 }
@@ -140,10 +139,9 @@ TEST(KeyIndexTest, Since) {
   const std::vector<Revision> all = {R(4), R(6), R(8), R(10), R(12), R(14), R(15, 1), R(16)};
   auto from = [&](size_t i) { return std::vector<Revision>(all.begin() + i, all.end()); };
   const std::vector<std::pair<int64_t, std::vector<Revision>>> cases = {
-      {17, {}},      {16, from(7)}, {15, from(6)}, {14, from(5)}, {13, from(5)},
-      {12, from(4)}, {11, from(4)}, {10, from(3)}, {9, from(3)},  {8, from(2)},
-      {7, from(2)},  {6, from(1)},  {5, from(1)},  {4, all},      {3, all},
-      {2, all},      {1, all},      {0, all},
+      {17, {}},      {16, from(7)}, {15, from(6)}, {14, from(5)}, {13, from(5)}, {12, from(4)},
+      {11, from(4)}, {10, from(3)}, {9, from(3)},  {8, from(2)},  {7, from(2)},  {6, from(1)},
+      {5, from(1)},  {4, all},      {3, all},      {2, all},      {1, all},      {0, all},
   };
   for (const auto& [rev, want] : cases) {
     EXPECT_EQ(ki.Since(rev), want) << rev;
@@ -185,8 +183,7 @@ TEST(KeyIndexTest, Tombstone) {
   ki.Put(R(8));
   ki.Put(R(9));
   ASSERT_TRUE(ki.Tombstone(R(15)).ok());
-  ExpectKeyIndex(ki, R(15),
-                 {{R(5), 2, {R(5), R(7)}}, {R(8), 3, {R(8), R(9), R(15)}}, {}});
+  ExpectKeyIndex(ki, R(15), {{R(5), 2, {R(5), R(7)}}, {R(8), 3, {R(8), R(9), R(15)}}, {}});
 
   const absl::Status s = ki.Tombstone(R(16));
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
@@ -346,7 +343,7 @@ bool HistoryGet(const std::vector<Op>& ops, int64_t at, Revision* mod, Revision*
 TEST(KeyIndexTest, RandomAgainstHistory) {
   std::mt19937_64 rng(42);
   for (int round = 0; round < 300; ++round) {
-    KeyIndex ki;
+    auto ki = std::make_unique<KeyIndex>();
     std::vector<Op> ops;
     int64_t main = 0;
     int64_t floor = 0;
@@ -355,32 +352,31 @@ TEST(KeyIndexTest, RandomAgainstHistory) {
       if (what < 6) {
         main += 1 + rng() % 2;
         const Revision rev = R(main, rng() % 2);
-        ki.Put(rev);
+        ki->Put(rev);
         ops.push_back({rev, false});
       } else if (what < 8) {
         main += 1;
         const Revision rev = R(main, rng() % 2);
-        if (ki.Tombstone(rev).ok()) ops.push_back({rev, true});
-      } else if (!ki.IsEmpty() && main > floor) {
+        if (ki->Tombstone(rev).ok()) ops.push_back({rev, true});
+      } else if (!ki->IsEmpty() && main > floor) {
         const int64_t at = floor + static_cast<int64_t>(rng() % (main - floor + 1));
         RevisionSet keep, avail;
-        ki.Keep(at, &keep);
-        const KeyIndex before = ki;
-        ki.Compact(at, &avail);
+        ki->Keep(at, &keep);
+        const KeyIndex before = *ki;
+        ki->Compact(at, &avail);
         EXPECT_EQ(keep, avail);
-        EXPECT_EQ(before.NeedsCompaction(at), !(before == ki));
+        EXPECT_EQ(before.NeedsCompaction(at), !(before == *ki));
         floor = at;
-        if (ki.IsEmpty()) {
+        if (ki->IsEmpty()) {
           // The owner drops an empty index; a later put starts afresh.
-          ki = KeyIndex();
+          ki = std::make_unique<KeyIndex>();
         }
       }
       for (int64_t at = floor; at <= main + 1; ++at) {
         Revision m1, c1, m2, c2;
         int64_t v1, v2;
         const bool want = HistoryGet(ops, at, &m1, &c1, &v1);
-        ASSERT_EQ(ki.Get(at, &m2, &c2, &v2).ok(), want)
-            << "at " << at << " " << ki.DebugString();
+        ASSERT_EQ(ki->Get(at, &m2, &c2, &v2).ok(), want) << "at " << at << " " << ki->DebugString();
         if (want) {
           EXPECT_EQ(m1, m2);
           EXPECT_EQ(c1, c2);
@@ -397,7 +393,7 @@ TEST(KeyIndexTest, RandomAgainstHistory) {
             want.push_back(op.rev);
           }
         }
-        ASSERT_EQ(ki.Since(since), want) << "since " << since << " " << ki.DebugString();
+        ASSERT_EQ(ki->Since(since), want) << "since " << since << " " << ki->DebugString();
       }
     }
   }

@@ -23,9 +23,7 @@ using internal::NodeRef;
   std::abort();
 }
 
-int Minimum(const Node* n) {
-  return n->leaf ? internal::kLeafMinimum : internal::kInnerMinimum;
-}
+int Minimum(const Node* n) { return n->leaf ? internal::kLeafMinimum : internal::kInnerMinimum; }
 
 // How many of `total` items the left half keeps when a full node splits. An
 // insertion at the end of the rightmost node (ascending keys, as in a bulk
@@ -48,7 +46,7 @@ void TreeIndex::MakeMutable(Node** slot) {
 Entry* TreeIndex::MakeMutable(Entry** slot) {
   Entry* e = *slot;
   if (e->epoch == epoch_) return e;
-  Entry* copy = new Entry(epoch_, *e);
+  Entry* copy = Entry::Copy(epoch_, *e);
   *slot = copy;
   internal::Unref(e);
   ++stats_.entries_copied;
@@ -90,26 +88,23 @@ Entry* TreeIndex::FindOrInsert(std::string_view key) {
     root->children[0] = root_.release();
     root->separators[1] = split.separator;
     root->children[1] = split.right;
+    internal::RecomputeHints(root);
     root_ = NodeRef::Adopt(root);
   }
   return e;
 }
 
-Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmost,
-                                 Split* split) {
+Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmost, Split* split) {
   if (node->leaf) {
     Leaf* leaf = static_cast<Leaf*>(node);
     const int pos = internal::LeafLowerBound(leaf, key);
-    if (pos < leaf->count && leaf->entries[pos]->key == key) {
+    if (pos < leaf->count && leaf->entries[pos]->key() == key) {
       return MakeMutable(&leaf->entries[pos]);
     }
-    Entry* e = new Entry(epoch_, key);
+    Entry* e = Entry::New(epoch_, key);
     ++size_;
     if (leaf->count < internal::kLeafCapacity) {
-      std::copy_backward(leaf->entries + pos, leaf->entries + leaf->count,
-                         leaf->entries + leaf->count + 1);
-      leaf->entries[pos] = e;
-      ++leaf->count;
+      internal::LeafInsertAt(leaf, pos, e);
       return e;
     }
     // Split a full leaf.
@@ -125,6 +120,8 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
     leaf->count = left_count;
     std::copy(all + left_count, all + kTotal, right->entries);
     right->count = kTotal - left_count;
+    internal::RecomputeHints(leaf);
+    internal::RecomputeHints(right);
     split->separator = right->entries[0];
     internal::Ref(split->separator);
     split->right = right;
@@ -135,8 +132,8 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
   const int i = internal::ChildIndex(inner, key);
   MakeMutable(&inner->children[i]);
   Split child_split;
-  Entry* e = FindOrInsertIn(inner->children[i], key, rightmost && i == inner->count - 1,
-                            &child_split);
+  Entry* e =
+      FindOrInsertIn(inner->children[i], key, rightmost && i == inner->count - 1, &child_split);
   if (child_split.right == nullptr) return e;
 
   // Insert the new child at i + 1.
@@ -149,6 +146,7 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
     inner->separators[pos] = child_split.separator;
     inner->children[pos] = child_split.right;
     ++inner->count;
+    internal::RecomputeHints(inner);
     return e;
   }
   // Split a full inner node; the separator at the split point moves up.
@@ -171,6 +169,8 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
   std::copy(seps + left_count + 1, seps + kTotal, right->separators + 1);
   std::copy(children + left_count, children + kTotal, right->children);
   right->count = kTotal - left_count;
+  internal::RecomputeHints(inner);
+  internal::RecomputeHints(right);
   split->separator = seps[left_count];  // its reference moves up
   split->right = right;
   return e;
@@ -187,7 +187,7 @@ Entry* TreeIndex::FindMutable(std::string_view key) {
   }
   Leaf* leaf = static_cast<Leaf*>(n);
   const int pos = internal::LeafLowerBound(leaf, key);
-  if (pos == leaf->count || leaf->entries[pos]->key != key) {
+  if (pos == leaf->count || leaf->entries[pos]->key() != key) {
     Panic(absl::StrCat("FindMutable: key not in the index: ", std::string(key)));
   }
   return MakeMutable(&leaf->entries[pos]);
@@ -223,12 +223,11 @@ void TreeIndex::EraseIn(Node* node, std::string_view key) {
   if (node->leaf) {
     Leaf* leaf = static_cast<Leaf*>(node);
     const int pos = internal::LeafLowerBound(leaf, key);
-    if (pos == leaf->count || leaf->entries[pos]->key != key) {
+    if (pos == leaf->count || leaf->entries[pos]->key() != key) {
       Panic(absl::StrCat("EraseIn: key not in the index: ", std::string(key)));
     }
     internal::Unref(leaf->entries[pos]);
-    std::copy(leaf->entries + pos + 1, leaf->entries + leaf->count, leaf->entries + pos);
-    --leaf->count;
+    internal::LeafEraseAt(leaf, pos);
     return;
   }
   Inner* inner = static_cast<Inner*>(node);
@@ -257,6 +256,7 @@ void TreeIndex::RemoveChild(Inner* inner, int i) {
   std::copy(inner->children + i + 1, inner->children + inner->count, inner->children + i);
   --inner->count;
   inner->separators[0] = nullptr;
+  internal::RecomputeHints(inner);
 }
 
 void TreeIndex::Rebalance(Inner* inner, int i) {
@@ -283,8 +283,7 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
         std::copy(rl->entries + move, rl->entries + rl->count, rl->entries);
       } else {
         const int move = ll->count - want_left;
-        std::copy_backward(rl->entries, rl->entries + rl->count,
-                           rl->entries + rl->count + move);
+        std::copy_backward(rl->entries, rl->entries + rl->count, rl->entries + rl->count + move);
         std::copy(ll->entries + want_left, ll->entries + ll->count, rl->entries);
       }
       ll->count = want_left;
@@ -292,6 +291,9 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
       internal::Unref(inner->separators[r]);
       inner->separators[r] = rl->entries[0];
       internal::Ref(inner->separators[r]);
+      internal::RecomputeHints(ll);
+      internal::RecomputeHints(rl);
+      internal::RecomputeHints(inner);
       return;
     }
   } else {
@@ -301,8 +303,7 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
       // The parent's separator comes down in front of right's first child.
       li->separators[li->count] = inner->separators[r];
       li->children[li->count] = ri->children[0];
-      std::copy(ri->separators + 1, ri->separators + ri->count,
-                li->separators + li->count + 1);
+      std::copy(ri->separators + 1, ri->separators + ri->count, li->separators + li->count + 1);
       std::copy(ri->children + 1, ri->children + ri->count, li->children + li->count + 1);
       li->count = total;
       ri->count = 0;
@@ -322,25 +323,28 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
       while (li->count > want_left) {
         std::copy_backward(ri->separators + 1, ri->separators + ri->count,
                            ri->separators + ri->count + 1);
-        std::copy_backward(ri->children, ri->children + ri->count,
-                           ri->children + ri->count + 1);
+        std::copy_backward(ri->children, ri->children + ri->count, ri->children + ri->count + 1);
         ri->children[0] = li->children[li->count - 1];
         ri->separators[1] = inner->separators[r];
         inner->separators[r] = li->separators[li->count - 1];
         --li->count;
         ++ri->count;
       }
+      internal::RecomputeHints(li);
+      internal::RecomputeHints(ri);
+      internal::RecomputeHints(inner);
       return;
     }
   }
 
   // Merged: drop the now empty right node and its separator.
+  internal::RecomputeHints(left);
   if (inner->separators[r] != nullptr) internal::Unref(inner->separators[r]);
   internal::Unref(right);
-  std::copy(inner->separators + r + 1, inner->separators + inner->count,
-            inner->separators + r);
+  std::copy(inner->separators + r + 1, inner->separators + inner->count, inner->separators + r);
   std::copy(inner->children + r + 1, inner->children + inner->count, inner->children + r);
   --inner->count;
+  internal::RecomputeHints(inner);
 }
 
 void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries) {
@@ -376,10 +380,11 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
     Leaf* leaf = new Leaf(epoch_);
     const size_t count = base + (k < extra ? 1 : 0);
     for (size_t j = 0; j < count; ++j, ++next) {
-      leaf->entries[j] = new Entry(epoch_, std::move(entries[next].first),
-                                   std::move(entries[next].second));
+      leaf->entries[j] = Entry::New(epoch_, entries[next].first, std::move(entries[next].second));
+      std::string().swap(entries[next].first);  // free as we go
     }
     leaf->count = static_cast<uint16_t>(count);
+    internal::RecomputeHints(leaf);
     level.push_back(leaf);
     firsts.push_back(leaf->entries[0]);
   }
@@ -404,6 +409,7 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
         }
       }
       inner->count = static_cast<uint16_t>(count);
+      internal::RecomputeHints(inner);
       up.push_back(inner);
       up_firsts.push_back(firsts[next - count]);
     }
@@ -416,23 +422,21 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
 
 void TreeIndex::Publish() {
   NodeRef old;  // released after the lock, so no node is freed under it
-  {
-    absl::MutexLock lock(&mu_);
-    old = std::move(published_root_);
-    published_root_ = root_;
-    published_size_ = size_;
-  }
+  mu_.Lock();
+  old = std::move(published_root_);
+  published_root_ = root_;
+  published_size_ = size_;
+  mu_.Unlock();
   ++epoch_;
 }
 
 IndexSnapshot TreeIndex::Snapshot() const {
   NodeRef root;
   size_t size;
-  {
-    absl::MutexLock lock(&mu_);
-    root = published_root_;
-    size = published_size_;
-  }
+  mu_.Lock();
+  root = published_root_;
+  size = published_size_;
+  mu_.Unlock();
   return IndexSnapshot(std::move(root), size);
 }
 

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,7 +37,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "index/index_view.h"
 #include "index/key_index.h"
 #include "index/revision.h"
@@ -67,9 +67,14 @@ class TreeIndex {
   // nothing changes then. REQUIRES: rev > the key's modified revision.
   absl::Status Tombstone(std::string_view key, Revision rev);
 
-  // Start-up: replays one stored revision of a key the way etcd's
-  // restoreIntoIndex does. On a key not yet in the index, creates it with
-  // KeyIndex::Restore(created, modified, version); otherwise Put(modified).
+  // Start-up: replays one stored put of a key the way etcd's restoreIntoIndex
+  // does, the stored revisions coming in revision order. On a key not yet in
+  // the index, creates it with KeyIndex::Restore(created, modified, version)
+  // (etcd passes created = {kv.create_revision, 0}); otherwise Put(modified).
+  // A stored tombstone is replayed with Tombstone(), whose NotFound (a key not
+  // seen yet, or already dead) etcd only logs.
+  // Measured: 1M new keys in key order ~0.2 s, in random order ~1.2 s
+  // (tree_index_benchmark); LoadSorted is faster still when keys are sorted.
   void Restore(std::string_view key, Revision created, Revision modified, int64_t version);
 
   // Start-up: builds the tree bottom-up from `entries` in O(n), much faster
@@ -125,7 +130,7 @@ class TreeIndex {
   // The entry of `key`, mutable, inserted (with an empty KeyIndex) if absent.
   internal::Entry* FindOrInsert(std::string_view key);
   internal::Entry* FindOrInsertIn(internal::Node* node, std::string_view key, bool rightmost,
-                                   Split* split);
+                                  Split* split);
   // The entry of `key`, mutable. REQUIRES: `key` is in the tree.
   internal::Entry* FindMutable(std::string_view key);
 
@@ -142,8 +147,20 @@ class TreeIndex {
   uint64_t epoch_ = 1;  // objects stamped with it are unpublished
   WriteStats stats_;
 
-  // Lock order: mu_ is a leaf lock; nothing is freed or called out under it.
-  mutable absl::Mutex mu_;
+  // A std::mutex rather than absl::Mutex: ThreadSanitizer sees the former
+  // (pthread interceptors) but not Debian's uninstrumented absl::Mutex.
+  class ABSL_LOCKABLE RootMutex {
+   public:
+    void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+    void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+   private:
+    std::mutex mu_;
+  };
+
+  // Lock order: mu_ is a leaf lock, held only to copy or swap the published
+  // root; nothing is freed or called out under it.
+  mutable RootMutex mu_;
   internal::NodeRef published_root_ ABSL_GUARDED_BY(mu_);
   size_t published_size_ ABSL_GUARDED_BY(mu_) = 0;
 };

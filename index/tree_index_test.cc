@@ -1,33 +1,32 @@
 // Copyright 2025 The Capstan Authors.
 //
 // TreeIndex: etcd's server/mvcc/index_test.go cases, copy-on-write and
-// snapshot isolation, a randomized model test, and a concurrency test.
+// snapshot isolation, splits and merges, bulk loading. The randomized model
+// test and the concurrency test live in tree_index_model_test.cc and
+// tree_index_concurrency_test.cc.
 
 #include "index/tree_index.h"
 
 #include <algorithm>
-#include <atomic>
-#include <limits>
-#include <map>
 #include <random>
+#include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/tree_index_test_util.h"
 
 namespace capstan::index {
 namespace {
 
+using test_util::Dump;
+using test_util::kMaxRev;
+using test_util::R;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
-
-constexpr int64_t kMaxRev = std::numeric_limits<int64_t>::max();
-
-Revision R(int64_t main, int64_t sub = 0) { return Revision{main, sub}; }
 
 // Keys and modified revisions of Range(key, end, at).
 std::vector<std::pair<std::string, Revision>> RangeOf(const IndexView& v, std::string_view key,
@@ -38,20 +37,6 @@ std::vector<std::pair<std::string, Revision>> RangeOf(const IndexView& v, std::s
     return true;
   });
   return out;
-}
-
-// Every key and KeyIndex of a view.
-std::vector<std::pair<std::string, KeyIndex>> Dump(const IndexView& v) {
-  std::vector<std::pair<std::string, KeyIndex>> out;
-  v.ForEach("", kRangeEndAll, [&](std::string_view k, const KeyIndex& ki) {
-    out.emplace_back(std::string(k), ki);
-    return true;
-  });
-  return out;
-}
-
-std::vector<std::pair<std::string, KeyIndex>> Dump(const std::map<std::string, KeyIndex>& m) {
-  return {m.begin(), m.end()};
 }
 
 TEST(TreeIndexTest, Get) {
@@ -69,8 +54,8 @@ TEST(TreeIndexTest, Get) {
     bool found;
   };
   const std::vector<Case> cases = {
-      {0, {}, {}, 0, false},        {1, {}, {}, 0, false},        {2, R(2), R(2), 1, true},
-      {3, R(2), R(2), 1, true},     {4, R(4), R(2), 2, true},     {5, R(4), R(2), 2, true},
+      {0, {}, {}, 0, false},    {1, {}, {}, 0, false},    {2, R(2), R(2), 1, true},
+      {3, R(2), R(2), 1, true}, {4, R(4), R(2), 2, true}, {5, R(4), R(2), 2, true},
       {6, {}, {}, 0, false},
   };
   for (const Case& c : cases) {
@@ -126,9 +111,7 @@ TEST(TreeIndexTest, Range) {
 
   // The visitor stops the range.
   int visited = 0;
-  s.Range("", kRangeEndAll, 3, [&](std::string_view, const RangeHit&) {
-    return ++visited < 2;
-  });
+  s.Range("", kRangeEndAll, 3, [&](std::string_view, const RangeHit&) { return ++visited < 2; });
   EXPECT_EQ(visited, 2);
 }
 
@@ -189,10 +172,10 @@ TEST(TreeIndexTest, RangeSince) {
     per_key.emplace_back(std::string(k), std::vector<Revision>(revs.begin(), revs.end()));
     return true;
   });
-  EXPECT_THAT(per_key, ElementsAre(std::pair<std::string, std::vector<Revision>>{"foo", {R(6)}},
-                                   std::pair<std::string, std::vector<Revision>>{"foo1", {R(5)}},
-                                   std::pair<std::string, std::vector<Revision>>{
-                                       "foo2", {R(3), R(4)}}));
+  EXPECT_THAT(per_key,
+              ElementsAre(std::pair<std::string, std::vector<Revision>>{"foo", {R(6)}},
+                          std::pair<std::string, std::vector<Revision>>{"foo1", {R(5)}},
+                          std::pair<std::string, std::vector<Revision>>{"foo2", {R(3), R(4)}}));
 }
 
 // etcd's TestIndexCompactAndKeep: compacting every key (CompactKeys over all
@@ -207,11 +190,16 @@ struct IndexOp {
 
 std::vector<IndexOp> CompactTestOps() {
   return {
-      {"foo", false, R(1), R(1), 1},     {"foo1", false, R(2), R(2), 1},
-      {"foo2", false, R(3), R(3), 1},    {"foo2", false, R(4), R(3), 2},
-      {"foo", false, R(5), R(1), 2},     {"foo1", false, R(6), R(2), 2},
-      {"foo1", true, R(7), {}, 0},       {"foo2", true, R(8), {}, 0},
-      {"foo", true, R(9), {}, 0},        {"foo", false, R(10, 0), R(10, 0), 1},
+      {"foo", false, R(1), R(1), 1},
+      {"foo1", false, R(2), R(2), 1},
+      {"foo2", false, R(3), R(3), 1},
+      {"foo2", false, R(4), R(3), 2},
+      {"foo", false, R(5), R(1), 2},
+      {"foo1", false, R(6), R(2), 2},
+      {"foo1", true, R(7), {}, 0},
+      {"foo2", true, R(8), {}, 0},
+      {"foo", true, R(9), {}, 0},
+      {"foo", false, R(10, 0), R(10, 0), 1},
       {"foo1", false, R(10, 1), R(10, 1), 1},
   };
 }
@@ -290,7 +278,7 @@ TEST(TreeIndexTest, KeysToCompactListsOnlyChangingKeys) {
   ti.Put("b", R(3));  // R(2) goes at 3
   ti.Put("c", R(4));
   ASSERT_TRUE(ti.Tombstone("c", R(5)).ok());  // whole key goes at 5
-  ti.Put("d", R(6));                           // created after the compaction
+  ti.Put("d", R(6));                          // created after the compaction
   ti.Publish();
   EXPECT_THAT(ti.Snapshot().KeysToCompact(5), ElementsAre("b", "c"));
   EXPECT_THAT(ti.Snapshot().KeysToCompact(2), IsEmpty());
@@ -375,8 +363,7 @@ TEST(TreeIndexTest, CopyOnWriteCopiesEachPathOnce) {
   // After a publish, the next write copies again.
   ti.Publish();
   ti.Put("k00100", R(30003));
-  EXPECT_EQ(ti.TEST_write_stats().nodes_copied - s2.nodes_copied,
-            static_cast<uint64_t>(height));
+  EXPECT_EQ(ti.TEST_write_stats().nodes_copied - s2.nodes_copied, static_cast<uint64_t>(height));
 }
 
 TEST(TreeIndexTest, FailedTombstoneCopiesNothing) {

@@ -36,37 +36,59 @@ inline constexpr int kInnerCapacity = 64;
 inline constexpr int kLeafMinimum = kLeafCapacity / 4;
 inline constexpr int kInnerMinimum = kInnerCapacity / 4;
 
-// One key of the tree. `key` never changes; `index` changes only while `epoch`
-// is the writer's current epoch.
+// One key of the tree: a single allocation holding the KeyIndex and, right
+// after the object, the key's bytes (one cache miss per key comparison, not
+// two). The key never changes; `index` changes only while `epoch` is the
+// writer's current epoch. Create with New/Copy, free with Unref.
 struct Entry {
-  Entry(uint64_t epoch_in, std::string_view key_in) : epoch(epoch_in), key(key_in) {}
-  Entry(uint64_t epoch_in, const Entry& from)
-      : epoch(epoch_in), key(from.key), index(from.index) {}
-  Entry(uint64_t epoch_in, std::string&& key_in, KeyIndex&& index_in)
-      : epoch(epoch_in), key(std::move(key_in)), index(std::move(index_in)) {}
+  static Entry* New(uint64_t epoch, std::string_view key, KeyIndex index = KeyIndex());
+  static Entry* Copy(uint64_t epoch, const Entry& from) {
+    return New(epoch, from.key(), from.index);
+  }
+  static void Delete(Entry* e);
+
+  std::string_view key() const {
+    return std::string_view(reinterpret_cast<const char*>(this + 1), key_size);
+  }
 
   std::atomic<uint32_t> refs{1};
+  const uint32_t key_size;
   uint64_t epoch;
-  const std::string key;
   KeyIndex index;
+
+ private:
+  Entry(uint64_t epoch_in, uint32_t key_size_in, KeyIndex&& index_in)
+      : key_size(key_size_in), epoch(epoch_in), index(std::move(index_in)) {}
+  ~Entry() = default;
 };
 
+// Key hints: every node keeps, for each key it holds (a leaf's entries, an
+// inner node's separators), the 8 bytes that follow the prefix common to all
+// of the node's keys, big-endian and zero-padded. hint(a) < hint(b) implies
+// a < b, so a search compares hints inside the node and dereferences entries
+// only to check the prefix, to break ties and to confirm a match: one or two
+// cache misses per node instead of one per probe. The prefix is that of the
+// node's first and last key when the hints were last recomputed; removing keys
+// keeps it valid.
 struct Node {
   Node(bool leaf_in, uint64_t epoch_in) : leaf(leaf_in), epoch(epoch_in) {}
 
   std::atomic<uint32_t> refs{1};
   const bool leaf;
-  uint16_t count = 0;  // entries in a leaf, children in an inner node
+  uint16_t count = 0;       // entries in a leaf, children in an inner node
+  uint32_t prefix_len = 0;  // bytes every key of the node starts with
   uint64_t epoch;
 };
 
 struct Leaf : Node {
   explicit Leaf(uint64_t epoch_in) : Node(true, epoch_in) {}
+  uint64_t hints[kLeafCapacity];  // hints[i]: hint of entries[i]
   Entry* entries[kLeafCapacity];  // [0, count), ascending by key
 };
 
 struct Inner : Node {
   explicit Inner(uint64_t epoch_in) : Node(false, epoch_in) {}
+  uint64_t hints[kInnerCapacity];  // hints[i]: hint of separators[i], i >= 1
   // separators[i] (1 <= i < count) holds a key <= every key under children[i]
   // and > every key under children[i - 1]; separators[0] is unused (null).
   // A separator is a reference to an entry, possibly one no longer in the
@@ -75,10 +97,22 @@ struct Inner : Node {
   Node* children[kInnerCapacity];
 };
 
+// The 8 bytes of `key` after its first `prefix_len`, big-endian, zero-padded.
+uint64_t KeyHint(std::string_view key, size_t prefix_len);
+
+// Recomputes the prefix and every hint of `n` from its keys (O(count) entry
+// reads). REQUIRES: `n` is mutable (stamped with the writer's epoch).
+void RecomputeHints(Node* n);
+
+// Inserts `e` at `pos` of the mutable, non-full `leaf`, keeping its hints.
+void LeafInsertAt(Leaf* leaf, int pos, Entry* e);
+// Removes entry `pos` of the mutable `leaf` (the caller owns its reference).
+void LeafEraseAt(Leaf* leaf, int pos);
+
 inline void Ref(Entry* e) { e->refs.fetch_add(1, std::memory_order_relaxed); }
 inline void Ref(Node* n) { n->refs.fetch_add(1, std::memory_order_relaxed); }
 inline void Unref(Entry* e) {
-  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Entry::Delete(e);
 }
 void FreeNode(Node* n);
 inline void Unref(Node* n) {
