@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
+#include "mvcc/latency_histogram.h"
 #include "mvcc/lessor.h"
 #include "storage/backend.h"
 
@@ -188,6 +189,8 @@ class KvStore {
     uint64_t keys = 0;
   };
   Stats GetStats() const;
+  // Durations of the group commits' synced backend writes.
+  const LatencyHistogram& commit_latency() const { return commit_latency_; }
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
@@ -276,6 +279,7 @@ class KvStore {
   std::weak_ptr<Epoch> compact_epoch_;  // readers the newest compaction waits for
   std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_;
 
+  LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
       stat_groups_{0}, stat_group_writes_{0};
 

@@ -606,7 +606,9 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     std::string index_bytes;
     AppendBigEndian64(applied, &index_bytes);
     batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);
+    const absl::Time write_start = absl::Now();
     absl::Status s = backend_->Write(&batch_);
+    commit_latency_.Record(absl::ToDoubleSeconds(absl::Now() - write_start));
     batch_.Clear();
     pending_.clear();
     if (!s.ok()) {

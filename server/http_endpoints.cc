@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "server/grpc_metrics.h"
 
 namespace capstan::server {
 namespace {
@@ -28,8 +29,9 @@ int64_t ResidentBytes() {
 
 }  // namespace
 
-HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions)
-    : store_(store), member_(member), versions_(std::move(versions)) {}
+HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions,
+                             const GrpcMetrics* grpc_metrics)
+    : store_(store), member_(member), versions_(std::move(versions)), grpc_metrics_(grpc_metrics) {}
 
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
@@ -134,6 +136,27 @@ std::string HttpEndpoints::RenderMetrics() const {
          "Group commits written to the backend.", static_cast<double>(stats.groups));
   Metric(&out, "capstan_commit_group_requests_total", "counter",
          "Write requests carried by group commits.", static_cast<double>(stats.group_writes));
+  // Group commit write latency: etcd's backend commit and WAL fsync are one
+  // synced RocksDB write here, so both families report it.
+  for (const char* name : {"etcd_disk_backend_commit_duration_seconds",
+                           "etcd_disk_wal_fsync_duration_seconds"}) {
+    const auto& h = store_->commit_latency();
+    absl::StrAppend(&out, "# HELP ", name, " The latency distributions of durable group commits.\n",
+                    "# TYPE ", name, " histogram\n");
+    for (int i = 0; i < mvcc::LatencyHistogram::kBuckets; ++i) {
+      absl::StrAppend(&out, name, "_bucket{le=\"", mvcc::LatencyHistogram::UpperBound(i), "\"} ",
+                      h.Cumulative(i), "\n");
+    }
+    const uint64_t total = h.Cumulative(mvcc::LatencyHistogram::kBuckets);
+    absl::StrAppend(&out, name, "_bucket{le=\"+Inf\"} ", total, "\n", name, "_sum ", h.Sum(), "\n",
+                    name, "_count ", total, "\n");
+  }
+  Metric(&out, "etcd_server_quota_backend_bytes", "gauge",
+         "Current backend storage quota size in bytes.",
+         static_cast<double>(store_->options().quota_bytes));
+  Metric(&out, "etcd_debugging_lease_granted_total", "gauge", "Leases held.",
+         static_cast<double>(store_->lessor()->size()));
+  if (grpc_metrics_) out += grpc_metrics_->Render();
   Metric(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
          static_cast<double>(ResidentBytes()));
   return out;

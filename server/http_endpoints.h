@@ -19,6 +19,8 @@ class Server;
 
 namespace capstan::server {
 
+class GrpcMetrics;
+
 struct Versions {
   std::string server;   // etcd server version whose API Capstan implements
   std::string cluster;  // cluster version
@@ -29,7 +31,9 @@ struct Versions {
 // idempotent and called by the destructor. store and member must outlive it.
 class HttpEndpoints {
  public:
-  HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions);
+  // grpc_metrics may be null; else it must outlive the endpoints.
+  HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions,
+                const GrpcMetrics* grpc_metrics = nullptr);
   ~HttpEndpoints();
 
   // Starts listening on host:port. Fails if the address cannot be bound.
@@ -45,6 +49,7 @@ class HttpEndpoints {
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const Versions versions_;
+  const GrpcMetrics* const grpc_metrics_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
   std::vector<std::thread> threads_;
 };

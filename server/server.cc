@@ -9,6 +9,7 @@
 #include "mvcc/watch_hub.h"
 #include "server/auto_compactor.h"
 #include "server/data_dir.h"
+#include "server/grpc_metrics.h"
 #include "server/http_endpoints.h"
 #include "server/kv_service.h"
 #include "server/lease_service.h"
@@ -126,6 +127,10 @@ absl::Status Server::Init() {
     builder.AddListeningPort(GrpcAddress(url), creds, &bound[i]);
   }
   for (auto& s : services_) builder.RegisterService(s.get());
+  grpc_metrics_ = std::make_unique<GrpcMetrics>();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(grpc_metrics_->NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_request_bytes) + kGrpcOverheadBytes);
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -153,7 +158,8 @@ absl::Status Server::Init() {
   }
 
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
-                                          Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion});
+                                          Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
+                                          grpc_metrics_.get());
   for (const auto& url : config_.listen_metrics_urls) {
     if (url.scheme != "http") {
       return absl::UnimplementedError(

@@ -24,6 +24,7 @@ class WatchHub;
 namespace capstan::server {
 
 class AutoCompactor;
+class GrpcMetrics;
 class HttpEndpoints;
 struct MemberInfo;
 
@@ -48,6 +49,7 @@ class Server {
   std::unique_ptr<mvcc::WatchHub> hub_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<GrpcMetrics> grpc_metrics_;
   std::unique_ptr<HttpEndpoints> http_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
   bool shut_down_ = false;
