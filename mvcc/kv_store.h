@@ -103,14 +103,20 @@ struct RangeResult {
 struct WriteRequest {
   // kInternal is KvStore's own: `apply` runs on the committer thread inside
   // a group (used to compact the key index in batches between writes).
+  // kCustom is for stores layered on the KV store's durability (auth):
+  // `apply_batch` runs on the committer thread in order with every other
+  // write and may stage records into the group's batch; `done` runs once
+  // they are durable (with apply_batch's error, if it failed, and nothing
+  // staged by a failed apply_batch may remain: check before staging).
   enum class Kind {
-    kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kAlarm, kInternal
+    kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kAlarm, kInternal, kCustom
   };
   Kind kind;
   const google::protobuf::Message* request = nullptr;
   google::protobuf::Message* response = nullptr;
   absl::AnyInvocable<void(absl::Status)> done;
   absl::AnyInvocable<void()> apply;
+  absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> apply_batch;
 };
 
 class KvStore {

@@ -542,6 +542,10 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
       changed = true;  // the alarm may have been raised
       continue;
     }
+    if (w.kind == WriteRequest::Kind::kCustom) {
+      results[i] = w.apply_batch(&batch_);
+      continue;
+    }
     if (w.kind == WriteRequest::Kind::kAlarm) {
       results[i] = ApplyAlarm(static_cast<const etcdserverpb::AlarmRequest&>(*w.request),
                               static_cast<etcdserverpb::AlarmResponse*>(w.response));
