@@ -9,6 +9,8 @@ METRICS_URL  ?= http://127.0.0.1:2381
 CTEST_ARGS   ?=
 
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Paths relative to the checkout, so every clone shares one compiler cache.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build run test bench sanitize clean
 

@@ -45,6 +45,8 @@ KvStore::~KvStore() {
   }
   compact_cv_.notify_all();
   if (compactor_.joinable()) compactor_.join();
+  // Physical compactions still waiting are answered, not dropped.
+  FailCompactionWaiters(MakeError(Error::kStopped), /*stop=*/true);
 }
 
 absl::Status KvStore::Recover() {

@@ -211,6 +211,9 @@ class KvStore {
   // Physical compaction, on its own thread (kv_store_compaction.cc).
   void CompactionLoop();
   void RunCompaction(int64_t rev);
+  // Answers every caller waiting for a physical compaction with status;
+  // with stop, no compaction runs any more.
+  void FailCompactionWaiters(const absl::Status& status, bool stop);
   absl::Status ApplyCompact(const etcdserverpb::CompactionRequest& req,
                             etcdserverpb::CompactionResponse* resp);
   // Runs fn on the committer thread between groups and waits for it.
@@ -283,6 +286,7 @@ class KvStore {
   int64_t compact_requested_ = 0;  // newest scheduled compaction revision
   int64_t compact_finished_ = 0;   // newest finished compaction revision
   std::weak_ptr<Epoch> compact_epoch_;  // readers the newest compaction waits for
+  bool compact_stopped_ = false;        // a compaction failed: no more run
   std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_;
 
   LatencyHistogram commit_latency_;

@@ -1,6 +1,7 @@
 // The committer's side of KvStore: group commit and the application of
 // Put, DeleteRange, Txn and Compact to the live (unpublished) state.
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -54,22 +55,23 @@ absl::Status ValidateOp(const RequestOp& op, int max_ops) {
     case RequestOp::kRequestPut: return ValidatePut(op.request_put());
     case RequestOp::kRequestDeleteRange: return ValidateDelete(op.request_delete_range());
     case RequestOp::kRequestTxn: return ValidateTxn(op.request_txn(), max_ops);
-    default: return absl::OkStatus();
+    default: return MakeError(Error::kKeyNotFound);  // an empty op, as etcd answers it
   }
 }
 
 absl::Status ValidateTxn(const TxnRequest& r, int max_ops) {
-  if (r.compare_size() > max_ops || r.success_size() > max_ops || r.failure_size() > max_ops) {
-    return MakeError(Error::kTooManyOps);
-  }
+  // etcd's checkTxnRequest: the widest part counts, and nested txns get
+  // what it leaves of the budget.
+  const int widest = std::max({r.compare_size(), r.success_size(), r.failure_size()});
+  if (widest > max_ops) return MakeError(Error::kTooManyOps);
   for (const auto& c : r.compare()) {
     if (c.key().empty()) return MakeError(Error::kEmptyKey);
   }
   for (const auto& op : r.success()) {
-    if (auto s = ValidateOp(op, max_ops - r.success_size()); !s.ok()) return s;
+    if (auto s = ValidateOp(op, max_ops - widest); !s.ok()) return s;
   }
   for (const auto& op : r.failure()) {
-    if (auto s = ValidateOp(op, max_ops - r.failure_size()); !s.ok()) return s;
+    if (auto s = ValidateOp(op, max_ops - widest); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -150,7 +152,8 @@ bool CompareKv(const Compare& c, const KeyValueView& kv) {
   int result = 0;
   switch (c.target()) {
     case Compare::VALUE: {
-      std::string_view v = c.target_union_case() == Compare::kValue ? c.value() : "";
+      std::string_view v;
+      if (c.target_union_case() == Compare::kValue) v = c.value();
       result = kv.value.compare(v);
       result = result < 0 ? -1 : (result > 0 ? 1 : 0);
       break;
@@ -319,7 +322,8 @@ class KvStore::Applier {
   absl::Status LeaseRevoke(const etcdserverpb::LeaseRevokeRequest& r,
                            etcdserverpb::LeaseRevokeResponse* resp) {
     if (!s_->lessor_.Exists(r.id())) return MakeError(Error::kLeaseNotFound);
-    for (const auto& key : s_->lessor_.Get(r.id(), /*with_keys=*/true)->keys) {
+    const std::vector<std::string> keys = s_->lessor_.Get(r.id(), /*with_keys=*/true)->keys;
+    for (const auto& key : keys) {
       DeleteRangeRequest d;
       d.set_key(key);
       DeleteRangeResponse unused;
@@ -338,10 +342,18 @@ class KvStore::Applier {
     // Every compare of the txn and its nested txns sees the state before it.
     std::vector<bool> path;
     if (auto s = CompareToPath(r, &path); !s.ok()) return s;
+    for (CheckPass pass : {CheckPass::kPuts, CheckPass::kRanges}) {
+      size_t pos = 0;
+      std::vector<Interval> deleted;
+      if (auto s = CheckPath(r, path, &pos, pass, &deleted); !s.ok()) return s;
+    }
     size_t pos = 0;
-    if (auto s = CheckPath(r, path, &pos); !s.ok()) return s;
-    pos = 0;
-    if (auto s = ApplyTxn(r, path, &pos, resp); !s.ok()) return s;
+    if (auto s = ApplyTxn(r, path, &pos, resp); !s.ok()) {
+      // Everything that can refuse a txn was checked above; failing once
+      // changes are staged would leave half a txn behind.
+      CHECK(!changed()) << "txn failed after changing the store: " << s;
+      return s;
+    }
     resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
     s_->stat_txns_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
@@ -399,37 +411,44 @@ class KvStore::Applier {
     return absl::OkStatus();
   }
 
-  // etcd's checkRequestPut and checkRequestRange over the taken path.
-  absl::Status CheckPath(const TxnRequest& r, const std::vector<bool>& path, size_t* pos) {
+  // etcd's checkRequests over the taken path, twice: every put first
+  // (checkRequestPut: a previous value for ignore_value/ignore_lease, then
+  // the lease), then every range (checkRequestRange).
+  enum class CheckPass { kPuts, kRanges };
+  // `deleted` collects, in apply order, the ranges the path deletes: a put
+  // that needs the previous value of a key the txn deleted before it would
+  // fail half-way (etcd panics there), so it is refused up front.
+  absl::Status CheckPath(const TxnRequest& r, const std::vector<bool>& path, size_t* pos,
+                         CheckPass pass, std::vector<Interval>* deleted) {
     const bool ok = path[(*pos)++];
     for (const auto& op : ok ? r.success() : r.failure()) {
-      switch (op.request_case()) {
-        case RequestOp::kRequestPut: {
-          const auto& p = op.request_put();
-          if (p.lease() != 0 && !s_->LeaseExists(p.lease())) {
-            return MakeError(Error::kLeaseNotFound);
-          }
-          if (p.ignore_value() || p.ignore_lease()) {
-            Revision m, c;
-            int64_t v;
-            if (!s_->index_.Unpublished().Get(p.key(), s_->current_rev_, &m, &c, &v).ok()) {
-              return MakeError(Error::kKeyNotFound);
-            }
-          }
-          break;
+      if (op.request_case() == RequestOp::kRequestTxn) {
+        if (auto s = CheckPath(op.request_txn(), path, pos, pass, deleted); !s.ok()) return s;
+      } else if (pass == CheckPass::kPuts && op.request_case() == RequestOp::kRequestDeleteRange) {
+        const auto& d = op.request_delete_range();
+        if (IsFromKey(d.range_end())) {
+          deleted->push_back({d.key(), ""});
+        } else if (d.range_end().empty()) {
+          deleted->push_back({d.key(), d.key() + std::string(1, '\0')});
+        } else {
+          deleted->push_back({d.key(), d.range_end()});
         }
-        case RequestOp::kRequestRange: {
-          const int64_t rev = op.request_range().revision();
-          if (rev == 0) break;
-          if (rev > s_->current_rev_) return MakeError(Error::kFutureRev);
-          if (rev < s_->compact_rev_) return MakeError(Error::kCompacted);
-          break;
+      } else if (pass == CheckPass::kPuts && op.request_case() == RequestOp::kRequestPut) {
+        const auto& p = op.request_put();
+        if (p.ignore_value() || p.ignore_lease()) {
+          Revision m, c;
+          int64_t v;
+          if (!s_->index_.Unpublished().Get(p.key(), s_->current_rev_, &m, &c, &v).ok() ||
+              IntersectsPoint(*deleted, p.key())) {
+            return MakeError(Error::kKeyNotFound);
+          }
         }
-        case RequestOp::kRequestTxn:
-          if (auto s = CheckPath(op.request_txn(), path, pos); !s.ok()) return s;
-          break;
-        default:
-          break;
+        if (p.lease() != 0 && !s_->LeaseExists(p.lease())) return MakeError(Error::kLeaseNotFound);
+      } else if (pass == CheckPass::kRanges && op.request_case() == RequestOp::kRequestRange) {
+        const int64_t rev = op.request_range().revision();
+        if (rev == 0) continue;
+        if (rev > s_->current_rev_) return MakeError(Error::kFutureRev);
+        if (rev < s_->compact_rev_) return MakeError(Error::kCompacted);
       }
     }
     return absl::OkStatus();

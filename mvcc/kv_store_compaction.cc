@@ -57,7 +57,8 @@ void KvStore::CompactionLoop() {
     {
       std::unique_lock<std::mutex> l(compact_mu_);
       compact_cv_.wait(l, [this] {
-        return compact_requested_ < 0 || compact_requested_ > compact_finished_;
+        return compact_requested_ < 0 ||
+               (!compact_stopped_ && compact_requested_ > compact_finished_);
       });
       if (compact_requested_ < 0) return;
       rev = compact_requested_;
@@ -119,7 +120,15 @@ void KvStore::RunCompaction(int64_t rev) {
     status = backend_->Write(&batch);
   }
   if (!status.ok()) {
-    spdlog::error("compaction at revision {} failed: {}", rev, status.ToString());
+    // A backend that failed a write is failed: stop accepting writes, answer
+    // whoever waits for this compaction, and do not retry.
+    spdlog::error("compaction at revision {} failed, the store stops accepting writes: {}", rev,
+                  status.ToString());
+    RunOnCommitter([this, status] {
+      failed_ = true;
+      storage_error_ = status;
+    });
+    FailCompactionWaiters(MakeError(Error::kStorageFailed), /*stop=*/true);
     return;
   }
   std::vector<absl::AnyInvocable<void(absl::Status)>> done;
@@ -140,10 +149,22 @@ void KvStore::RunCompaction(int64_t rev) {
   (void)deleted;
 }
 
+void KvStore::FailCompactionWaiters(const absl::Status& status, bool stop) {
+  std::vector<absl::AnyInvocable<void(absl::Status)>> waiters;
+  {
+    std::lock_guard<std::mutex> l(compact_mu_);
+    if (stop) compact_stopped_ = true;
+    for (auto& [rev, done] : compact_waiters_) waiters.push_back(std::move(done));
+    compact_waiters_.clear();
+  }
+  compact_cv_.notify_all();
+  for (auto& d : waiters) d(status);
+}
+
 void KvStore::WaitCompactionDone() {
   std::unique_lock<std::mutex> l(compact_mu_);
   compact_cv_.wait(l, [this] {
-    return compact_requested_ < 0 || compact_finished_ >= compact_requested_;
+    return compact_requested_ < 0 || compact_stopped_ || compact_finished_ >= compact_requested_;
   });
 }
 

@@ -50,7 +50,11 @@ std::optional<int64_t> Lessor::Renew(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;
-  it->second.deadline = Clock::now() + std::chrono::seconds(it->second.ttl);
+  // An expired lease is never extended: it waits for its revocation, and
+  // the keep-alive is answered as for a lease that does not exist (etcd).
+  const auto now = Clock::now();
+  if (it->second.deadline <= now) return std::nullopt;
+  it->second.deadline = now + std::chrono::seconds(it->second.ttl);
   PushLocked(id, it->second.deadline);
   return it->second.ttl;
 }

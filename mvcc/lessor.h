@@ -54,12 +54,13 @@ class Lessor {
   size_t size() const;
 
   // Extends the lease by its TTL from now. Returns the TTL, or nullopt if
-  // the lease does not exist.
+  // the lease does not exist or has already expired (an expired lease is
+  // only ever revoked).
   std::optional<int64_t> Renew(int64_t id);
 
   // Leases whose deadline passed, at most `max` of them, oldest first. A
-  // lease returned here stays returned again by later calls until it is
-  // revoked or renewed (a revoke that failed is retried).
+  // lease returned here is returned again by later calls until it is
+  // revoked (a revoke that failed is retried).
   std::vector<int64_t> Expired(size_t max);
 
   // ---- Committer thread only (called while applying writes). ----

@@ -22,6 +22,7 @@ struct HubWatcher {
   std::string end;  // with !single: empty means +infinity
   bool single = true;
   int64_t min_rev = 0;  // the next revision this watcher needs
+  uint64_t serial = 0;  // unique per hub: tells a watcher from a later one at the same address
   bool synced = false;
   bool prev_kv = false, no_put = false, no_delete = false, progress = false, fragment = false;
 
@@ -220,10 +221,19 @@ void WatchStream::Create(const WatchCreateRequest& req) {
     auto taken = [this](int64_t id) { return by_id_.contains(id); };
     ResponseFields f;
     f.created = true;
+    // Refusals are created-and-canceled responses with watch_id -1, as etcd
+    // answers them.
     if (req.watch_id() != 0 && taken(req.watch_id())) {
-      f.watch_id = req.watch_id();
+      f.watch_id = -1;
       f.canceled = true;
       f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
+      PushLocked(EncodeResponse(EncodeHeader(header_, wsrev), f, {}));
+      return;
+    }
+    if (!w->single && !w->end.empty() && w->key >= w->end) {
+      f.watch_id = -1;
+      f.canceled = true;
+      f.cancel_reason = "mvcc: watcher range is empty";
       PushLocked(EncodeResponse(EncodeHeader(header_, wsrev), f, {}));
       return;
     }
@@ -317,6 +327,7 @@ std::shared_ptr<WatchStream> WatchHub::OpenStream(const etcdserverpb::ResponseHe
 
 void WatchHub::AddWatcherLocked(std::unique_ptr<Watcher> w) {
   Watcher* p = w.get();
+  p->serial = ++next_serial_;
   p->stream->by_id_[p->id] = p;
   if (p->prev_kv) prev_kv_watchers_.fetch_add(1, std::memory_order_relaxed);
   watchers_.emplace(p, std::move(w));
@@ -423,6 +434,13 @@ void WatchHub::Deliver(Watcher* w, std::vector<const WatchEvent*>& evs, int64_t 
 }
 
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
+  // Previous values the write path did not attach (no prev_kv watcher when
+  // it ran) are read here, before the hub lock is taken.
+  if (WantsPrevKv()) {
+    for (WatchEvent& ev : events) {
+      if (!ev.prev_known) LookupPrev(&ev);
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     last_notified_rev_ = rev;
@@ -507,7 +525,7 @@ bool WatchHub::SyncOnce() {
   // Hold a view for the whole pass: compaction does not delete revisions
   // this pass reads until it is released.
   std::shared_ptr<const ReadView> view = store_->View();
-  std::vector<Watcher*> ready;
+  std::vector<std::pair<Watcher*, uint64_t>> ready;
   int64_t from = INT64_MAX;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -520,7 +538,7 @@ bool WatchHub::SyncOnce() {
         continue;
       }
       if (w->min_rev > view->rev) continue;  // waits for the committer to notify
-      ready.push_back(w);
+      ready.emplace_back(w, w->serial);
       from = std::min(from, w->min_rev);
     }
     for (Watcher* w : compacted) {
@@ -582,17 +600,36 @@ bool WatchHub::SyncOnce() {
       events.push_back(std::move(ev));
     }
     it.reset();
+    // Previous values for watchers that want them, still outside the lock.
+    bool want_prev = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& [w, serial] : ready) {
+        auto found = watchers_.find(w);
+        want_prev |= found != watchers_.end() && w->serial == serial && w->prev_kv;
+      }
+    }
+    if (want_prev) {
+      for (WatchEvent& ev : events) {
+        if (!ev.prev_known) LookupPrev(&ev);
+      }
+    }
 
     std::lock_guard<std::mutex> l(mu_);
-    for (Watcher* w : ready) {
-      if (!watchers_.contains(w) || w->synced) continue;  // canceled or promoted meanwhile
+    for (const auto& [w, serial] : ready) {
+      // Canceled (its address possibly reused) or promoted meanwhile.
+      auto it = watchers_.find(w);
+      if (it == watchers_.end() || w->serial != serial || w->synced) continue;
+      // A watcher that starts past this batch waits for a later one.
+      if (w->min_rev > to) continue;
       std::vector<const WatchEvent*> evs;
       for (const auto& ev : events) {
         if (ev.rev < w->min_rev || !w->Matches(ev.key)) continue;
         if (ev.is_delete ? w->no_delete : w->no_put) continue;
         evs.push_back(&ev);
       }
-      if (!evs.empty()) Deliver(w, evs, to);
+      // Like etcd, catch-up responses carry the store's revision.
+      if (!evs.empty()) Deliver(w, evs, view->rev);
       w->min_rev = to + 1;
       if (w->min_rev > last_notified_rev_) {
         unsynced_.erase(w);

@@ -186,6 +186,7 @@ class WatchHub {
   absl::flat_hash_map<Watcher*, std::unique_ptr<Watcher>> watchers_;
   absl::flat_hash_set<WatchStream*> streams_;
   int64_t last_notified_rev_ = 0;
+  uint64_t next_serial_ = 0;
   bool stopping_ = false;
   absl::Time next_progress_;
 

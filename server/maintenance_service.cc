@@ -48,16 +48,12 @@ grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* MaintenanceService::Defragment(
     grpc::CallbackServerContext* ctx, const etcdserverpb::DefragmentRequest*,
-    etcdserverpb::DefragmentResponse* response) {
+    etcdserverpb::DefragmentResponse*) {
   auto* reactor = ctx->DefaultReactor();
   // A full backend compaction takes a while: run it off the gRPC threads.
   // Reads and writes continue meanwhile.
-  std::thread([this, reactor, response] {
-    absl::Status s = store_->Defragment();
-    FillHeader(*member_, response->mutable_header());
-    response->mutable_header()->set_revision(store_->Rev());
-    reactor->Finish(ToGrpcStatus(s));
-  }).detach();
+  // etcd answers with an empty response (no header).
+  std::thread([this, reactor] { reactor->Finish(ToGrpcStatus(store_->Defragment())); }).detach();
   return reactor;
 }
 
@@ -89,7 +85,8 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
     FillHeader(*member_, response->mutable_header());
     response->mutable_header()->set_revision(store_->Rev());
     response->set_hash(hash);
-    response->set_compact_revision(compact_rev);
+    // etcd's compaction revision is -1 until the first compaction.
+    response->set_compact_revision(compact_rev == 0 ? -1 : compact_rev);
   }
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -97,23 +94,19 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Snapshot(
     grpc::CallbackServerContext*, const etcdserverpb::SnapshotRequest*) {
-  etcdserverpb::ResponseHeader header;
-  FillHeader(*member_, &header);
-  header.set_revision(store_->Rev());
-  return NewSnapshotReactor(store_, header);
+  return NewSnapshotReactor(store_);
 }
 
 grpc::ServerUnaryReactor* MaintenanceService::MoveLeader(
     grpc::CallbackServerContext* ctx, const etcdserverpb::MoveLeaderRequest* request,
-    etcdserverpb::MoveLeaderResponse* response) {
+    etcdserverpb::MoveLeaderResponse*) {
   auto* reactor = ctx->DefaultReactor();
   // One member: it already leads; any other target is not a member.
   if (request->targetid() != member_->member_id) {
     reactor->Finish(grpc::Status(grpc::FAILED_PRECONDITION, "etcdserver: bad leader transferee"));
     return reactor;
   }
-  FillHeader(*member_, response->mutable_header());
-  response->mutable_header()->set_revision(store_->Rev());
+  // etcd answers an empty response (no header).
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -131,8 +124,8 @@ grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext* ctx,
                                                      const etcdserverpb::MemberListRequest*,
                                                      etcdserverpb::MemberListResponse* response) {
+  // etcd's MemberList header carries no revision.
   FillHeader(*member_, response->mutable_header());
-  response->mutable_header()->set_revision(store_->Rev());
   auto* m = response->add_members();
   m->set_id(member_->member_id);
   m->set_name(member_->name);

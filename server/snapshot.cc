@@ -60,7 +60,7 @@ class SnapshotWriter {
     // etcdctl takes a snapshot whose size is 32 past a multiple of 512 (a
     // bbolt file plus its checksum) as carrying a checksum: pad to that.
     w->padding_ = (512 - content % 512) % 512;
-    w->total_ = content + w->padding_ + kChecksumSize;
+    w->total_ = content + w->padding_;
     w->pending_ = kMagic;
     return w;
   }
@@ -70,6 +70,7 @@ class SnapshotWriter {
     fs::remove_all(dir_, ec);
   }
 
+  // Bytes of data (without the trailing checksum).
   uint64_t total() const { return total_; }
   uint64_t sent() const { return sent_; }
 
@@ -110,14 +111,18 @@ class SnapshotWriter {
         trailer_ = true;
         const std::string tail(1 + padding_, '\0');
         sha_.Update(tail);
-        pending_ = tail + sha_.Final();
+        pending_ = tail;
         continue;
       }
       done_ = true;
+      checksum_ = sha_.Final();
     }
     sent_ += out.size();
     return out;
   }
+
+  // The SHA-256 of all data, once Next() has returned an empty chunk.
+  const std::string& checksum() const { return checksum_; }
 
  private:
   explicit SnapshotWriter(std::string dir) : dir_(std::move(dir)) { sha_.Update(kMagic); }
@@ -128,6 +133,7 @@ class SnapshotWriter {
   std::ifstream in_;
   std::string pending_;
   Sha256 sha_;
+  std::string checksum_;
   bool trailer_ = false;
   bool done_ = false;
   uint64_t padding_ = 0;
@@ -137,14 +143,13 @@ class SnapshotWriter {
 
 class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
  public:
-  SnapshotReactor(mvcc::KvStore* store, const etcdserverpb::ResponseHeader& header)
-      : header_(header) {
+  explicit SnapshotReactor(mvcc::KvStore* store) {
     auto w = SnapshotWriter::Create(store);
     if (!w.ok()) {
       Finish(grpc::Status(grpc::INTERNAL, std::string(w.status().message())));
       return;
     }
-    writer_ = std::move(*w);
+    source_ = std::move(*w);
     WriteNext();
   }
 
@@ -160,24 +165,32 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
 
  private:
   void WriteNext() {
-    auto chunk = writer_->Next();
+    auto chunk = source_->Next();
     if (!chunk.ok()) {
       Finish(grpc::Status(grpc::INTERNAL, std::string(chunk.status().message())));
       return;
     }
     if (chunk->empty()) {
+      if (!checksum_sent_) {
+        checksum_sent_ = true;
+        response_.Clear();
+        response_.set_blob(source_->checksum());
+        StartWrite(&response_);
+        return;
+      }
       Finish(grpc::Status::OK);
       return;
     }
+    // As etcd: data chunks carrying the bytes still to come, then the
+    // SHA-256 alone in the last message; no header.
     response_.Clear();
-    *response_.mutable_header() = header_;
     response_.set_blob(std::move(*chunk));
-    response_.set_remaining_bytes(writer_->total() - writer_->sent());
+    response_.set_remaining_bytes(source_->total() - source_->sent());
     StartWrite(&response_);
   }
 
-  const etcdserverpb::ResponseHeader header_;
-  std::unique_ptr<SnapshotWriter> writer_;
+  std::unique_ptr<SnapshotWriter> source_;
+  bool checksum_sent_ = false;
   etcdserverpb::SnapshotResponse response_;
 };
 
@@ -224,8 +237,8 @@ absl::Status Unpack(const std::string& file, const std::string& dir) {
 }  // namespace
 
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
-    mvcc::KvStore* store, const etcdserverpb::ResponseHeader& header) {
-  return new SnapshotReactor(store, header);
+    mvcc::KvStore* store) {
+  return new SnapshotReactor(store);
 }
 
 absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path) {
@@ -238,6 +251,7 @@ absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path) {
     if (chunk->empty()) break;
     out.write(chunk->data(), static_cast<std::streamsize>(chunk->size()));
   }
+  out.write((*w)->checksum().data(), static_cast<std::streamsize>(kChecksumSize));
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();

@@ -22,7 +22,7 @@ namespace capstan::server {
 // A reactor that checkpoints store and streams the snapshot in 32 KiB
 // chunks, one write in flight. Deletes itself when done.
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
-    mvcc::KvStore* store, const etcdserverpb::ResponseHeader& header);
+    mvcc::KvStore* store);
 
 // Writes a snapshot of store to the file at path (for tools and tests).
 absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path);
