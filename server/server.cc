@@ -8,6 +8,7 @@
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
 #include "server/auto_compactor.h"
+#include "server/cache_service.h"
 #include "server/data_dir.h"
 #include "server/grpc_metrics.h"
 #include "server/http_endpoints.h"
@@ -19,6 +20,7 @@
 #include "server/watch_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
+#include "watchcache/cache.h"
 
 namespace capstan::server {
 
@@ -101,6 +103,28 @@ absl::Status Server::Init() {
   hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), hub_options);
   store_->SetWatchHub(hub_.get());
 
+  watchcache::CacheOptions cache_options;
+  cache_options.resources.clear();
+  for (const auto& prefix : config_.watch_cache_prefixes) {
+    // Kubernetes' registry layout decides the built-in indexes.
+    if (prefix.find("/pods/") != std::string::npos) {
+      cache_options.resources.push_back(watchcache::PodResource(prefix));
+    } else if (prefix.find("/minions/") != std::string::npos) {
+      cache_options.resources.push_back(watchcache::NodeResource(prefix));
+    } else if (prefix.find("/leases/") != std::string::npos) {
+      cache_options.resources.push_back(watchcache::LeaseResource(prefix));
+    } else {
+      watchcache::ResourceSpec r;
+      r.prefix = prefix;
+      cache_options.resources.push_back(r);
+    }
+  }
+  if (!cache_options.resources.empty()) {
+    auto cache = watchcache::Cache::Start(cache_options, store_.get(), hub_.get());
+    if (!cache.ok()) return cache.status();
+    cache_ = std::move(*cache);
+  }
+
   services_.push_back(std::make_unique<KvService>(store_.get(), member_.get()));
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get()));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
@@ -108,6 +132,7 @@ absl::Status Server::Init() {
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
   // Not implemented yet: every RPC of these answers UNIMPLEMENTED.
   services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get()));
+  if (cache_) services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get()));
   services_.push_back(std::make_unique<etcdserverpb::Auth::CallbackService>());
 
   grpc::ServerBuilder builder;
@@ -195,6 +220,9 @@ void Server::Shutdown() {
   if (http_) http_->Stop();
   auto_compactor_.reset();
   grpc_server_.reset();
+  // Responses in flight referenced cached objects: the cache goes after the
+  // gRPC server, and before the hub its feeds watch.
+  cache_.reset();
   // The hub's syncer reads the store: stop it first. The store then drains
   // its queue (still notifying the hub) and stops its threads.
   if (hub_) hub_->Stop();

@@ -21,6 +21,10 @@ class KvStore;
 class WatchHub;
 }  // namespace capstan::mvcc
 
+namespace capstan::watchcache {
+class Cache;
+}
+
 namespace capstan::server {
 
 class AutoCompactor;
@@ -47,6 +51,8 @@ class Server {
   std::unique_ptr<MemberInfo> member_;
   std::unique_ptr<mvcc::KvStore> store_;
   std::unique_ptr<mvcc::WatchHub> hub_;
+  // The Kubernetes watch cache, fed by the store and the hub.
+  std::unique_ptr<watchcache::Cache> cache_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;

@@ -1,0 +1,71 @@
+// capstan.v1.Cache over the gRPC callback API: the Kubernetes watch cache
+// (watchcache/cache.h) as List and Watch RPCs.
+//
+// Both methods are raw: requests are parsed here and responses are
+// assembled from the cached mvccpb.KeyValue records without re-encoding;
+// records of 512 bytes or more are not even copied (the response's slices
+// reference the cached blocks, holding a reference until gRPC has sent
+// them).
+//
+// A List or a Watch start may wait (up to the cache's wait_timeout) for the
+// cache to reach a revision; that waiting runs on the service's own small
+// thread pool, never on a gRPC thread. A Watch stream has one write in
+// flight; the cache's notify function starts the next write when events
+// arrive while the stream is idle.
+//
+// Thread-safe. cache and member must outlive the service, and the gRPC
+// server must be shut down (every call finished) before the cache is
+// destroyed, because responses in flight reference cached objects.
+
+#ifndef CAPSTAN_SERVER_CACHE_SERVICE_H_
+#define CAPSTAN_SERVER_CACHE_SERVICE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "capstan/v1/cache.grpc.pb.h"
+#include "server/member.h"
+#include "watchcache/cache.h"
+
+namespace capstan::server {
+
+using CacheServiceBase = capstan::v1::Cache::WithRawCallbackMethod_List<
+    capstan::v1::Cache::WithRawCallbackMethod_Watch<capstan::v1::Cache::Service>>;
+
+class CacheService final : public CacheServiceBase {
+ public:
+  CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads = 4);
+  // Runs the work already queued, then stops the pool.
+  ~CacheService() override;
+
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* request) override;
+
+  // Runs fn on the service's pool (for work that may wait).
+  void Run(std::function<void()> fn);
+
+  watchcache::Cache* cache() const { return cache_; }
+  const MemberInfo* member() const { return member_; }
+
+ private:
+  void Worker();
+
+  watchcache::Cache* const cache_;
+  const MemberInfo* const member_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> work_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_CACHE_SERVICE_H_
