@@ -22,7 +22,8 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
   if (rev <= 0) rev = view->rev;
   if (rev < view->compact_rev) return MakeError(Error::kCompacted);
   index::RevisionSet keep;
-  if (view->compact_rev > 0) view->index.Keep(view->compact_rev, &keep);
+  // As etcd's hashByRev: the revisions a compaction at `rev` would keep.
+  if (view->compact_rev > 0) view->index.Keep(rev, &keep);
 
   uint32_t h = Crc32cExtend(0, "key");
   const std::string upper = RevisionKey(Revision{rev + 1, 0});

@@ -40,6 +40,35 @@ EtcdError EtcdErrorOf(mvcc::Error e) {
     case Error::kStopped: return {grpc::UNAVAILABLE, "etcdserver: server stopped"};
     case Error::kStorageFailed:
       return {grpc::UNAVAILABLE, "etcdserver: storage failed; writes are no longer accepted"};
+    case Error::kRootUserNotExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: root user does not exist"};
+    case Error::kRootRoleNotExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: root user does not have root role"};
+    case Error::kUserAlreadyExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: user name already exists"};
+    case Error::kUserEmpty: return {grpc::INVALID_ARGUMENT, "etcdserver: user name is empty"};
+    case Error::kUserNotFound: return {grpc::FAILED_PRECONDITION, "etcdserver: user name not found"};
+    case Error::kRoleAlreadyExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: role name already exists"};
+    case Error::kRoleNotFound: return {grpc::FAILED_PRECONDITION, "etcdserver: role name not found"};
+    case Error::kRoleEmpty: return {grpc::INVALID_ARGUMENT, "etcdserver: role name is empty"};
+    case Error::kAuthFailed:
+      return {grpc::INVALID_ARGUMENT,
+              "etcdserver: authentication failed, invalid user ID or password"};
+    case Error::kPermissionDenied: return {grpc::PERMISSION_DENIED, "etcdserver: permission denied"};
+    case Error::kRoleNotGranted:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: role is not granted to the user"};
+    case Error::kPermissionNotGranted:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: permission is not granted to the role"};
+    case Error::kAuthNotEnabled:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: authentication is not enabled"};
+    case Error::kInvalidAuthToken: return {grpc::UNAUTHENTICATED, "etcdserver: invalid auth token"};
+    case Error::kInvalidAuthMgmt:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: invalid auth management"};
+    case Error::kPermissionNotGiven:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: permission not given"};
+    case Error::kAuthOldRevision:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: revision of auth store is old"};
   }
   return {grpc::UNKNOWN, "etcdserver: unknown error"};
 }
@@ -53,6 +82,22 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
     return grpc::Status(ee.code, ee.text);
   }
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status ToUnconvertedAuthStatus(const absl::Status& s) {
+  using mvcc::Error;
+  auto e = mvcc::ErrorOf(s);
+  if (!e) return ToGrpcStatus(s);
+  switch (*e) {
+    case Error::kUserEmpty:
+    case Error::kUserNotFound:
+    case Error::kPermissionDenied:
+    case Error::kInvalidAuthToken:
+      // mvcc's texts are etcd's auth texts without their package prefix.
+      return grpc::Status(grpc::UNKNOWN, "auth: " + std::string(s.message()));
+    default:
+      return ToGrpcStatus(s);
+  }
 }
 
 }  // namespace capstan::server

@@ -13,6 +13,11 @@ namespace capstan::server {
 // anything else keeps its code with its message.
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
+// etcd's maintenance server returns the auth store's errors unconverted:
+// clients see code Unknown with the auth package's text ("auth: permission
+// denied"). Maps an auth error that way; anything else as ToGrpcStatus.
+grpc::Status ToUnconvertedAuthStatus(const absl::Status& s);
+
 }  // namespace capstan::server
 
 #endif  // CAPSTAN_SERVER_ERRORS_H_

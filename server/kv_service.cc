@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mvcc/kv_codec.h"
+#include "server/auth_service.h"
 #include "server/errors.h"
 #include "server/grpc_buffers.h"
 
@@ -18,6 +19,12 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
   if (!FlattenBuffer(*request, &bytes) || !req.ParseFromString(bytes)) {
     reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
     return reactor;
+  }
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckRange(*ctx, req); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
   }
   mvcc::RangeResult result;
   if (auto s = store_->Range(req, &result); !s.ok()) {
@@ -63,24 +70,52 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
                                          const etcdserverpb::PutRequest* request,
                                          etcdserverpb::PutResponse* response) {
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckPut(*ctx, *request); !s.ok()) {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kPut, request, response);
 }
 
 grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
                                                  const etcdserverpb::DeleteRangeRequest* request,
                                                  etcdserverpb::DeleteRangeResponse* response) {
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckDeleteRange(*ctx, *request); !s.ok()) {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response);
 }
 
 grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
                                          const etcdserverpb::TxnRequest* request,
                                          etcdserverpb::TxnResponse* response) {
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckTxn(*ctx, *request); !s.ok()) {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kTxn, request, response);
 }
 
 grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
                                              const etcdserverpb::CompactionRequest* request,
                                              etcdserverpb::CompactionResponse* response) {
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckIdentity(*ctx); !s.ok()) {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kCompact, request, response);
 }
 

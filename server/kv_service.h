@@ -14,6 +14,10 @@
 #include "server/member.h"
 
 namespace capstan::server {
+class AuthGate;
+}  // namespace capstan::server
+
+namespace capstan::server {
 
 using KvServiceBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
     etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_DeleteRange<
@@ -23,7 +27,9 @@ using KvServiceBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
 // Thread-safe. store and member must outlive the service.
 class KvService final : public KvServiceBase {
  public:
-  KvService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {}
+  // auth: permission checks (null: none). Must outlive the service.
+  KvService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr)
+      : store_(store), member_(member), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
@@ -50,6 +56,7 @@ class KvService final : public KvServiceBase {
 
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
+  const AuthGate* const auth_;
 };
 
 }  // namespace capstan::server

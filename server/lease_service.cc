@@ -1,5 +1,6 @@
 #include "server/lease_service.h"
 
+#include "server/auth_service.h"
 #include "server/errors.h"
 
 namespace capstan::server {
@@ -67,6 +68,13 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
                                                     const etcdserverpb::LeaseRevokeRequest* request,
                                                     etcdserverpb::LeaseRevokeResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  // Revoking deletes the attached keys: the user must be able to write each.
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckLeaseRevoke(*ctx, request->id()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   const MemberInfo* member = member_;
   store_->Submit({mvcc::WriteRequest::Kind::kLeaseRevoke, request, response,
                   [reactor, response, member](absl::Status s) {
@@ -84,6 +92,14 @@ LeaseService::LeaseKeepAlive(grpc::CallbackServerContext*) {
 grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
     grpc::CallbackServerContext* ctx, const etcdserverpb::LeaseTimeToLiveRequest* request,
     etcdserverpb::LeaseTimeToLiveResponse* response) {
+  // As etcd 3.5.13+: reading a lease needs read permission on its keys.
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckLeaseRead(*ctx, request->id()); !s.ok()) {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   FillHeader(*member_, response->mutable_header());
   response->mutable_header()->set_revision(store_->Rev());
   response->set_id(request->id());

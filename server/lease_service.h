@@ -10,11 +10,17 @@
 #include "server/member.h"
 
 namespace capstan::server {
+class AuthGate;
+}  // namespace capstan::server
+
+namespace capstan::server {
 
 // Thread-safe. store and member must outlive the service.
 class LeaseService final : public etcdserverpb::Lease::CallbackService {
  public:
-  LeaseService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {}
+  // auth: permission checks (null: none); must outlive the service.
+  LeaseService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr)
+      : store_(store), member_(member), auth_(auth) {}
 
   grpc::ServerUnaryReactor* LeaseGrant(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::LeaseGrantRequest* request,
@@ -35,6 +41,7 @@ class LeaseService final : public etcdserverpb::Lease::CallbackService {
  private:
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
+  const AuthGate* const auth_;
 };
 
 }  // namespace capstan::server

@@ -9,6 +9,7 @@
 
 #include "server/config.h"
 #include "server/logging.h"
+#include "server/migrate.h"
 #include "server/server.h"
 #include "server/snapshot.h"
 #include "spdlog/spdlog.h"
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "snapshot") {
     return SnapshotCommand(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  // `capstan migrate --from-etcd SRC --data-dir NEW [--verify]` (server/migrate.h).
+  if (!args.empty() && args[0] == "migrate") {
+    return MigrateCommand(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   auto config = ParseServerConfig(args, Environment());
   if (!config.ok()) {

@@ -2,10 +2,33 @@
 
 #include <thread>
 
+#include "server/auth_service.h"
 #include "server/errors.h"
 #include "server/snapshot.h"
 
 namespace capstan::server {
+namespace {
+
+// A Snapshot stream refused before it starts.
+class RefusedSnapshot final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
+ public:
+  explicit RefusedSnapshot(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+// Defragment, Snapshot, Hash and HashKV need the root role when auth is on
+// (etcd's authMaintenanceServer, which returns the auth errors unconverted);
+// Status, Alarm and MoveLeader do not.
+#define CAPSTAN_REQUIRE_ROOT(ctx)                         \
+  if (auth_ != nullptr) {                                 \
+    if (auto s = auth_->CheckAdmin(*(ctx)); !s.ok()) {    \
+      auto* reactor = (ctx)->DefaultReactor();            \
+      reactor->Finish(ToUnconvertedAuthStatus(s));        \
+      return reactor;                                     \
+    }                                                     \
+  }
 
 grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext* ctx,
                                                      const etcdserverpb::StatusRequest*,
@@ -49,6 +72,7 @@ grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* MaintenanceService::Defragment(
     grpc::CallbackServerContext* ctx, const etcdserverpb::DefragmentRequest*,
     etcdserverpb::DefragmentResponse*) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
   auto* reactor = ctx->DefaultReactor();
   // A full backend compaction takes a while: run it off the gRPC threads.
   // Reads and writes continue meanwhile.
@@ -60,6 +84,7 @@ grpc::ServerUnaryReactor* MaintenanceService::Defragment(
 grpc::ServerUnaryReactor* MaintenanceService::Hash(grpc::CallbackServerContext* ctx,
                                                    const etcdserverpb::HashRequest*,
                                                    etcdserverpb::HashResponse* response) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
   auto* reactor = ctx->DefaultReactor();
   const int64_t rev = store_->Rev();
   auto hash = store_->Hash();
@@ -77,6 +102,7 @@ grpc::ServerUnaryReactor* MaintenanceService::Hash(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext* ctx,
                                                      const etcdserverpb::HashKVRequest* request,
                                                      etcdserverpb::HashKVResponse* response) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
   auto* reactor = ctx->DefaultReactor();
   uint32_t hash;
   int64_t compact_rev, hash_rev;
@@ -93,7 +119,12 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Snapshot(
-    grpc::CallbackServerContext*, const etcdserverpb::SnapshotRequest*) {
+    grpc::CallbackServerContext* ctx, const etcdserverpb::SnapshotRequest*) {
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckAdmin(*ctx); !s.ok()) {
+      return new RefusedSnapshot(ToUnconvertedAuthStatus(s));
+    }
+  }
   return NewSnapshotReactor(store_);
 }
 
@@ -120,6 +151,8 @@ grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerCont
                                "member serves one API version"));
   return reactor;
 }
+
+#undef CAPSTAN_REQUIRE_ROOT
 
 grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext* ctx,
                                                      const etcdserverpb::MemberListRequest*,

@@ -13,11 +13,15 @@
 
 namespace capstan::server {
 
+class AuthGate;
+
 // Thread-safe. store and member must outlive the service.
 class MaintenanceService final : public etcdserverpb::Maintenance::CallbackService {
  public:
-  MaintenanceService(mvcc::KvStore* store, const MemberInfo* member, std::string version)
-      : store_(store), member_(member), version_(std::move(version)) {}
+  // auth: root checks (null: none); must outlive the service.
+  MaintenanceService(mvcc::KvStore* store, const MemberInfo* member, std::string version,
+                     const AuthGate* auth = nullptr)
+      : store_(store), member_(member), version_(std::move(version)), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const etcdserverpb::StatusRequest* request,
@@ -47,6 +51,7 @@ class MaintenanceService final : public etcdserverpb::Maintenance::CallbackServi
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const std::string version_;
+  const AuthGate* const auth_;
 };
 
 class ClusterService final : public etcdserverpb::Cluster::CallbackService {

@@ -5,8 +5,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "mvcc/auth_store.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "server/auth_service.h"
 #include "server/auto_compactor.h"
 #include "server/cache_service.h"
 #include "server/data_dir.h"
@@ -125,15 +127,29 @@ absl::Status Server::Init() {
     cache_ = std::move(*cache);
   }
 
-  services_.push_back(std::make_unique<KvService>(store_.get(), member_.get()));
-  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get()));
+  // Auth: users, roles and tokens on the store; the gate checks every request.
+  // The auth service owns both; services are destroyed after the gRPC server
+  // and the store are gone.
+  mvcc::AuthStoreOptions auth_options;
+  auth_options.bcrypt_cost = static_cast<int>(config_.bcrypt_cost);
+  auth_options.token_ttl = absl::Seconds(static_cast<int64_t>(config_.auth_token_ttl_seconds));
+  if (config_.auth_token_type != "simple") {
+    spdlog::warn("--auth-token {}: only simple tokens are implemented; issuing simple tokens",
+                 config_.auth_token_type);
+  }
+  auto auth_store = mvcc::AuthStore::Open(store_.get(), auth_options);
+  if (!auth_store.ok()) return auth_store.status();
+  auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
+                                            member_.get());
+  const AuthGate* gate = auth->gate();
+  services_.push_back(std::make_unique<KvService>(store_.get(), member_.get(), gate));
+  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
-                                                           kEtcdApiVersion));
+                                                           kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
-  // Not implemented yet: every RPC of these answers UNIMPLEMENTED.
-  services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get()));
+  services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get(), gate));
   if (cache_) services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get()));
-  services_.push_back(std::make_unique<etcdserverpb::Auth::CallbackService>());
+  services_.push_back(std::move(auth));
 
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);

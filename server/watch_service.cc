@@ -1,9 +1,12 @@
 #include "server/watch_service.h"
 
 #include <atomic>
+#include <deque>
+#include <mutex>
 #include <memory>
 #include <string>
 
+#include "server/auth_service.h"
 #include "server/grpc_buffers.h"
 
 namespace capstan::server {
@@ -14,11 +17,12 @@ namespace {
 // Deletes itself in OnDone.
 class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header)
-      : stream_(hub->OpenStream(header)) {
-    // Runs under the stream's lock when the writer is idle; never after
-    // stream_->Close().
-    stream_->SetDeliver([this](std::string message) { Write(std::move(message)); });
+  WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header,
+               const grpc::CallbackServerContext* ctx, const AuthGate* auth)
+      : stream_(hub->OpenStream(header)), header_(header), ctx_(ctx), auth_(auth) {
+    // Runs under the stream's lock when the reader found the stream's queue
+    // empty; never after stream_->Close().
+    stream_->SetDeliver([this](std::string message) { Send(std::move(message)); });
     StartRead(&in_);
   }
 
@@ -36,6 +40,13 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     }
     switch (req.request_union_case()) {
       case etcdserverpb::WatchRequest::kCreateRequest:
+        if (auth_ != nullptr) {
+          const auto& c = req.create_request();
+          if (!auth_->CheckWatch(*ctx_, c.key(), c.range_end()).ok()) {
+            SendPermissionDenied(c.watch_id());
+            break;
+          }
+        }
         stream_->Create(req.create_request());
         break;
       case etcdserverpb::WatchRequest::kCancelRequest:
@@ -55,8 +66,19 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       End(grpc::Status(grpc::UNAVAILABLE, "watch stream broken"));
       return;
     }
+    {
+      std::unique_lock<std::mutex> lock(send_mu_);
+      if (!own_.empty()) {
+        std::string message = std::move(own_.front());
+        own_.pop_front();
+        lock.unlock();
+        Write(std::move(message));  // writing_ stays true
+        return;
+      }
+      writing_ = false;
+    }
     std::string message;
-    if (stream_->Pop(&message)) Write(std::move(message));
+    if (stream_->Pop(&message)) Send(std::move(message));
   }
 
   void OnCancel() override { stream_->Close(); }
@@ -67,6 +89,34 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   }
 
  private:
+  // Writes message now, or queues it behind the write in flight. Lock order:
+  // the stream's lock (held when the hub delivers) before send_mu_; never
+  // call into the stream with send_mu_ held.
+  void Send(std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      if (writing_) {
+        own_.push_back(std::move(message));
+        return;
+      }
+      writing_ = true;
+    }
+    Write(std::move(message));
+  }
+
+  // etcd's answer to a watch on a range the user may not read: created and
+  // canceled at once.
+  void SendPermissionDenied(int64_t watch_id) {
+    etcdserverpb::WatchResponse resp;
+    *resp.mutable_header() = header_;
+    resp.mutable_header()->set_revision(auth_->store()->kv()->Rev());
+    resp.set_watch_id(watch_id);
+    resp.set_created(true);
+    resp.set_canceled(true);
+    resp.set_cancel_reason("rpc error: code = PermissionDenied desc = etcdserver: permission denied");
+    Send(resp.SerializeAsString());
+  }
+
   void Write(std::string message) {
     StringToBuffer(std::move(message), &out_);
     StartWrite(&out_);
@@ -78,6 +128,12 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   }
 
   std::shared_ptr<mvcc::WatchStream> stream_;
+  const etcdserverpb::ResponseHeader header_;
+  const grpc::CallbackServerContext* const ctx_;
+  const AuthGate* const auth_;
+  std::mutex send_mu_;
+  bool writing_ = false;          // a write is in flight; guarded by send_mu_
+  std::deque<std::string> own_;   // messages waiting for it; guarded by send_mu_
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;  // the write in flight
   std::atomic<bool> finished_{false};
@@ -89,7 +145,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch
     grpc::CallbackServerContext* ctx) {
   etcdserverpb::ResponseHeader header;
   FillHeader(*member_, &header);
-  return new WatchReactor(hub_, header);
+  return new WatchReactor(hub_, header, ctx, auth_);
 }
 
 }  // namespace capstan::server

@@ -11,13 +11,20 @@
 #include "server/member.h"
 
 namespace capstan::server {
+class AuthGate;
+}  // namespace capstan::server
+
+namespace capstan::server {
 
 // Thread-safe. hub and member must outlive every stream the service serves
 // (shut the gRPC server down first).
 class WatchService final
     : public etcdserverpb::Watch::WithRawCallbackMethod_Watch<etcdserverpb::Watch::Service> {
  public:
-  WatchService(mvcc::WatchHub* hub, const MemberInfo* member) : hub_(hub), member_(member) {}
+  // auth: read permission checks on created watchers (null: none); must
+  // outlive every stream.
+  WatchService(mvcc::WatchHub* hub, const MemberInfo* member, const AuthGate* auth = nullptr)
+      : hub_(hub), member_(member), auth_(auth) {}
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx) override;
@@ -25,6 +32,7 @@ class WatchService final
  private:
   mvcc::WatchHub* const hub_;
   const MemberInfo* const member_;
+  const AuthGate* const auth_;
 };
 
 }  // namespace capstan::server

@@ -1,0 +1,267 @@
+#include "mvcc/auth_store.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "mvcc/errors.h"
+
+namespace capstan::mvcc {
+namespace {
+
+using Perm = authpb::Permission;
+
+Perm MakePerm(Perm::Type type, const std::string& key, const std::string& range_end) {
+  Perm p;
+  p.set_permtype(type);
+  p.set_key(key);
+  p.set_range_end(range_end);
+  return p;
+}
+
+const std::string kNul(1, '\0');
+
+TEST(RangeSetTest, MergesAdjacentAndOverlapping) {
+  RangeSet s;
+  s.Add("a", "c");
+  s.Add("c", "e");   // adjacent
+  s.Add("d", "f");   // overlapping
+  s.Add("x", "");    // single key
+  s.Seal();
+  ASSERT_EQ(s.intervals().size(), 2u);
+  EXPECT_TRUE(s.Covers("a", "f"));
+  EXPECT_TRUE(s.Covers("b", "e"));
+  EXPECT_FALSE(s.Covers("a", "g"));
+  EXPECT_TRUE(s.Covers("e", ""));
+  EXPECT_FALSE(s.Covers("f", ""));
+  EXPECT_TRUE(s.Covers("x", ""));
+  EXPECT_TRUE(s.Covers("x", std::string("x") + kNul));  // [x, x\0) is the key x
+  EXPECT_FALSE(s.Covers("x", "y"));
+  EXPECT_FALSE(s.Covers("a", kNul));  // from-key: unbounded
+}
+
+TEST(RangeSetTest, FromKeyPermission) {
+  RangeSet s;
+  s.Add("m", kNul);
+  s.Seal();
+  EXPECT_TRUE(s.Covers("m", kNul));
+  EXPECT_TRUE(s.Covers("zzz", ""));
+  EXPECT_TRUE(s.Covers("n", "q"));
+  EXPECT_FALSE(s.Covers("l", "n"));
+  RangeSet all;
+  all.Add(kNul, kNul);  // every key
+  all.Seal();
+  EXPECT_TRUE(all.Covers(kNul, kNul));
+}
+
+class AuthStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/capstan-auth-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    Reopen();
+  }
+  void TearDown() override {
+    auth_.reset();
+    kv_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    auth_.reset();
+    kv_.reset();
+    storage::BackendOptions bo;
+    bo.dir = dir_;
+    auto backend = storage::Backend::Open(bo);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    auto kv = KvStore::Open(KvStoreOptions{}, std::move(*backend));
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    kv_ = std::move(*kv);
+    AuthStoreOptions options;
+    options.bcrypt_cost = 4;
+    options.token_ttl = absl::Milliseconds(300);
+    auto as = AuthStore::Open(kv_.get(), options);
+    ASSERT_TRUE(as.ok()) << as.status();
+    auth_ = std::move(*as);
+  }
+
+  absl::Status AddUser(const std::string& name, const std::string& password) {
+    auto hash = auth_->HashPassword(password);
+    if (!hash.ok()) return hash.status();
+    return auth_->Wait([&](auto done) { auth_->UserAdd(name, *hash, false, std::move(done)); });
+  }
+  absl::Status Do(const std::function<void(AuthStore::Done)>& m) { return auth_->Wait(m); }
+
+  // root user with the root role, role "r" READWRITE on prefix "foo", user
+  // "u" with "r"; auth enabled.
+  void SetUpUsers() {
+    ASSERT_TRUE(AddUser("root", "rootpw").ok());
+    ASSERT_TRUE(Do([&](auto d) { auth_->UserGrantRole("root", "root", std::move(d)); }).ok());
+    ASSERT_TRUE(Do([&](auto d) { auth_->RoleAdd("r", std::move(d)); }).ok());
+    ASSERT_TRUE(Do([&](auto d) {
+                  auth_->RoleGrantPermission("r", MakePerm(Perm::READWRITE, "foo", "fop"),
+                                             std::move(d));
+                }).ok());
+    ASSERT_TRUE(AddUser("u", "upw").ok());
+    ASSERT_TRUE(Do([&](auto d) { auth_->UserGrantRole("u", "r", std::move(d)); }).ok());
+    ASSERT_TRUE(Do([&](auto d) { auth_->AuthEnable(std::move(d)); }).ok());
+  }
+
+  std::string dir_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<AuthStore> auth_;
+};
+
+TEST_F(AuthStoreTest, EnableNeedsRootUserWithRootRole) {
+  EXPECT_EQ(auth_->Revision(), 1u);
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->AuthEnable(std::move(d)); }), Error::kRootUserNotExist));
+  ASSERT_TRUE(AddUser("root", "pw").ok());
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->AuthEnable(std::move(d)); }), Error::kRootRoleNotExist));
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserGrantRole("root", "root", std::move(d)); }).ok());
+  ASSERT_TRUE(Do([&](auto d) { auth_->AuthEnable(std::move(d)); }).ok());
+  EXPECT_TRUE(auth_->Enabled());
+  EXPECT_EQ(auth_->Revision(), 4u);
+  // Enabling again is ignored and keeps the revision.
+  ASSERT_TRUE(Do([&](auto d) { auth_->AuthEnable(std::move(d)); }).ok());
+  EXPECT_EQ(auth_->Revision(), 4u);
+  // root can't be deleted nor lose root while auth is on.
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->UserDelete("root", std::move(d)); }),
+                 Error::kInvalidAuthMgmt));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->UserRevokeRole("root", "root", std::move(d)); }),
+                 Error::kInvalidAuthMgmt));
+}
+
+TEST_F(AuthStoreTest, UserAndRoleErrors) {
+  EXPECT_TRUE(Is(AddUser("", "x"), Error::kUserEmpty));
+  ASSERT_TRUE(AddUser("a", "x").ok());
+  EXPECT_TRUE(Is(AddUser("a", "x"), Error::kUserAlreadyExist));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->UserDelete("zz", std::move(d)); }), Error::kUserNotFound));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->UserGrantRole("a", "nope", std::move(d)); }),
+                 Error::kRoleNotFound));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->RoleAdd("", std::move(d)); }), Error::kRoleEmpty));
+  ASSERT_TRUE(Do([&](auto d) { auth_->RoleAdd("r", std::move(d)); }).ok());
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->RoleAdd("r", std::move(d)); }), Error::kRoleAlreadyExist));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->UserRevokeRole("a", "r", std::move(d)); }),
+                 Error::kRoleNotGranted));
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->RoleRevokePermission("r", "k", "", std::move(d)); }),
+                 Error::kPermissionNotGranted));
+  EXPECT_TRUE(Is(Do([&](auto d) {
+                   auth_->RoleGrantPermission("r", MakePerm(Perm::READ, "", ""), std::move(d));
+                 }),
+                 Error::kInvalidAuthMgmt));
+  // Granting twice updates the type in place.
+  ASSERT_TRUE(Do([&](auto d) {
+                auth_->RoleGrantPermission("r", MakePerm(Perm::READ, "k", ""), std::move(d));
+              }).ok());
+  ASSERT_TRUE(Do([&](auto d) {
+                auth_->RoleGrantPermission("r", MakePerm(Perm::WRITE, "k", ""), std::move(d));
+              }).ok());
+  ASSERT_TRUE(Do([&](auto d) {
+                auth_->RoleGrantPermission("r", MakePerm(Perm::READ, "a", "b"), std::move(d));
+              }).ok());
+  auto perms = auth_->RolePermissions("r");
+  ASSERT_TRUE(perms.ok());
+  ASSERT_EQ(perms->size(), 2u);
+  EXPECT_EQ((*perms)[0].key(), "a");
+  EXPECT_EQ((*perms)[1].key(), "k");
+  EXPECT_EQ((*perms)[1].permtype(), Perm::WRITE);
+  // Deleting a role takes it from its users.
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserGrantRole("a", "r", std::move(d)); }).ok());
+  ASSERT_TRUE(Do([&](auto d) { auth_->RoleDelete("r", std::move(d)); }).ok());
+  auto user = auth_->GetUser("a");
+  ASSERT_TRUE(user.ok());
+  EXPECT_EQ(user->roles_size(), 0);
+}
+
+TEST_F(AuthStoreTest, PermissionChecks) {
+  SetUpUsers();
+  auto token = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(token.ok()) << token.status();
+  auto info = auth_->InfoFromToken(*token);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->user, "u");
+  EXPECT_TRUE(auth_->CheckRange(*info, "foo", "", PermType::kRead).ok());
+  EXPECT_TRUE(auth_->CheckRange(*info, "foo1", "", PermType::kWrite).ok());
+  EXPECT_TRUE(auth_->CheckRange(*info, "foo", "fop", PermType::kRead).ok());
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "fop", "", PermType::kRead), Error::kPermissionDenied));
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "fo", "fop", PermType::kRead), Error::kPermissionDenied));
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "foo", kNul, PermType::kRead), Error::kPermissionDenied));
+  EXPECT_TRUE(Is(auth_->CheckRange(AuthInfo{}, "foo", "", PermType::kRead), Error::kUserEmpty));
+  EXPECT_TRUE(Is(auth_->CheckAdmin(*info), Error::kPermissionDenied));
+  EXPECT_TRUE(Is(auth_->CheckAdmin(AuthInfo{}), Error::kUserEmpty));
+  auto root = auth_->InfoFromCommonName("root");
+  EXPECT_TRUE(auth_->CheckAdmin(root).ok());
+  EXPECT_TRUE(auth_->CheckRange(root, kNul, kNul, PermType::kWrite).ok());
+
+  etcdserverpb::TxnRequest txn;
+  txn.add_compare()->set_key("foo");
+  txn.add_success()->mutable_request_put()->set_key("foo2");
+  EXPECT_TRUE(auth_->CheckTxn(*info, txn).ok());
+  txn.add_failure()->mutable_request_txn()->add_success()->mutable_request_range()->set_key("bar");
+  EXPECT_TRUE(Is(auth_->CheckTxn(*info, txn), Error::kPermissionDenied));
+
+  // A write-only grant beside the read-write one.
+  ASSERT_TRUE(Do([&](auto d) {
+                auth_->RoleGrantPermission("r", MakePerm(Perm::WRITE, "fop", "foz"), std::move(d));
+              }).ok());
+  EXPECT_TRUE(auth_->CheckRange(*info, "foo", "foz", PermType::kWrite).ok());
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "foo", "foz", PermType::kRead), Error::kPermissionDenied));
+
+  // Wrong passwords and unknown users.
+  EXPECT_TRUE(Is(auth_->Authenticate("u", "bad").status(), Error::kAuthFailed));
+  EXPECT_TRUE(Is(auth_->Authenticate("nobody", "x").status(), Error::kAuthFailed));
+  EXPECT_TRUE(Is(auth_->InfoFromToken("bogus.1").status(), Error::kInvalidAuthToken));
+
+  // Changing the password drops the user's tokens.
+  auto hash = auth_->HashPassword("new");
+  ASSERT_TRUE(hash.ok());
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserChangePassword("u", *hash, std::move(d)); }).ok());
+  EXPECT_TRUE(Is(auth_->InfoFromToken(*token).status(), Error::kInvalidAuthToken));
+  EXPECT_TRUE(auth_->Authenticate("u", "new").ok());
+
+  // Disabling drops every token and lets everything through.
+  ASSERT_TRUE(Do([&](auto d) { auth_->AuthDisable(std::move(d)); }).ok());
+  EXPECT_EQ(auth_->TEST_NumTokens(), 0u);
+  EXPECT_TRUE(auth_->CheckRange(AuthInfo{}, "bar", "", PermType::kWrite).ok());
+  EXPECT_TRUE(Is(auth_->Authenticate("u", "new").status(), Error::kAuthNotEnabled));
+}
+
+TEST_F(AuthStoreTest, TokensExpireUnlessUsed) {
+  SetUpUsers();
+  auto token = auth_->Authenticate("root", "rootpw");
+  ASSERT_TRUE(token.ok());
+  EXPECT_NE(token->find('.'), std::string::npos);
+  for (int i = 0; i < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(150));
+    EXPECT_TRUE(auth_->InfoFromToken(*token).ok());  // refreshed each time
+  }
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_TRUE(Is(auth_->InfoFromToken(*token).status(), Error::kInvalidAuthToken));
+}
+
+TEST_F(AuthStoreTest, PersistsAcrossReopen) {
+  SetUpUsers();
+  const uint64_t rev = auth_->Revision();
+  EXPECT_EQ(rev, 8u);
+  Reopen();
+  EXPECT_TRUE(auth_->Enabled());
+  EXPECT_EQ(auth_->Revision(), rev);
+  EXPECT_EQ(auth_->UserNames(), (std::vector<std::string>{"root", "u"}));
+  EXPECT_EQ(auth_->RoleNames(), (std::vector<std::string>{"r"}));
+  auto token = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(token.ok()) << token.status();
+  auto info = auth_->InfoFromToken(*token);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(auth_->CheckRange(*info, "foo", "", PermType::kWrite).ok());
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "bar", "", PermType::kWrite), Error::kPermissionDenied));
+  // Deletions persist too.
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserDelete("u", std::move(d)); }).ok());
+  ASSERT_TRUE(Do([&](auto d) { auth_->AuthDisable(std::move(d)); }).ok());
+  Reopen();
+  EXPECT_FALSE(auth_->Enabled());
+  EXPECT_EQ(auth_->Revision(), rev + 2);
+  EXPECT_EQ(auth_->UserNames(), (std::vector<std::string>{"root"}));
+}
+
+}  // namespace
+}  // namespace capstan::mvcc

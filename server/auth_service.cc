@@ -1,0 +1,342 @@
+#include "server/auth_service.h"
+
+#include <thread>
+#include <utility>
+
+#include "grpcpp/security/auth_context.h"
+#include "mvcc/errors.h"
+#include "server/errors.h"
+
+namespace capstan::server {
+namespace {
+
+using mvcc::AuthInfo;
+using mvcc::PermType;
+
+// Runs CPU-heavy bcrypt work off the gRPC reactor threads. The RPC it serves
+// is finished by fn (or by a done callback fn arranges), so the gRPC server's
+// shutdown waits for it.
+void RunDetached(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- AuthGate
+
+absl::StatusOr<AuthInfo> AuthGate::Identify(const grpc::ServerContextBase& ctx) const {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("token");
+  if (it == md.end()) it = md.find("authorization");
+  if (it != md.end()) {
+    return store_->InfoFromToken(std::string(it->second.data(), it->second.size()));
+  }
+  if (client_cert_auth_) {
+    auto ac = ctx.auth_context();
+    if (ac && ac->IsPeerAuthenticated()) {
+      auto cn = ac->FindPropertyValues("x509_common_name");
+      if (!cn.empty()) return store_->InfoFromCommonName(std::string(cn[0].data(), cn[0].size()));
+    }
+  }
+  return AuthInfo{};
+}
+
+absl::Status AuthGate::CheckRange(const grpc::ServerContextBase& ctx,
+                                  const etcdserverpb::RangeRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead);
+}
+
+absl::Status AuthGate::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
+                                      PermType type) const {
+  if (lease_id == 0 || !store_->Enabled()) return absl::OkStatus();
+  auto lease = store_->kv()->lessor()->Get(lease_id, /*with_keys=*/true);
+  if (!lease) return absl::OkStatus();
+  for (const auto& key : lease->keys) {
+    if (auto s = store_->CheckRange(info, key, {}, type); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuthGate::CheckPut(const grpc::ServerContextBase& ctx,
+                                const etcdserverpb::PutRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  if (auto s = store_->CheckRange(*info, req.key(), {}, PermType::kWrite); !s.ok()) return s;
+  // A lease already holding keys this user can't write can't be attached to
+  // more: the user could not revoke it.
+  if (auto s = CheckLeaseKeys(*info, req.lease(), PermType::kWrite); !s.ok()) return s;
+  if (req.prev_kv()) return store_->CheckRange(*info, req.key(), {}, PermType::kRead);
+  return absl::OkStatus();
+}
+
+absl::Status AuthGate::CheckDeleteRange(const grpc::ServerContextBase& ctx,
+                                        const etcdserverpb::DeleteRangeRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  if (auto s = store_->CheckRange(*info, req.key(), req.range_end(), PermType::kWrite); !s.ok()) {
+    return s;
+  }
+  if (req.prev_kv()) return store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead);
+  return absl::OkStatus();
+}
+
+absl::Status AuthGate::CheckTxn(const grpc::ServerContextBase& ctx,
+                                const etcdserverpb::TxnRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckTxn(*info, req);
+}
+
+absl::Status AuthGate::CheckWatch(const grpc::ServerContextBase& ctx, std::string_view key,
+                                  std::string_view range_end) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  // etcd turns an empty watch key into "\0".
+  if (key.empty()) key = std::string_view("\0", 1);
+  return store_->CheckRange(*info, key, range_end, PermType::kRead);
+}
+
+absl::Status AuthGate::CheckLeaseRevoke(const grpc::ServerContextBase& ctx,
+                                        int64_t lease_id) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return CheckLeaseKeys(*info, lease_id, PermType::kWrite);
+}
+
+absl::Status AuthGate::CheckLeaseRead(const grpc::ServerContextBase& ctx, int64_t lease_id) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return CheckLeaseKeys(*info, lease_id, PermType::kRead);
+}
+
+absl::Status AuthGate::CheckAdmin(const grpc::ServerContextBase& ctx) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckAdmin(*info);
+}
+
+absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
+  return Identify(ctx).status();
+}
+
+// ---------------------------------------------------------------- AuthService
+
+template <typename Response>
+void AuthService::Finish(grpc::ServerUnaryReactor* reactor, Response* resp,
+                         const absl::Status& s) const {
+  if (s.ok()) {
+    FillHeader(*member_, resp->mutable_header());
+    resp->mutable_header()->set_revision(gate_->store()->kv()->Rev());
+  }
+  reactor->Finish(ToGrpcStatus(s));
+}
+
+template <typename Response>
+mvcc::AuthStore::Done AuthService::FinishWhenDone(grpc::ServerUnaryReactor* reactor,
+                                                  Response* resp) const {
+  return [this, reactor, resp](absl::Status s) { Finish(reactor, resp, s); };
+}
+
+// An admin-only mutation: checks the caller, then runs `mutate(done)`.
+#define CAPSTAN_ADMIN_MUTATION(Name, Req, Resp, mutate)                                        \
+  grpc::ServerUnaryReactor* AuthService::Name(grpc::CallbackServerContext* ctx,               \
+                                              const etcdserverpb::Req* req,                   \
+                                              etcdserverpb::Resp* resp) {                      \
+    auto* reactor = ctx->DefaultReactor();                                                     \
+    if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {                                           \
+      Finish(reactor, resp, s);                                                                \
+      return reactor;                                                                          \
+    }                                                                                          \
+    mvcc::AuthStore* store = gate_->store();                                                   \
+    mvcc::AuthStore::Done done = FinishWhenDone(reactor, resp);                                \
+    (void)req;                                                                                 \
+    mutate;                                                                                    \
+    return reactor;                                                                            \
+  }
+
+CAPSTAN_ADMIN_MUTATION(AuthEnable, AuthEnableRequest, AuthEnableResponse,
+                       store->AuthEnable(std::move(done)))
+CAPSTAN_ADMIN_MUTATION(AuthDisable, AuthDisableRequest, AuthDisableResponse,
+                       store->AuthDisable(std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserDelete, AuthUserDeleteRequest, AuthUserDeleteResponse,
+                       store->UserDelete(req->name(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserGrantRole, AuthUserGrantRoleRequest, AuthUserGrantRoleResponse,
+                       store->UserGrantRole(req->user(), req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserRevokeRole, AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse,
+                       store->UserRevokeRole(req->name(), req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleAdd, AuthRoleAddRequest, AuthRoleAddResponse,
+                       store->RoleAdd(req->name(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleDelete, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
+                       store->RoleDelete(req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleRevokePermission, AuthRoleRevokePermissionRequest,
+                       AuthRoleRevokePermissionResponse,
+                       store->RoleRevokePermission(req->role(), req->key(), req->range_end(),
+                                                   std::move(done)))
+#undef CAPSTAN_ADMIN_MUTATION
+
+grpc::ServerUnaryReactor* AuthService::RoleGrantPermission(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::AuthRoleGrantPermissionRequest* req,
+    etcdserverpb::AuthRoleGrantPermissionResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  if (!req->has_perm()) {
+    Finish(reactor, resp, mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
+    return reactor;
+  }
+  gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthUserAddRequest* req,
+                                               etcdserverpb::AuthUserAddResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  mvcc::AuthStore* store = gate_->store();
+  const bool no_password = req->options().no_password();
+  if (no_password || !req->hashedpassword().empty()) {
+    store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
+    return reactor;
+  }
+  RunDetached([this, store, req, resp, reactor] {
+    auto hash = store->HashPassword(req->password());
+    if (!hash.ok()) {
+      Finish(reactor, resp, hash.status());
+      return;
+    }
+    store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::UserChangePassword(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::AuthUserChangePasswordRequest* req,
+    etcdserverpb::AuthUserChangePasswordResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  mvcc::AuthStore* store = gate_->store();
+  if (!req->hashedpassword().empty()) {
+    store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
+    return reactor;
+  }
+  RunDetached([this, store, req, resp, reactor] {
+    auto hash = store->HashPassword(req->password());
+    if (!hash.ok()) {
+      Finish(reactor, resp, hash.status());
+      return;
+    }
+    store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::AuthenticateRequest* req,
+                                                    etcdserverpb::AuthenticateResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  mvcc::AuthStore* store = gate_->store();
+  if (!store->Enabled()) {
+    Finish(reactor, resp, mvcc::MakeError(mvcc::Error::kAuthNotEnabled));
+    return reactor;
+  }
+  RunDetached([this, store, req, resp, reactor] {
+    auto token = store->Authenticate(req->name(), req->password());
+    if (token.ok()) resp->set_token(*token);
+    Finish(reactor, resp, token.status());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::AuthStatus(grpc::CallbackServerContext* ctx,
+                                                  const etcdserverpb::AuthStatusRequest*,
+                                                  etcdserverpb::AuthStatusResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status s = gate_->CheckAdmin(*ctx);
+  if (s.ok()) {
+    resp->set_enabled(gate_->store()->Enabled());
+    resp->set_authrevision(gate_->store()->Revision());
+  }
+  Finish(reactor, resp, s);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::UserGet(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthUserGetRequest* req,
+                                               etcdserverpb::AuthUserGetResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  mvcc::AuthStore* store = gate_->store();
+  auto info = gate_->Identify(*ctx);
+  if (!info.ok()) {
+    Finish(reactor, resp, info.status());
+    return reactor;
+  }
+  // A user may read itself.
+  if (auto s = store->CheckAdmin(*info); !s.ok() && req->name() != info->user) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  auto user = store->GetUser(req->name());
+  if (user.ok()) {
+    for (const auto& r : user->roles()) resp->add_roles(r);
+  }
+  Finish(reactor, resp, user.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::RoleGet(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthRoleGetRequest* req,
+                                               etcdserverpb::AuthRoleGetResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  mvcc::AuthStore* store = gate_->store();
+  auto info = gate_->Identify(*ctx);
+  if (!info.ok()) {
+    Finish(reactor, resp, info.status());
+    return reactor;
+  }
+  // A user may read its own roles.
+  if (auto s = store->CheckAdmin(*info); !s.ok() && !store->UserHasRole(info->user, req->role())) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  auto perms = store->RolePermissions(req->role());
+  if (perms.ok()) {
+    for (auto& p : *perms) *resp->add_perm() = std::move(p);
+  }
+  Finish(reactor, resp, perms.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::UserList(grpc::CallbackServerContext* ctx,
+                                                const etcdserverpb::AuthUserListRequest*,
+                                                etcdserverpb::AuthUserListResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status s = gate_->CheckAdmin(*ctx);
+  if (s.ok()) {
+    for (auto& n : gate_->store()->UserNames()) resp->add_users(std::move(n));
+  }
+  Finish(reactor, resp, s);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::RoleList(grpc::CallbackServerContext* ctx,
+                                                const etcdserverpb::AuthRoleListRequest*,
+                                                etcdserverpb::AuthRoleListResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status s = gate_->CheckAdmin(*ctx);
+  if (s.ok()) {
+    for (auto& n : gate_->store()->RoleNames()) resp->add_roles(std::move(n));
+  }
+  Finish(reactor, resp, s);
+  return reactor;
+}
+
+}  // namespace capstan::server

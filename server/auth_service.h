@@ -1,0 +1,121 @@
+// etcdserverpb.Auth over the gRPC callback API, and AuthGate: who a request
+// comes from and what it may do, for every other service.
+//
+// Identity follows etcd 3.5 (EtcdServer.AuthInfoFromCtx): the "token"
+// metadata (or "authorization", as the gRPC gateway sends it) names a simple
+// token; without one, and with --client-cert-auth, the verified client
+// certificate's common name is the user; otherwise there is no user (and
+// every check fails with "user name is empty" while auth is enabled).
+//
+// Checks are made when the request arrives, before it is queued to the
+// committer (etcd makes them while applying, serialized with auth changes):
+// a request racing an auth change may be judged by the state just before it.
+
+#ifndef CAPSTAN_SERVER_AUTH_SERVICE_H_
+#define CAPSTAN_SERVER_AUTH_SERVICE_H_
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "mvcc/auth_store.h"
+#include "server/member.h"
+
+namespace capstan::server {
+
+// Thread-safe. store must outlive the gate.
+class AuthGate {
+ public:
+  AuthGate(mvcc::AuthStore* store, bool client_cert_auth)
+      : store_(store), client_cert_auth_(client_cert_auth) {}
+
+  mvcc::AuthStore* store() const { return store_; }
+
+  // The caller's identity; kInvalidAuthToken for an unknown or expired token.
+  absl::StatusOr<mvcc::AuthInfo> Identify(const grpc::ServerContextBase& ctx) const;
+
+  // Each answers ok or etcd's error for the request (identity errors
+  // included).
+  absl::Status CheckRange(const grpc::ServerContextBase& ctx,
+                          const etcdserverpb::RangeRequest& req) const;
+  absl::Status CheckPut(const grpc::ServerContextBase& ctx, const etcdserverpb::PutRequest& req) const;
+  absl::Status CheckDeleteRange(const grpc::ServerContextBase& ctx,
+                                const etcdserverpb::DeleteRangeRequest& req) const;
+  absl::Status CheckTxn(const grpc::ServerContextBase& ctx, const etcdserverpb::TxnRequest& req) const;
+  // Read permission on a watched range.
+  absl::Status CheckWatch(const grpc::ServerContextBase& ctx, std::string_view key,
+                          std::string_view range_end) const;
+  // Write permission on every key attached to the lease (etcd's
+  // checkLeasePuts), for LeaseRevoke.
+  absl::Status CheckLeaseRevoke(const grpc::ServerContextBase& ctx, int64_t lease_id) const;
+  // Read permission on every key attached to the lease (LeaseTimeToLive).
+  absl::Status CheckLeaseRead(const grpc::ServerContextBase& ctx, int64_t lease_id) const;
+  // The root role (etcd's IsAdminPermitted).
+  absl::Status CheckAdmin(const grpc::ServerContextBase& ctx) const;
+  // Only a valid identity, no permission (Compact, as etcd).
+  absl::Status CheckIdentity(const grpc::ServerContextBase& ctx) const;
+
+ private:
+  absl::Status CheckLeaseKeys(const mvcc::AuthInfo& info, int64_t lease_id,
+                              mvcc::PermType type) const;
+
+  mvcc::AuthStore* const store_;
+  const bool client_cert_auth_;
+};
+
+// Owns the auth store and the gate the other services check with. Thread-safe.
+// member and the KV store under the auth store must outlive the service;
+// the gate lives as long as the service. bcrypt work (UserAdd,
+// UserChangePassword, Authenticate) runs on a thread of its own, never on a
+// gRPC reactor thread.
+class AuthService final : public etcdserverpb::Auth::CallbackService {
+ public:
+  AuthService(std::unique_ptr<mvcc::AuthStore> store, bool client_cert_auth,
+              const MemberInfo* member)
+      : store_(std::move(store)), owned_gate_(store_.get(), client_cert_auth), member_(member) {}
+
+  const AuthGate* gate() const { return &owned_gate_; }
+
+#define CAPSTAN_AUTH_RPC(Name, Req, Resp)                                                       \
+  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* ctx, const etcdserverpb::Req* req, \
+                                 etcdserverpb::Resp* resp) override;
+  CAPSTAN_AUTH_RPC(AuthEnable, AuthEnableRequest, AuthEnableResponse)
+  CAPSTAN_AUTH_RPC(AuthDisable, AuthDisableRequest, AuthDisableResponse)
+  CAPSTAN_AUTH_RPC(AuthStatus, AuthStatusRequest, AuthStatusResponse)
+  CAPSTAN_AUTH_RPC(Authenticate, AuthenticateRequest, AuthenticateResponse)
+  CAPSTAN_AUTH_RPC(UserAdd, AuthUserAddRequest, AuthUserAddResponse)
+  CAPSTAN_AUTH_RPC(UserGet, AuthUserGetRequest, AuthUserGetResponse)
+  CAPSTAN_AUTH_RPC(UserList, AuthUserListRequest, AuthUserListResponse)
+  CAPSTAN_AUTH_RPC(UserDelete, AuthUserDeleteRequest, AuthUserDeleteResponse)
+  CAPSTAN_AUTH_RPC(UserChangePassword, AuthUserChangePasswordRequest,
+                   AuthUserChangePasswordResponse)
+  CAPSTAN_AUTH_RPC(UserGrantRole, AuthUserGrantRoleRequest, AuthUserGrantRoleResponse)
+  CAPSTAN_AUTH_RPC(UserRevokeRole, AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse)
+  CAPSTAN_AUTH_RPC(RoleAdd, AuthRoleAddRequest, AuthRoleAddResponse)
+  CAPSTAN_AUTH_RPC(RoleGet, AuthRoleGetRequest, AuthRoleGetResponse)
+  CAPSTAN_AUTH_RPC(RoleList, AuthRoleListRequest, AuthRoleListResponse)
+  CAPSTAN_AUTH_RPC(RoleDelete, AuthRoleDeleteRequest, AuthRoleDeleteResponse)
+  CAPSTAN_AUTH_RPC(RoleGrantPermission, AuthRoleGrantPermissionRequest,
+                   AuthRoleGrantPermissionResponse)
+  CAPSTAN_AUTH_RPC(RoleRevokePermission, AuthRoleRevokePermissionRequest,
+                   AuthRoleRevokePermissionResponse)
+#undef CAPSTAN_AUTH_RPC
+
+ private:
+  // Finishes with resp's header filled on success.
+  template <typename Response>
+  void Finish(grpc::ServerUnaryReactor* reactor, Response* resp, const absl::Status& s) const;
+  // A done callback for an AuthStore mutation that finishes the RPC.
+  template <typename Response>
+  mvcc::AuthStore::Done FinishWhenDone(grpc::ServerUnaryReactor* reactor, Response* resp) const;
+
+  const std::unique_ptr<mvcc::AuthStore> store_;
+  const AuthGate owned_gate_;
+  const AuthGate* const gate_ = &owned_gate_;
+  const MemberInfo* const member_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_AUTH_SERVICE_H_

@@ -1,0 +1,114 @@
+// Migration from etcd: `capstan migrate --from-etcd SRC --data-dir NEW [--verify]`.
+//
+// Reads etcd's bbolt backend directly and read-only (storage::BboltReader)
+// and writes a new Capstan data directory holding the same records:
+//
+//   etcd bucket                     Capstan column family
+//   key        (revision -> KV)     kKey, as-is (same keys, same bytes)
+//   meta       scheduledCompactRev, finishedCompactRev, consistent_index
+//                                   kMeta, same names and encodings
+//   lease      (id -> leasepb)      kLease: LeaseKey(id) -> EncodeLeaseRecord
+//   auth, authUsers, authRoles      kAuth: "<bucket>/<key>" -> value as-is
+//   alarm                           kAlarm, as-is
+//
+// Not carried over: etcd's membership (members, members_removed, cluster
+// buckets; the new Capstan member has its own ids), raft state (the WAL and
+// snap files beside the db; meta's term/confState), leases' remaining TTL
+// (each lease starts again with its full TTL, as on an etcd restart) and
+// buckets Capstan does not know (reported).
+//
+// SRC is a stopped etcd's data directory (its member/snap/db is read; a
+// running etcd holds a lock on it and is refused), a bbolt db file, or a
+// file written by `etcdctl snapshot save` (a bbolt file followed by the
+// SHA-256 of it, which is checked and stripped).
+//
+// The new directory is built under a temporary name beside NEW and renamed
+// into place only when complete, so NEW never holds half a migration.
+//
+// Thread safety: the functions here are independent; call each from one
+// thread.
+
+#ifndef CAPSTAN_SERVER_MIGRATE_H_
+#define CAPSTAN_SERVER_MIGRATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace capstan::server {
+
+struct MigrateOptions {
+  // An etcd data dir, a bbolt db file, or an etcdctl snapshot file.
+  std::string from;
+  // The new Capstan data dir. Must not exist, or be an empty directory.
+  std::string data_dir;
+  // After migrating, check the result against the source (see Verify).
+  bool verify = false;
+  // Verify: a full Range is compared at every `verify_stride`-th retained
+  // revision (and always at the first and the last); every revision still
+  // gets its changed keys compared. 1 (the default) compares a full Range
+  // at every revision.
+  int64_t verify_stride = 1;
+  // Records per backend write batch, at most.
+  int batch_records = 10000;
+  // Progress lines (the CLI prints them); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+struct MigrateReport {
+  std::string source_file;  // the bbolt file read
+  bool snapshot = false;    // an etcdctl snapshot whose SHA-256 was verified
+  uint64_t page_size = 0;
+  uint64_t txid = 0;
+
+  // What was copied.
+  uint64_t key_records = 0;
+  uint64_t leases = 0;
+  uint64_t auth_records = 0;
+  uint64_t alarms = 0;
+  int64_t current_revision = 0;
+  int64_t compact_revision = 0;
+  uint64_t consistent_index = 0;
+  // Buckets and meta records found in the source and not carried over.
+  std::vector<std::string> not_carried;
+
+  // Verification (when asked).
+  bool verified = false;
+  int64_t first_revision_checked = 0;
+  int64_t revisions_checked = 0;   // every retained revision
+  int64_t full_ranges_checked = 0; // of which with a full Range compared
+  int64_t live_keys = 0;           // keys at the current revision
+  uint64_t leases_checked = 0;
+  uint32_t source_hash = 0;        // etcd's HashKV over the source key bucket
+  uint32_t capstan_hash = 0;       // KvStore::HashKV of the result
+  int64_t mismatches = 0;
+  std::vector<std::string> mismatch_examples;  // the first few, described
+};
+
+// Migrates options.from into options.data_dir; verifies if asked. An error
+// from reading the source or writing the result leaves NEW as it was; an
+// error from a verification that could not run comes after NEW was made. A
+// verification that ran and found mismatches returns OK with
+// report.mismatches > 0.
+absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options);
+
+// Compares an existing Capstan data dir with an etcd source, as --verify
+// does: Range at every retained revision, HashKV, leases and their keys,
+// meta, auth and alarm records. Opens the data dir's store without serving
+// it and without expiring leases. Fills the verification fields of *report.
+absl::Status VerifyMigration(const std::string& from, const std::string& data_dir,
+                             int64_t verify_stride, MigrateReport* report);
+
+// The report as printed by `capstan migrate`.
+std::string FormatMigrateReport(const MigrateReport& report);
+
+// `capstan migrate ...` (args after "migrate"). Returns the exit code: 0 on
+// success, 1 on an error or a verification mismatch, 2 on bad usage.
+int MigrateCommand(const std::vector<std::string>& args);
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_MIGRATE_H_
