@@ -7,6 +7,7 @@
 #include "server/auth_service.h"
 #include "server/errors.h"
 #include "server/grpc_buffers.h"
+#include "server/write_rpc.h"
 
 namespace capstan::server {
 
@@ -54,16 +55,7 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(grpc::CallbackServerContext* ct
                                                  const google::protobuf::Message* request,
                                                  Response* response) {
   auto* reactor = ctx->DefaultReactor();
-  const MemberInfo* member = member_;
-  mvcc::WriteRequest w;
-  w.kind = kind;
-  w.request = request;
-  w.response = response;
-  w.done = [reactor, response, member](absl::Status s) {
-    if (s.ok()) FillHeader(*member, response->mutable_header());
-    reactor->Finish(ToGrpcStatus(s));
-  };
-  store_->Submit(std::move(w));
+  SubmitAndFinish(store_, member_, reactor, kind, request, response);
   return reactor;
 }
 

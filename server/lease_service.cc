@@ -2,6 +2,7 @@
 
 #include "server/auth_service.h"
 #include "server/errors.h"
+#include "server/write_rpc.h"
 
 namespace capstan::server {
 namespace {
@@ -55,12 +56,8 @@ grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* 
                                                    const etcdserverpb::LeaseGrantRequest* request,
                                                    etcdserverpb::LeaseGrantResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  const MemberInfo* member = member_;
-  store_->Submit({mvcc::WriteRequest::Kind::kLeaseGrant, request, response,
-                  [reactor, response, member](absl::Status s) {
-                    if (s.ok()) FillHeader(*member, response->mutable_header());
-                    reactor->Finish(ToGrpcStatus(s));
-                  }});
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseGrant, request,
+                  response);
   return reactor;
 }
 
@@ -75,12 +72,8 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
       return reactor;
     }
   }
-  const MemberInfo* member = member_;
-  store_->Submit({mvcc::WriteRequest::Kind::kLeaseRevoke, request, response,
-                  [reactor, response, member](absl::Status s) {
-                    if (s.ok()) FillHeader(*member, response->mutable_header());
-                    reactor->Finish(ToGrpcStatus(s));
-                  }});
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseRevoke, request,
+                  response);
   return reactor;
 }
 

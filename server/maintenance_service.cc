@@ -4,6 +4,7 @@
 
 #include "server/auth_service.h"
 #include "server/errors.h"
+#include "server/write_rpc.h"
 #include "server/snapshot.h"
 
 namespace capstan::server {
@@ -60,12 +61,8 @@ grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext*
                                                     const etcdserverpb::AlarmRequest* request,
                                                     etcdserverpb::AlarmResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  const MemberInfo* member = member_;
-  store_->Submit({mvcc::WriteRequest::Kind::kAlarm, request, response,
-                  [reactor, response, member](absl::Status s) {
-                    if (s.ok()) FillHeader(*member, response->mutable_header());
-                    reactor->Finish(ToGrpcStatus(s));
-                  }});
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kAlarm, request,
+                  response);
   return reactor;
 }
 
