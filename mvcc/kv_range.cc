@@ -79,6 +79,11 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
       std::vector<Revision> chunk(revs.begin() + i, revs.begin() + std::min(n, i + kFetchChunk));
       if (auto s = read(chunk, &records); !s.ok()) return s;
       for (const auto& r : records) AppendRecordField(2, r, req.keys_only(), &result->kvs_wire);
+      if (i == 0 && n > chunk.size()) {
+        // Size the response once from the first chunk rather than growing
+        // (and copying) it again and again on a huge range.
+        result->kvs_wire.reserve(result->kvs_wire.size() / chunk.size() * n * 9 / 8);
+      }
     }
     result->num_kvs = static_cast<int>(n);
     return absl::OkStatus();
