@@ -1,0 +1,45 @@
+// `capstan-bench compare`: runs one workload against Capstan and against a
+// real etcd, both started here from their binaries (free loopback ports,
+// fresh data dirs under /tmp, default fsync durability), alternating which
+// goes first, for several rounds; prints medians side by side with the
+// Capstan/etcd ratio.
+
+#ifndef CAPSTAN_BENCH_LOADGEN_COMPARE_H_
+#define CAPSTAN_BENCH_LOADGEN_COMPARE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "bench/loadgen/flags.h"
+#include "bench/loadgen/workload.h"
+
+namespace capstan::bench {
+
+struct CompareOptions {
+  int rounds = 3;
+  std::string capstan_binary;  // default: next to capstan-bench
+  std::string etcd_binary = "/usr/bin/etcd";
+  std::string capstan_flags;   // extra flags, space-separated
+  std::string etcd_flags;
+  std::string targets = "capstan,etcd";
+  bool keep_data = false;
+  absl::Duration ready_timeout = absl::Seconds(30);
+  // A run still going after this is stopped by killing its server (its
+  // in-flight requests then fail), so a stuck server cannot hang compare.
+  absl::Duration run_timeout = absl::Minutes(10);
+
+  void Register(FlagSet& flags);
+};
+
+// The capstan binary built beside capstan-bench: <dir>/server/capstan or <dir>/capstan.
+std::string DefaultCapstanBinary();
+
+// Returns the process exit code: 0 only if every run completed without a
+// failed request.
+int RunCompare(const CompareOptions& options, const GlobalOptions& global, Workload& workload,
+               const std::string& workload_name, const std::string& command_line);
+
+}  // namespace capstan::bench
+
+#endif  // CAPSTAN_BENCH_LOADGEN_COMPARE_H_

@@ -1,0 +1,49 @@
+#include "bench/loadgen/connection_pool.h"
+
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace capstan::bench {
+
+std::string ConnectionPool::TargetOf(const std::string& endpoint) {
+  for (const char* scheme : {"http://", "https://"}) {
+    if (absl::StartsWith(endpoint, scheme)) return endpoint.substr(std::string(scheme).size());
+  }
+  return endpoint;
+}
+
+absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
+    const std::vector<std::string>& endpoints, int conns, absl::Duration dial_timeout) {
+  if (endpoints.empty()) return absl::InvalidArgumentError("no --endpoints");
+  if (conns < 1) return absl::InvalidArgumentError("--conns must be at least 1");
+  auto pool = std::unique_ptr<ConnectionPool>(new ConnectionPool());
+  const auto deadline = std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(dial_timeout);
+  for (int i = 0; i < conns; ++i) {
+    grpc::ChannelArguments args;
+    // Channels with equal arguments share one subchannel (one TCP connection);
+    // a distinct argument per channel gives each its own, like separate Go
+    // clients in etcd's benchmark.
+    args.SetInt("capstan.bench.channel_index", i);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    const std::string target = TargetOf(endpoints[i % endpoints.size()]);
+    Conn c;
+    c.channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    if (!c.channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to ", target, " within ", absl::FormatDuration(dial_timeout)));
+    }
+    c.kv = etcdserverpb::KV::NewStub(c.channel);
+    c.watch = etcdserverpb::Watch::NewStub(c.channel);
+    c.lease = etcdserverpb::Lease::NewStub(c.channel);
+    c.maintenance = etcdserverpb::Maintenance::NewStub(c.channel);
+    pool->conns_.push_back(std::move(c));
+  }
+  return pool;
+}
+
+}  // namespace capstan::bench

@@ -1,0 +1,53 @@
+// The gRPC channels a run uses: --conns channels, each its own TCP connection,
+// spread round-robin over --endpoints; client i uses channel i % conns, as in
+// etcd's benchmark (mustCreateClients).
+//
+// Thread-safe after Dial(): stubs may be used from any thread.
+
+#ifndef CAPSTAN_BENCH_LOADGEN_CONNECTION_POOL_H_
+#define CAPSTAN_BENCH_LOADGEN_CONNECTION_POOL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+
+namespace capstan::bench {
+
+class ConnectionPool {
+ public:
+  // Opens conns channels and waits until every one is connected, or fails
+  // after dial_timeout.
+  static absl::StatusOr<std::unique_ptr<ConnectionPool>> Dial(
+      const std::vector<std::string>& endpoints, int conns, absl::Duration dial_timeout);
+
+  size_t size() const { return conns_.size(); }
+  etcdserverpb::KV::Stub& Kv(size_t client) { return *At(client).kv; }
+  etcdserverpb::Watch::Stub& Watch(size_t client) { return *At(client).watch; }
+  etcdserverpb::Lease::Stub& Lease(size_t client) { return *At(client).lease; }
+  etcdserverpb::Maintenance::Stub& Maintenance(size_t client) { return *At(client).maintenance; }
+
+  // "http://127.0.0.1:2379" -> "127.0.0.1:2379".
+  static std::string TargetOf(const std::string& endpoint);
+
+ private:
+  struct Conn {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
+  };
+  Conn& At(size_t client) { return conns_[client % conns_.size()]; }
+
+  std::vector<Conn> conns_;
+};
+
+}  // namespace capstan::bench
+
+#endif  // CAPSTAN_BENCH_LOADGEN_CONNECTION_POOL_H_

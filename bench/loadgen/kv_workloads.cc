@@ -1,0 +1,297 @@
+// put, range, txn-put and txn-mixed: etcd's benchmark commands of those names
+// (tools/benchmark/cmd in etcd 3.4; txn-mixed from 3.5), same flags, same
+// requests, same keys.
+
+#include <atomic>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/loadgen/async_call.h"
+#include "bench/loadgen/keys.h"
+#include "bench/loadgen/load_driver.h"
+#include "bench/loadgen/workload.h"
+
+namespace capstan::bench {
+
+namespace {
+
+using etcdserverpb::PutRequest;
+using etcdserverpb::RangeRequest;
+using etcdserverpb::TxnRequest;
+
+absl::Status CheckKeySpace(int key_space_size) {
+  if (key_space_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected positive --key-space-size, got (", key_space_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+RunReport NewReport(const std::string& workload, const BenchContext& ctx) {
+  RunReport r;
+  r.workload = workload;
+  r.target = ctx.target;
+  return r;
+}
+
+class PutWorkload final : public Workload {
+ public:
+  void RegisterFlags(FlagSet& f) override {
+    f.Int("key-size", &key_size_, "Key size of put request");
+    f.Int("val-size", &val_size_, "Value size of put request");
+    f.Double("rate", &rate_, "Maximum puts per second (0 is no limit)");
+    f.Int64("total", &total_, "Total number of put requests");
+    f.Int64("key-space-size", &key_space_size_, "Maximum possible keys");
+    f.Bool("sequential-keys", &seq_keys_, "Use sequential keys");
+    f.Duration("duration", &duration_, "Stop after this long instead of after --total (0: off)");
+  }
+  absl::Status Prepare(const std::vector<std::string>&) override {
+    return CheckKeySpace(static_cast<int>(std::min<int64_t>(key_space_size_, INT32_MAX)));
+  }
+  absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    const std::string value = RandomBytes(val_size_, 1);
+    LoopOptions o{"put", duration_ > absl::ZeroDuration() ? 0 : static_cast<uint64_t>(total_),
+                  duration_, ctx.global->clients, rate_};
+    IssueFn issue = [&](uint64_t seq, size_t client, DoneFn done) {
+      PutRequest req;
+      const int64_t index = seq_keys_ ? static_cast<int64_t>(seq % key_space_size_)
+                                      : RandomIndex(key_space_size_);
+      req.set_key(EtcdBenchKey(index, key_size_));
+      req.set_value(value);
+      AsyncPut(ctx.pool->Kv(client), std::move(req),
+               [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
+    };
+    RunReport r = NewReport("put", ctx);
+    r.phases.push_back(RunClosedLoop(o, issue));
+    return r;
+  }
+
+ private:
+  int key_size_ = 8;
+  int val_size_ = 8;
+  double rate_ = 0;
+  int64_t total_ = 10000;
+  int64_t key_space_size_ = 1;
+  bool seq_keys_ = false;
+  absl::Duration duration_ = absl::ZeroDuration();
+};
+
+// Writes n keys (`key` itself when n is 1, else key + 8-digit index) with
+// val_size-byte values, with the given concurrency. Returns the failures.
+uint64_t Populate(BenchContext& ctx, const std::string& key, int64_t n, int val_size) {
+  if (n <= 0) return 0;
+  const std::string value = RandomBytes(val_size, 2);
+  LoopOptions o{"populate", static_cast<uint64_t>(n), absl::ZeroDuration(),
+                std::max(ctx.global->clients, 1), 0};
+  IssueFn issue = [&](uint64_t seq, size_t client, DoneFn done) {
+    PutRequest req;
+    req.set_key(n == 1 ? key : absl::StrFormat("%s%08d", key, seq));
+    req.set_value(value);
+    AsyncPut(ctx.pool->Kv(client), std::move(req),
+             [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
+  };
+  return RunClosedLoop(o, issue).errors;
+}
+
+class RangeWorkload final : public Workload {
+ public:
+  void RegisterFlags(FlagSet& f) override {
+    f.Double("rate", &rate_, "Maximum range requests per second (0 is no limit)");
+    f.Int64("total", &total_, "Total number of range requests");
+    f.String("consistency", &consistency_, "Linearizable(l) or Serializable(s)");
+    f.Int64("limit", &limit_, "Range result limit (0: none)");
+    f.Int64("populate", &populate_,
+            "Before measuring, write this many keys: the key itself when 1, else key + "
+            "8-digit index (capstan-bench only)");
+    f.Int("val-size", &val_size_, "Value size of the populated keys");
+    f.Bool("prefix", &prefix_, "Range over every key with the given key as prefix");
+    f.Duration("duration", &duration_, "Stop after this long instead of after --total (0: off)");
+  }
+  absl::Status Prepare(const std::vector<std::string>& args) override {
+    if (args.empty() || args.size() > 2) {
+      return absl::InvalidArgumentError("usage: range key [end-range]");
+    }
+    key_ = args[0];
+    end_ = args.size() == 2 ? args[1] : (prefix_ ? PrefixEnd(key_) : "");
+    if (consistency_ != "l" && consistency_ != "s") {
+      return absl::InvalidArgumentError("--consistency must be l or s");
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    RunReport r = NewReport("range", ctx);
+    if (uint64_t failed = Populate(ctx, key_, populate_, val_size_); failed > 0) {
+      return absl::UnavailableError(absl::StrCat(failed, " puts failed while populating"));
+    }
+    LoopOptions o{"range", duration_ > absl::ZeroDuration() ? 0 : static_cast<uint64_t>(total_),
+                  duration_, ctx.global->clients, rate_};
+    IssueFn issue = [&](uint64_t, size_t client, DoneFn done) {
+      RangeRequest req;
+      req.set_key(key_);
+      req.set_range_end(end_);
+      req.set_limit(limit_);
+      req.set_serializable(consistency_ == "s");
+      AsyncRange(ctx.pool->Kv(client), std::move(req),
+                 [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
+    };
+    r.phases.push_back(RunClosedLoop(o, issue));
+    r.notes.push_back(consistency_ == "l" ? "bench with linearizable range"
+                                          : "bench with serializable range");
+    return r;
+  }
+
+ private:
+  double rate_ = 0;
+  int64_t total_ = 10000;
+  std::string consistency_ = "l";
+  int64_t limit_ = 0;
+  int64_t populate_ = 0;
+  int val_size_ = 8;
+  bool prefix_ = false;
+  absl::Duration duration_ = absl::ZeroDuration();
+  std::string key_, end_;
+};
+
+class TxnPutWorkload final : public Workload {
+ public:
+  void RegisterFlags(FlagSet& f) override {
+    f.Int("key-size", &key_size_, "Key size of txn put");
+    f.Int("val-size", &val_size_, "Value size of txn put");
+    f.Int("txn-ops", &ops_, "Number of puts per txn");
+    f.Double("rate", &rate_, "Maximum txns per second (0 is no limit)");
+    f.Int64("total", &total_, "Total number of txn requests");
+    f.Int64("key-space-size", &key_space_size_, "Maximum possible keys");
+    f.Duration("duration", &duration_, "Stop after this long instead of after --total (0: off)");
+  }
+  absl::Status Prepare(const std::vector<std::string>&) override {
+    if (ops_ < 1) return absl::InvalidArgumentError("--txn-ops must be at least 1");
+    return CheckKeySpace(static_cast<int>(std::min<int64_t>(key_space_size_, INT32_MAX)));
+  }
+  absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    const std::string value = RandomBytes(val_size_, 1);
+    LoopOptions o{"txn-put", duration_ > absl::ZeroDuration() ? 0 : static_cast<uint64_t>(total_),
+                  duration_, ctx.global->clients, rate_};
+    IssueFn issue = [&](uint64_t seq, size_t client, DoneFn done) {
+      TxnRequest req;
+      for (int j = 0; j < ops_; ++j) {
+        auto* put = req.add_success()->mutable_request_put();
+        put->set_key(EtcdBenchKey(static_cast<int64_t>((seq * ops_ + j) % key_space_size_),
+                                  key_size_));
+        put->set_value(value);
+      }
+      AsyncTxn(ctx.pool->Kv(client), std::move(req),
+               [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
+    };
+    RunReport r = NewReport("txn-put", ctx);
+    r.phases.push_back(RunClosedLoop(o, issue));
+    return r;
+  }
+
+ private:
+  int key_size_ = 8;
+  int val_size_ = 8;
+  int ops_ = 1;
+  double rate_ = 0;
+  int64_t total_ = 10000;
+  int64_t key_space_size_ = 1;
+  absl::Duration duration_ = absl::ZeroDuration();
+};
+
+class TxnMixedWorkload final : public Workload {
+ public:
+  void RegisterFlags(FlagSet& f) override {
+    f.Int("key-size", &key_size_, "Key size of mixed txn");
+    f.Int("val-size", &val_size_, "Value size of mixed txn");
+    f.Double("rate", &rate_, "Maximum txns per second (0 is no limit)");
+    f.Int64("total", &total_, "Total number of txn requests");
+    f.String("end-key", &end_key_,
+             "Read operation range end key. By default, we do full range query with the default "
+             "limit of 1000.");
+    f.Int64("limit", &limit_, "Read operation range result limit");
+    f.Int64("key-space-size", &key_space_size_, "Maximum possible keys");
+    f.String("consistency", &consistency_, "Linearizable(l) or Serializable(s)");
+    f.Double("rw-ratio", &rw_ratio_, "Read/write ops ratio");
+  }
+  absl::Status Prepare(const std::vector<std::string>&) override {
+    if (consistency_ != "l" && consistency_ != "s") {
+      return absl::InvalidArgumentError("--consistency must be l or s");
+    }
+    return CheckKeySpace(static_cast<int>(std::min<int64_t>(key_space_size_, INT32_MAX)));
+  }
+  absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    const std::string value = RandomBytes(val_size_, 1);
+    Histogram reads, writes;
+    std::atomic<uint64_t> read_ops{0}, write_ops{0};
+    const double read_share = rw_ratio_ / (1 + rw_ratio_);
+    LoopOptions o{"txn-mixed", static_cast<uint64_t>(total_), absl::ZeroDuration(),
+                  ctx.global->clients, rate_};
+    IssueFn issue = [&](uint64_t seq, size_t client, DoneFn done) {
+      TxnRequest req;
+      const bool read = std::uniform_real_distribution<double>(0, 1)(ThreadRng()) < read_share;
+      if (read) {
+        // clientv3.OpGet("", WithRange(end), WithPrefix(), WithLimit(limit)):
+        // WithPrefix on an empty key wins and means every key.
+        auto* range = req.add_success()->mutable_request_range();
+        range->set_key(std::string(1, '\0'));
+        range->set_range_end(std::string(1, '\0'));
+        range->set_limit(limit_);
+        range->set_serializable(consistency_ == "s");
+        read_ops.fetch_add(1);
+      } else {
+        auto* put = req.add_success()->mutable_request_put();
+        put->set_key(EtcdBenchKey(static_cast<int64_t>(seq % key_space_size_), key_size_));
+        put->set_value(value);
+        write_ops.fetch_add(1);
+      }
+      const auto start = SteadyClockNow();
+      AsyncTxn(ctx.pool->Kv(client), std::move(req),
+               [&, read, start, done = std::move(done)](const grpc::Status& s, auto&) {
+                 if (s.ok()) (read ? reads : writes).Record(SteadyClockNow() - start);
+                 done(s);
+               });
+    };
+    PhaseResult all = RunClosedLoop(o, issue);
+    RunReport r = NewReport("txn-mixed", ctx);
+    PhaseResult read_phase, write_phase;
+    read_phase.name = "txn-mixed read";
+    read_phase.latency = reads;
+    read_phase.seconds = all.seconds;
+    write_phase.name = "txn-mixed write";
+    write_phase.latency = writes;
+    write_phase.seconds = all.seconds;
+    write_phase.errors = all.errors;  // errors are not split by kind
+    write_phase.error_counts = all.error_counts;
+    r.phases.push_back(std::move(read_phase));
+    r.phases.push_back(std::move(write_phase));
+    r.notes.push_back(absl::StrCat("Total Read Ops: ", read_ops.load(),
+                                   ", Total Write Ops: ", write_ops.load()));
+    return r;
+  }
+
+ private:
+  static uint64_t SteadyClockNow() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
+
+  int key_size_ = 8;
+  int val_size_ = 8;
+  double rate_ = 0;
+  int64_t total_ = 10000;
+  std::string end_key_;
+  int64_t limit_ = 1000;
+  int64_t key_space_size_ = 1;
+  std::string consistency_ = "l";
+  double rw_ratio_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> NewPutWorkload() { return std::make_unique<PutWorkload>(); }
+std::unique_ptr<Workload> NewRangeWorkload() { return std::make_unique<RangeWorkload>(); }
+std::unique_ptr<Workload> NewTxnPutWorkload() { return std::make_unique<TxnPutWorkload>(); }
+std::unique_ptr<Workload> NewTxnMixedWorkload() { return std::make_unique<TxnMixedWorkload>(); }
+
+}  // namespace capstan::bench

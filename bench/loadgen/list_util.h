@@ -1,0 +1,33 @@
+// Listing a prefix the way kube-apiserver's etcd3 storage does.
+
+#ifndef CAPSTAN_BENCH_LOADGEN_LIST_UTIL_H_
+#define CAPSTAN_BENCH_LOADGEN_LIST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "bench/loadgen/histogram.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+
+namespace capstan::bench {
+
+struct ListResult {
+  grpc::Status status;
+  uint64_t objects = 0;
+  uint64_t bytes = 0;   // sum of value sizes
+  int pages = 0;
+  int64_t revision = 0;
+};
+
+// A paginated list of every key under prefix: pages of `limit` keys, the
+// first at the current revision, the rest at that same revision continuing
+// from the last key + "\0" (kube-apiserver's continue token). limit 0: one
+// unpaginated Range. Each page's latency (ns) goes to page_latency if set.
+ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
+                      Histogram* page_latency);
+
+}  // namespace capstan::bench
+
+#endif  // CAPSTAN_BENCH_LOADGEN_LIST_UTIL_H_

@@ -1,0 +1,47 @@
+#include "bench/loadgen/workload.h"
+
+namespace capstan::bench {
+
+void GlobalOptions::Register(FlagSet& f) {
+  f.StringList("endpoints", &endpoints, "gRPC endpoints");
+  f.Int("conns", &conns, "Total number of gRPC connections");
+  f.Int("clients", &clients, "Total number of gRPC clients (requests in flight)");
+  f.Duration("dial-timeout", &dial_timeout, "dial timeout for client connections");
+  f.Duration("request-timeout", &request_timeout,
+             "deadline of each request (0: none, as in etcd's benchmark)");
+  f.String("json", &json_path, "write the results as JSON to this file");
+  f.String("markdown", &markdown_path, "write the results as a markdown table to this file");
+  f.String("plot", &plot_dir, "write gnuplot data, scripts and PNG plots into this directory");
+  f.Bool("no-progress", &no_progress, "never draw the progress line");
+  f.Int("server-pid", &server_pid, "pid of the server under test, to report its RSS and CPU");
+}
+
+const std::vector<WorkloadInfo>& Workloads() {
+  static const auto* all = new std::vector<WorkloadInfo>{
+      {"put", "put", "Benchmark put", NewPutWorkload},
+      {"range", "range key [end-range]", "Benchmark range", NewRangeWorkload},
+      {"txn-put", "txn-put", "Benchmark txn-put", NewTxnPutWorkload},
+      {"txn-mixed", "txn-mixed", "Benchmark a mixed load of txn-put & txn-range",
+       NewTxnMixedWorkload},
+      {"watch", "watch", "Benchmark watch", NewWatchWorkload},
+      {"watch-latency", "watch-latency", "Benchmark watch latency", NewWatchLatencyWorkload},
+      {"lease-keepalive", "lease-keepalive", "Benchmark lease keepalive",
+       NewLeaseKeepaliveWorkload},
+      {"large-list", "large-list",
+       "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
+       "latency while they run",
+       NewLargeListWorkload},
+      {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
+       NewK8sWorkload},
+  };
+  return *all;
+}
+
+const WorkloadInfo* FindWorkload(const std::string& name) {
+  for (const auto& w : Workloads()) {
+    if (w.name == name) return &w;
+  }
+  return nullptr;
+}
+
+}  // namespace capstan::bench

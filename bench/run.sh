@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `make bench`: runs every Google Benchmark binary in the build dir (short --benchmark_min_time)
+# and a `capstan-bench compare` set (Capstan vs a real etcd started here, several rounds), writing
+# everything under BUILD_DIR/bench-results/. Builds nothing: `make bench` builds first.
+#
+#   bench/run.sh BUILD_DIR
+#
+# Environment: ROUNDS (compare rounds, default 3), MIN_TIME (Google Benchmark --benchmark_min_time,
+# default 0.05), ETCD (etcd binary, default /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1.
+# Exits non-zero if a benchmark failed or any request failed in a compare run.
+set -uo pipefail
+
+build=${1:?usage: bench/run.sh BUILD_DIR}
+build=$(cd "$build" && pwd)
+out=$build/bench-results
+rounds=${ROUNDS:-3}
+min_time=${MIN_TIME:-0.05}
+etcd=${ETCD:-/usr/bin/etcd}
+mkdir -p "$out"
+status=0
+
+# Plots need Debian's gnuplot; install it when we may, otherwise capstan-bench says it skipped them.
+if ! command -v gnuplot >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null 2>&1 ||
+    echo "bench/run.sh: could not install gnuplot-nox; plots will be skipped" >&2
+fi
+
+# 1. Micro-benchmarks: build/<dir>/*/capstan_*_benchmark.
+if [ "${SKIP_MICRO:-0}" != 1 ]; then
+  for bin in $(find "$build" -mindepth 1 -maxdepth 2 -type f -name 'capstan_*_benchmark' -perm -u+x | sort); do
+    name=$(basename "$bin")
+    echo "== $name" >&2
+    if ! timeout 900 "$bin" --benchmark_min_time="$min_time" \
+        --benchmark_out="$out/$name.json" --benchmark_out_format=json > "$out/$name.txt"; then
+      echo "bench/run.sh: $name failed" >&2
+      status=1
+    fi
+    cat "$out/$name.txt"
+  done
+fi
+
+# 2. Capstan vs etcd, side by side.
+bench=$build/capstan-bench
+if [ "${SKIP_COMPARE:-0}" != 1 ]; then
+  if [ ! -x "$bench" ]; then
+    echo "bench/run.sh: $bench not built; skipping the compare set" >&2
+    status=1
+  elif [ ! -x "$etcd" ]; then
+    echo "bench/run.sh: no etcd at $etcd (apt-get install etcd-server); skipping the compare set" >&2
+    status=1
+  else
+    summary=$out/SUMMARY.md
+    {
+      echo "# capstan-bench compare set"
+      echo
+      echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r), etcd $("$etcd" --version | head -1 | awk '{print $3}')"
+      echo
+    } > "$summary"
+    run_compare() {  # name, then the arguments after `compare`
+      local name=$1
+      shift
+      echo "== compare $name" >&2
+      if ! timeout 1200 "$bench" compare --rounds "$rounds" --etcd-binary "$etcd" \
+          --json "$out/compare-$name.json" --markdown "$out/compare-$name.md" \
+          --plot "$out/plots" "$@"; then
+        echo "bench/run.sh: compare $name failed" >&2
+        status=1
+      fi
+      [ -f "$out/compare-$name.md" ] && { cat "$out/compare-$name.md"; echo; } >> "$summary"
+    }
+    run_compare put --conns 10 --clients 100 \
+      put --key-size 8 --val-size 256 --total 20000 --key-space-size 100000
+    run_compare range --conns 10 --clients 100 \
+      range /bench/range/key --populate 1 --val-size 256 --total 20000
+    run_compare txn-put --conns 10 --clients 100 \
+      txn-put --key-size 8 --val-size 256 --total 10000 --key-space-size 100000
+    run_compare large-list-small --conns 4 --clients 32 \
+      large-list --objects 5000 --lists 3 --concurrent-lists 4 --put-rate 50
+    echo "bench/run.sh: summary in $summary" >&2
+  fi
+fi
+exit $status
