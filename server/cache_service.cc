@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "mvcc/kv_codec.h"
+#include "server/auth_service.h"
 #include "server/errors.h"
 #include "server/grpc_buffers.h"
 
@@ -234,8 +235,9 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
 
 }  // namespace
 
-CacheService::CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads)
-    : cache_(cache), member_(member) {
+CacheService::CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads,
+                           const AuthGate* auth)
+    : cache_(cache), member_(member), auth_(auth) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Worker(); });
 }
 
@@ -280,6 +282,10 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
     reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
     return reactor;
   }
+  if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   Run([this, reactor, response, req = std::move(req)] {
     watchcache::ListOptions o;
     o.prefix = req.prefix();
@@ -316,8 +322,46 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+namespace {
+
+// Ends a Watch at once with a refusal.
+class RefusedWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedWatchReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// The end of the range of keys starting with prefix (etcd's prefix end).
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+}  // namespace
+
+absl::Status CacheService::CheckPrefix(const grpc::ServerContextBase& ctx,
+                                       const std::string& prefix) const {
+  if (auth_ == nullptr) return absl::OkStatus();
+  return auth_->CheckWatch(ctx, prefix, PrefixEnd(prefix));
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CacheService::Watch(grpc::CallbackServerContext* ctx,
                                                                 const grpc::ByteBuffer* request) {
+  if (auth_ != nullptr) {
+    std::string bytes;
+    capstan::v1::WatchRequest req;
+    if (FlattenBuffer(*request, &bytes) && req.ParseFromString(bytes)) {
+      if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {
+        return new RefusedWatchReactor(ToGrpcStatus(st));
+      }
+    }
+  }
   return new CacheWatchReactor(this, request);
 }
 

@@ -33,12 +33,17 @@
 
 namespace capstan::server {
 
+class AuthGate;
+
 using CacheServiceBase = capstan::v1::Cache::WithRawCallbackMethod_List<
     capstan::v1::Cache::WithRawCallbackMethod_Watch<capstan::v1::Cache::Service>>;
 
 class CacheService final : public CacheServiceBase {
  public:
-  CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads = 4);
+  // auth may be null (no checks); else List and Watch need read permission
+  // on the requested prefix, as an etcd Range or Watch of it would.
+  CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads = 4,
+               const AuthGate* auth = nullptr);
   // Runs the work already queued, then stops the pool.
   ~CacheService() override;
 
@@ -56,8 +61,12 @@ class CacheService final : public CacheServiceBase {
  private:
   void Worker();
 
+  // Read permission on [prefix, prefix end) for the caller.
+  absl::Status CheckPrefix(const grpc::ServerContextBase& ctx, const std::string& prefix) const;
+
   watchcache::Cache* const cache_;
   const MemberInfo* const member_;
+  const AuthGate* const auth_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -148,7 +148,9 @@ absl::Status Server::Init() {
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
   services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get(), gate));
-  if (cache_) services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get()));
+  if (cache_) {
+    services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
+  }
   services_.push_back(std::move(auth));
 
   grpc::ServerBuilder builder;
