@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -80,7 +82,11 @@ absl::Status HttpEndpoints::Listen(const std::string& host, int port) {
   auto server = std::make_unique<httplib::Server>();
   Install(server.get());
   if (!server->bind_to_port(host, port)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
+    const int err = errno;
+    // Worded like Go's net.Listen error that etcd prints.
+    return absl::UnavailableError(absl::StrCat("listen tcp ", host, ":", port, ": bind: ",
+                                               err == EADDRINUSE ? "address already in use"
+                                                                 : std::strerror(err)));
   }
   httplib::Server* raw = server.get();
   servers_.push_back(std::move(server));

@@ -192,8 +192,10 @@ absl::Status Server::Init() {
   if (!grpc_server_) return absl::UnavailableError("cannot start the gRPC server");
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i] == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on client URL ", config_.listen_client_urls[i].String()));
+      // gRPC does not say why; the usual cause is a port in use.
+      return absl::UnavailableError(absl::StrCat("cannot listen on client URL ",
+                                                 config_.listen_client_urls[i].String(),
+                                                 " (bind: address already in use?)"));
     }
     spdlog::info("serving client traffic {}on {}",
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
