@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/test_backend.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
 
@@ -89,52 +90,6 @@ std::string DataValue(const std::string& key, uint64_t n, std::mt19937_64* rng) 
   v.append(64 + (*rng)() % 192, static_cast<char>('a' + (*rng)() % 26));
   return v;
 }
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
-
-// Wraps a backend: its writes fail while `fail` is set. Under TSan, writes
-// also take a mutex: otherwise RocksDB's write-group leader copies the batch
-// of a concurrent writer (the compactor's) with synchronization TSan cannot
-// see, in frames it cannot name (so no suppression can single them out).
-class TestBackend : public storage::Backend {
- public:
-  explicit TestBackend(std::unique_ptr<storage::Backend> base) : base_(std::move(base)) {}
-
-  std::atomic<bool> fail{false};
-  std::atomic<int64_t> writes{0};
-
-  absl::Status Write(storage::WriteBatch* batch) override {
-    writes.fetch_add(1);
-    if (fail.load()) return absl::UnavailableError("injected write failure");
-    if (!kTsan) return base_->Write(batch);
-    std::lock_guard<std::mutex> l(write_mu_);
-    return base_->Write(batch);
-  }
-  absl::Status Get(storage::Cf cf, std::string_view key, std::string* value) const override {
-    return base_->Get(cf, key, value);
-  }
-  std::vector<absl::Status> MultiGet(storage::Cf cf, const std::vector<std::string_view>& keys,
-                                     std::vector<std::string>* values) const override {
-    return base_->MultiGet(cf, keys, values);
-  }
-  std::unique_ptr<storage::Iterator> NewIterator(storage::Cf cf) const override {
-    return base_->NewIterator(cf);
-  }
-  uint64_t SizeOnDisk() const override { return base_->SizeOnDisk(); }
-  uint64_t LiveDataSize() const override { return base_->LiveDataSize(); }
-  absl::Status CompactAll() override { return base_->CompactAll(); }
-  absl::Status Checkpoint(const std::string& dir) override { return base_->Checkpoint(dir); }
-  absl::Status Flush() override { return base_->Flush(); }
-  const storage::BackendOptions& options() const override { return base_->options(); }
-
- private:
-  std::unique_ptr<storage::Backend> base_;
-  std::mutex write_mu_;
-};
 
 class TempDir {
  public:

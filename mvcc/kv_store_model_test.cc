@@ -44,6 +44,7 @@
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/test_backend.h"
 #include "mvcc/revision_key.h"
 #include "storage/backend.h"
 
@@ -1053,49 +1054,11 @@ void Sanitize(TxnRequest* t, Generator* gen) {
 // ---------------------------------------------------------------------------
 // The harness: one store, one model, one generator.
 
-#if defined(__SANITIZE_THREAD__)
-// Under TSan, backend writes (the committer's and the compactor's) take a
-// mutex TSan sees: otherwise RocksDB's write-group leader copies the other
-// writer's batch with synchronization TSan cannot see, in frames it cannot
-// name (see TestBackend in kv_store_concurrency_test.cc).
-class WriteSerializingBackend : public storage::Backend {
- public:
-  explicit WriteSerializingBackend(std::unique_ptr<storage::Backend> base)
-      : base_(std::move(base)) {}
-  absl::Status Write(storage::WriteBatch* batch) override {
-    std::lock_guard<std::mutex> l(mu_);
-    return base_->Write(batch);
-  }
-  absl::Status Get(storage::Cf cf, std::string_view key, std::string* value) const override {
-    return base_->Get(cf, key, value);
-  }
-  std::vector<absl::Status> MultiGet(storage::Cf cf, const std::vector<std::string_view>& keys,
-                                     std::vector<std::string>* values) const override {
-    return base_->MultiGet(cf, keys, values);
-  }
-  std::unique_ptr<storage::Iterator> NewIterator(storage::Cf cf) const override {
-    return base_->NewIterator(cf);
-  }
-  uint64_t SizeOnDisk() const override { return base_->SizeOnDisk(); }
-  uint64_t LiveDataSize() const override { return base_->LiveDataSize(); }
-  absl::Status CompactAll() override { return base_->CompactAll(); }
-  absl::Status Checkpoint(const std::string& dir) override { return base_->Checkpoint(dir); }
-  absl::Status Flush() override { return base_->Flush(); }
-  const storage::BackendOptions& options() const override { return base_->options(); }
-
- private:
-  std::unique_ptr<storage::Backend> base_;
-  std::mutex mu_;
-};
-
+// Every store of the harness writes through TestBackend (mvcc/test_backend.h),
+// which keeps TSan runs free of RocksDB's unnamed write-group frames.
 std::unique_ptr<storage::Backend> ForTest(std::unique_ptr<storage::Backend> backend) {
-  return std::make_unique<WriteSerializingBackend>(std::move(backend));
+  return std::make_unique<TestBackend>(std::move(backend));
 }
-#else
-std::unique_ptr<storage::Backend> ForTest(std::unique_ptr<storage::Backend> backend) {
-  return backend;
-}
-#endif
 
 // Completion of asynchronously submitted writes.
 class Completions {
