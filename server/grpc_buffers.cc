@@ -13,11 +13,29 @@ bool FlattenBuffer(const grpc::ByteBuffer& buffer, std::string* out) {
   return true;
 }
 
-void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out) {
+namespace {
+
+grpc::Slice OwningSlice(std::string&& bytes) {
   auto* owned = new std::string(std::move(bytes));
-  grpc::Slice slice(owned->data(), owned->size(),
-                    [](void* p) { delete static_cast<std::string*>(p); }, owned);
+  return grpc::Slice(owned->data(), owned->size(),
+                     [](void* p) { delete static_cast<std::string*>(p); }, owned);
+}
+
+}  // namespace
+
+void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out) {
+  grpc::Slice slice = OwningSlice(std::move(bytes));
   grpc::ByteBuffer buffer(&slice, 1);
+  out->Swap(&buffer);
+}
+
+void PartsToBuffer(std::vector<std::string>&& parts, grpc::ByteBuffer* out) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(parts.size());
+  for (auto& p : parts) {
+    if (!p.empty()) slices.push_back(OwningSlice(std::move(p)));
+  }
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
   out->Swap(&buffer);
 }
 

@@ -4,6 +4,7 @@
 #define CAPSTAN_SERVER_GRPC_BUFFERS_H_
 
 #include <string>
+#include <vector>
 
 #include "grpcpp/support/byte_buffer.h"
 
@@ -14,6 +15,10 @@ bool FlattenBuffer(const grpc::ByteBuffer& buffer, std::string* out);
 
 // Moves a string into a ByteBuffer without copying its bytes.
 void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out);
+
+// Moves strings into a ByteBuffer, in order, as one message, without copying
+// their bytes.
+void PartsToBuffer(std::vector<std::string>&& parts, grpc::ByteBuffer* out);
 
 // The status Go's gRPC server (and so etcd) answers for a request that does
 // not parse.

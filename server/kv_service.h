@@ -2,7 +2,10 @@
 //
 // Range is served raw: the request is parsed here and the response is
 // assembled from the stored KeyValue bytes (mvcc::RangeResult::kvs_wire)
-// without building a RangeResponse message. Writes are submitted to the KV
+// without building a RangeResponse message. A Range that may return more
+// than a thousand keys runs on the bulk-read threads (server/bulk_reads.h),
+// at a lower CPU priority and within their memory bound; the rest run on
+// gRPC's thread. Writes are submitted to the KV
 // store's committer and answered from its completion callback, after the
 // write is durable; no thread waits on them.
 
@@ -15,6 +18,7 @@
 
 namespace capstan::server {
 class AuthGate;
+class BulkReads;
 }  // namespace capstan::server
 
 namespace capstan::server {
@@ -27,9 +31,11 @@ using KvServiceBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
 // Thread-safe. store and member must outlive the service.
 class KvService final : public KvServiceBase {
  public:
-  // auth: permission checks (null: none). Must outlive the service.
-  KvService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr)
-      : store_(store), member_(member), auth_(auth) {}
+  // auth: permission checks (null: none). bulk: where big Ranges run (null:
+  // on gRPC's thread). Both must outlive the service.
+  KvService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr,
+            BulkReads* bulk = nullptr)
+      : store_(store), member_(member), auth_(auth), bulk_(bulk) {}
 
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
@@ -47,6 +53,10 @@ class KvService final : public KvServiceBase {
                                     etcdserverpb::CompactionResponse* response) override;
 
  private:
+  // Reads the range and finishes the RPC with its response.
+  void ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
+                  grpc::ServerUnaryReactor* reactor);
+
   // Submits a write and finishes the RPC when the committer is done with it.
   template <typename Response>
   grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx,
@@ -57,6 +67,7 @@ class KvService final : public KvServiceBase {
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const AuthGate* const auth_;
+  BulkReads* const bulk_;
 };
 
 }  // namespace capstan::server

@@ -10,6 +10,7 @@
 #include "mvcc/watch_hub.h"
 #include "server/auth_service.h"
 #include "server/auto_compactor.h"
+#include "server/bulk_reads.h"
 #include "server/cache_service.h"
 #include "server/data_dir.h"
 #include "server/grpc_metrics.h"
@@ -142,7 +143,9 @@ absl::Status Server::Init() {
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
                                             member_.get());
   const AuthGate* gate = auth->gate();
-  services_.push_back(std::make_unique<KvService>(store_.get(), member_.get(), gate));
+  bulk_reads_ = std::make_unique<BulkReads>(BulkReads::Options{});
+  services_.push_back(
+      std::make_unique<KvService>(store_.get(), member_.get(), gate, bulk_reads_.get()));
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
@@ -240,6 +243,7 @@ void Server::Shutdown() {
   if (http_) http_->Stop();
   auto_compactor_.reset();
   grpc_server_.reset();
+  bulk_reads_.reset();
   // Responses in flight referenced cached objects: the cache goes after the
   // gRPC server, and before the hub its feeds watch.
   cache_.reset();

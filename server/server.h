@@ -28,6 +28,7 @@ class Cache;
 namespace capstan::server {
 
 class AutoCompactor;
+class BulkReads;
 class GrpcMetrics;
 class HttpEndpoints;
 struct MemberInfo;
@@ -53,6 +54,8 @@ class Server {
   std::unique_ptr<mvcc::WatchHub> hub_;
   // The Kubernetes watch cache, fed by the store and the hub.
   std::unique_ptr<watchcache::Cache> cache_;
+  // Where big Ranges run; outlives the gRPC server, not the store.
+  std::unique_ptr<BulkReads> bulk_reads_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
