@@ -16,6 +16,7 @@
 #include "bench/loadgen/keys.h"
 #include "bench/loadgen/list_util.h"
 #include "bench/loadgen/load_driver.h"
+#include "bench/loadgen/proc_stats.h"
 #include "bench/loadgen/workload.h"
 
 namespace capstan::bench {
@@ -27,6 +28,31 @@ uint64_t SinceNs(std::chrono::steady_clock::time_point start) {
                                    std::chrono::steady_clock::now() - start)
                                    .count());
 }
+
+// A server's memory growth over a scope (the lists of one phase): its peak
+// RSS while the scope runs minus its RSS when it began, added to the report
+// when the scope ends. Nothing when the server's pid is unknown.
+class RssGrowth {
+ public:
+  RssGrowth(pid_t pid, std::string name, RunReport* report)
+      : name_(std::move(name)), report_(report) {
+    if (pid != 0 && ReadProcSample(pid, &before_)) {
+      sampler_ = std::make_unique<ProcessSampler>(pid, std::chrono::milliseconds(20));
+    }
+  }
+  ~RssGrowth() {
+    if (sampler_ == nullptr) return;
+    sampler_->Stop();
+    const uint64_t peak = std::max(sampler_->PeakRss(), before_.rss_bytes);
+    report_->extras.push_back({name_, (peak - before_.rss_bytes) / 1048576.0, "MiB", false});
+  }
+
+ private:
+  const std::string name_;
+  RunReport* const report_;
+  ProcSample before_;
+  std::unique_ptr<ProcessSampler> sampler_;
+};
 
 class LargeListWorkload final : public Workload {
  public:
@@ -115,6 +141,7 @@ class LargeListWorkload final : public Workload {
 
     // Full lists, one at a time.
     {
+      RssGrowth growth(ctx.server_pid, "server RSS growth, full list", &r);
       ErrorCounter list_errors;
       PhaseResult p;
       p.name = "full list";
@@ -161,6 +188,7 @@ class LargeListWorkload final : public Workload {
 
     // Concurrent full lists, with writes running under them.
     {
+      RssGrowth growth(ctx.server_pid, "server RSS growth, concurrent full lists", &r);
       ErrorCounter list_errors;
       PhaseResult p;
       p.name = absl::StrCat("concurrent full list (x", concurrent_, ")");

@@ -31,6 +31,10 @@ const std::vector<WorkloadInfo>& Workloads() {
        "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
        "latency while they run",
        NewLargeListWorkload},
+      {"compaction", "compaction",
+       "Write N keys twice, then measure put and range latency while a physical compaction "
+       "removes the stale revisions",
+       NewCompactionWorkload},
       {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
        NewK8sWorkload},
   };
