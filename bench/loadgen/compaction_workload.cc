@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/loadgen/async_call.h"
+#include "bench/loadgen/fill.h"
 #include "bench/loadgen/keys.h"
 #include "bench/loadgen/load_driver.h"
 #include "bench/loadgen/workload.h"
@@ -42,27 +43,16 @@ class CompactionWorkload final : public Workload {
     RunReport r;
     r.workload = "compaction";
     r.target = ctx.target;
-    auto key_of = [](int64_t i) { return absl::StrFormat("/compaction/key-%09d", i); };
+    auto key_of = [](int64_t i) -> std::string {
+      return absl::StrFormat("/compaction/key-%09d", i);
+    };
     const std::string value(static_cast<size_t>(val_size_), 'v');
-    const uint64_t txns = static_cast<uint64_t>((keys_ + load_batch_ - 1) / load_batch_);
 
-    // Two generations of every key, batched: each txn puts load_batch keys.
+    // Two generations of every key.
     for (int generation = 1; generation <= 2; ++generation) {
-      IssueFn load = [&](uint64_t seq, size_t client, DoneFn done) {
-        etcdserverpb::TxnRequest txn;
-        for (int64_t i = static_cast<int64_t>(seq) * load_batch_;
-             i < std::min(keys_, static_cast<int64_t>(seq + 1) * load_batch_); ++i) {
-          auto* put = txn.add_success()->mutable_request_put();
-          put->set_key(key_of(i));
-          put->set_value(value);
-        }
-        AsyncTxn(ctx.pool->Kv(client), std::move(txn),
-                 [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
-      };
-      r.phases.push_back(RunClosedLoop(
-          {absl::StrFormat("load, generation %d (txns of %d puts)", generation, load_batch_), txns,
-           absl::ZeroDuration(), ctx.global->clients, 0},
-          load));
+      r.phases.push_back(FillKeys(
+          ctx, absl::StrFormat("load, generation %d (txns of %d puts)", generation, load_batch_),
+          keys_, load_batch_, key_of, value));
     }
 
     IssueFn put = [&](uint64_t, size_t client, DoneFn done) {

@@ -35,6 +35,7 @@ const std::vector<WorkloadInfo>& Workloads() {
        "Write N keys twice, then measure put and range latency while a physical compaction "
        "removes the stale revisions",
        NewCompactionWorkload},
+      {"fill", "fill", "Write N keys in batched txns (a loader for scripts)", NewFillWorkload},
       {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
        NewK8sWorkload},
   };
