@@ -76,6 +76,15 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       txn-put --key-size 8 --val-size 256 --total 10000 --key-space-size 100000
     run_compare large-list-small --conns 4 --clients 32 \
       large-list --objects 5000 --lists 3 --concurrent-lists 4 --put-rate 50
+    run_compare compaction-small --conns 4 --clients 16 \
+      compaction --keys 100000 --rate 200
+    echo "== restart time" >&2
+    if ! KEYS=100000 ROUNDS=1 ETCD="$etcd" "$(dirname "$0")/restart_time.sh" "$build" \
+        > "$out/restart-time.md"; then
+      echo "bench/run.sh: restart_time.sh failed" >&2
+      status=1
+    fi
+    cat "$out/restart-time.md" >> "$summary"
     echo "bench/run.sh: summary in $summary" >&2
   fi
 fi
