@@ -1,6 +1,12 @@
 #include "server/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,6 +48,38 @@ std::string GrpcAddress(const Url& url) {
 }
 
 bool IsTls(const Url& url) { return url.scheme == "https" || url.scheme == "unixs"; }
+
+// Why a TCP client URL cannot be listened on, worded like the Go net.Listen
+// error etcd prints ("listen tcp 127.0.0.1:2379: bind: address already in
+// use"); OK if a plain bind succeeds. gRPC only says that it failed.
+absl::Status ProbeListen(const Url& url) {
+  if (url.scheme == "unix" || url.scheme == "unixs") return absl::OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string host = url.Hostname();
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), url.Port().c_str(), &hints, &found) != 0) {
+    return absl::OkStatus();
+  }
+  absl::Status status;
+  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      const int err = errno;
+      status = absl::UnavailableError(
+          absl::StrCat("listen tcp ", url.host, ": bind: ",
+                       err == EADDRINUSE ? "address already in use" : std::strerror(err)));
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return status;
+}
 
 std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
   std::vector<std::string> out;
@@ -191,14 +229,23 @@ absl::Status Server::Init() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(config_.grpc_keepalive_timeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC sets SO_REUSEPORT unless told not to, which would let a second
+  // server bind a port this one serves and split its clients between them.
+  // etcd sets it only with --socket-reuse-port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, config_.socket_reuse_port ? 1 : 0);
   grpc_server_ = builder.BuildAndStart();
-  if (!grpc_server_) return absl::UnavailableError("cannot start the gRPC server");
+  if (!grpc_server_) {
+    for (const auto& url : config_.listen_client_urls) {
+      if (auto s = ProbeListen(url); !s.ok()) return s;
+    }
+    return absl::UnavailableError("cannot start the gRPC server");
+  }
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i] == 0) {
       // gRPC does not say why; the usual cause is a port in use.
+      if (auto s = ProbeListen(config_.listen_client_urls[i]); !s.ok()) return s;
       return absl::UnavailableError(absl::StrCat("cannot listen on client URL ",
-                                                 config_.listen_client_urls[i].String(),
-                                                 " (bind: address already in use?)"));
+                                                 config_.listen_client_urls[i].String()));
     }
     spdlog::info("serving client traffic {}on {}",
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
