@@ -4,11 +4,13 @@
 // Built on gRPC's callback threads it would hold those threads, and at normal
 // CPU priority it competes with the committer and with every small request
 // for the machine's cores. BulkReads runs such reads on a few threads of its
-// own at a lower CPU priority (a higher nice value), so that writes and small
-// reads keep their latency while big reads take the leftover CPU, and it
+// own, scheduled as batch work (SCHED_BATCH: they never preempt a thread that
+// wakes up) at a somewhat lower priority (nice +5: about a third of a normal
+// thread's CPU share when they compete), so that writes and small reads keep
+// their latency while big reads still progress on a busy machine. It also
 // bounds the memory of responses built but not yet sent: a new bulk read
 // starts only while those hold fewer than `max_held_bytes` (one read always
-// may run, however large, so nothing waits forever).
+// may run, so nothing waits forever).
 //
 // Thread-safe.
 
@@ -34,8 +36,10 @@ class BulkReads {
  public:
   struct Options {
     int threads = 2;
-    // Added to the nice value of the bulk threads (Linux: per thread).
-    int nice = 10;
+    // The nice value of the bulk threads (Linux: per thread). Each step is
+    // about 1.25x less CPU share when threads compete; +10 starves big reads
+    // when other processes keep the cores busy.
+    int nice = 5;
     size_t max_held_bytes = size_t{1} << 30;
   };
 
