@@ -102,7 +102,8 @@ absl::Status KvStore::Recover() {
     }
     current_rev_ = rev.main;
     if (tombstone || kv.lease == 0) {
-      key_lease.erase(std::string(kv.key));
+      // Most keys never had a lease: look up without building a string.
+      if (!key_lease.empty()) key_lease.erase(absl::string_view(kv.key.data(), kv.key.size()));
     } else {
       key_lease[std::string(kv.key)] = kv.lease;
     }
