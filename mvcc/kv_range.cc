@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mvcc/errors.h"
+#include "mvcc/go_sort.h"
 #include "mvcc/kv_codec.h"
 
 namespace capstan::mvcc {
@@ -111,6 +112,8 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     items.push_back(item);
   }
   if (sorted) {
+    // etcd sorts with Go's sort.Sort, which is not stable: GoSort leaves
+    // equal elements in the same order it does.
     auto less = [target = req.sort_target()](const Item& a, const Item& b) {
       switch (target) {
         case RangeRequest::KEY: return a.kv.key < b.kv.key;
@@ -121,11 +124,12 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
         default: return false;
       }
     };
+    auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
+    const int n = static_cast<int>(items.size());
     if (order == RangeRequest::ASCEND) {
-      std::stable_sort(items.begin(), items.end(), less);
+      GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
     } else {
-      std::stable_sort(items.begin(), items.end(),
-                       [&less](const Item& a, const Item& b) { return less(b, a); });
+      GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
     }
   }
   size_t n = items.size();

@@ -709,13 +709,19 @@ TEST_F(DiffRangeTest, BulkRangesMatch) {
   RangeRequest keys_only = GetAll(0);
   keys_only.set_keys_only(true);
   EXPECT_SAME(Both(keys_only));
-  // Sorted by key: no ties. (etcd orders ties of other targets the way Go's
-  // unstable sort.Sort leaves them; see docs/COMPATIBILITY.md.)
-  RangeRequest sorted = GetAll(0);
-  sorted.set_sort_order(RangeRequest::DESCEND);
-  sorted.set_sort_target(RangeRequest::KEY);
-  sorted.set_limit(1100);
-  EXPECT_SAME(Both(sorted));
+  // Sorted with many ties (a txn's keys share their mod and create
+  // revisions): etcd leaves equal keys where Go's unstable sort.Sort does.
+  const std::vector<std::pair<RangeRequest::SortTarget, RangeRequest::SortOrder>> sorts = {
+      {RangeRequest::KEY, RangeRequest::DESCEND},     {RangeRequest::MOD, RangeRequest::DESCEND},
+      {RangeRequest::CREATE, RangeRequest::ASCEND},   {RangeRequest::VERSION, RangeRequest::NONE},
+      {RangeRequest::VALUE, RangeRequest::DESCEND}};
+  for (const auto& [target, order] : sorts) {
+    RangeRequest sorted = GetAll(0);
+    sorted.set_sort_target(target);
+    sorted.set_sort_order(order);
+    sorted.set_limit(1100);
+    EXPECT_SAME(Both(sorted)) << "target " << target << " order " << order;
+  }
   RangeRequest filtered = GetAll(0);
   filtered.set_min_mod_revision(loaded);
   EXPECT_SAME(Both(filtered));
