@@ -36,7 +36,8 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
 }
 
 absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int64_t rev,
-                     int64_t header_rev, const RecordReader& read, RangeResult* result) {
+                     int64_t header_rev, const RecordReader& read, RangeResult* result,
+                     const RecordVisitor* stream) {
   *result = RangeResult();
   result->rev = header_rev;
 
@@ -78,8 +79,15 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     std::vector<std::string> records;
     for (size_t i = 0; i < n; i += kFetchChunk) {
       std::vector<Revision> chunk(revs.begin() + i, revs.begin() + std::min(n, i + kFetchChunk));
-      if (auto s = read(chunk, &records); !s.ok()) return s;
-      for (const auto& r : records) AppendRecordField(2, r, req.keys_only(), &result->kvs_wire);
+      if (stream != nullptr) {
+        auto s = (*stream)(chunk, [&](std::string_view record) {
+          AppendRecordField(2, record, req.keys_only(), &result->kvs_wire);
+        });
+        if (!s.ok()) return s;
+      } else {
+        if (auto s = read(chunk, &records); !s.ok()) return s;
+        for (const auto& r : records) AppendRecordField(2, r, req.keys_only(), &result->kvs_wire);
+      }
       if (i == 0 && n > chunk.size()) {
         // Size the response once from the first chunk rather than growing
         // (and copying) it again and again on a huge range.

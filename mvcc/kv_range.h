@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
@@ -19,6 +20,11 @@ namespace capstan::mvcc {
 using RecordReader =
     std::function<absl::Status(const std::vector<Revision>& revs, std::vector<std::string>* out)>;
 
+// Hands the stored records at the given revisions to visit, in order,
+// without copying each (visit must copy what it keeps).
+using RecordVisitor = std::function<absl::Status(
+    const std::vector<Revision>& revs, absl::FunctionRef<void(std::string_view record)> visit)>;
+
 // Checks what etcd checks before a Range: a key, and known sort enums.
 absl::Status ValidateRange(const etcdserverpb::RangeRequest& req);
 
@@ -29,10 +35,12 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
 
 // Evaluates req over `index` at revision `rev` with etcd's rules for limit,
 // count, more, min/max revision filters, sorting, keys_only and count_only.
-// result->rev is set to header_rev.
+// result->rev is set to header_rev. When `stream` is set, a range that
+// neither sorts nor filters reads through it instead of `read`, appending each
+// record to the response as it comes.
 absl::Status RangeAt(const index::IndexView& index, const etcdserverpb::RangeRequest& req,
                      int64_t rev, int64_t header_rev, const RecordReader& read,
-                     RangeResult* result);
+                     RangeResult* result, const RecordVisitor* stream = nullptr);
 
 // etcd's mkGteRange: a range_end of "\0" means "every key >= key".
 bool IsFromKey(const std::string& range_end);

@@ -192,6 +192,21 @@ absl::Status KvStore::ReadRecords(const std::vector<Revision>& revs, std::vector
   return absl::OkStatus();
 }
 
+absl::Status KvStore::VisitRecords(const std::vector<Revision>& revs,
+                                   absl::FunctionRef<void(std::string_view record)> visit) const {
+  std::vector<std::string> keys;
+  keys.reserve(revs.size());
+  for (const auto& r : revs) keys.push_back(RevisionKey(r));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto s = backend_->MultiGetVisit(Cf::kKey, views,
+                                   [&visit](size_t, std::string_view value) { visit(value); });
+  if (!s.ok()) {
+    // As in ReadRecords: the read epoch rules out a compaction racing this.
+    return absl::InternalError(absl::StrCat("record missing from storage: ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* result) const {
   stat_ranges_.fetch_add(1, std::memory_order_relaxed);
   if (auto s = ValidateRange(req); !s.ok()) return s;
@@ -200,12 +215,16 @@ absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* 
   if (auto s = ResolveReadRevision(req.revision(), view->rev, view->compact_rev, &rev); !s.ok()) {
     return s;
   }
+  const RecordVisitor stream = [this](const std::vector<Revision>& revs,
+                                     absl::FunctionRef<void(std::string_view)> visit) {
+    return VisitRecords(revs, visit);
+  };
   return RangeAt(
       view->index, req, rev, view->rev,
       [this](const std::vector<Revision>& revs, std::vector<std::string>* out) {
         return ReadRecords(revs, out, /*include_pending=*/false);
       },
-      result);
+      result, &stream);
 }
 
 void KvStore::Submit(WriteRequest write) {

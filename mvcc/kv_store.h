@@ -29,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -242,6 +243,10 @@ class KvStore {
   // group being committed are served from pending_ (committer thread only).
   absl::Status ReadRecords(const std::vector<Revision>& revs, std::vector<std::string>* out,
                            bool include_pending) const;
+  // Hands the committed records at revs to visit, in order, without copying
+  // each into a string (a Range's path; any thread).
+  absl::Status VisitRecords(const std::vector<Revision>& revs,
+                            absl::FunctionRef<void(std::string_view record)> visit) const;
 
   const KvStoreOptions options_;
   const std::unique_ptr<storage::Backend> backend_;

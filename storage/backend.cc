@@ -18,6 +18,11 @@
 namespace capstan::storage {
 namespace {
 
+// The error of key i of a MultiGetVisit, saying which key it was.
+absl::Status MultiGetError(size_t i, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("key ", i, " of the batch: ", s.message()));
+}
+
 constexpr std::array<const char*, kNumCfs> kCfNames = {"key", "meta", "lease", "auth", "alarm"};
 
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
@@ -85,6 +90,24 @@ class RocksBackend final : public Backend {
       if (st[i].ok()) (*values)[i].assign(pinned[i].data(), pinned[i].size());
     }
     return out;
+  }
+
+  absl::Status MultiGetVisit(
+      Cf cf, const std::vector<std::string_view>& keys,
+      absl::FunctionRef<void(size_t i, std::string_view value)> visit) const override {
+    const size_t n = keys.size();
+    std::vector<rocksdb::Slice> slices;
+    slices.reserve(n);
+    for (auto k : keys) slices.push_back(ToSlice(k));
+    std::vector<rocksdb::PinnableSlice> pinned(n);
+    std::vector<rocksdb::Status> st(n);
+    db_->MultiGet(rocksdb::ReadOptions(), handle(cf), n, slices.data(), pinned.data(), st.data(),
+                  /*sorted_input=*/false);
+    for (size_t i = 0; i < n; ++i) {
+      if (!st[i].ok()) return MultiGetError(i, FromRocks(st[i]));
+      visit(i, std::string_view(pinned[i].data(), pinned[i].size()));
+    }
+    return absl::OkStatus();
   }
 
   std::unique_ptr<Iterator> NewIterator(Cf cf) const override {
@@ -218,6 +241,18 @@ size_t WriteBatch::ByteSize() const { return rep_->batch.GetDataSize(); }
 
 absl::Status RocksBackend::Write(WriteBatch* batch) {
   return FromRocks(db_->Write(write_options_, WriteBatchAccess::Rocks(batch)));
+}
+
+absl::Status Backend::MultiGetVisit(
+    Cf cf, const std::vector<std::string_view>& keys,
+    absl::FunctionRef<void(size_t i, std::string_view value)> visit) const {
+  std::vector<std::string> values;
+  auto statuses = MultiGet(cf, keys, &values);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!statuses[i].ok()) return MultiGetError(i, statuses[i]);
+    visit(i, values[i]);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& options) {

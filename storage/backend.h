@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -107,6 +108,15 @@ class Backend {
   // returned statuses[i] answer keys[i].
   virtual std::vector<absl::Status> MultiGet(Cf cf, const std::vector<std::string_view>& keys,
                                              std::vector<std::string>* values) const = 0;
+
+  // Reads many keys of one column family at once and hands each value to
+  // visit(i, value), in the order of keys, without copying it into a string
+  // first; value is valid only during the call. Stops at the first key that
+  // cannot be read and returns its error (with the index in the message).
+  // The default reads through MultiGet.
+  virtual absl::Status MultiGetVisit(
+      Cf cf, const std::vector<std::string_view>& keys,
+      absl::FunctionRef<void(size_t i, std::string_view value)> visit) const;
 
   // A new iterator over the latest data of cf. The caller owns it; it must
   // be destroyed before the Backend.

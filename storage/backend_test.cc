@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace capstan::storage {
@@ -92,6 +93,38 @@ TEST_F(BackendTest, MultiGetAnswersEachKey) {
   EXPECT_TRUE(absl::IsNotFound(st[1]));
   EXPECT_TRUE(st[2].ok());
   EXPECT_EQ(values[2], "1");
+}
+
+TEST_F(BackendTest, MultiGetVisitHandsValuesInKeyOrder) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  for (int i = 0; i < 1000; ++i) batch.Put(Cf::kKey, absl::StrCat("k", i), absl::StrCat("v", i));
+  ASSERT_TRUE(b->Write(&batch).ok());
+  std::vector<std::string> keys;
+  for (int i = 999; i >= 0; i -= 3) keys.push_back(absl::StrCat("k", i));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<std::pair<size_t, std::string>> seen;
+  ASSERT_TRUE(b->MultiGetVisit(Cf::kKey, views, [&](size_t i, std::string_view value) {
+                 seen.emplace_back(i, std::string(value));
+               }).ok());
+  ASSERT_EQ(seen.size(), keys.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].first, i);
+    EXPECT_EQ("v" + keys[i].substr(1), seen[i].second);
+  }
+}
+
+TEST_F(BackendTest, MultiGetVisitStopsAtAMissingKey) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  batch.Put(Cf::kKey, "x", "1");
+  ASSERT_TRUE(b->Write(&batch).ok());
+  int visited = 0;
+  auto s = b->MultiGetVisit(Cf::kKey, {"x", "missing", "x"},
+                            [&](size_t, std::string_view) { ++visited; });
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_NE(s.message().find("key 1"), std::string_view::npos) << s;
+  EXPECT_EQ(visited, 1);
 }
 
 TEST_F(BackendTest, CheckpointIsAConsistentCopy) {
