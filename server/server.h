@@ -29,6 +29,7 @@ namespace capstan::server {
 
 class AutoCompactor;
 class GrpcMetrics;
+class Metrics;
 class HttpEndpoints;
 struct MemberInfo;
 
@@ -55,6 +56,7 @@ class Server {
   std::unique_ptr<watchcache::Cache> cache_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
   std::unique_ptr<HttpEndpoints> http_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
