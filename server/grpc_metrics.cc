@@ -1,5 +1,6 @@
 #include "server/grpc_metrics.h"
 
+#include <cstring>
 #include <string>
 
 namespace capstan::server {
@@ -87,7 +88,12 @@ GrpcMetrics::GrpcMetrics(prometheus::Registry* registry)
                    .Name("grpc_server_handled_total")
                    .Help("Total number of RPCs completed on the server, regardless of success or "
                          "failure.")
-                   .Register(*registry)) {}
+                   .Register(*registry)),
+      lease_granted_(prometheus::BuildCounter()
+                         .Name("etcd_debugging_lease_granted_total")
+                         .Help("The total number of granted leases.")
+                         .Register(*registry)
+                         .Add({})) {}
 
 void GrpcMetrics::Started(const char* method, RpcType type) {
   started_.Add(MethodLabels(method, static_cast<int>(type))).Increment();
@@ -97,6 +103,9 @@ void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode cod
   auto labels = MethodLabels(method, static_cast<int>(type));
   labels.emplace("grpc_code", CodeName(static_cast<int>(code)));
   handled_.Add(labels).Increment();
+  if (code == grpc::StatusCode::OK && std::strcmp(method, "/etcdserverpb.Lease/LeaseGrant") == 0) {
+    lease_granted_.Increment();
+  }
 }
 
 }  // namespace capstan::server

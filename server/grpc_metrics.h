@@ -1,6 +1,7 @@
 // gRPC server metrics with the names and labels of go-grpc-prometheus, which
 // etcd exports: grpc_server_started_total and grpc_server_handled_total by
-// service, method, type (and code).
+// service, method, type (and code). Also etcd_debugging_lease_granted_total:
+// etcd's lessor counts grants; here every grant is a successful LeaseGrant RPC.
 
 #ifndef CAPSTAN_SERVER_GRPC_METRICS_H_
 #define CAPSTAN_SERVER_GRPC_METRICS_H_
@@ -31,6 +32,7 @@ class GrpcMetrics {
  private:
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
+  prometheus::Counter& lease_granted_;
 };
 
 }  // namespace capstan::server

@@ -109,7 +109,9 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Single("etcd_server_quota_backend_bytes", MetricType::Gauge,
                          "Current backend storage quota size in bytes.",
                          d(store_->options().quota_bytes)));
-    out.push_back(Single("etcd_debugging_lease_granted_total", MetricType::Gauge, "Leases held.",
+    // etcd_debugging_lease_granted_total (a counter of grants) is counted by
+    // GrpcMetrics.
+    out.push_back(Single("capstan_leases", MetricType::Gauge, "Leases held.",
                          d(store_->lessor()->size())));
     out.push_back(Single("process_resident_memory_bytes", MetricType::Gauge,
                          "Resident memory size in bytes.", d(ResidentBytes())));
