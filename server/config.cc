@@ -3,12 +3,16 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "server/config_file.h"
 
 namespace capstan::server {
 namespace {
@@ -1697,6 +1702,82 @@ ConfigFailure GetConfigFailure(const absl::Status& status) {
   return failure;
 }
 
+namespace {
+
+// What etcd does after the flags, environment or config file are read:
+// validation, defaults that depend on other settings, and the ignored flags.
+absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
+  ServerConfig& c = st.cfg;
+  std::set<std::string>& explicitly = c.explicitly_set;
+  const bool may_be_proxy =
+      c.proxy != "off" || (!c.discovery.empty() && c.discovery_fallback == "proxy");
+  // etcdmain's configFromCmdLine; a config file keeps the default
+  // advertise URL (embed.ConfigFromFile has no such rule).
+  if (!from_file && explicitly.count("listen-client-urls") != 0 &&
+      explicitly.count("advertise-client-urls") == 0 && !may_be_proxy) {
+    c.advertise_client_urls.clear();
+  }
+  if ((!c.discovery.empty() || !c.discovery_srv.empty() || !c.discovery_srv_name.empty()) &&
+      explicitly.count("initial-cluster") == 0) {
+    c.initial_cluster.clear();
+  }
+  if (absl::Status s = ValidateLikeEtcd(st, may_be_proxy); !s.ok()) return s;
+
+  if (c.data_dir.empty()) {
+    c.data_dir = absl::StrCat(c.name, ".capstan");
+    c.warnings.push_back(absl::StrCat("'data-dir' was empty; using default: ", c.data_dir));
+  }
+  if (absl::Status s = ValidateAtStart(c); !s.ok()) return s;
+
+  for (const FlagSpec& f : Flags()) {
+    if (f.no_effect && explicitly.count(std::string(f.name)) != 0) {
+      c.ignored_flags.push_back(std::string(f.name));
+    }
+  }
+  return std::move(st.cfg);
+}
+
+
+// etcd's configFromFile: the YAML keys are the flag names (see
+// server/config_file.h); nothing from the command line or the environment is
+// used. Keys that name no flag are ignored, as etcd ignores them.
+absl::StatusOr<ServerConfig> ParseConfigFile(const std::string& path, bool others_ignored) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::string reason = std::strerror(errno);
+    if (!reason.empty()) reason[0] = absl::ascii_tolower(reason[0]);  // Go's wording
+    return VerifyError(absl::StrCat("open ", path, ": ", reason));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto settings = ConfigFileSettings(text.str());
+  if (!settings.ok()) {
+    return VerifyError(absl::StrCat("error converting YAML to JSON: ", settings.status().message()));
+  }
+  ParseState st;
+  st.cfg.config_file = path;
+  for (const auto& [name, value] : *settings) {
+    const FlagSpec* flag = LookupFlag(name);
+    if (flag == nullptr || flag->section == Section::kHidden) continue;
+    if (absl::Status s = flag->value.set(st, value); !s.ok()) {
+      if (absl::EndsWith(name, "-urls")) {
+        return VerifyError(absl::StrCat("unexpected error setting up ", name, ": ", s.message()));
+      }
+      return VerifyError(absl::StrCat("invalid value ", GoQuote(value), " for ", name,
+                                      " in config file ", GoQuote(path), ": ", s.message()));
+    }
+    st.cfg.explicitly_set.insert(std::string(flag->name));
+  }
+  if (others_ignored) {
+    st.cfg.warnings.push_back(absl::StrCat(
+        "loaded server configuration from ", GoQuote(path),
+        "; other configuration command line flags and environment variables are ignored"));
+  }
+  return FinishConfig(std::move(st), /*from_file=*/true);
+}
+
+}  // namespace
+
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
                                                const std::map<std::string, std::string>& env) {
   ParseState st;
@@ -1767,10 +1848,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     if (auto it = env.find("ETCD_CONFIG_FILE"); it != env.end()) st.cfg.config_file = it->second;
   }
   if (!st.cfg.config_file.empty()) {
-    return RefusalError(absl::StrCat("Capstan does not read --config-file yet (got ",
-                                     GoQuote(st.cfg.config_file),
-                                     "): pass the settings as flags or ETCD_* environment "
-                                     "variables"));
+    bool env_given = false;
+    for (const auto& [key, value] : env) {
+      env_given |= absl::StartsWith(key, "ETCD_") && key != "ETCD_CONFIG_FILE";
+    }
+    const bool flags_given = explicitly.size() > (explicitly.count("config-file") != 0 ? 1u : 0u);
+    return ParseConfigFile(st.cfg.config_file, flags_given || env_given);
   }
 
   // pkg/flags.SetFlagsFromEnv: flags in name order; the last bad value is
@@ -1818,32 +1901,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   }
   if (!env_error.ok()) return env_error;
 
-  // etcdmain's configFromCmdLine.
-  ServerConfig& c = st.cfg;
-  const bool may_be_proxy =
-      c.proxy != "off" || (!c.discovery.empty() && c.discovery_fallback == "proxy");
-  if (explicitly.count("listen-client-urls") != 0 &&
-      explicitly.count("advertise-client-urls") == 0 && !may_be_proxy) {
-    c.advertise_client_urls.clear();
-  }
-  if ((!c.discovery.empty() || !c.discovery_srv.empty() || !c.discovery_srv_name.empty()) &&
-      explicitly.count("initial-cluster") == 0) {
-    c.initial_cluster.clear();
-  }
-  if (absl::Status s = ValidateLikeEtcd(st, may_be_proxy); !s.ok()) return s;
-
-  if (c.data_dir.empty()) {
-    c.data_dir = absl::StrCat(c.name, ".capstan");
-    c.warnings.push_back(absl::StrCat("'data-dir' was empty; using default: ", c.data_dir));
-  }
-  if (absl::Status s = ValidateAtStart(c); !s.ok()) return s;
-
-  for (const FlagSpec& f : Flags()) {
-    if (f.no_effect && explicitly.count(std::string(f.name)) != 0) {
-      c.ignored_flags.push_back(std::string(f.name));
-    }
-  }
-  return std::move(st.cfg);
+  return FinishConfig(std::move(st), /*from_file=*/false);
 }
 
 std::string ShortUsageText() {
@@ -1860,8 +1918,9 @@ std::string ShortUsageText() {
          "    Show the help information about Capstan.\n"
          "\n"
          "  capstan --config-file\n"
-         "    Path to an etcd server configuration file. Not supported by Capstan yet: it is\n"
-         "    refused at start-up; pass flags or ETCD_* environment variables instead.\n"
+         "    Path to an etcd server configuration file (YAML, keys named as the flags;\n"
+         "    TLS under client-transport-security / peer-transport-security). When given,\n"
+         "    other command line flags and environment variables are ignored, as in etcd.\n"
          "\n"
          "  Every flag can also be set by the environment variable ETCD_<FLAG_NAME>, e.g.\n"
          "  ETCD_DATA_DIR for --data-dir. A flag given on the command line and in the\n"
