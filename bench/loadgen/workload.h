@@ -78,6 +78,7 @@ std::unique_ptr<Workload> NewWatchLatencyWorkload();
 std::unique_ptr<Workload> NewLeaseKeepaliveWorkload();
 std::unique_ptr<Workload> NewLargeListWorkload();
 std::unique_ptr<Workload> NewK8sWorkload();
+std::unique_ptr<Workload> NewDefragWorkload();
 
 }  // namespace capstan::bench
 
