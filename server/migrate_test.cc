@@ -38,63 +38,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing::CommandResult;
-using testing::EtcdctlCommand;
 using testing::ServerOptions;
 using testing::ServerProcess;
 
-// A real etcd (tests/process_fixture.h) driven with etcdctl.
-class Etcd {
- public:
-  static bool Available() {
-    return testing::IsExecutable(testing::EtcdBinary()) &&
-           testing::IsExecutable(testing::EtcdctlBinary());
-  }
-
-  absl::Status Start() {
-    auto server = ServerProcess::Start(ServerOptions::Etcd());
-    if (!server.ok()) return server.status();
-    server_ = *std::move(server);
-    return absl::OkStatus();
-  }
-  // The data dir stays until this object is destroyed.
-  void Stop() {
-    if (server_ && server_->running()) server_->Stop();
-  }
-
-  // Runs etcdctl with args (words split at spaces, '' for an empty one);
-  // returns its stdout. A failure fails the test unless rc is given.
-  std::string Ctl(const std::string& args, const std::string& input = "", int* rc = nullptr) {
-    CommandResult r = EtcdctlCommand(*server_, args, input);
-    const int code = r.exit.exited ? r.exit.exit_code : -1;
-    if (rc != nullptr) {
-      *rc = code;
-    } else {
-      EXPECT_EQ(code, 0) << "etcdctl " << args.substr(0, 200) << ": " << r.err;
-    }
-    return r.out;
-  }
-
-  // The whole key space at rev (0: current), as etcd answers it.
-  etcdserverpb::RangeResponse GetAll(int64_t rev) {
-    etcdserverpb::RangeResponse r;
-    EXPECT_TRUE(r.ParseFromString(
-        Ctl(absl::StrCat("get '' --prefix -w protobuf", rev > 0 ? absl::StrCat(" --rev=", rev) : ""))));
-    return r;
-  }
-  int64_t Rev() { return GetAll(0).header().revision(); }
-
-  int64_t Grant(int ttl) {
-    const std::string out = Ctl(absl::StrCat("lease grant ", ttl));
-    return static_cast<int64_t>(std::stoull(out.substr(6, out.find(' ', 6) - 6), nullptr, 16));
-  }
-
-  ServerProcess& server() { return *server_; }
-  std::string data_dir() const { return server_->data_dir(); }
-
- private:
-  std::unique_ptr<ServerProcess> server_;
-};
+using Etcd = testing::EtcdctlServer;
 
 // Every event a watch on the whole key space from revision `from` delivers,
 // up to and including those of revision `until`.
@@ -149,7 +96,7 @@ struct EtcdAnswers {
 class MigrateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!Etcd::Available()) return;
+    if (!Etcd::EtcdAvailable()) return;
     char tmpl[] = "/tmp/capstan-migrate-XXXXXX";
     dir_ = new std::string(mkdtemp(tmpl));
     answers_ = new EtcdAnswers();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "diff_fixture.h"
+#include "etcdctl_command.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
@@ -67,12 +68,6 @@ std::vector<etcdserverpb::AlarmMember> Alarms(ServerStubs& s) {
   return {resp.alarms().begin(), resp.alarms().end()};
 }
 
-CommandResult Etcdctl(const ServerProcess& server, std::vector<std::string> args) {
-  std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints", server.endpoint()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
 // ---------------------------------------------------------------------------
 // Quota and the NOSPACE alarm, the same test against etcd and Capstan.
 
@@ -108,7 +103,7 @@ TEST_P(QuotaTest, FillAlarmRecoverDisarm) {
   st = Put(s, "/quota/small", "v");
   EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED);
   EXPECT_EQ(st.error_message(), kNoSpace);
-  CommandResult list = Etcdctl(**server, {"alarm", "list"});
+  CommandResult list = EtcdctlCommand(**server, "alarm list");
   EXPECT_TRUE(list.exit.exited && list.exit.exit_code == 0) << list.err;
   EXPECT_NE(list.out.find("alarm:NOSPACE"), std::string::npos) << list.out;
 
@@ -146,7 +141,7 @@ TEST_P(QuotaTest, FillAlarmRecoverDisarm) {
   EXPECT_EQ(st.error_message(), kNoSpace);
 
   // The operator disarms it as with etcd; writes go through again.
-  CommandResult disarm = Etcdctl(**server, {"alarm", "disarm"});
+  CommandResult disarm = EtcdctlCommand(**server, "alarm disarm");
   EXPECT_TRUE(disarm.exit.exited && disarm.exit.exit_code == 0) << disarm.err;
   EXPECT_NE(disarm.out.find("alarm:NOSPACE"), std::string::npos) << disarm.out;
   EXPECT_TRUE(Alarms(after).empty());
@@ -200,7 +195,7 @@ TEST(SnapshotTest, SaveRestoreEveryRevision) {
 
   TempDir dir("capstan-snapshot");
   const std::string file = dir.path() + "/snap.db";
-  CommandResult save = Etcdctl(**source, {"snapshot", "save", file});
+  CommandResult save = EtcdctlCommand(**source, "snapshot save " + file);
   ASSERT_TRUE(save.exit.exited && save.exit.exit_code == 0) << save.err;
 
   // capstan snapshot status: etcdctl's JSON fields.
