@@ -1,3 +1,6 @@
+// Verification of a migration (`capstan migrate --verify`): the migrated
+// store against its source, revision by revision.
+
 #include "server/migrate.h"
 #include "server/migrate_source.h"
 
@@ -25,8 +28,6 @@
 #include "storage/backend.h"
 #include "storage/bbolt_reader.h"
 
-
-// Verification of a migration: the migrated store against its source.
 
 namespace capstan::server {
 namespace migrate_internal {
