@@ -1,6 +1,5 @@
 #include "server/config.h"
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
