@@ -1122,7 +1122,6 @@ absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
   return std::move(st.cfg);
 }
 
-
 // etcd's configFromFile: the YAML keys are the flag names (see
 // server/config_file.h); nothing from the command line or the environment is
 // used. Keys that name no flag are ignored, as etcd ignores them.
