@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,10 @@
 #include "process_fixture.h"
 
 namespace capstan::testing {
+
+// gtest prints the parameter of QuotaTest with this (found by ADL).
+void PrintTo(ServerFlavor flavor, std::ostream* os) { *os << FlavorName(flavor); }
+
 namespace {
 
 using etcdserverpb::AlarmRequest;
