@@ -161,6 +161,25 @@ INSTANTIATE_TEST_SUITE_P(EtcdAndCapstan, QuotaTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
                          [](const auto& info) { return std::string(FlavorName(info.param)); });
 
+// etcdctl's maintenance commands not covered by diff_foundation_test, the
+// same on both servers.
+class DiffOpsTest : public DiffTest {};
+
+TEST_F(DiffOpsTest, EtcdctlAlarmDisarmWithoutAlarms) {
+  EXPECT_SAME_CTL(Etcdctl({"alarm", "disarm"}, "", /*json=*/false));
+  EXPECT_SAME_CTL(Etcdctl({"alarm", "disarm"}));
+}
+
+TEST_F(DiffOpsTest, EtcdctlCompactionThenHashKVAtRevision) {
+  PutBoth(K("a"), "1");
+  const int64_t rev = PutBoth(K("a"), "2");
+  PutBoth(K("b"), "1");
+  EXPECT_SAME_CTL(Etcdctl({"compaction", std::to_string(rev)}, "", /*json=*/false));
+  EXPECT_SAME_CTL(Etcdctl({"endpoint", "hashkv", "--rev", std::to_string(rev + 1)}));
+  // Below the compaction: the same error from both.
+  EXPECT_SAME_CTL(Etcdctl({"endpoint", "hashkv", "--rev", std::to_string(rev - 1)}));
+}
+
 // ---------------------------------------------------------------------------
 // Snapshot save (etcdctl, from Capstan), restore (capstan), compare.
 
