@@ -6,7 +6,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   librocksdb-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libjemalloc-dev libbenchmark-dev libgtest-dev libgmock-dev
-  libcpp-httplib-dev libspdlog-dev libssl-dev
+  libcpp-httplib-dev libspdlog-dev libssl-dev prometheus-cpp-dev
   etcd-server etcd-client curl
 )
 missing=()

@@ -8,6 +8,9 @@
 //    flags; Go durations such as "100ms" or "1h2m"; Go integers "0x10",
 //    "1_000"; URL lists validated like etcd's types.NewURLs);
 //  - precedence is flag > ETCD_<UPPER_SNAKE> environment variable > default;
+//  - --config-file (or ETCD_CONFIG_FILE) names a YAML file with the flag
+//    names as keys (server/config_file.h); then, as in etcd, every other flag
+//    and environment variable is ignored, and unknown keys are ignored too;
 //  - failures carry etcd's exact error text and exit code (see
 //    GetConfigFailure()).
 // Flags that mean nothing for a single member (peer URLs, raft timing,
@@ -18,7 +21,9 @@
 //  - the default data directory is "${name}.capstan", not "${name}.etcd";
 //  - --initial-cluster with more than one member is refused (Capstan is a
 //    single-member server);
-//  - --proxy other than 'off' and --config-file are refused;
+//  - --proxy other than 'off' is refused; a config file's values are not
+//    type-checked the way Go's JSON decoder checks them (`name: 5` is the
+//    name "5" rather than an error);
 //  - two Capstan flags: --watch-cache-prefixes and --lease-revoke-rate.
 // As in etcd, an ETCD_* variable whose flag is also on the command line is a
 // fatal error, and unknown ETCD_* variables are only warned about.
@@ -235,7 +240,7 @@ struct ServerConfig {
   int64_t lease_revoke_rate = 1000;  // --lease-revoke-rate: leases revoked per second
 
   // ---- Command, not configuration ------------------------------------------
-  std::string config_file;  // --config-file (refused when set)
+  std::string config_file;  // --config-file: the YAML file read instead of flags and env
   // --help / -h: the caller prints UsageText() to stdout and exits 0. When
   // set, nothing after the help flag was parsed and no other field is
   // meaningful.
@@ -276,7 +281,7 @@ struct ServerConfig {
 //    the "error" field of "failed to verify flags".
 // The code is kInvalidArgument for everything etcd refuses too, and
 // kUnimplemented where only Capstan refuses (multi-member --initial-cluster,
-// --proxy, --config-file).
+// --proxy).
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
                                                const std::map<std::string, std::string>& env);
 

@@ -1,6 +1,7 @@
 #include "server/grpc_metrics.h"
 
-#include "absl/strings/str_cat.h"
+#include <cstring>
+#include <string>
 
 namespace capstan::server {
 namespace {
@@ -26,12 +27,15 @@ const char* CodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "Unknown";
 }
 
-// "/etcdserverpb.KV/Range" -> labels for service and method.
-std::string MethodLabels(const std::string& full) {
+// "/etcdserverpb.KV/Range" -> go-grpc-prometheus's labels (grpc_code added
+// by the caller where it applies).
+prometheus::Labels MethodLabels(const std::string& full, int type) {
   const size_t slash = full.find('/', 1);
   std::string service = slash == std::string::npos ? full : full.substr(1, slash - 1);
   std::string method = slash == std::string::npos ? "" : full.substr(slash + 1);
-  return absl::StrCat("grpc_method=\"", method, "\",grpc_service=\"", service, "\"");
+  return {{"grpc_method", std::move(method)},
+          {"grpc_service", std::move(service)},
+          {"grpc_type", TypeName(type)}};
 }
 
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
@@ -75,35 +79,33 @@ GrpcMetrics::NewInterceptorFactory() {
   return std::make_unique<MetricsInterceptorFactory>(this);
 }
 
+GrpcMetrics::GrpcMetrics(prometheus::Registry* registry)
+    : started_(prometheus::BuildCounter()
+                   .Name("grpc_server_started_total")
+                   .Help("Total number of RPCs started on the server.")
+                   .Register(*registry)),
+      handled_(prometheus::BuildCounter()
+                   .Name("grpc_server_handled_total")
+                   .Help("Total number of RPCs completed on the server, regardless of success or "
+                         "failure.")
+                   .Register(*registry)),
+      lease_granted_(prometheus::BuildCounter()
+                         .Name("etcd_debugging_lease_granted_total")
+                         .Help("The total number of granted leases.")
+                         .Register(*registry)
+                         .Add({})) {}
+
 void GrpcMetrics::Started(const char* method, RpcType type) {
-  std::lock_guard<std::mutex> l(mu_);
-  ++started_[{method, static_cast<int>(type)}];
+  started_.Add(MethodLabels(method, static_cast<int>(type))).Increment();
 }
 
 void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode code) {
-  std::lock_guard<std::mutex> l(mu_);
-  ++handled_[{method, static_cast<int>(type), static_cast<int>(code)}];
-}
-
-std::string GrpcMetrics::Render() const {
-  std::lock_guard<std::mutex> l(mu_);
-  std::string out =
-      "# HELP grpc_server_started_total Total number of RPCs started on the server.\n"
-      "# TYPE grpc_server_started_total counter\n";
-  for (const auto& [k, n] : started_) {
-    absl::StrAppend(&out, "grpc_server_started_total{", MethodLabels(k.first), ",grpc_type=\"",
-                    TypeName(k.second), "\"} ", n, "\n");
+  auto labels = MethodLabels(method, static_cast<int>(type));
+  labels.emplace("grpc_code", CodeName(static_cast<int>(code)));
+  handled_.Add(labels).Increment();
+  if (code == grpc::StatusCode::OK && std::strcmp(method, "/etcdserverpb.Lease/LeaseGrant") == 0) {
+    lease_granted_.Increment();
   }
-  absl::StrAppend(&out,
-                  "# HELP grpc_server_handled_total Total number of RPCs completed on the server, "
-                  "regardless of success or failure.\n"
-                  "# TYPE grpc_server_handled_total counter\n");
-  for (const auto& [k, n] : handled_) {
-    absl::StrAppend(&out, "grpc_server_handled_total{grpc_code=\"", CodeName(std::get<2>(k)), "\",",
-                    MethodLabels(std::get<0>(k)), ",grpc_type=\"", TypeName(std::get<1>(k)), "\"} ",
-                    n, "\n");
-  }
-  return out;
 }
 
 }  // namespace capstan::server

@@ -10,30 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
-#include "server/grpc_metrics.h"
+#include "server/metrics.h"
 
 namespace capstan::server {
-namespace {
-
-// Appends one metric family with a single sample.
-void Metric(std::string* out, const char* name, const char* type, const char* help, double value,
-            const std::string& labels = "") {
-  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name,
-                  labels.empty() ? "" : absl::StrCat("{", labels, "}"), " ", value, "\n");
-}
-
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
-}  // namespace
 
 HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions,
-                             const GrpcMetrics* grpc_metrics)
-    : store_(store), member_(member), versions_(std::move(versions)), grpc_metrics_(grpc_metrics) {}
+                             const Metrics* metrics)
+    : store_(store), member_(member), versions_(std::move(versions)), metrics_(metrics) {}
 
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
@@ -104,68 +87,7 @@ void HttpEndpoints::Stop() {
 }
 
 std::string HttpEndpoints::RenderMetrics() const {
-  // Debian 12 packages no Prometheus client library for C++; the text
-  // exposition format is simple and written here, with etcd's metric names.
-  const auto stats = store_->GetStats();
-  const auto view = store_->View();
-  std::string out;
-  Metric(&out, "etcd_server_has_leader", "gauge",
-         "Whether or not a leader exists. 1 is existence, 0 is not.", 1);
-  Metric(&out, "etcd_server_is_leader", "gauge",
-         "Whether or not this member is a leader. 1 if is, 0 otherwise.", 1);
-  Metric(&out, "etcd_server_version", "gauge", "Which version is running. 1 for 'server_version' label with current version.",
-         1, absl::StrCat("server_version=\"", versions_.server, "\""));
-  Metric(&out, "etcd_mvcc_db_total_size_in_bytes", "gauge",
-         "Total size of the underlying database physically allocated in bytes.",
-         static_cast<double>(store_->backend()->SizeOnDisk()));
-  Metric(&out, "etcd_mvcc_db_total_size_in_use_in_bytes", "gauge",
-         "Total size of the underlying database logically in use in bytes.",
-         static_cast<double>(store_->backend()->LiveDataSize()));
-  Metric(&out, "etcd_debugging_mvcc_keys_total", "gauge", "Total number of keys.",
-         static_cast<double>(stats.keys));
-  Metric(&out, "etcd_mvcc_put_total", "counter", "Total number of puts seen by this member.",
-         static_cast<double>(stats.puts));
-  Metric(&out, "etcd_mvcc_delete_total", "counter",
-         "Total number of deletes seen by this member.", static_cast<double>(stats.deletes));
-  Metric(&out, "etcd_mvcc_range_total", "counter", "Total number of ranges seen by this member.",
-         static_cast<double>(stats.ranges));
-  Metric(&out, "etcd_mvcc_txn_total", "counter", "Total number of txns seen by this member.",
-         static_cast<double>(stats.txns));
-  Metric(&out, "etcd_debugging_mvcc_current_revision", "gauge",
-         "The current revision of store.", static_cast<double>(view->rev));
-  Metric(&out, "etcd_debugging_mvcc_compact_revision", "gauge",
-         "The revision of the last compaction in store.", static_cast<double>(view->compact_rev));
-  Metric(&out, "etcd_server_proposals_applied_total", "gauge",
-         "The total number of consensus proposals applied.",
-         static_cast<double>(store_->AppliedIndex()));
-  Metric(&out, "capstan_commit_groups_total", "counter",
-         "Group commits written to the backend.", static_cast<double>(stats.groups));
-  Metric(&out, "capstan_commit_group_requests_total", "counter",
-         "Write requests carried by group commits.", static_cast<double>(stats.group_writes));
-  // Group commit write latency: etcd's backend commit and WAL fsync are one
-  // synced RocksDB write here, so both families report it.
-  for (const char* name : {"etcd_disk_backend_commit_duration_seconds",
-                           "etcd_disk_wal_fsync_duration_seconds"}) {
-    const auto& h = store_->commit_latency();
-    absl::StrAppend(&out, "# HELP ", name, " The latency distributions of durable group commits.\n",
-                    "# TYPE ", name, " histogram\n");
-    for (int i = 0; i < mvcc::LatencyHistogram::kBuckets; ++i) {
-      absl::StrAppend(&out, name, "_bucket{le=\"", mvcc::LatencyHistogram::UpperBound(i), "\"} ",
-                      h.Cumulative(i), "\n");
-    }
-    const uint64_t total = h.Cumulative(mvcc::LatencyHistogram::kBuckets);
-    absl::StrAppend(&out, name, "_bucket{le=\"+Inf\"} ", total, "\n", name, "_sum ", h.Sum(), "\n",
-                    name, "_count ", total, "\n");
-  }
-  Metric(&out, "etcd_server_quota_backend_bytes", "gauge",
-         "Current backend storage quota size in bytes.",
-         static_cast<double>(store_->options().quota_bytes));
-  Metric(&out, "etcd_debugging_lease_granted_total", "gauge", "Leases held.",
-         static_cast<double>(store_->lessor()->size()));
-  if (grpc_metrics_) out += grpc_metrics_->Render();
-  Metric(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
-         static_cast<double>(ResidentBytes()));
-  return out;
+  return metrics_ ? metrics_->Render() : std::string();
 }
 
 }  // namespace capstan::server

@@ -19,7 +19,7 @@ class Server;
 
 namespace capstan::server {
 
-class GrpcMetrics;
+class Metrics;
 
 struct Versions {
   std::string server;   // etcd server version whose API Capstan implements
@@ -31,9 +31,10 @@ struct Versions {
 // idempotent and called by the destructor. store and member must outlive it.
 class HttpEndpoints {
  public:
-  // grpc_metrics may be null; else it must outlive the endpoints.
+  // metrics may be null (/metrics is then empty); else it must outlive the
+  // endpoints.
   HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Versions versions,
-                const GrpcMetrics* grpc_metrics = nullptr);
+                const Metrics* metrics = nullptr);
   ~HttpEndpoints();
 
   // Starts listening on host:port. Fails if the address cannot be bound.
@@ -49,7 +50,7 @@ class HttpEndpoints {
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const Versions versions_;
-  const GrpcMetrics* const grpc_metrics_;
+  const Metrics* const metrics_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
   std::vector<std::thread> threads_;
 };

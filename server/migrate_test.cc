@@ -5,11 +5,7 @@
 
 #include "server/migrate.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,8 +23,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "authpb/auth.pb.h"
-#include "etcdserverpb/rpc.pb.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "etcdctl_command.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "mvccpb/kv.pb.h"
+#include "process_fixture.h"
 #include "mvcc/kv_store.h"
 #include "server/data_dir.h"
 #include "storage/backend.h"
@@ -38,112 +38,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+using testing::ServerOptions;
+using testing::ServerProcess;
+
+using Etcd = testing::EtcdctlServer;
+
+// Every event a watch on the whole key space from revision `from` delivers,
+// up to and including those of revision `until`.
+std::vector<mvccpb::Event> WatchFrom(const std::shared_ptr<grpc::Channel>& channel, int64_t from,
+                                     int64_t until, bool prev_kv) {
+  auto stub = etcdserverpb::Watch::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub->Watch(&ctx);
+  etcdserverpb::WatchRequest req;
+  auto* create = req.mutable_create_request();
+  create->set_key(std::string(1, '\0'));
+  create->set_range_end(std::string(1, '\0'));
+  create->set_start_revision(from);
+  create->set_prev_kv(prev_kv);
+  std::vector<mvccpb::Event> events;
+  if (!stream->Write(req)) return events;
+  etcdserverpb::WatchResponse resp;
+  while (stream->Read(&resp)) {
+    EXPECT_EQ(resp.compact_revision(), 0) << "watch from " << from << " was compacted";
+    if (resp.canceled()) break;
+    for (const auto& e : resp.events()) events.push_back(e);
+    if (!events.empty() && events.back().kv().mod_revision() >= until) break;
+  }
+  ctx.TryCancel();
+  return events;
 }
-
-// One etcd on loopback (127.0.0.1 only), driven with etcdctl.
-class Etcd {
- public:
-  static bool Available() {
-    return access("/usr/bin/etcd", X_OK) == 0 && access("/usr/bin/etcdctl", X_OK) == 0;
-  }
-  explicit Etcd(std::string dir) : dir_(std::move(dir)) {}
-  ~Etcd() { Stop(); }
-
-  bool Start() {
-    client_ = FreePort();
-    const int peer = FreePort();
-    const std::string curl = absl::StrCat("http://127.0.0.1:", client_);
-    const std::string purl = absl::StrCat("http://127.0.0.1:", peer);
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* log = std::fopen((dir_ + "/etcd.log").c_str(), "a");
-      dup2(fileno(log), 1);
-      dup2(fileno(log), 2);
-      execl("/usr/bin/etcd", "etcd", "--name", "m", "--data-dir", data_dir().c_str(),
-            "--listen-client-urls", curl.c_str(), "--advertise-client-urls", curl.c_str(),
-            "--listen-peer-urls", purl.c_str(), "--initial-advertise-peer-urls", purl.c_str(),
-            "--initial-cluster", ("m=" + purl).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 200; ++i) {
-      int rc;
-      Ctl("endpoint health", "", &rc);
-      if (rc == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 200; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = 0;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = 0;
-  }
-
-  // Runs etcdctl with args (shell-quoted); returns its stdout.
-  std::string Ctl(const std::string& args, const std::string& input = "", int* rc = nullptr) {
-    std::string cmd = absl::StrCat("ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=127.0.0.1:",
-                                   client_, " ", args, " 2>>", dir_, "/etcdctl.log");
-    if (!input.empty()) {
-      const std::string in = dir_ + "/etcdctl.in";
-      std::ofstream(in) << input;
-      cmd += " <" + in;
-    }
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (rc != nullptr) {
-      *rc = code;
-    } else {
-      EXPECT_EQ(code, 0) << "etcdctl " << args.substr(0, 200);
-    }
-    return out;
-  }
-
-  // The whole key space at rev (0: current), as etcd answers it.
-  etcdserverpb::RangeResponse GetAll(int64_t rev) {
-    etcdserverpb::RangeResponse r;
-    EXPECT_TRUE(r.ParseFromString(
-        Ctl(absl::StrCat("get '' --prefix -w protobuf", rev > 0 ? absl::StrCat(" --rev=", rev) : ""))));
-    return r;
-  }
-  int64_t Rev() { return GetAll(0).header().revision(); }
-
-  int64_t Grant(int ttl) {
-    const std::string out = Ctl(absl::StrCat("lease grant ", ttl));
-    return static_cast<int64_t>(std::stoull(out.substr(6, out.find(' ', 6) - 6), nullptr, 16));
-  }
-
-  std::string data_dir() const { return dir_ + "/etcd"; }
-
- private:
-  std::string dir_;
-  int client_ = 0;
-  pid_t pid_ = 0;
-};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -161,17 +86,23 @@ struct EtcdAnswers {
   uint32_t hashkv = 0;
   int64_t hashkv_compact = 0;
   int64_t lease_keys = 0, lease_empty = 0, lease_revoked = 0;
+  // Watches of the whole key space: from watch_from, and with prev_kv from
+  // the compaction revision.
+  int64_t watch_from = 0;
+  std::vector<mvccpb::Event> watch_events;
+  std::vector<mvccpb::Event> watch_events_prev_kv;
 };
 
 class MigrateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!Etcd::Available()) return;
+    if (!Etcd::EtcdAvailable()) return;
     char tmpl[] = "/tmp/capstan-migrate-XXXXXX";
     dir_ = new std::string(mkdtemp(tmpl));
     answers_ = new EtcdAnswers();
-    Etcd etcd(*dir_);
-    ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << *dir_ << "/etcd.log";
+    etcd_ = new Etcd();
+    Etcd& etcd = *etcd_;
+    ASSERT_TRUE(etcd.Start().ok()) << "etcd did not start";
     EtcdAnswers& a = *answers_;
     etcd.Ctl("put /a 1");
     etcd.Ctl("put /b 1");
@@ -217,11 +148,19 @@ class MigrateTest : public ::testing::Test {
         << hashkv;
     a.hashkv = static_cast<uint32_t>(std::stoul(m[1]));
     a.hashkv_compact = std::stoll(m[2]);
+    // What a watcher resuming from an old revision gets (Kubernetes'
+    // reflectors resume from their last resourceVersion).
+    a.watch_from = a.compact + 1;
+    const auto channel = etcd.server().NewChannel();
+    a.watch_events = WatchFrom(channel, a.watch_from, a.current, /*prev_kv=*/false);
+    a.watch_events_prev_kv = WatchFrom(channel, a.compact, a.current, /*prev_kv=*/true);
     etcd.Ctl(absl::StrCat("snapshot save ", *dir_, "/snap.db"));
     etcd.Stop();
   }
   static void TearDownTestSuite() {
     if (dir_ != nullptr) fs::remove_all(*dir_);
+    delete etcd_;
+    etcd_ = nullptr;
     delete dir_;
     delete answers_;
     dir_ = nullptr;
@@ -231,7 +170,7 @@ class MigrateTest : public ::testing::Test {
     if (dir_ == nullptr) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
   }
 
-  static std::string EtcdDir() { return *dir_ + "/etcd"; }
+  static std::string EtcdDir() { return etcd_->data_dir(); }
   static std::string Snapshot() { return *dir_ + "/snap.db"; }
   static std::string NewDir(const std::string& name) { return *dir_ + "/" + name; }
 
@@ -327,9 +266,11 @@ class MigrateTest : public ::testing::Test {
     EXPECT_EQ(resp->header().revision(), a.current + 1);
   }
 
+  static Etcd* etcd_;  // stopped after set-up; its data dir lives until tear-down
   static std::string* dir_;
   static EtcdAnswers* answers_;
 };
+Etcd* MigrateTest::etcd_ = nullptr;
 std::string* MigrateTest::dir_ = nullptr;
 EtcdAnswers* MigrateTest::answers_ = nullptr;
 
@@ -468,6 +409,36 @@ TEST_F(MigrateTest, RefusesBadInputsAndNeverHalfWrites) {
     EXPECT_FALSE(fs::exists(NewDir(n))) << n << " must not be created by a failed migration";
   }
   EXPECT_TRUE(fs::exists(full + "/x"));
+}
+
+// A watcher resuming from an old revision on the migrated Capstan gets the
+// events etcd sent for the same watch before it stopped.
+TEST_F(MigrateTest, WatchFromOldRevisionSeesEtcdsEvents) {
+  const EtcdAnswers& a = *answers_;
+  ASSERT_FALSE(a.watch_events.empty());
+  ASSERT_FALSE(a.watch_events_prev_kv.empty());
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  (*capstan)->Stop();
+  ASSERT_TRUE(testing::RemoveTree((*capstan)->data_dir()));
+  MigrateOptions options;
+  options.from = EtcdDir();
+  options.data_dir = (*capstan)->data_dir();
+  auto report = MigrateFromEtcd(options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE((*capstan)->Restart().ok()) << (*capstan)->ReadLog(2000);
+  const auto channel = (*capstan)->NewChannel();
+  auto expect_same = [](const std::vector<mvccpb::Event>& want,
+                        const std::vector<mvccpb::Event>& got) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].SerializeAsString(), want[i].SerializeAsString())
+          << "event " << i << ": etcd " << want[i].ShortDebugString() << "\ncapstan "
+          << got[i].ShortDebugString();
+    }
+  };
+  expect_same(a.watch_events, WatchFrom(channel, a.watch_from, a.current, false));
+  expect_same(a.watch_events_prev_kv, WatchFrom(channel, a.compact, a.current, true));
 }
 
 TEST_F(MigrateTest, CommandLine) {

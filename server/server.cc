@@ -20,6 +20,7 @@
 #include "server/cache_service.h"
 #include "server/data_dir.h"
 #include "server/grpc_metrics.h"
+#include "server/metrics.h"
 #include "server/http_endpoints.h"
 #include "server/kv_service.h"
 #include "server/lease_service.h"
@@ -211,7 +212,8 @@ absl::Status Server::Init() {
     builder.AddListeningPort(GrpcAddress(url), creds, &bound[i]);
   }
   for (auto& s : services_) builder.RegisterService(s.get());
-  grpc_metrics_ = std::make_unique<GrpcMetrics>();
+  metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
+  grpc_metrics_ = std::make_unique<GrpcMetrics>(metrics_->registry());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(grpc_metrics_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -254,7 +256,7 @@ absl::Status Server::Init() {
 
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
-                                          grpc_metrics_.get());
+                                          metrics_.get());
   for (const auto& url : config_.listen_metrics_urls) {
     if (url.scheme != "http") {
       return absl::UnimplementedError(

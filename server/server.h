@@ -30,6 +30,7 @@ namespace capstan::server {
 class AutoCompactor;
 class BulkReads;
 class GrpcMetrics;
+class Metrics;
 class HttpEndpoints;
 struct MemberInfo;
 
@@ -58,6 +59,7 @@ class Server {
   std::unique_ptr<BulkReads> bulk_reads_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
   std::unique_ptr<HttpEndpoints> http_;
   std::unique_ptr<AutoCompactor> auto_compactor_;

@@ -1,10 +1,5 @@
 #include "storage/bbolt_reader.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,11 +10,11 @@
 #include <map>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "etcdctl_command.h"
 #include "gtest/gtest.h"
 #include "mvccpb/kv.pb.h"
 #include "etcdserverpb/rpc.pb.h"
@@ -390,96 +385,7 @@ TEST(BboltReaderFuzz, RandomAndBitFlippedSyntheticFiles) {
 
 // ---- Files written by a real etcd. ----
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// One etcd on loopback, driven with etcdctl.
-class Etcd {
- public:
-  static bool Available() {
-    return access("/usr/bin/etcd", X_OK) == 0 && access("/usr/bin/etcdctl", X_OK) == 0;
-  }
-  explicit Etcd(std::string dir) : dir_(std::move(dir)) {}
-  ~Etcd() { Stop(); }
-
-  bool Start() {
-    client_ = FreePort();
-    int peer = FreePort();
-    const std::string curl = absl::StrCat("http://127.0.0.1:", client_);
-    const std::string purl = absl::StrCat("http://127.0.0.1:", peer);
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* log = std::fopen((dir_ + "/etcd.log").c_str(), "a");
-      dup2(fileno(log), 1);
-      dup2(fileno(log), 2);
-      execl("/usr/bin/etcd", "etcd", "--name", "m", "--data-dir", (dir_ + "/etcd").c_str(),
-            "--listen-client-urls", curl.c_str(), "--advertise-client-urls", curl.c_str(),
-            "--listen-peer-urls", purl.c_str(), "--initial-advertise-peer-urls", purl.c_str(),
-            "--initial-cluster", ("m=" + purl).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 200; ++i) {
-      int rc;
-      Ctl("endpoint health", "", &rc);
-      if (rc == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 200; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = 0;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = 0;
-  }
-
-  // Runs etcdctl with args (a shell-quoted string); returns its stdout.
-  std::string Ctl(const std::string& args, const std::string& input = "", int* rc = nullptr) {
-    std::string cmd = absl::StrCat("ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=127.0.0.1:",
-                                   client_, " ", args, " 2>>", dir_, "/etcdctl.log");
-    if (!input.empty()) {
-      const std::string in = dir_ + "/etcdctl.in";
-      std::ofstream(in) << input;
-      cmd += " <" + in;
-    }
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (rc != nullptr) *rc = code;
-    else EXPECT_EQ(code, 0) << "etcdctl " << args;
-    return out;
-  }
-
-  std::string db_path() const { return dir_ + "/etcd/member/snap/db"; }
-
- private:
-  std::string dir_;
-  int client_ = 0;
-  pid_t pid_ = 0;
-};
+using Etcd = testing::EtcdctlServer;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -489,11 +395,12 @@ std::string ReadFile(const std::string& path) {
 class BboltReaderEtcd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!Etcd::Available()) return;
+    if (!Etcd::EtcdAvailable()) return;
     char tmpl[] = "/tmp/capstan-bbolt-XXXXXX";
     dir_ = new std::string(mkdtemp(tmpl));
-    Etcd etcd(*dir_);
-    ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << *dir_ << "/etcd.log";
+    etcd_ = new Etcd();
+    Etcd& etcd = *etcd_;
+    ASSERT_TRUE(etcd.Start().ok()) << "etcd did not start";
     // Enough keys for branch pages, a value larger than a page (overflow
     // pages), a delete, a lease with a key, auth records.
     for (int t = 0; t < 4; ++t) {
@@ -506,17 +413,17 @@ class BboltReaderEtcd : public ::testing::Test {
     }
     etcd.Ctl("put /big " + std::string(20000, 'B'));
     etcd.Ctl("del /registry/pods/ns0/pod7");
-    const std::string lease = etcd.Ctl("lease grant 3600");
-    lease_id_ = std::stoull(lease.substr(6, lease.find(' ', 6) - 6), nullptr, 16);
+    lease_id_ = static_cast<uint64_t>(etcd.Grant(3600));
     etcd.Ctl(absl::StrFormat("put /leased v --lease=%x", lease_id_));
     etcd.Ctl("user add alice:secret");
-    range_ = new etcdserverpb::RangeResponse();
-    ASSERT_TRUE(range_->ParseFromString(etcd.Ctl("get '' --prefix -w protobuf")));
+    range_ = new etcdserverpb::RangeResponse(etcd.GetAll(0));
     etcd.Ctl(absl::StrCat("snapshot save ", *dir_, "/snap.db"));
     etcd.Stop();
   }
   static void TearDownTestSuite() {
     if (dir_ != nullptr) fs::remove_all(*dir_);
+    delete etcd_;
+    etcd_ = nullptr;
     delete dir_;
     delete range_;
     dir_ = nullptr;
@@ -526,10 +433,12 @@ class BboltReaderEtcd : public ::testing::Test {
     if (dir_ == nullptr) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
   }
 
+  static Etcd* etcd_;  // stopped after set-up; its data dir lives until tear-down
   static std::string* dir_;
   static etcdserverpb::RangeResponse* range_;
   static uint64_t lease_id_;
 };
+Etcd* BboltReaderEtcd::etcd_ = nullptr;
 std::string* BboltReaderEtcd::dir_ = nullptr;
 etcdserverpb::RangeResponse* BboltReaderEtcd::range_ = nullptr;
 uint64_t BboltReaderEtcd::lease_id_ = 0;
@@ -599,7 +508,7 @@ void CheckEtcdFile(const BboltReader& r, const etcdserverpb::RangeResponse& rang
 }
 
 TEST_F(BboltReaderEtcd, ReadsTheDataDirDb) {
-  auto r = BboltReader::Open(Etcd(*dir_).db_path());
+  auto r = BboltReader::Open(etcd_->db_path());
   ASSERT_TRUE(r.ok()) << r.status();
   CheckEtcdFile(**r, *range_, lease_id_);
 }
@@ -615,7 +524,7 @@ TEST_F(BboltReaderEtcd, ReadsTheSnapshotWithoutItsChecksum) {
 }
 
 TEST_F(BboltReaderEtcd, NeverWritesTheSource) {
-  const std::string db = Etcd(*dir_).db_path();
+  const std::string db = etcd_->db_path();
   const std::string before = ReadFile(db);
   const auto mtime = fs::last_write_time(db);
   {
@@ -628,7 +537,7 @@ TEST_F(BboltReaderEtcd, NeverWritesTheSource) {
 }
 
 TEST_F(BboltReaderEtcd, RefusesCorruptEtcdFiles) {
-  const std::string file = ReadFile(Etcd(*dir_).db_path());
+  const std::string file = ReadFile(etcd_->db_path());
   auto truncated = BboltReader::FromBytes(file.substr(0, file.size() / 3));
   ASSERT_FALSE(truncated.ok());
   EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos)
@@ -652,7 +561,7 @@ TEST_F(BboltReaderEtcd, RefusesCorruptEtcdFiles) {
 }
 
 TEST_F(BboltReaderEtcd, FuzzedEtcdFilesNeverCrash) {
-  FuzzFile(ReadFile(Etcd(*dir_).db_path()), 4096, 1200, 7);
+  FuzzFile(ReadFile(etcd_->db_path()), 4096, 1200, 7);
 }
 
 }  // namespace

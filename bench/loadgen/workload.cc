@@ -38,6 +38,8 @@ const std::vector<WorkloadInfo>& Workloads() {
       {"fill", "fill", "Write N keys in batched txns (a loader for scripts)", NewFillWorkload},
       {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
        NewK8sWorkload},
+      {"defrag", "defrag", "Write latency during Defragment of a large data set vs idle",
+       NewDefragWorkload},
   };
   return *all;
 }

@@ -80,6 +80,7 @@ std::unique_ptr<Workload> NewLargeListWorkload();
 std::unique_ptr<Workload> NewCompactionWorkload();
 std::unique_ptr<Workload> NewFillWorkload();
 std::unique_ptr<Workload> NewK8sWorkload();
+std::unique_ptr<Workload> NewDefragWorkload();
 
 }  // namespace capstan::bench
 

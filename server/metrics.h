@@ -1,0 +1,50 @@
+// The Prometheus metrics served at /metrics, kept in a prometheus-cpp
+// registry and written with its text serializer. Names, types and labels are
+// etcd's where etcd has the metric (etcd_server_has_leader,
+// etcd_mvcc_db_total_size_in_bytes, grpc_server_handled_total{grpc_code=...},
+// ...); what only Capstan has is named capstan_*.
+//
+// Two kinds of metric live here:
+//  - gRPC counters, incremented by the interceptor (server/grpc_metrics.h)
+//    as RPCs start and finish;
+//  - the store's state (sizes, revisions, operation counts, commit latency),
+//    read from the KvStore when /metrics is scraped, like etcd's GaugeFuncs.
+
+#ifndef CAPSTAN_SERVER_METRICS_H_
+#define CAPSTAN_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "mvcc/kv_store.h"
+
+namespace prometheus {
+class Collectable;
+class Registry;
+}  // namespace prometheus
+
+namespace capstan::server {
+
+// Thread-safe. `store` must outlive the Metrics.
+class Metrics {
+ public:
+  Metrics(mvcc::KvStore* store, std::string server_version);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The registry for metrics that are recorded as events happen (gRPC).
+  // Valid as long as this object.
+  prometheus::Registry* registry() { return registry_.get(); }
+
+  // The Prometheus text exposition format (version 0.0.4) of every metric.
+  std::string Render() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Collectable> store_metrics_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_METRICS_H_

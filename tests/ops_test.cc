@@ -1,0 +1,389 @@
+// Operations end to end, against real etcd where the behaviour is observable
+// the same way: the space quota and the NOSPACE alarm (raised, refused
+// writes, what still works, persistence across restart, `etcdctl alarm
+// disarm`), snapshot save/restore compared revision by revision, and the
+// Prometheus metrics served at /metrics (names and types as etcd's, values
+// that move with the requests).
+
+#include <chrono>
+#include <map>
+#include <ostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "diff_fixture.h"
+#include "etcdctl_command.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "process_fixture.h"
+
+namespace capstan::testing {
+
+// gtest prints the parameter of QuotaTest with this (found by ADL).
+void PrintTo(ServerFlavor flavor, std::ostream* os) { *os << FlavorName(flavor); }
+
+namespace {
+
+using etcdserverpb::AlarmRequest;
+using etcdserverpb::AlarmResponse;
+using etcdserverpb::AlarmType;
+
+constexpr char kNoSpace[] = "etcdserver: mvcc: database space exceeded";
+constexpr int64_t kQuotaBytes = 1 << 20;
+
+std::unique_ptr<grpc::ClientContext> Deadline() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+  return ctx;
+}
+
+grpc::Status Put(ServerStubs& s, const std::string& key, const std::string& value,
+                 int64_t lease = 0, int64_t* rev = nullptr) {
+  etcdserverpb::PutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  req.set_lease(lease);
+  etcdserverpb::PutResponse resp;
+  grpc::Status st = s.kv->Put(Deadline().get(), req, &resp);
+  if (rev) *rev = resp.header().revision();
+  return st;
+}
+
+// Every key at `rev` (0: current).
+grpc::Status RangeAll(ServerStubs& s, int64_t rev, etcdserverpb::RangeResponse* resp) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(std::string(1, '\0'));
+  req.set_range_end(std::string(1, '\0'));
+  req.set_revision(rev);
+  return s.kv->Range(Deadline().get(), req, resp);
+}
+
+std::vector<etcdserverpb::AlarmMember> Alarms(ServerStubs& s) {
+  AlarmRequest req;
+  req.set_action(AlarmRequest::GET);
+  AlarmResponse resp;
+  EXPECT_TRUE(s.maintenance->Alarm(Deadline().get(), req, &resp).ok());
+  return {resp.alarms().begin(), resp.alarms().end()};
+}
+
+// ---------------------------------------------------------------------------
+// Quota and the NOSPACE alarm, the same test against etcd and Capstan.
+
+class QuotaTest : public ::testing::TestWithParam<ServerFlavor> {};
+
+TEST_P(QuotaTest, FillAlarmRecoverDisarm) {
+  ServerOptions options = GetParam() == ServerFlavor::kEtcd ? ServerOptions::Etcd()
+                                                            : ServerOptions::Capstan();
+  options.extra_args = {"--quota-backend-bytes", std::to_string(kQuotaBytes)};
+  auto server = ServerProcess::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs s((*server)->NewChannel());
+
+  // Fill: 20 KB values until the quota refuses one (etcd: ~45 of them into
+  // 1 MiB). The refused write names the error etcd names.
+  const std::string value(20000, 'x');
+  int written = 0;
+  grpc::Status st;
+  while (written < 400) {
+    st = Put(s, absl::StrCat("/quota/", written), value);
+    if (!st.ok()) break;
+    ++written;
+  }
+  ASSERT_FALSE(st.ok()) << "no NOSPACE after " << written << " puts";
+  EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(), kNoSpace);
+  EXPECT_GT(written, 10);
+
+  // The alarm is raised, and stays: a small write is refused too.
+  auto alarms = Alarms(s);
+  ASSERT_EQ(alarms.size(), 1u);
+  EXPECT_EQ(alarms[0].alarm(), AlarmType::NOSPACE);
+  st = Put(s, "/quota/small", "v");
+  EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(), kNoSpace);
+  CommandResult list = EtcdctlCommand(**server, "alarm list");
+  EXPECT_TRUE(list.exit.exited && list.exit.exit_code == 0) << list.err;
+  EXPECT_NE(list.out.find("alarm:NOSPACE"), std::string::npos) << list.out;
+
+  // Reads, deletes, compaction and defragmentation still work.
+  etcdserverpb::RangeResponse range;
+  ASSERT_TRUE(RangeAll(s, 0, &range).ok());
+  EXPECT_EQ(range.count(), written);
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key("/quota/");
+  del.set_range_end("/quota0");
+  etcdserverpb::DeleteRangeResponse del_resp;
+  ASSERT_TRUE(s.kv->DeleteRange(Deadline().get(), del, &del_resp).ok());
+  EXPECT_EQ(del_resp.deleted(), written);
+  etcdserverpb::CompactionRequest compact;
+  compact.set_revision(del_resp.header().revision());
+  compact.set_physical(true);
+  etcdserverpb::CompactionResponse compact_resp;
+  ASSERT_TRUE(s.kv->Compact(Deadline().get(), compact, &compact_resp).ok());
+  etcdserverpb::DefragmentResponse defrag_resp;
+  ASSERT_TRUE(s.maintenance->Defragment(Deadline().get(), {}, &defrag_resp).ok());
+  etcdserverpb::StatusResponse status;
+  ASSERT_TRUE(s.maintenance->Status(Deadline().get(), {}, &status).ok());
+  EXPECT_LT(status.dbsize(), kQuotaBytes);
+  ASSERT_EQ(status.errors_size(), 1);
+  EXPECT_NE(status.errors(0).find("alarm:NOSPACE"), std::string::npos) << status.errors(0);
+
+  // Freeing space does not clear the alarm, and neither does a restart.
+  EXPECT_EQ(Put(s, "/quota/small", "v").error_code(), grpc::RESOURCE_EXHAUSTED);
+  (*server)->Stop();
+  ASSERT_TRUE((*server)->Restart().ok()) << (*server)->ReadLog(2000);
+  ServerStubs after((*server)->NewChannel());
+  ASSERT_EQ(Alarms(after).size(), 1u);
+  st = Put(after, "/quota/small", "v");
+  EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(), kNoSpace);
+
+  // The operator disarms it as with etcd; writes go through again.
+  CommandResult disarm = EtcdctlCommand(**server, "alarm disarm");
+  EXPECT_TRUE(disarm.exit.exited && disarm.exit.exit_code == 0) << disarm.err;
+  EXPECT_NE(disarm.out.find("alarm:NOSPACE"), std::string::npos) << disarm.out;
+  EXPECT_TRUE(Alarms(after).empty());
+  EXPECT_TRUE(Put(after, "/quota/small", "v").ok());
+  (*server)->Stop();
+  ASSERT_TRUE((*server)->Restart().ok());
+  ServerStubs restarted((*server)->NewChannel());
+  EXPECT_TRUE(Alarms(restarted).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(EtcdAndCapstan, QuotaTest,
+                         ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
+                         [](const auto& info) { return std::string(FlavorName(info.param)); });
+
+// etcdctl's maintenance commands not covered by diff_foundation_test, the
+// same on both servers.
+class DiffOpsTest : public DiffTest {};
+
+TEST_F(DiffOpsTest, EtcdctlAlarmDisarmWithoutAlarms) {
+  EXPECT_SAME_CTL(Etcdctl({"alarm", "disarm"}, "", /*json=*/false));
+  EXPECT_SAME_CTL(Etcdctl({"alarm", "disarm"}));
+}
+
+TEST_F(DiffOpsTest, EtcdctlCompactionThenHashKVAtRevision) {
+  PutBoth(K("a"), "1");
+  const int64_t rev = PutBoth(K("a"), "2");
+  PutBoth(K("b"), "1");
+  EXPECT_SAME_CTL(Etcdctl({"compaction", std::to_string(rev)}, "", /*json=*/false));
+  EXPECT_SAME_CTL(Etcdctl({"endpoint", "hashkv", "--rev", std::to_string(rev + 1)}));
+  // Below the compaction: the same error from both.
+  EXPECT_SAME_CTL(Etcdctl({"endpoint", "hashkv", "--rev", std::to_string(rev - 1)}));
+}
+
+// ---------------------------------------------------------------------------
+// Snapshot save (etcdctl, from Capstan), restore (capstan), compare.
+
+TEST(SnapshotTest, SaveRestoreEveryRevision) {
+  auto source = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(source.ok()) << source.status();
+  ServerStubs s((*source)->NewChannel());
+
+  // History: overwrites, deletes, a txn, a key on a lease, a compaction.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(600);
+  etcdserverpb::LeaseGrantResponse lease;
+  ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &lease).ok());
+  for (int round = 0; round < 4; ++round) {
+    for (int k = 0; k < 10; ++k) {
+      ASSERT_TRUE(Put(s, absl::StrCat("/snap/", k), absl::StrCat("v", round, "-", k)).ok());
+    }
+  }
+  ASSERT_TRUE(Put(s, "/snap/leased", "l", lease.id()).ok());
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key("/snap/3");
+  etcdserverpb::DeleteRangeResponse del_resp;
+  ASSERT_TRUE(s.kv->DeleteRange(Deadline().get(), del, &del_resp).ok());
+  const int64_t compact_rev = del_resp.header().revision() - 20;
+  etcdserverpb::CompactionRequest compact;
+  compact.set_revision(compact_rev);
+  etcdserverpb::CompactionResponse compact_resp;
+  ASSERT_TRUE(s.kv->Compact(Deadline().get(), compact, &compact_resp).ok());
+  etcdserverpb::TxnRequest txn;
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key("/snap/txn");
+  put->set_value("t");
+  txn.add_success()->mutable_request_delete_range()->set_key("/snap/4");
+  etcdserverpb::TxnResponse txn_resp;
+  ASSERT_TRUE(s.kv->Txn(Deadline().get(), txn, &txn_resp).ok());
+  const int64_t current = txn_resp.header().revision();
+
+  TempDir dir("capstan-snapshot");
+  const std::string file = dir.path() + "/snap.db";
+  CommandResult save = EtcdctlCommand(**source, "snapshot save " + file);
+  ASSERT_TRUE(save.exit.exited && save.exit.exit_code == 0) << save.err;
+
+  // capstan snapshot status: etcdctl's JSON fields.
+  CommandResult st = RunCommand({CapstanBinary(), "snapshot", "status", file, "-w", "json"});
+  ASSERT_TRUE(st.exit.exited && st.exit.exit_code == 0) << st.err;
+  google::protobuf::Value json;
+  ASSERT_TRUE(ParseJson(st.out, &json)) << st.out;
+  const auto& fields = json.struct_value().fields();
+  ASSERT_TRUE(fields.count("revision") && fields.count("totalKey") && fields.count("hash"))
+      << st.out;
+  EXPECT_EQ(fields.at("revision").number_value(), current);
+  // Keys in the index, as etcd_debugging_mvcc_keys_total counts them: a
+  // deleted key stays until a compaction passes its tombstone. /snap/0..9,
+  // leased and txn (3 and 4 were deleted after the compaction).
+  EXPECT_EQ(fields.at("totalKey").number_value(), 12);
+  etcdserverpb::HashResponse hash;
+  ASSERT_TRUE(s.maintenance->Hash(Deadline().get(), {}, &hash).ok());
+  EXPECT_EQ(static_cast<uint32_t>(fields.at("hash").number_value()), hash.hash());
+
+  // Restore into a new server's data dir and start it there.
+  auto restored = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  (*restored)->Stop();
+  ASSERT_TRUE(RemoveTree((*restored)->data_dir()));
+  CommandResult restore =
+      RunCommand({CapstanBinary(), "snapshot", "restore", file, "--data-dir", (*restored)->data_dir()});
+  ASSERT_TRUE(restore.exit.exited && restore.exit.exit_code == 0) << restore.err;
+  ASSERT_TRUE((*restored)->Restart().ok()) << (*restored)->ReadLog(2000);
+  ServerStubs r((*restored)->NewChannel());
+
+  // Every key at every retained revision; compacted ones refused alike.
+  for (int64_t rev = compact_rev - 1; rev <= current + 1; ++rev) {
+    etcdserverpb::RangeResponse want, got;
+    grpc::Status want_st = RangeAll(s, rev, &want);
+    grpc::Status got_st = RangeAll(r, rev, &got);
+    ASSERT_EQ(want_st.error_code(), got_st.error_code()) << "rev " << rev;
+    EXPECT_EQ(want_st.error_message(), got_st.error_message()) << "rev " << rev;
+    if (!want_st.ok()) continue;
+    EXPECT_EQ(want.header().revision(), got.header().revision());
+    ASSERT_EQ(want.kvs_size(), got.kvs_size()) << "rev " << rev;
+    for (int i = 0; i < want.kvs_size(); ++i) {
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(want.kvs(i), got.kvs(i)))
+          << "rev " << rev << ": " << want.kvs(i).ShortDebugString() << " vs "
+          << got.kvs(i).ShortDebugString();
+    }
+  }
+  etcdserverpb::HashKVResponse want_hash, got_hash;
+  ASSERT_TRUE(s.maintenance->HashKV(Deadline().get(), {}, &want_hash).ok());
+  ASSERT_TRUE(r.maintenance->HashKV(Deadline().get(), {}, &got_hash).ok());
+  EXPECT_EQ(want_hash.hash(), got_hash.hash());
+  EXPECT_EQ(want_hash.compact_revision(), got_hash.compact_revision());
+  // The lease and its key came along.
+  etcdserverpb::LeaseTimeToLiveRequest ttl;
+  ttl.set_id(lease.id());
+  ttl.set_keys(true);
+  etcdserverpb::LeaseTimeToLiveResponse ttl_resp;
+  ASSERT_TRUE(r.lease->LeaseTimeToLive(Deadline().get(), ttl, &ttl_resp).ok());
+  EXPECT_EQ(ttl_resp.grantedttl(), 600);
+  ASSERT_EQ(ttl_resp.keys_size(), 1);
+  EXPECT_EQ(ttl_resp.keys(0), "/snap/leased");
+}
+
+// ---------------------------------------------------------------------------
+// /metrics.
+
+// Prometheus text: family types, and sample values by "name{labels}".
+struct Scrape {
+  std::map<std::string, std::string> types;
+  std::map<std::string, double> samples;
+
+  double Value(const std::string& sample) const {
+    auto it = samples.find(sample);
+    return it == samples.end() ? 0 : it->second;
+  }
+};
+
+Scrape ScrapeMetrics(const ServerProcess& server) {
+  Scrape out;
+  httplib::Client client("127.0.0.1", server.metrics_port());
+  auto res = client.Get("/metrics");
+  EXPECT_TRUE(res && res->status == 200);
+  if (!res) return out;
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  for (absl::string_view line : absl::StrSplit(res->body, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ');
+    if (line.substr(0, 7) == "# TYPE " && words.size() == 4) {
+      out.types[std::string(words[2])] = std::string(words[3]);
+    } else if (line[0] != '#') {
+      const size_t space = line.rfind(' ');
+      double v = 0;
+      EXPECT_TRUE(absl::SimpleAtod(line.substr(space + 1), &v)) << line;
+      out.samples[std::string(line.substr(0, space))] = v;
+    }
+  }
+  return out;
+}
+
+TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ServerStubs s((*capstan)->NewChannel());
+  ASSERT_TRUE(Put(s, "/m/warm", "v").ok());
+  ServerStubs e((*etcd)->NewChannel());
+  ASSERT_TRUE(Put(e, "/m/warm", "v").ok());
+
+  const Scrape before = ScrapeMetrics(**capstan);
+  const Scrape etcd_metrics = ScrapeMetrics(**etcd);
+  // Every metric Capstan names like etcd's exists in etcd with the same type.
+  for (const char* name :
+       {"etcd_server_has_leader", "etcd_server_is_leader", "etcd_server_version",
+        "etcd_mvcc_db_total_size_in_bytes", "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "etcd_debugging_mvcc_keys_total", "etcd_mvcc_put_total", "etcd_mvcc_delete_total",
+        "etcd_mvcc_range_total", "etcd_mvcc_txn_total", "etcd_debugging_mvcc_current_revision",
+        "etcd_debugging_mvcc_compact_revision", "etcd_server_proposals_applied_total",
+        "etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds",
+        "etcd_server_quota_backend_bytes", "etcd_debugging_lease_granted_total",
+        "grpc_server_started_total", "grpc_server_handled_total",
+        "process_resident_memory_bytes", "capstan_commit_groups_total",
+        "capstan_commit_group_requests_total", "capstan_leases"}) {
+    EXPECT_TRUE(before.types.count(name)) << name << " missing";
+  }
+  for (const auto& [name, type] : before.types) {
+    if (name.rfind("capstan_", 0) == 0) continue;
+    auto it = etcd_metrics.types.find(name);
+    if (it == etcd_metrics.types.end()) {
+      ADD_FAILURE() << name << " is not an etcd metric; name Capstan's own capstan_*";
+    } else {
+      EXPECT_EQ(type, it->second) << name;
+    }
+  }
+  EXPECT_EQ(before.Value("etcd_server_has_leader"), 1);
+  EXPECT_EQ(before.Value(absl::StrCat("etcd_server_version{server_version=\"", CAPSTAN_ETCD_API_VERSION, "\"}")), 1);
+  EXPECT_GT(before.Value("etcd_mvcc_db_total_size_in_bytes"), 0);
+
+  // Three puts, a range, a failing range, a lease.
+  int64_t rev = 0;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Put(s, absl::StrCat("/m/", i), "v", 0, &rev).ok());
+  etcdserverpb::RangeResponse range;
+  ASSERT_TRUE(RangeAll(s, 0, &range).ok());
+  EXPECT_EQ(RangeAll(s, rev + 100, &range).error_code(), grpc::OUT_OF_RANGE);
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  etcdserverpb::LeaseGrantResponse lease;
+  ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &lease).ok());
+
+  const Scrape after = ScrapeMetrics(**capstan);
+  auto delta = [&](const std::string& sample) {
+    return after.Value(sample) - before.Value(sample);
+  };
+  EXPECT_EQ(delta("etcd_mvcc_put_total"), 3);
+  EXPECT_EQ(delta("etcd_debugging_mvcc_keys_total"), 3);
+  EXPECT_EQ(after.Value("etcd_debugging_mvcc_current_revision"), rev);
+  EXPECT_EQ(delta("etcd_debugging_lease_granted_total"), 1);
+  EXPECT_EQ(delta("capstan_leases"), 1);
+  EXPECT_GE(delta("etcd_disk_backend_commit_duration_seconds_count"), 1);
+  const std::string kv = "grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"";
+  EXPECT_EQ(delta("grpc_server_started_total{" + kv + "}"), 3);
+  EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OK\"," + kv + "}"), 3);
+  EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\","
+                  "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
+            1);
+}
+
+}  // namespace
+}  // namespace capstan::testing
