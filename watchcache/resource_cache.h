@@ -167,6 +167,8 @@ class ResourceCache {
   bool IndexCandidatesLocked(const Selector& sel, std::vector<ObjectRef>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   size_t CatchUp(CacheWatcher* w, std::vector<WatchEvent>* out, size_t max_events);
+  // A resourceVersion "N" (decimal, fits int64).
+  static bool ParseRv(std::string_view s, int64_t* rev);
   void Remove(CacheWatcher* w);
   static void RunNotifications(Notifications* notify);
 
