@@ -108,18 +108,7 @@ absl::Status Server::Init() {
   watchcache::CacheOptions cache_options;
   cache_options.resources.clear();
   for (const auto& prefix : config_.watch_cache_prefixes) {
-    // Kubernetes' registry layout decides the built-in indexes.
-    if (prefix.find("/pods/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::PodResource(prefix));
-    } else if (prefix.find("/minions/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::NodeResource(prefix));
-    } else if (prefix.find("/leases/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::LeaseResource(prefix));
-    } else {
-      watchcache::ResourceSpec r;
-      r.prefix = prefix;
-      cache_options.resources.push_back(r);
-    }
+    cache_options.resources.push_back(watchcache::ResourceForPrefix(prefix));
   }
   if (!cache_options.resources.empty()) {
     auto cache = watchcache::Cache::Start(cache_options, store_.get(), hub_.get());

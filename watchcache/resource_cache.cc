@@ -52,7 +52,7 @@ ResourceCache::ResourceCache(const ResourceSpec& spec, const CacheOptions& optio
 
 ResourceCache::~ResourceCache() { Stop(); }
 
-void ResourceCache::SetRevisionSource(std::function<int64_t()> current_rev,
+void ResourceCache::SetRevisionSource(std::function<absl::StatusOr<int64_t>()> current_rev,
                                       std::function<void()> request_progress) {
   current_rev_ = std::move(current_rev);
   request_progress_ = std::move(request_progress);

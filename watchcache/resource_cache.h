@@ -87,10 +87,10 @@ class ResourceCache {
   void Apply(std::vector<FeedChange> changes, int64_t header_rev);
   // Advances the revision without changes (the store moved on elsewhere).
   void AdvanceTo(int64_t rev);
-  // For consistent reads: the store's current revision, and a request that
-  // makes the feeder AdvanceTo it soon (a progress request). Unset: the
-  // cache's own revision counts as current.
-  void SetRevisionSource(std::function<int64_t()> current_rev,
+  // For consistent reads: the store's current revision (an error fails the
+  // read with it), and a request that makes the feeder AdvanceTo it soon (a
+  // progress request). Unset: the cache's own revision counts as current.
+  void SetRevisionSource(std::function<absl::StatusOr<int64_t>()> current_rev,
                          std::function<void()> request_progress);
 
   // ---- Readers ----
@@ -209,7 +209,7 @@ class ResourceCache {
   uint64_t next_watcher_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string scratch_ ABSL_GUARDED_BY(mu_);
 
-  std::function<int64_t()> current_rev_;
+  std::function<absl::StatusOr<int64_t>()> current_rev_;
   std::function<void()> request_progress_;
 
   std::atomic<uint64_t> events_applied_{0}, events_dispatched_{0}, dispatch_candidates_{0},

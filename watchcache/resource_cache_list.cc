@@ -37,7 +37,9 @@ bool ResourceCache::AwaitRevLocked(int64_t rev, absl::Duration timeout) {
 
 absl::Status ResourceCache::WaitConsistent() {
   if (!current_rev_) return absl::OkStatus();
-  const int64_t want = current_rev_();
+  const absl::StatusOr<int64_t> current = current_rev_();
+  if (!current.ok()) return current.status();
+  const int64_t want = *current;
   const absl::Time deadline = absl::Now() + options_.wait_timeout;
   for (;;) {
     {
