@@ -27,6 +27,10 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
       return reactor;
     }
   }
+  if (cache_range_ != nullptr && cache_range_->TryServeRange(req, response)) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
   mvcc::RangeResult result;
   if (auto s = store_->Range(req, &result); !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));

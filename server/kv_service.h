@@ -9,8 +9,11 @@
 #ifndef CAPSTAN_SERVER_KV_SERVICE_H_
 #define CAPSTAN_SERVER_KV_SERVICE_H_
 
+#include <memory>
+
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "server/cache_range.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -30,6 +33,10 @@ class KvService final : public KvServiceBase {
   // auth: permission checks (null: none). Must outlive the service.
   KvService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr)
       : store_(store), member_(member), auth_(auth) {}
+
+  // Ranges on cached prefixes are answered from the watch cache when it can
+  // (server/cache_range.h). Call before serving.
+  void ServeCachedRanges(std::unique_ptr<CacheRange> r) { cache_range_ = std::move(r); }
 
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
@@ -57,6 +64,7 @@ class KvService final : public KvServiceBase {
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const AuthGate* const auth_;
+  std::unique_ptr<CacheRange> cache_range_;
 };
 
 }  // namespace capstan::server

@@ -131,7 +131,9 @@ absl::Status Server::Init() {
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
                                             member_.get());
   const AuthGate* gate = auth->gate();
-  services_.push_back(std::make_unique<KvService>(store_.get(), member_.get(), gate));
+  auto kv = std::make_unique<KvService>(store_.get(), member_.get(), gate);
+  if (cache_) kv->ServeCachedRanges(std::make_unique<CacheRange>(store_.get(), cache_.get(), member_.get()));
+  services_.push_back(std::move(kv));
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));

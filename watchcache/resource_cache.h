@@ -31,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,6 +99,12 @@ class ResourceCache {
   // REQUIRES: options.prefix starts with spec().prefix.
   absl::StatusOr<ListResult> List(const ListOptions& options);
   absl::StatusOr<std::unique_ptr<CacheWatch>> Watch(const WatchOptions& options);
+
+  // The cache's state at exactly rev when it holds it (ready, and
+  // oldest_rev <= rev <= rev()); else nullopt. *cache_rev (if not null)
+  // gets rev(). The snapshot stays valid while held, whatever the feeder
+  // does meanwhile.
+  std::optional<TreeSnapshot> SnapshotAt(int64_t rev, int64_t* cache_rev = nullptr) const;
 
   // Sends due bookmarks and cuts off watchers behind for too long. Called
   // periodically by the Cache.

@@ -96,6 +96,13 @@ bool ResourceCache::IndexCandidatesLocked(const Selector& sel, std::vector<Objec
   return true;
 }
 
+std::optional<TreeSnapshot> ResourceCache::SnapshotAt(int64_t rev, int64_t* cache_rev) const {
+  absl::ReaderMutexLock l(&mu_);
+  if (cache_rev != nullptr) *cache_rev = rev_;
+  if (!ready_ || stopped_ || rev > rev_ || rev < OldestRevLocked()) return std::nullopt;
+  return SnapshotAtLocked(rev);
+}
+
 absl::StatusOr<ListResult> ResourceCache::List(const ListOptions& opts) {
   CHECK(opts.prefix.starts_with(spec().prefix));
   auto sel = Selector::Parse(opts.label_selector, opts.field_selector, extractor_);
