@@ -7,15 +7,14 @@
 
 #include "server/cache_range.h"
 
-#include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "mvcc/kv_codec.h"
-#include "mvcc/watch_hub.h"
 #include "server/grpc_buffers.h"
 #include "watchcache/k8s_test_objects.h"
+#include "watchcache/test_store.h"
 
 namespace capstan::server {
 namespace {
@@ -25,43 +24,28 @@ constexpr char kPods[] = "/registry/pods/";
 class CacheRangeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/capstan-cr-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     member_.cluster_id = 11;
     member_.member_id = 12;
     member_.raft_term = 3;
-    Open();
+    ASSERT_NO_FATAL_FAILURE(Open());
   }
-  void TearDown() override {
-    Close();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { Close(); }
   void Open() {
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    bo.sync = false;
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions{}, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), mvcc::WatchHubOptions{});
-    store_->SetWatchHub(hub_.get());
+    ASSERT_NO_FATAL_FAILURE(env_.Open());
+    store_ = env_.store();
     watchcache::CacheOptions o;
     o.ring_min_capacity = 32;
     o.ring_max_capacity = 128;
-    auto c = watchcache::Cache::Start(o, store_.get(), hub_.get());
+    auto c = watchcache::Cache::Start(o, store_, env_.hub());
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(*c);
     ASSERT_TRUE(cache_->WaitReady(absl::Seconds(10)));
-    range_ = std::make_unique<CacheRange>(store_.get(), cache_.get(), &member_);
+    range_ = std::make_unique<CacheRange>(store_, cache_.get(), &member_);
   }
   void Close() {
     range_.reset();
     cache_.reset();
-    if (hub_) hub_->Stop();
-    store_.reset();
-    hub_.reset();
+    env_.Close();
   }
 
   int64_t Put(const std::string& key, const std::string& value, int64_t lease = 0) {
@@ -97,10 +81,9 @@ class CacheRangeTest : public ::testing::Test {
     return wire;
   }
 
-  std::string dir_;
+  watchcache::testing::TestStore env_;
   MemberInfo member_;
-  std::unique_ptr<mvcc::KvStore> store_;
-  std::unique_ptr<mvcc::WatchHub> hub_;
+  mvcc::KvStore* store_ = nullptr;
   std::unique_ptr<watchcache::Cache> cache_;
   std::unique_ptr<CacheRange> range_;
 };
@@ -143,7 +126,7 @@ TEST_F(CacheRangeTest, RandomRangesEqualTheStoresByteForByte) {
     }
     if (round % 20 == 19) {
       Close();  // restart: the store reopens, the cache lists again
-      Open();
+      ASSERT_NO_FATAL_FAILURE(Open());
     }
     // Half the queries right after the writes (the cache may still be
     // behind), half once it has caught up.

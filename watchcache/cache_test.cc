@@ -5,7 +5,6 @@
 
 #include "watchcache/cache.h"
 
-#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -17,35 +16,25 @@
 #include "mvcc/watch_hub.h"
 #include "watchcache/errors.h"
 #include "watchcache/k8s_test_objects.h"
+#include "watchcache/test_store.h"
 
 namespace capstan::watchcache {
 namespace {
 
 class CacheStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-wc-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    bo.sync = false;
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions{}, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), mvcc::WatchHubOptions{});
-    store_->SetWatchHub(hub_.get());
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(OpenStore()); }
   void TearDown() override {
     cache_.reset();
-    hub_->Stop();
-    store_.reset();
-    hub_.reset();
-    std::filesystem::remove_all(dir_);
+    env_.Close();
+  }
+  void OpenStore() {
+    env_.Open();
+    store_ = env_.store();
+    hub_ = env_.hub();
   }
   void StartCache(CacheOptions options = {}) {
-    auto c = Cache::Start(std::move(options), store_.get(), hub_.get());
+    auto c = Cache::Start(std::move(options), store_, hub_);
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(*c);
     ASSERT_TRUE(cache_->WaitReady(absl::Seconds(10)));
@@ -105,19 +94,8 @@ class CacheStoreTest : public ::testing::Test {
   // same data and starts a new cache (which lists it afresh).
   void Restart(CacheOptions options) {
     cache_.reset();
-    hub_->Stop();
-    store_.reset();
-    hub_.reset();
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    bo.sync = false;
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions{}, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), mvcc::WatchHubOptions{});
-    store_->SetWatchHub(hub_.get());
+    env_.Close();
+    ASSERT_NO_FATAL_FAILURE(OpenStore());
     StartCache(std::move(options));
   }
 
@@ -127,9 +105,9 @@ class CacheStoreTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<mvcc::KvStore> store_;
-  std::unique_ptr<mvcc::WatchHub> hub_;
+  testing::TestStore env_;
+  mvcc::KvStore* store_ = nullptr;
+  mvcc::WatchHub* hub_ = nullptr;
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ObjectAllocator> oracle_alloc_ = NewMallocAllocator();
 };
