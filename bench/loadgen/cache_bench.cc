@@ -12,7 +12,8 @@
 //   - cache: capstan.v1.Cache List of /registry/pods/ with resourceVersion
 //     "0" (any state; what reflectors list with) and "" (consistent: the
 //     proxy reads etcd's revision and waits for a progress notification).
-// Each read after a 2 s pause; medians of --reps runs, and the ratio.
+// Medians of --reps runs of wall time and of the CPU time both processes
+// spent, and the ratios.
 //
 // watch: an in-process ResourceCache holding the pods, one watcher per node
 // (spec.nodeName=node-i, as each kubelet watches), a feeder applying pod
@@ -21,6 +22,8 @@
 // by the watchers' notify functions. Delivery latency is from the moment
 // the feeder hands the update to the cache to the moment a consumer has
 // popped the event; p50/p99/max over every event delivered.
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -36,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/loadgen/async_call.h"
+#include "bench/loadgen/proc_stats.h"
 #include "bench/loadgen/server_process.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -179,30 +183,47 @@ int RunList(const Flags& f) {
   list_any.set_prefix("/registry/pods/");
   list_any.set_resource_version("0");
   list_consistent.set_prefix("/registry/pods/");
-  std::vector<double> etcd_s, any_s, consistent_s;
-  size_t etcd_bytes = 0, any_bytes = 0, consistent_bytes = 0;
-  // A pause before each read lets the previous one's aftermath (etcd's
-  // garbage collection of a response of hundreds of MiB) finish first.
-  auto settle = [] { absl::SleepFor(absl::Seconds(2)); };
+  // Each read is followed by a 2 s pause that lets its aftermath (etcd's
+  // garbage collection of a response of hundreds of MiB) finish, and is
+  // charged the CPU both processes (etcd, and this one: client and proxy)
+  // used from its start to the end of the pause: on a loaded machine wall
+  // time mostly measures the other tenants, CPU time does not.
+  const pid_t etcd_pid = (*etcd)->pid(), self = getpid();
+  auto cpu = [&] {
+    ProcSample a, b;
+    ReadProcSample(etcd_pid, &a);
+    ReadProcSample(self, &b);
+    return a.cpu_seconds + b.cpu_seconds;
+  };
+  struct Reads {
+    std::vector<double> wall, cpu;
+    size_t bytes = 0;
+  };
+  auto measure = [&](grpc::GenericStub& stub, const char* method, const std::string& request, Reads* r) {
+    const double c0 = cpu();
+    r->wall.push_back(RawCall(stub, method, request, &r->bytes));
+    absl::SleepFor(absl::Seconds(2));
+    r->cpu.push_back(cpu() - c0);
+  };
+  Reads etcd_r, any_r, consistent_r;
   for (int r = 0; r < f.reps; ++r) {
-    settle();
-    etcd_s.push_back(RawCall(etcd_stub, "/etcdserverpb.KV/Range", range.SerializeAsString(), &etcd_bytes));
-    settle();
-    any_s.push_back(RawCall(cache_stub, "/capstan.v1.Cache/List", list_any.SerializeAsString(), &any_bytes));
-    settle();
-    consistent_s.push_back(
-        RawCall(cache_stub, "/capstan.v1.Cache/List", list_consistent.SerializeAsString(), &consistent_bytes));
-    std::printf("run %d: etcd Range %.1f ms, cache List rv=0 %.1f ms, cache List rv=\"\" %.1f ms\n", r + 1,
-                etcd_s.back() * 1e3, any_s.back() * 1e3, consistent_s.back() * 1e3);
+    measure(etcd_stub, "/etcdserverpb.KV/Range", range.SerializeAsString(), &etcd_r);
+    measure(cache_stub, "/capstan.v1.Cache/List", list_any.SerializeAsString(), &any_r);
+    measure(cache_stub, "/capstan.v1.Cache/List", list_consistent.SerializeAsString(), &consistent_r);
+    std::printf("run %d: etcd Range %.1f ms (%.2f CPU s), cache List rv=0 %.1f ms (%.2f CPU s), "
+                "cache List rv=\"\" %.1f ms (%.2f CPU s)\n",
+                r + 1, etcd_r.wall.back() * 1e3, etcd_r.cpu.back(), any_r.wall.back() * 1e3, any_r.cpu.back(),
+                consistent_r.wall.back() * 1e3, consistent_r.cpu.back());
     std::fflush(stdout);
   }
-  const double e = Median(etcd_s), a = Median(any_s), c = Median(consistent_s);
+  const double e = Median(etcd_r.wall), a = Median(any_r.wall), c = Median(consistent_r.wall);
+  const double ec = Median(etcd_r.cpu), ac = Median(any_r.cpu), cc = Median(consistent_r.cpu);
   std::printf("\nfull pod list, %d pods, response %.0f MiB (etcd) / %.0f MiB (cache), medians of %d:\n", f.pods,
-              etcd_bytes / 1048576.0, any_bytes / 1048576.0, f.reps);
-  std::printf("| read | median ms | vs etcd |\n|---|---:|---:|\n");
-  std::printf("| etcd Range /registry/pods/ | %.1f | 1.0x |\n", e * 1e3);
-  std::printf("| cache List rv=\"0\" | %.1f | %.1fx |\n", a * 1e3, e / a);
-  std::printf("| cache List rv=\"\" (consistent) | %.1f | %.1fx |\n", c * 1e3, e / c);
+              etcd_r.bytes / 1048576.0, any_r.bytes / 1048576.0, f.reps);
+  std::printf("| read | wall ms | vs etcd | CPU s (server + client) | vs etcd |\n|---|---:|---:|---:|---:|\n");
+  std::printf("| etcd Range /registry/pods/ | %.1f | 1.0x | %.2f | 1.0x |\n", e * 1e3, ec);
+  std::printf("| cache List rv=\"0\" | %.1f | %.1fx | %.2f | %.1fx |\n", a * 1e3, e / a, ac, ec / ac);
+  std::printf("| cache List rv=\"\" (consistent) | %.1f | %.1fx | %.2f | %.1fx |\n", c * 1e3, e / c, cc, ec / cc);
   (*proxy)->Shutdown();
   (void)(*etcd)->Stop();
   return 0;
