@@ -25,39 +25,6 @@ constexpr size_t kMaxBatchBytes = 1 << 20;
 
 void UnrefObject(void* p) { static_cast<const CachedObject*>(p)->Unref(); }
 
-// Builds a message as slices: small pieces are copied into one pending
-// run, large cached records are referenced.
-class SliceBuilder {
- public:
-  std::string* bytes() { return &pending_; }
-  void AppendObject(const CachedObject* o) {
-    const std::string_view kv = o->kv();
-    if (kv.size() < kZeroCopyMin) {
-      pending_.append(kv);
-      return;
-    }
-    Flush();
-    o->Ref();
-    slices_.emplace_back(const_cast<char*>(kv.data()), kv.size(), &UnrefObject,
-                         const_cast<CachedObject*>(o));
-  }
-  void Finish(grpc::ByteBuffer* out) {
-    Flush();
-    grpc::ByteBuffer b(slices_.data(), slices_.size());
-    out->Swap(&b);
-    slices_.clear();
-  }
-
- private:
-  void Flush() {
-    if (pending_.empty()) return;
-    slices_.emplace_back(pending_.data(), pending_.size());  // copies
-    pending_.clear();
-  }
-  std::string pending_;
-  std::vector<grpc::Slice> slices_;
-};
-
 void AppendLength(int field, size_t len, std::string* out) {
   mvcc::AppendTag(field, 2, out);
   mvcc::AppendVarint(len, out);
@@ -88,7 +55,7 @@ watchcache::ResourceVersionMatch MatchOf(capstan::v1::ResourceVersionMatch m) {
 }
 
 // One Event (field 2 of a WatchResponse), its records by reference.
-void AppendEvent(const WatchEvent& e, bool with_prev, SliceBuilder* b) {
+void AppendEvent(const WatchEvent& e, bool with_prev, ResponseSlices* b) {
   std::string head;
   mvcc::AppendVarintField(1, static_cast<uint64_t>(e.type), &head);
   mvcc::AppendVarintField(2, static_cast<uint64_t>(e.revision), &head);
@@ -201,7 +168,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
       }
       return;
     }
-    SliceBuilder b;
+    ResponseSlices b;
     const std::string header = Header(*service_->member(), events_.back().revision);
     AppendLength(1, header.size(), b.bytes());
     b.bytes()->append(header);
@@ -234,6 +201,32 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
 };
 
 }  // namespace
+
+void ResponseSlices::AppendObject(const CachedObject* o) {
+  const std::string_view kv = o->kv();
+  if (kv.size() < kZeroCopyMin) {
+    pending_.append(kv);
+    return;
+  }
+  Flush();
+  o->Ref();
+  slices_.emplace_back(const_cast<char*>(kv.data()), kv.size(), &UnrefObject,
+                       const_cast<CachedObject*>(o));
+}
+
+void ResponseSlices::Finish(grpc::ByteBuffer* out) {
+  Flush();
+  grpc::ByteBuffer b(slices_.data(), slices_.size());
+  out->Swap(&b);
+  slices_.clear();
+}
+
+void ResponseSlices::Flush() {
+  if (pending_.empty()) return;
+  slices_.emplace_back(pending_.data(), pending_.size());  // copies
+  pending_.clear();
+}
+
 
 CacheService::CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads,
                            const AuthGate* auth)
@@ -302,7 +295,7 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
     }
     // ListResponse: header (1), kvs (2), resource_version (3), continue
     // (4), remaining_item_count (5).
-    SliceBuilder b;
+    ResponseSlices b;
     const std::string header = Header(*member_, r->revision);
     AppendLength(1, header.size(), b.bytes());
     b.bytes()->append(header);

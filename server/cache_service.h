@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,24 @@
 namespace capstan::server {
 
 class AuthGate;
+
+// Builds a response as slices: small pieces are copied into one pending
+// run, cached records of 512 bytes or more are referenced (the slice holds
+// a reference on the block until gRPC has sent it). Not thread-safe.
+class ResponseSlices {
+ public:
+  // Bytes appended here precede the next AppendObject.
+  std::string* bytes() { return &pending_; }
+  // Appends o's KeyValue record (without a field header).
+  void AppendObject(const watchcache::CachedObject* o);
+  // Moves what was built into *out and starts over.
+  void Finish(grpc::ByteBuffer* out);
+
+ private:
+  void Flush();
+  std::string pending_;
+  std::vector<grpc::Slice> slices_;
+};
 
 using CacheServiceBase = capstan::v1::Cache::WithRawCallbackMethod_List<
     capstan::v1::Cache::WithRawCallbackMethod_Watch<capstan::v1::Cache::Service>>;

@@ -47,6 +47,10 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
       return reactor;
     }
   }
+  if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
   if (bulk_ != nullptr && IsBulkRange(*store_, *req)) {
     bulk_->Run([this, req, response, reactor] { ServeRange(*req, response, reactor); });
   } else {

@@ -12,8 +12,11 @@
 #ifndef CAPSTAN_SERVER_KV_SERVICE_H_
 #define CAPSTAN_SERVER_KV_SERVICE_H_
 
+#include <memory>
+
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "server/cache_range.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -36,6 +39,10 @@ class KvService final : public KvServiceBase {
   KvService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr,
             BulkReads* bulk = nullptr)
       : store_(store), member_(member), auth_(auth), bulk_(bulk) {}
+
+  // Ranges on cached prefixes are answered from the watch cache when it can
+  // (server/cache_range.h). Call before serving.
+  void ServeCachedRanges(std::unique_ptr<CacheRange> r) { cache_range_ = std::move(r); }
 
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
@@ -68,6 +75,7 @@ class KvService final : public KvServiceBase {
   const MemberInfo* const member_;
   const AuthGate* const auth_;
   BulkReads* const bulk_;
+  std::unique_ptr<CacheRange> cache_range_;
 };
 
 }  // namespace capstan::server

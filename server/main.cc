@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "server/cache_proxy.h"
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/migrate.h"
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
   // `capstan migrate --from-etcd SRC --data-dir NEW [--verify]` (server/migrate.h).
   if (!args.empty() && args[0] == "migrate") {
     return MigrateCommand(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  // `capstan cache-proxy --upstream URL ...` (server/cache_proxy.h).
+  if (!args.empty() && args[0] == "cache-proxy") {
+    return CacheProxyCommand(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   auto config = ParseServerConfig(args, Environment());
   if (!config.ok()) {

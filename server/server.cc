@@ -148,18 +148,7 @@ absl::Status Server::Init() {
   watchcache::CacheOptions cache_options;
   cache_options.resources.clear();
   for (const auto& prefix : config_.watch_cache_prefixes) {
-    // Kubernetes' registry layout decides the built-in indexes.
-    if (prefix.find("/pods/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::PodResource(prefix));
-    } else if (prefix.find("/minions/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::NodeResource(prefix));
-    } else if (prefix.find("/leases/") != std::string::npos) {
-      cache_options.resources.push_back(watchcache::LeaseResource(prefix));
-    } else {
-      watchcache::ResourceSpec r;
-      r.prefix = prefix;
-      cache_options.resources.push_back(r);
-    }
+    cache_options.resources.push_back(watchcache::ResourceForPrefix(prefix));
   }
   if (!cache_options.resources.empty()) {
     auto cache = watchcache::Cache::Start(cache_options, store_.get(), hub_.get());
@@ -183,8 +172,9 @@ absl::Status Server::Init() {
                                             member_.get());
   const AuthGate* gate = auth->gate();
   bulk_reads_ = std::make_unique<BulkReads>(BulkReads::Options{});
-  services_.push_back(
-      std::make_unique<KvService>(store_.get(), member_.get(), gate, bulk_reads_.get()));
+  auto kv = std::make_unique<KvService>(store_.get(), member_.get(), gate, bulk_reads_.get());
+  if (cache_) kv->ServeCachedRanges(std::make_unique<CacheRange>(store_.get(), cache_.get(), member_.get()));
+  services_.push_back(std::move(kv));
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));

@@ -5,8 +5,9 @@
 
 #include "watchcache/cache.h"
 
-#include <filesystem>
+#include <map>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -15,35 +16,25 @@
 #include "mvcc/watch_hub.h"
 #include "watchcache/errors.h"
 #include "watchcache/k8s_test_objects.h"
+#include "watchcache/test_store.h"
 
 namespace capstan::watchcache {
 namespace {
 
 class CacheStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-wc-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    bo.sync = false;
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions{}, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), mvcc::WatchHubOptions{});
-    store_->SetWatchHub(hub_.get());
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(OpenStore()); }
   void TearDown() override {
     cache_.reset();
-    hub_->Stop();
-    store_.reset();
-    hub_.reset();
-    std::filesystem::remove_all(dir_);
+    env_.Close();
+  }
+  void OpenStore() {
+    env_.Open();
+    store_ = env_.store();
+    hub_ = env_.hub();
   }
   void StartCache(CacheOptions options = {}) {
-    auto c = Cache::Start(std::move(options), store_.get(), hub_.get());
+    auto c = Cache::Start(std::move(options), store_, hub_);
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(*c);
     ASSERT_TRUE(cache_->WaitReady(absl::Seconds(10)));
@@ -99,15 +90,24 @@ class CacheStoreTest : public ::testing::Test {
     return true;
   }
 
+  // Stops the cache, the hub and the store, opens the store again on the
+  // same data and starts a new cache (which lists it afresh).
+  void Restart(CacheOptions options) {
+    cache_.reset();
+    env_.Close();
+    ASSERT_NO_FATAL_FAILURE(OpenStore());
+    StartCache(std::move(options));
+  }
+
   static std::vector<std::string> Records(const ListResult& r) {
     std::vector<std::string> out;
     for (const auto& o : r.objects) out.emplace_back(o->kv());
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<mvcc::KvStore> store_;
-  std::unique_ptr<mvcc::WatchHub> hub_;
+  testing::TestStore env_;
+  mvcc::KvStore* store_ = nullptr;
+  mvcc::WatchHub* hub_ = nullptr;
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ObjectAllocator> oracle_alloc_ = NewMallocAllocator();
 };
@@ -278,6 +278,181 @@ TEST_F(CacheStoreTest, DifferentialAgainstStoreWithCompactions) {
   EXPECT_GT(page_checks, 100);
   auto st = cache_->ResourceFor("/registry/pods/")->GetStats();
   EXPECT_EQ(st.feed_mismatches, 0u);
+}
+
+// Every watcher's events, from a revision or with initial events, equal the
+// changes computed from the store's states at each revision (selector
+// transitions included), across compactions of the store and restarts of
+// store and cache; after a restart, revisions before the new list are too
+// old for the cache.
+TEST_F(CacheStoreTest, WatchDifferentialWithCompactionsAndRestarts) {
+  CacheOptions options;
+  options.ring_min_capacity = 64;
+  options.ring_max_capacity = 1024;
+  options.watcher_queue_events = 16;  // some watchers fall behind and catch up from history
+  StartCache(options);
+  std::mt19937 rng(99);
+  const char* nodes[] = {"n0", "n1", "n2", ""};
+  struct Query {
+    std::string prefix, labels, fields;
+  };
+  const std::vector<Query> queries = {
+      {"/registry/pods/", "", ""},
+      {"/registry/pods/", "", "spec.nodeName=n1"},
+      {"/registry/pods/", "", "spec.nodeName!=n1,status.phase=Running"},
+      {"/registry/pods/", "app=web", ""},
+      {"/registry/pods/b/", "", ""},
+      {"/registry/pods/a/", "app in (web,db)", "spec.nodeName=n2"},
+  };
+  IndexExtractor ex(PodResource());
+  // The store's state of the pods at rev: key -> record.
+  auto state = [&](int64_t rev) {
+    std::map<std::string, std::string> out;
+    std::vector<std::string> recs;
+    EXPECT_TRUE(Oracle(rev, "/registry/pods/", "", "", &recs)) << rev;
+    for (auto& r : recs) {
+      mvcc::KeyValueView kv;
+      EXPECT_TRUE(mvcc::DecodeKeyValue(r, &kv));
+      out[std::string(kv.key)] = r;
+    }
+    return out;
+  };
+  auto matches = [&](const Query& q, const std::string* rec) {
+    if (rec == nullptr) return false;
+    mvcc::KeyValueView kv;
+    EXPECT_TRUE(mvcc::DecodeKeyValue(*rec, &kv));
+    if (!kv.key.starts_with(q.prefix)) return false;
+    Extracted e;
+    ex.Extract(kv.value, &e);
+    ObjectRef o = CachedObject::Create(oracle_alloc_.get(), *rec, e);
+    return Selector::Parse(q.labels, q.fields, ex)->Matches(*o);
+  };
+  // An event as "TYPE rev object-record prev-record".
+  auto describe = [](int type, int64_t rev, std::string_view obj, std::string_view prev) {
+    return absl::StrCat(type, " ", rev, " ") + std::string(obj) + " " + std::string(prev);
+  };
+  int watch_checks = 0, events_checked = 0, initial_checks = 0;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    if (epoch > 0) {
+      const int64_t before = store_->Rev();
+      Restart(options);
+      PutPod("a", "restart-marker", "n0", "Running", {});
+      WatchOptions old;
+      old.prefix = "/registry/pods/";
+      old.resource_version = absl::StrCat(before - 1);
+      EXPECT_TRUE(Is(cache_->Watch(old).status(), CacheError::kTooOldResourceVersion));
+    }
+    for (int round = 0; round < 6; ++round) {
+      const int64_t from = store_->Rev();
+      if (rng() % 3 == 0) {
+        etcdserverpb::CompactionRequest req;
+        req.set_revision(from);
+        ASSERT_TRUE(store_->Compact(req).ok());
+      }
+      std::vector<std::unique_ptr<CacheWatch>> watches;
+      for (const Query& q : queries) {
+        WatchOptions w;
+        w.prefix = q.prefix;
+        w.label_selector = q.labels;
+        w.field_selector = q.fields;
+        w.resource_version = absl::StrCat(from);
+        auto r = cache_->Watch(w);
+        ASSERT_TRUE(r.ok()) << r.status();
+        watches.push_back(std::move(*r));
+      }
+      // One watcher with initial events at the latest state.
+      WatchOptions init;
+      init.prefix = "/registry/pods/";
+      init.field_selector = "spec.nodeName=n1";
+      init.send_initial_events = true;
+      auto iw = cache_->Watch(init);
+      ASSERT_TRUE(iw.ok()) << iw.status();
+
+      for (int op = 0; op < 60; ++op) {
+        const std::string ns = rng() % 2 ? "a" : "b";
+        const std::string name = absl::StrCat("p", rng() % 30);
+        const int k = static_cast<int>(rng() % 100);
+        if (k < 65) {
+          std::map<std::string, std::string> labels;
+          if (rng() % 3) labels["app"] = rng() % 2 ? "web" : "db";
+          PutPod(ns, name, nodes[rng() % 4], rng() % 2 ? "Running" : "Pending", labels, rng() % 4 == 0);
+        } else if (k < 85) {
+          Delete(absl::StrCat("/registry/pods/", ns, "/", name));
+        } else {
+          Put("/registry/configmaps/c", "v");
+        }
+      }
+      const int64_t to = store_->Rev();
+      ListOptions l;  // consistent: the cache has everything up to `to`
+      l.prefix = "/registry/pods/";
+      ASSERT_TRUE(cache_->List(l).ok());
+
+      // The initial events: the node's pods when the watch started, then
+      // the bookmark, then the changes.
+      {
+        std::vector<WatchEvent> evs;
+        while ((*iw)->Pop(&evs, 1000) > 0) {
+        }
+        size_t i = 0;
+        std::vector<std::string> got_initial;
+        int64_t initial_rev = 0;
+        for (; i < evs.size() && !evs[i].initial_events_end; ++i) {
+          ASSERT_EQ(evs[i].type, EventType::kAdded);
+          got_initial.emplace_back(evs[i].object->kv());
+          initial_rev = evs[i].revision;
+        }
+        ASSERT_LT(i, evs.size()) << "no initial-events-end bookmark";
+        if (initial_rev == 0) initial_rev = evs[i].revision;
+        std::vector<std::string> want_initial;
+        ASSERT_TRUE(Oracle(evs[i].revision, "/registry/pods/", "", "spec.nodeName=n1", &want_initial));
+        EXPECT_EQ(got_initial, want_initial);
+        ++initial_checks;
+      }
+      // Every watcher from `from`: the store's changes through its selector.
+      std::map<std::string, std::string> prev_state = state(from);
+      std::vector<std::vector<std::string>> want(queries.size());
+      for (int64_t r = from + 1; r <= to; ++r) {
+        std::map<std::string, std::string> cur = state(r);
+        std::set<std::string> keys;
+        for (const auto& [key, rec] : prev_state) keys.insert(key);
+        for (const auto& [key, rec] : cur) keys.insert(key);
+        for (const std::string& key : keys) {
+          auto p = prev_state.find(key);
+          auto c = cur.find(key);
+          const std::string* pv = p == prev_state.end() ? nullptr : &p->second;
+          const std::string* cv = c == cur.end() ? nullptr : &c->second;
+          if ((pv == nullptr) != (cv == nullptr) || (pv && *pv != *cv)) {
+            for (size_t qi = 0; qi < queries.size(); ++qi) {
+              const bool was = matches(queries[qi], pv), is = matches(queries[qi], cv);
+              if (was && is) want[qi].push_back(describe(1, r, *cv, *pv));
+              if (!was && is) want[qi].push_back(describe(0, r, *cv, ""));
+              if (was && !is) want[qi].push_back(describe(2, r, *pv, ""));
+            }
+          }
+        }
+        prev_state = std::move(cur);
+      }
+      for (size_t qi = 0; qi < queries.size(); ++qi) {
+        std::vector<WatchEvent> evs;
+        while (watches[qi]->Pop(&evs, 7) > 0) {
+        }
+        ASSERT_TRUE(watches[qi]->status().ok()) << watches[qi]->status();
+        std::vector<std::string> got;
+        for (const auto& e : evs) {
+          if (e.type == EventType::kBookmark) continue;
+          got.push_back(describe(static_cast<int>(e.type), e.revision, e.object->kv(),
+                                 e.prev_object ? e.prev_object->kv() : std::string_view()));
+        }
+        ASSERT_EQ(got.size(), want[qi].size()) << queries[qi].labels << " " << queries[qi].fields;
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[qi][i]) << "event " << i;
+        events_checked += static_cast<int>(got.size());
+        ++watch_checks;
+      }
+    }
+  }
+  EXPECT_EQ(watch_checks, 3 * 6 * static_cast<int>(queries.size()));
+  EXPECT_EQ(initial_checks, 3 * 6);
+  EXPECT_GT(events_checked, 800);
 }
 
 TEST_F(CacheStoreTest, FeedChecksPrevKv) {

@@ -387,6 +387,15 @@ std::vector<ResourceSpec> DefaultResources() {
   return {PodResource(), NodeResource(), LeaseResource()};
 }
 
+ResourceSpec ResourceForPrefix(const std::string& prefix) {
+  if (prefix.find("/pods/") != std::string::npos) return PodResource(prefix);
+  if (prefix.find("/minions/") != std::string::npos) return NodeResource(prefix);
+  if (prefix.find("/leases/") != std::string::npos) return LeaseResource(prefix);
+  ResourceSpec r;
+  r.prefix = prefix;
+  return r;
+}
+
 IndexExtractor::IndexExtractor(const ResourceSpec& spec)
     : spec_(spec), proto_root_(std::make_unique<PathNode>()), json_root_(std::make_unique<PathNode>()) {
   for (size_t i = 0; i < spec_.fields.size(); ++i) {

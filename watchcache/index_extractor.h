@@ -51,6 +51,10 @@ ResourceSpec PodResource(std::string prefix = "/registry/pods/");
 ResourceSpec NodeResource(std::string prefix = "/registry/minions/");
 ResourceSpec LeaseResource(std::string prefix = "/registry/leases/");
 std::vector<ResourceSpec> DefaultResources();
+// The spec for a configured prefix: Kubernetes' registry layout decides the
+// built-in indexes (".../pods/", ".../minions/", ".../leases/"); any other
+// prefix is cached without indexes.
+ResourceSpec ResourceForPrefix(const std::string& prefix);
 
 // What Extract found. Views point into the value passed to Extract or into
 // `owned` (strings that needed unescaping); valid while both are.

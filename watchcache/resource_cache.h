@@ -31,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,10 +88,10 @@ class ResourceCache {
   void Apply(std::vector<FeedChange> changes, int64_t header_rev);
   // Advances the revision without changes (the store moved on elsewhere).
   void AdvanceTo(int64_t rev);
-  // For consistent reads: the store's current revision, and a request that
-  // makes the feeder AdvanceTo it soon (a progress request). Unset: the
-  // cache's own revision counts as current.
-  void SetRevisionSource(std::function<int64_t()> current_rev,
+  // For consistent reads: the store's current revision (an error fails the
+  // read with it), and a request that makes the feeder AdvanceTo it soon (a
+  // progress request). Unset: the cache's own revision counts as current.
+  void SetRevisionSource(std::function<absl::StatusOr<int64_t>()> current_rev,
                          std::function<void()> request_progress);
 
   // ---- Readers ----
@@ -98,6 +99,12 @@ class ResourceCache {
   // REQUIRES: options.prefix starts with spec().prefix.
   absl::StatusOr<ListResult> List(const ListOptions& options);
   absl::StatusOr<std::unique_ptr<CacheWatch>> Watch(const WatchOptions& options);
+
+  // The cache's state at exactly rev when it holds it (ready, and
+  // oldest_rev <= rev <= rev()); else nullopt. *cache_rev (if not null)
+  // gets rev(). The snapshot stays valid while held, whatever the feeder
+  // does meanwhile.
+  std::optional<TreeSnapshot> SnapshotAt(int64_t rev, int64_t* cache_rev = nullptr) const;
 
   // Sends due bookmarks and cuts off watchers behind for too long. Called
   // periodically by the Cache.
@@ -167,6 +174,8 @@ class ResourceCache {
   bool IndexCandidatesLocked(const Selector& sel, std::vector<ObjectRef>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   size_t CatchUp(CacheWatcher* w, std::vector<WatchEvent>* out, size_t max_events);
+  // A resourceVersion "N" (decimal, fits int64).
+  static bool ParseRv(std::string_view s, int64_t* rev);
   void Remove(CacheWatcher* w);
   static void RunNotifications(Notifications* notify);
 
@@ -207,7 +216,7 @@ class ResourceCache {
   uint64_t next_watcher_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string scratch_ ABSL_GUARDED_BY(mu_);
 
-  std::function<int64_t()> current_rev_;
+  std::function<absl::StatusOr<int64_t>()> current_rev_;
   std::function<void()> request_progress_;
 
   std::atomic<uint64_t> events_applied_{0}, events_dispatched_{0}, dispatch_candidates_{0},

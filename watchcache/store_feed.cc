@@ -51,7 +51,8 @@ bool Fields(std::string_view msg, Visit visit) {
 
 StoreFeed::StoreFeed(ResourceCache* cache, mvcc::KvStore* store, mvcc::WatchHub* hub, bool prev_kv)
     : cache_(cache), store_(store), hub_(hub), prev_kv_(prev_kv) {
-  cache_->SetRevisionSource([store] { return store->Rev(); }, [this] { RequestProgress(); });
+  cache_->SetRevisionSource([store]() -> absl::StatusOr<int64_t> { return store->Rev(); },
+                            [this] { RequestProgress(); });
 }
 
 StoreFeed::~StoreFeed() { Stop(); }
@@ -238,7 +239,9 @@ bool StoreFeed::Process(const std::string& message) {
     }
     changes.push_back(std::move(c));
   }
-  cache_->Apply(std::move(changes), std::max(header_rev, int64_t{0}));
+  // Applied up to the events' own revision: a catch-up response carries the
+  // store's revision in its header while later events may still follow.
+  cache_->Apply(std::move(changes), 0);
   (void)watch_id;
   return true;
 }

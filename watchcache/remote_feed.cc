@@ -1,0 +1,281 @@
+#include "watchcache/remote_feed.h"
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace capstan::watchcache {
+namespace {
+
+// At most one progress request per this interval.
+constexpr int64_t kProgressRequestGapNs = 20'000'000;
+
+// etcd's text for a read or watch below the compacted revision
+// (etcdserver: mvcc: required revision has been compacted).
+bool IsCompacted(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::OUT_OF_RANGE &&
+         absl::StrContains(s.error_message(), "required revision has been compacted");
+}
+
+absl::Status ToStatus(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+RemoteFeed::RemoteFeed(ResourceCache* cache, std::shared_ptr<grpc::Channel> channel,
+                       RemoteFeedOptions options)
+    : cache_(cache),
+      options_(options),
+      kv_(etcdserverpb::KV::NewStub(channel)),
+      watch_(etcdserverpb::Watch::NewStub(channel)),
+      backoff_(options.min_backoff) {
+  cache_->SetRevisionSource([this] { return CurrentRevision(); }, [this] { RequestProgress(); });
+}
+
+RemoteFeed::~RemoteFeed() { Stop(); }
+
+void RemoteFeed::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void RemoteFeed::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    if (call_) call_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RemoteFeed::TEST_Pause(bool paused) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    paused_ = paused;
+    if (paused && call_) call_->TryCancel();
+  }
+  cv_.notify_all();
+}
+
+etcdserverpb::ResponseHeader RemoteFeed::upstream_header() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return header_;
+}
+
+void RemoteFeed::NoteHeader(const etcdserverpb::ResponseHeader& h) {
+  std::lock_guard<std::mutex> l(mu_);
+  header_ = h;
+}
+
+std::shared_ptr<grpc::ClientContext> RemoteFeed::NewContext(bool deadline) {
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  if (deadline) ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopping_ || paused_) ctx->TryCancel();
+  call_ = ctx;
+  return ctx;
+}
+
+absl::StatusOr<int64_t> RemoteFeed::CurrentRevision() {
+  // One key: the header carries the revision, the answer costs nothing.
+  etcdserverpb::RangeRequest req;
+  req.set_key(cache_->spec().prefix);
+  req.set_count_only(true);
+  etcdserverpb::RangeResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  grpc::Status s = kv_->Range(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read the upstream's current revision: ", s.error_message()));
+  }
+  return resp.header().revision();
+}
+
+void RemoteFeed::RequestProgress() {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t last = last_progress_request_ns_.load(std::memory_order_relaxed);
+  if (now - last < kProgressRequestGapNs) return;
+  if (!last_progress_request_ns_.compare_exchange_strong(last, now)) return;
+  etcdserverpb::WatchRequest req;
+  req.mutable_progress_request();
+  std::lock_guard<std::mutex> l(stream_mu_);
+  if (stream_ != nullptr) stream_->Write(req);
+}
+
+void RemoteFeed::Backoff() {
+  std::unique_lock<std::mutex> l(mu_);
+  // Jitter: 50% to 100% of the backoff.
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  const absl::Duration d = backoff_ * (0.5 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng));
+  cv_.wait_for(l, absl::ToChronoNanoseconds(d), [this] { return stopping_; });
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+}
+
+void RemoteFeed::Run() {
+  const std::string& prefix = cache_->spec().prefix;
+  bool need_list = true;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [this] { return stopping_ || !paused_; });
+      if (stopping_) return;
+    }
+    if (need_list) {
+      absl::Status s = Load();
+      if (!s.ok()) {
+        spdlog::warn("watch cache {}: list from upstream failed: {}; retrying", prefix, s.ToString());
+        Backoff();
+        continue;
+      }
+      lists_.fetch_add(1);
+      need_list = false;
+    }
+    switch (Follow(cache_->rev())) {
+      case WatchEnd::kStopped: break;
+      case WatchEnd::kCompacted:
+        spdlog::info("watch cache {}: upstream compacted past revision {}; listing again", prefix,
+                     cache_->rev());
+        need_list = true;
+        break;
+      case WatchEnd::kBroken:
+        reconnects_.fetch_add(1);
+        Backoff();
+        break;
+    }
+  }
+}
+
+absl::Status RemoteFeed::Load() {
+  const std::string& prefix = cache_->spec().prefix;
+  etcdserverpb::RangeRequest req;
+  req.set_key(prefix);
+  req.set_range_end(PrefixEnd(prefix));
+  req.set_limit(options_.list_page);
+  std::vector<ObjectRef> objects;
+  int64_t at = 0;
+  std::string record;
+  for (;;) {
+    etcdserverpb::RangeResponse resp;
+    auto ctx = NewContext(true);
+    grpc::Status s = kv_->Range(ctx.get(), req, &resp);
+    if (!s.ok()) {
+      if (at > 0 && IsCompacted(s)) {
+        // Compacted between pages: start over at a new revision.
+        spdlog::info("watch cache {}: revision {} compacted while listing; listing again", prefix, at);
+        objects.clear();
+        at = 0;
+        req.set_key(prefix);
+        req.set_revision(0);
+        continue;
+      }
+      return ToStatus(s);
+    }
+    NoteHeader(resp.header());
+    if (at == 0) {
+      at = resp.header().revision();
+      req.set_revision(at);
+    }
+    for (const mvccpb::KeyValue& kv : resp.kvs()) {
+      record.clear();
+      kv.SerializeToString(&record);
+      if (ObjectRef o = cache_->MakeObject(record)) objects.push_back(std::move(o));
+    }
+    if (!resp.more() || resp.kvs_size() == 0) break;
+    req.set_key(resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0'));
+  }
+  const size_t n = objects.size();
+  cache_->Reset(at, std::move(objects));
+  spdlog::info("watch cache {}: listed {} objects from upstream at revision {}", prefix, n, at);
+  return absl::OkStatus();
+}
+
+RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
+  const std::string& prefix = cache_->spec().prefix;
+  auto ctx = NewContext(false);
+  std::unique_ptr<WatchStream> stream = watch_->Watch(ctx.get());
+  etcdserverpb::WatchRequest create;
+  auto* c = create.mutable_create_request();
+  c->set_key(prefix);
+  c->set_range_end(PrefixEnd(prefix));
+  c->set_start_revision(rev + 1);
+  c->set_prev_kv(true);
+  c->set_progress_notify(true);
+  {
+    std::lock_guard<std::mutex> l(stream_mu_);
+    stream_ = stream.get();
+    stream_->Write(create);
+  }
+  WatchEnd end = WatchEnd::kBroken;
+  etcdserverpb::WatchResponse resp;
+  bool created = false;
+  while (stream->Read(&resp)) {
+    if (resp.canceled()) {
+      if (resp.compact_revision() > 0) {
+        end = WatchEnd::kCompacted;
+      } else {
+        spdlog::warn("watch cache {}: upstream canceled the watch: {}", prefix, resp.cancel_reason());
+      }
+      break;
+    }
+    NoteHeader(resp.header());
+    if (resp.created()) {
+      if (!created) backoff_ = options_.min_backoff;  // connected again
+      created = true;
+      continue;
+    }
+    if (resp.events_size() == 0) {
+      // A progress notification: every event up to its revision was sent.
+      cache_->AdvanceTo(resp.header().revision());
+      continue;
+    }
+    Apply(resp);
+  }
+  {
+    std::lock_guard<std::mutex> l(stream_mu_);
+    stream_ = nullptr;
+  }
+  ctx->TryCancel();
+  grpc::Status s = stream->Finish();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return WatchEnd::kStopped;
+  }
+  if (end == WatchEnd::kBroken && IsCompacted(s)) end = WatchEnd::kCompacted;
+  if (end == WatchEnd::kBroken) {
+    spdlog::info("watch cache {}: upstream watch ended ({}); watching again from revision {}", prefix,
+                 s.error_message(), cache_->rev() + 1);
+  }
+  return end;
+}
+
+void RemoteFeed::Apply(const etcdserverpb::WatchResponse& resp) {
+  std::vector<FeedChange> changes;
+  changes.reserve(resp.events_size());
+  std::string record;
+  for (const mvccpb::Event& e : resp.events()) {
+    FeedChange c;
+    c.rev = e.kv().mod_revision();
+    if (e.type() == mvccpb::Event::DELETE) {
+      c.key = e.kv().key();
+    } else {
+      record.clear();
+      e.kv().SerializeToString(&record);
+      c.object = cache_->MakeObject(record);
+      if (!c.object) continue;
+    }
+    // The upstream's previous value, checked against the cache's own.
+    c.prev_mod_rev = e.has_prev_kv() ? e.prev_kv().mod_revision() : 0;
+    changes.push_back(std::move(c));
+  }
+  // Up to the events' own revision: a catch-up response's header revision
+  // may be ahead of events that follow in later responses.
+  cache_->Apply(std::move(changes), 0);
+}
+
+}  // namespace capstan::watchcache

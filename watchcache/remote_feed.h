@@ -1,0 +1,133 @@
+// RemoteFeed: feeds one ResourceCache from a remote etcd-compatible endpoint
+// over its KV and Watch APIs (proxy mode, `capstan cache-proxy`).
+//
+// As kube-apiserver's reflector does, the feed lists the resource prefix in
+// pages at one revision R (the first page's header revision; later pages
+// ask for R), Resets the cache to it, then watches the prefix from R+1 with
+// prev_kv and progress_notify and applies each response:
+//  - events: applied up to their own revision (a catch-up response's header
+//    revision may run ahead of the events it carries, so it is not used);
+//  - an empty response (a progress notification, sent only to a watcher
+//    that has every event up to it): the cache advances to its revision;
+//  - canceled with a compact_revision ("required revision has been
+//    compacted"): the feed lists again, and the cache's watchers are cut
+//    off with CacheReinitialized as after any re-list.
+// When the stream breaks (upstream restarted, network), the feed watches
+// again from the cache's revision + 1 after a backoff (100 ms doubling to
+// 5 s, with jitter), without listing again unless that revision has been
+// compacted meanwhile. A List page that fails with "required revision has
+// been compacted" restarts the list.
+//
+// Consistent reads (resourceVersion "") ask the upstream for its current
+// revision with a linearizable single-key Range and then request a
+// progress notification on the watch stream until the cache has reached it.
+//
+// Thread safety: Start and Stop from one thread; the feed runs on its own
+// thread. RequestProgress and CurrentRevision may be called from any thread.
+
+#ifndef CAPSTAN_WATCHCACHE_REMOTE_FEED_H_
+#define CAPSTAN_WATCHCACHE_REMOTE_FEED_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "watchcache/resource_cache.h"
+
+namespace capstan::watchcache {
+
+struct RemoteFeedOptions {
+  // Keys per List page. Each page makes etcd count the whole range, so
+  // small pages make a large list quadratic (150k pods in pages of 500: 180 s).
+  int64_t list_page = 5000;
+  absl::Duration min_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // Deadline of each List page and of each current-revision read.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+};
+
+class RemoteFeed {
+ public:
+  // cache must outlive the feed.
+  RemoteFeed(ResourceCache* cache, std::shared_ptr<grpc::Channel> channel,
+             RemoteFeedOptions options = {});
+  ~RemoteFeed();
+  RemoteFeed(const RemoteFeed&) = delete;
+  RemoteFeed& operator=(const RemoteFeed&) = delete;
+
+  void Start();
+  // Cancels the calls in flight and joins the feed thread. Idempotent.
+  void Stop();
+
+  // Lists done (the first and every re-list), and watches started again
+  // after a broken stream.
+  uint64_t lists() const { return lists_.load(); }
+  uint64_t reconnects() const { return reconnects_.load(); }
+  // The header of the latest upstream response (its cluster and member ids).
+  etcdserverpb::ResponseHeader upstream_header() const;
+
+  // The upstream's current revision (a linearizable Range of one key).
+  absl::StatusOr<int64_t> CurrentRevision();
+  // Asks the upstream for a progress notification on the feed's watch
+  // (at most one per 20 ms; none while no watch is open).
+  void RequestProgress();
+
+  // While paused the feed holds no watch and opens none (the cache keeps its
+  // state and revision); on resume it watches again from the cache's
+  // revision + 1. For tests that make the upstream compact past the feed.
+  void TEST_Pause(bool paused);
+
+ private:
+  enum class WatchEnd { kStopped, kCompacted, kBroken };
+  using WatchStream = grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>;
+
+  void Run();
+  // Lists the prefix at one revision into the cache.
+  absl::Status Load();
+  // Watches from rev+1 until the watch ends.
+  WatchEnd Follow(int64_t rev);
+  void Apply(const etcdserverpb::WatchResponse& resp);
+  // Sleeps for the current backoff (woken by Stop and by TEST_Pause(false))
+  // and doubles it.
+  void Backoff();
+  // A ClientContext for one call, registered so that Stop can cancel it.
+  std::shared_ptr<grpc::ClientContext> NewContext(bool deadline);
+  void NoteHeader(const etcdserverpb::ResponseHeader& h);
+
+  ResourceCache* const cache_;
+  const RemoteFeedOptions options_;
+  const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
+  const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  bool paused_ = false;    // guarded by mu_
+  std::shared_ptr<grpc::ClientContext> call_;  // guarded by mu_: the feed thread's call in flight
+  etcdserverpb::ResponseHeader header_;        // guarded by mu_
+  absl::Duration backoff_;                     // feed thread only
+
+  // The open watch stream, for progress requests from other threads. Writes
+  // are serialized by stream_mu_ (one write at a time on a gRPC stream).
+  // Lock order: mu_ is never held while taking stream_mu_.
+  std::mutex stream_mu_;
+  WatchStream* stream_ = nullptr;  // guarded by stream_mu_
+
+  std::atomic<int64_t> last_progress_request_ns_{0};
+  std::atomic<uint64_t> lists_{0};
+  std::atomic<uint64_t> reconnects_{0};
+  std::thread thread_;
+};
+
+}  // namespace capstan::watchcache
+
+#endif  // CAPSTAN_WATCHCACHE_REMOTE_FEED_H_
