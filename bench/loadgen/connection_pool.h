@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "capstan/v1/cache.grpc.pb.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -31,6 +32,8 @@ class ConnectionPool {
   etcdserverpb::Watch::Stub& Watch(size_t client) { return *At(client).watch; }
   etcdserverpb::Lease::Stub& Lease(size_t client) { return *At(client).lease; }
   etcdserverpb::Maintenance::Stub& Maintenance(size_t client) { return *At(client).maintenance; }
+  // Capstan's watch cache; etcd answers its calls UNIMPLEMENTED.
+  capstan::v1::Cache::Stub& Cache(size_t client) { return *At(client).cache; }
 
   // "http://127.0.0.1:2379" -> "127.0.0.1:2379".
   static std::string TargetOf(const std::string& endpoint);
@@ -42,6 +45,7 @@ class ConnectionPool {
     std::unique_ptr<etcdserverpb::Watch::Stub> watch;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
+    std::unique_ptr<capstan::v1::Cache::Stub> cache;
   };
   Conn& At(size_t client) { return conns_[client % conns_.size()]; }
 
