@@ -22,6 +22,8 @@
 
 #include "bench/loadgen/k8s_scenario.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -293,6 +295,9 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   // Steady state: the scheduler on this thread, the relister on its own.
   std::unique_ptr<ProcessSampler> sampler;
   if (ctx.server_pid > 0) sampler = std::make_unique<ProcessSampler>(ctx.server_pid);
+  // The harness shares the machine with the server: its own CPU shows how
+  // much of the machine the load itself took.
+  ProcessSampler self_sampler(getpid());
   const auto start = Clock::now();
   const auto end = start + absl::ToChronoNanoseconds(duration_);
   OpStats relist("relist (full)"), page("relist page"), node_list("list by node");
@@ -350,6 +355,7 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   relister.join();
   if (node_lister.joinable()) node_lister.join();
   if (sampler) sampler->Stop();
+  self_sampler.Stop();
   const uint64_t missing = delivery.WaitForAll(std::chrono::seconds(10));
   if (missing > 0) watch_errors.Add(absl::StrCat(missing, " watch events never arrived (waited 10s)"));
   watches.Finish();
@@ -421,6 +427,9 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
     r.extras.push_back({"server CPU (steady state)", sampler->CpuCores(), "cores", false});
     r.extras.push_back({"server RSS peak (steady state)", sampler->PeakRss() / 1048576.0, "MiB", false});
     r.extras.push_back({"server RSS at end", sampler->EndRss() / 1048576.0, "MiB", false});
+  }
+  if (self_sampler.valid()) {
+    r.extras.push_back({"capstan-bench CPU (steady state)", self_sampler.CpuCores(), "cores", false});
   }
   r.extras.push_back({"watch events received", static_cast<double>(watches.events()), "events", true});
   r.extras.push_back({"scheduling lag p99", lag.Percentile(99) / 1e6, "ms", false});
