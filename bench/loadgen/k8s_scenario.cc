@@ -53,6 +53,19 @@ uint64_t Since(Clock::time_point t) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
+// Watch events' delivery latencies and the watches' failures, as a phase.
+PhaseResult DeliveryPhase(std::string name, const Histogram& latency, const ErrorCounter& errors,
+                          double seconds) {
+  PhaseResult p;
+  p.name = std::move(name);
+  p.latency = latency;
+  p.seconds = seconds;
+  p.has_throughput = false;
+  p.errors = errors.Total();
+  p.error_counts = errors.Snapshot();
+  return p;
+}
+
 // The apiserver's watches: one stream per resource prefix, with prev_kv,
 // feeding every event to the delivery tracker.
 class ApiserverWatches {
@@ -405,23 +418,10 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
     r.phases.push_back(node_list.ToPhase(seconds, false));
   }
   if (*use_cache) {
-    PhaseResult p;
-    p.name = "node watch delivery";
-    p.latency = node_delivery_latency;
-    p.seconds = seconds;
-    p.has_throughput = false;
-    p.errors = node_watch_errors.Total();
-    p.error_counts = node_watch_errors.Snapshot();
-    r.phases.push_back(std::move(p));
+    r.phases.push_back(
+        DeliveryPhase("node watch delivery", node_delivery_latency, node_watch_errors, seconds));
   }
-  PhaseResult events;
-  events.name = "watch delivery";
-  events.latency = delivery_latency;
-  events.seconds = seconds;
-  events.has_throughput = false;
-  events.errors = watch_errors.Total();
-  events.error_counts = watch_errors.Snapshot();
-  r.phases.push_back(std::move(events));
+  r.phases.push_back(DeliveryPhase("watch delivery", delivery_latency, watch_errors, seconds));
 
   if (sampler && sampler->valid()) {
     r.extras.push_back({"server CPU (steady state)", sampler->CpuCores(), "cores", false});
