@@ -129,7 +129,7 @@ class ApiserverWatches {
 class K8sWorkload final : public Workload {
  public:
   void RegisterFlags(FlagSet& f) override {
-    f.Int("nodes", &cluster_.nodes, "Nodes (a 10k-node cluster: --nodes 10000 --pods 300000)");
+    f.Int("nodes", &cluster_.nodes, "Nodes (a 10k-node cluster: --nodes 10000 --pods 150000)");
     f.Int("pods", &cluster_.pods, "Pods (0: 20 per node)");
     f.Int("namespaces", &cluster_.namespaces, "Namespaces the pods are spread over");
     f.Int("pod-min-size", &cluster_.pod_min_size, "Smallest stored pod, bytes");

@@ -35,7 +35,7 @@ const std::vector<WorkloadInfo>& Workloads() {
        "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
        "latency while they run",
        NewLargeListWorkload},
-      {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
+      {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events; kubelets via the watch cache)",
        NewK8sWorkload},
   };
   return *all;
