@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "bench/loadgen/client_security.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -38,14 +39,21 @@ struct UnaryCall {
 };
 
 // start(ctx, req, resp, callback) begins the call, e.g. stub.async()->Put.
+// A call rejected for an invalid auth token (expired, or the server
+// restarted) is sent once more, as clientv3 does; the token interceptor
+// has fetched a new token by then (client_security.h).
 template <typename Resp, typename Req, typename Start, typename Done>
-void CallAsync(Start start, Req req, Done done) {
+void CallAsync(Start start, Req req, Done done, bool retry_auth = true) {
   auto call = std::make_shared<UnaryCall<Req, Resp>>();
   call->req = std::move(req);
   SetDeadline(&call->ctx);
   auto* raw = call.get();
   start(&raw->ctx, &raw->req, &raw->resp,
-        [call = std::move(call), done = std::move(done)](grpc::Status s) mutable {
+        [start, retry_auth, call = std::move(call), done = std::move(done)](grpc::Status s) mutable {
+          if (retry_auth && IsInvalidAuthToken(s)) {
+            CallAsync<Resp>(std::move(start), std::move(call->req), std::move(done), false);
+            return;
+          }
           done(s, call->resp);
         });
 }

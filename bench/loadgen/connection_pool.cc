@@ -15,7 +15,8 @@ std::string ConnectionPool::TargetOf(const std::string& endpoint) {
 }
 
 absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
-    const std::vector<std::string>& endpoints, int conns, absl::Duration dial_timeout) {
+    const std::vector<std::string>& endpoints, int conns, absl::Duration dial_timeout,
+    const ClientSecurity& security) {
   if (endpoints.empty()) return absl::InvalidArgumentError("no --endpoints");
   if (conns < 1) return absl::InvalidArgumentError("--conns must be at least 1");
   auto pool = std::unique_ptr<ConnectionPool>(new ConnectionPool());
@@ -30,9 +31,24 @@ absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    const std::string target = TargetOf(endpoints[i % endpoints.size()]);
+    const std::string& endpoint = endpoints[i % endpoints.size()];
+    const std::string target = TargetOf(endpoint);
+    auto credentials = MakeChannelCredentials(security, endpoint);
+    if (!credentials.ok()) return credentials.status();
+    if (!security.user.empty() && pool->token_ == nullptr) {
+      auto token = AuthTokenSource::Create(security.user, target, *credentials);
+      if (!token.ok()) return token.status();
+      pool->token_ = *std::move(token);
+    }
     Conn c;
-    c.channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    if (pool->token_ != nullptr) {
+      std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+      creators.push_back(pool->token_->InterceptorFactory());
+      c.channel = grpc::experimental::CreateCustomChannelWithInterceptors(target, *credentials, args,
+                                                                          std::move(creators));
+    } else {
+      c.channel = grpc::CreateCustomChannel(target, *credentials, args);
+    }
     if (!c.channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(
           absl::StrCat("cannot connect to ", target, " within ", absl::FormatDuration(dial_timeout)));
@@ -41,6 +57,7 @@ absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
     c.watch = etcdserverpb::Watch::NewStub(c.channel);
     c.lease = etcdserverpb::Lease::NewStub(c.channel);
     c.maintenance = etcdserverpb::Maintenance::NewStub(c.channel);
+    c.cache = capstan::v1::Cache::NewStub(c.channel);
     pool->conns_.push_back(std::move(c));
   }
   return pool;

@@ -153,14 +153,27 @@ void K8sCluster::IssueLoad(uint64_t seq, size_t, DoneFn done) {
                    });
 }
 
-K8sCluster::WriteDone K8sCluster::Track(OpStats& op) {
+std::vector<std::string> K8sCluster::NodeNames() const {
+  std::vector<std::string> names;
+  for (const Node& n : nodes_) names.push_back(n.name);
+  return names;
+}
+
+uint64_t K8sCluster::LoadedPodsOn(size_t node) const {
+  const uint64_t pods = options_.pods, nodes = options_.nodes;
+  return pods / nodes + (node < pods % nodes ? 1 : 0);
+}
+
+K8sCluster::WriteDone K8sCluster::Track(OpStats& op, bool pod_write) {
   inflight_.fetch_add(1);
   issued_.fetch_add(1);
   const auto start = Clock::now();
-  return [this, &op, start](const grpc::Status& s, int64_t rev) {
+  DeliveryTracker* pod_delivery = pod_write ? pod_delivery_ : nullptr;
+  return [this, &op, start, pod_delivery](const grpc::Status& s, int64_t rev) {
     if (s.ok()) {
       op.latency.Record(Since(start));
       if (delivery_ != nullptr) delivery_->WriteCommitted(rev, start, 1);
+      if (pod_delivery != nullptr) pod_delivery->WriteCommitted(rev, start, 1);
     } else {
       op.errors.Add(s);
     }
@@ -228,7 +241,7 @@ void K8sCluster::ChurnPod() {
     ++p.incarnation;
     p.generation = 1;
     p.node = static_cast<int>(rng_() % nodes_.size());
-    WriteDone record = Track(stats_.pod_create);
+    WriteDone record = Track(stats_.pod_create, /*pod_write=*/true);
     ConditionalWrite(PodKey(p, i), 0, [this, &p, i] { return EncodePod(p, i, "Pending"); }, 0,
                      false, 1, [&p, record](const grpc::Status& s, int64_t rev) {
                        if (s.ok()) {
@@ -239,7 +252,7 @@ void K8sCluster::ChurnPod() {
                        record(s, rev);
                      });
   } else if (remove) {
-    WriteDone record = Track(stats_.pod_delete);
+    WriteDone record = Track(stats_.pod_delete, /*pod_write=*/true);
     ConditionalWrite(PodKey(p, i), p.rev, nullptr, 0, true, 3,
                      [&p, record](const grpc::Status& s, int64_t rev) {
                        if (s.ok()) p.exists = false;
@@ -248,7 +261,7 @@ void K8sCluster::ChurnPod() {
                      });
   } else {
     ++p.generation;
-    WriteDone record = Track(stats_.pod_update);
+    WriteDone record = Track(stats_.pod_update, /*pod_write=*/true);
     ConditionalWrite(PodKey(p, i), p.rev, [this, &p, i] { return EncodePod(p, i, "Running"); }, 0,
                      false, 3, [&p, record](const grpc::Status& s, int64_t rev) {
                        if (s.ok()) p.rev = rev;

@@ -87,6 +87,14 @@ class K8sCluster {
   void IssueLoad(uint64_t seq, size_t client, DoneFn done);
   // The highest revision a load write returned.
   int64_t LoadedRevision() const { return max_rev_.load(); }
+  // The nodes' names ("node-000042"), and how many pods loading put on node i.
+  std::vector<std::string> NodeNames() const;
+  uint64_t LoadedPodsOn(size_t node) const;
+
+  // From now on every committed pod write is also reported to delivery
+  // (which expects one event per write: the pod's node watch). Call before
+  // the steady state, from the scheduler thread.
+  void SetPodDelivery(DeliveryTracker* delivery) { pod_delivery_ = delivery; }
 
   // Steady-state operations.
   void RenewNodeLease();     // the next node, round-robin (a kubelet every 10 s)
@@ -138,8 +146,9 @@ class K8sCluster {
   // Takes a pod slot in the wanted state; pods_.size() if none was found.
   size_t GrabSlot(bool want_exists);
   // Counts a steady-state write in flight; the returned callback records its
-  // outcome in op and reports the revision to the delivery tracker.
-  WriteDone Track(OpStats& op);
+  // outcome in op and reports the revision to the delivery tracker (and to
+  // the pod delivery tracker for a pod write).
+  WriteDone Track(OpStats& op, bool pod_write = false);
   // The apiserver's conditional write; value is called per attempt (null for
   // a delete). A conflict retries with the revision the Else branch returned,
   // up to attempts times (a create fails at once).
@@ -150,6 +159,7 @@ class K8sCluster {
   ConnectionPool* const pool_;
   const int clients_;
   DeliveryTracker* const delivery_;
+  DeliveryTracker* pod_delivery_ = nullptr;
   Stats stats_;
   std::vector<Node> nodes_;
   std::vector<PodSlot> pods_;

@@ -9,10 +9,20 @@
 //   - one watch per resource prefix with prev_kv, like the apiserver's cacher,
 //     timing each write's event (write start -> event received);
 //   - a paginated relist of all pods every --relist-interval (limit 500,
-//     continuing from the last key + "\0" at the first page's revision).
+//     continuing from the last key + "\0" at the first page's revision);
+//   - against a server with a pod watch cache (Capstan's capstan.v1.Cache),
+//     the kubelets (k8s_kubelets.h): before the steady state every node lists
+//     its pods by field selector and watches them from there; during it,
+//     lists by node at --node-list-rate, and each pod write's event is timed
+//     on its node's watch. Against etcd, which has no such service, the
+//     lists by node are etcd's equivalent (the whole pod prefix, filtered
+//     here), --etcd-node-lists of them after the steady state so that they
+//     do not load the steady state, and node watches are not run.
 // Writes are paced open-loop by a scheduler; each is timed from its start.
 
 #include "bench/loadgen/k8s_scenario.h"
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -23,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/k8s_cluster.h"
+#include "bench/loadgen/k8s_kubelets.h"
 #include "bench/loadgen/keys.h"
 #include "bench/loadgen/list_util.h"
 #include "bench/loadgen/load_driver.h"
@@ -40,6 +51,19 @@ using Clock = std::chrono::steady_clock;
 uint64_t Since(Clock::time_point t) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+// Watch events' delivery latencies and the watches' failures, as a phase.
+PhaseResult DeliveryPhase(std::string name, const Histogram& latency, const ErrorCounter& errors,
+                          double seconds) {
+  PhaseResult p;
+  p.name = std::move(name);
+  p.latency = latency;
+  p.seconds = seconds;
+  p.has_throughput = false;
+  p.errors = errors.Total();
+  p.error_counts = errors.Snapshot();
+  return p;
 }
 
 // The apiserver's watches: one stream per resource prefix, with prev_kv,
@@ -105,7 +129,7 @@ class ApiserverWatches {
 class K8sWorkload final : public Workload {
  public:
   void RegisterFlags(FlagSet& f) override {
-    f.Int("nodes", &cluster_.nodes, "Nodes (a 10k-node cluster: --nodes 10000 --pods 300000)");
+    f.Int("nodes", &cluster_.nodes, "Nodes (a 10k-node cluster: --nodes 10000 --pods 150000)");
     f.Int("pods", &cluster_.pods, "Pods (0: 20 per node)");
     f.Int("namespaces", &cluster_.namespaces, "Namespaces the pods are spread over");
     f.Int("pod-min-size", &cluster_.pod_min_size, "Smallest stored pod, bytes");
@@ -121,6 +145,15 @@ class K8sWorkload final : public Workload {
     f.Duration("relist-interval", &relist_interval_, "Period of the paginated relist of all pods");
     f.Int64("page-limit", &page_limit_, "Page size of lists");
     f.Int("max-inflight", &max_inflight_, "Most steady-state writes in flight at once");
+    f.String("watch-cache", &watch_cache_,
+             "Kubelets' lists and watches by node through capstan.v1.Cache: auto (when the "
+             "server has it), on, off");
+    f.Double("node-list-rate", &node_list_rate_,
+             "Lists by node per second in the steady state, watch cache only (0: nodes/1000, at "
+             "least 1)");
+    f.Int("etcd-node-lists", &etcd_node_lists_,
+          "Without a watch cache: lists by node done the etcd way (whole pod prefix, filtered "
+          "here) after the steady state");
   }
 
   absl::Status Prepare(const std::vector<std::string>&) override {
@@ -134,6 +167,10 @@ class K8sWorkload final : public Workload {
     if (node_rate_ <= 0) node_rate_ = nodes / 60;
     if (pod_rate_ <= 0) pod_rate_ = nodes / 20;
     if (event_rate_ <= 0) event_rate_ = nodes / 10;
+    if (node_list_rate_ <= 0) node_list_rate_ = std::max(1.0, nodes / 1000);
+    if (watch_cache_ != "auto" && watch_cache_ != "on" && watch_cache_ != "off") {
+      return absl::InvalidArgumentError("k8s: --watch-cache must be auto, on or off");
+    }
     return absl::OkStatus();
   }
 
@@ -141,6 +178,8 @@ class K8sWorkload final : public Workload {
 
  private:
   PhaseResult InitialList(ConnectionPool& pool, RunReport& r) const;
+  // Whether this run drives the kubelets through the server's watch cache.
+  absl::StatusOr<bool> UseWatchCache(ConnectionPool& pool) const;
   // Issues the steady-state writes at their rates until `end`.
   void Schedule(K8sCluster& cluster, Clock::time_point start, Clock::time_point end,
                 Histogram* lag) const;
@@ -154,7 +193,21 @@ class K8sWorkload final : public Workload {
   absl::Duration relist_interval_ = absl::Seconds(10);
   int64_t page_limit_ = 500;
   int max_inflight_ = 2000;
+  std::string watch_cache_ = "auto";
+  double node_list_rate_ = 0;
+  int etcd_node_lists_ = 3;
 };
+
+absl::StatusOr<bool> K8sWorkload::UseWatchCache(ConnectionPool& pool) const {
+  if (watch_cache_ == "off") return false;
+  absl::StatusOr<bool> has = HasPodWatchCache(pool);
+  if (!has.ok()) return has.status();
+  if (watch_cache_ == "on" && !*has) {
+    return absl::FailedPreconditionError(
+        "k8s --watch-cache=on: the server has no capstan.v1.Cache for /registry/pods/");
+  }
+  return *has;
+}
 
 PhaseResult K8sWorkload::InitialList(ConnectionPool& pool, RunReport& r) const {
   PhaseResult p;
@@ -236,13 +289,52 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   ApiserverWatches watches(*ctx.pool, cluster.LoadedRevision() + 1, &delivery, &watch_errors);
   if (!watches.WaitCreated(std::chrono::seconds(10))) watch_errors.Add("watch creation timed out");
 
+  // The kubelets: each node lists its pods and watches them from there.
+  absl::StatusOr<bool> use_cache = UseWatchCache(*ctx.pool);
+  if (!use_cache.ok()) return use_cache.status();
+  Histogram node_delivery_latency;
+  DeliveryTracker node_delivery(&node_delivery_latency);
+  ErrorCounter node_watch_errors;
+  Kubelets kubelets(ctx.pool, &node_delivery, &node_watch_errors);
+  if (*use_cache) {
+    r.phases.push_back(kubelets.Start(cluster.NodeNames(), ctx.global->clients,
+                                      [&cluster](size_t node) { return cluster.LoadedPodsOn(node); }));
+    // A watch replays from its list's revision, so a late registration only
+    // delays its first events; give the registrations a moment anyway.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    cluster.SetPodDelivery(&node_delivery);
+  }
+
   // Steady state: the scheduler on this thread, the relister on its own.
   std::unique_ptr<ProcessSampler> sampler;
   if (ctx.server_pid > 0) sampler = std::make_unique<ProcessSampler>(ctx.server_pid);
+  // The harness shares the machine with the server: its own CPU shows how
+  // much of the machine the load itself took.
+  ProcessSampler self_sampler(getpid());
   const auto start = Clock::now();
   const auto end = start + absl::ToChronoNanoseconds(duration_);
-  OpStats relist("relist (full)"), page("relist page");
+  OpStats relist("relist (full)"), page("relist page"), node_list("list by node");
   std::atomic<bool> stop_relist{false};
+  std::thread node_lister;
+  if (*use_cache) {
+    node_lister = std::thread([&] {
+      const std::vector<std::string> nodes = cluster.NodeNames();
+      const auto period = std::chrono::nanoseconds(static_cast<int64_t>(1e9 / node_list_rate_));
+      auto next = start;
+      for (size_t i = 0; !stop_relist.load(); ++i) {
+        std::this_thread::sleep_until(next);
+        next += period;
+        const auto t = Clock::now();
+        uint64_t count;
+        const grpc::Status s = ListNodePods(ctx.pool->Cache(i), nodes[(i * 7919) % nodes.size()], &count);
+        if (s.ok()) {
+          node_list.latency.Record(Since(t));
+        } else {
+          node_list.errors.Add(s);
+        }
+      }
+    });
+  }
   std::thread relister([&] {
     auto next = start + absl::ToChronoNanoseconds(relist_interval_) / 2;
     for (int i = 0; !stop_relist.load();) {
@@ -274,10 +366,45 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   stop_relist = true;
   relister.join();
+  if (node_lister.joinable()) node_lister.join();
   if (sampler) sampler->Stop();
+  self_sampler.Stop();
   const uint64_t missing = delivery.WaitForAll(std::chrono::seconds(10));
   if (missing > 0) watch_errors.Add(absl::StrCat(missing, " watch events never arrived (waited 10s)"));
   watches.Finish();
+  if (*use_cache) {
+    const uint64_t node_missing = node_delivery.WaitForAll(std::chrono::seconds(10));
+    if (node_missing > 0) {
+      node_watch_errors.Add(
+          absl::StrCat(node_missing, " node watch events never arrived (waited 10s)"));
+    }
+    r.extras.push_back({"node watches", static_cast<double>(kubelets.watches()), "watches", true});
+    r.extras.push_back(
+        {"node watch events received", static_cast<double>(kubelets.events()), "events", true});
+    kubelets.Finish();
+  } else {
+    // etcd's way of listing by node, after the steady state so that it does
+    // not weigh on it.
+    const std::vector<std::string> nodes = cluster.NodeNames();
+    for (int i = 0; i < etcd_node_lists_; ++i) {
+      const auto t = Clock::now();
+      uint64_t count;
+      const grpc::Status s =
+          ListNodePodsFromEtcd(ctx.pool->Kv(i), nodes[(i * 7919) % nodes.size()], page_limit_, &count);
+      if (s.ok()) {
+        node_list.latency.Record(Since(t));
+      } else {
+        node_list.errors.Add(s);
+      }
+    }
+    if (etcd_node_lists_ > 0) {
+      r.notes.push_back(absl::StrFormat(
+          "no watch cache: \"list by node\" is etcd's equivalent, a paginated Range of all of "
+          "%s (limit %d) filtered here by spec.nodeName, %d times after the steady state; no "
+          "node watches",
+          kPodsPrefix, page_limit_, etcd_node_lists_));
+    }
+  }
 
   OpStats mutating("mutating (all)");  // failures are counted in each op's own phase
   for (OpStats* op : cluster.stats().All()) {
@@ -287,19 +414,22 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   r.phases.push_back(mutating.ToPhase(seconds));
   r.phases.push_back(relist.ToPhase(seconds, false));
   r.phases.push_back(page.ToPhase(seconds, false));
-  PhaseResult events;
-  events.name = "watch delivery";
-  events.latency = delivery_latency;
-  events.seconds = seconds;
-  events.has_throughput = false;
-  events.errors = watch_errors.Total();
-  events.error_counts = watch_errors.Snapshot();
-  r.phases.push_back(std::move(events));
+  if (node_list.latency.Count() > 0 || node_list.errors.Total() > 0) {
+    r.phases.push_back(node_list.ToPhase(seconds, false));
+  }
+  if (*use_cache) {
+    r.phases.push_back(
+        DeliveryPhase("node watch delivery", node_delivery_latency, node_watch_errors, seconds));
+  }
+  r.phases.push_back(DeliveryPhase("watch delivery", delivery_latency, watch_errors, seconds));
 
   if (sampler && sampler->valid()) {
     r.extras.push_back({"server CPU (steady state)", sampler->CpuCores(), "cores", false});
     r.extras.push_back({"server RSS peak (steady state)", sampler->PeakRss() / 1048576.0, "MiB", false});
     r.extras.push_back({"server RSS at end", sampler->EndRss() / 1048576.0, "MiB", false});
+  }
+  if (self_sampler.valid()) {
+    r.extras.push_back({"capstan-bench CPU (steady state)", self_sampler.CpuCores(), "cores", false});
   }
   r.extras.push_back({"watch events received", static_cast<double>(watches.events()), "events", true});
   r.extras.push_back({"scheduling lag p99", lag.Percentile(99) / 1e6, "ms", false});
@@ -315,8 +445,9 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   }
   r.notes.push_back(absl::StrFormat(
       "%d nodes, %d pods; per second: %.1f lease renewals, %.1f node status updates, %.1f pod "
-      "writes, %.1f events; relist every %s; steady state %.1fs",
+      "writes, %.1f events%s; relist every %s; steady state %.1fs",
       cluster_.nodes, cluster_.pods, lease_rate_, node_rate_, pod_rate_, event_rate_,
+      *use_cache ? absl::StrFormat(", %.1f lists by node (watch cache)", node_list_rate_) : "",
       absl::FormatDuration(relist_interval_), seconds));
   return r;
 }
@@ -336,6 +467,13 @@ std::string K8sSloTable(const std::vector<std::string>& targets,
       {"mutating request latency p99 (all writes)", "mutating (all) p99", "<= 1 s", 1000, "ms"},
       {"cluster-scope list p99 (paginated relist of all pods)", "relist (full) p99", "<= 30 s", 30000, "ms"},
       {"watch event delivery p99 (write start -> event)", "watch delivery p99", "none official", 0, "ms"},
+      {"list by node p99, steady state (Capstan: Cache List spec.nodeName=N; etcd: Range of all "
+       "pods filtered client side, after the steady state)",
+       "list by node p99", "<= 30 s", 30000, "ms"},
+      {"list by node p99, kubelet start (Cache List, every node at once)",
+       "list by node (kubelet start) p99", "<= 30 s", 30000, "ms"},
+      {"node watch delivery p99 (Cache Watch spec.nodeName=N, write start -> event)",
+       "node watch delivery p99", "none official", 0, "ms"},
       {"server CPU, steady state", "server CPU (steady state)", "-", 0, "cores"},
       {"server RSS peak, steady state", "server RSS peak (steady state)", "-", 0, "MiB"},
   };
@@ -351,7 +489,7 @@ std::string K8sSloTable(const std::vector<std::string>& targets,
     for (const auto& m : metrics) {
       auto it = m.find(row.metric);
       if (it == m.end()) {
-        s += " - |";
+        s += " n/a |";
         vals.push_back(NAN);
         continue;
       }

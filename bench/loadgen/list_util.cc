@@ -8,7 +8,8 @@
 namespace capstan::bench {
 
 ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
-                      Histogram* page_latency) {
+                      Histogram* page_latency,
+                      const std::function<void(const mvccpb::KeyValue&)>& each_object) {
   ListResult out;
   const std::string end = PrefixEnd(prefix);
   std::string key = prefix;
@@ -32,7 +33,10 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
     ++out.pages;
     if (out.revision == 0) out.revision = resp.header().revision();
     out.objects += resp.kvs_size();
-    for (const auto& kvp : resp.kvs()) out.bytes += kvp.value().size();
+    for (const auto& kvp : resp.kvs()) {
+      out.bytes += kvp.value().size();
+      if (each_object) each_object(kvp);
+    }
     if (!resp.more() || resp.kvs_size() == 0 || limit == 0) return out;
     key = resp.kvs(resp.kvs_size() - 1).key();
     key.push_back('\0');

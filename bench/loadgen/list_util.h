@@ -4,6 +4,7 @@
 #define CAPSTAN_BENCH_LOADGEN_LIST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -24,9 +25,11 @@ struct ListResult {
 // A paginated list of every key under prefix: pages of `limit` keys, the
 // first at the current revision, the rest at that same revision continuing
 // from the last key + "\0" (kube-apiserver's continue token). limit 0: one
-// unpaginated Range. Each page's latency (ns) goes to page_latency if set.
+// unpaginated Range. Each page's latency (ns) goes to page_latency if set;
+// each listed object goes to each_object if set.
 ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
-                      Histogram* page_latency);
+                      Histogram* page_latency,
+                      const std::function<void(const mvccpb::KeyValue&)>& each_object = nullptr);
 
 }  // namespace capstan::bench
 

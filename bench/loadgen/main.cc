@@ -85,7 +85,8 @@ void ApplyGlobals(const GlobalOptions& g) {
 
 int RunSingle(const GlobalOptions& global, Workload& workload, const std::string& name,
               const std::string& command_line) {
-  auto pool = ConnectionPool::Dial(global.endpoints, global.conns, global.dial_timeout);
+  auto pool =
+      ConnectionPool::Dial(global.endpoints, global.conns, global.dial_timeout, global.security);
   if (!pool.ok()) {
     std::cerr << "capstan-bench: " << pool.status().message() << "\n";
     return kExitFailed;

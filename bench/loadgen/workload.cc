@@ -14,6 +14,10 @@ void GlobalOptions::Register(FlagSet& f) {
   f.String("plot", &plot_dir, "write gnuplot data, scripts and PNG plots into this directory");
   f.Bool("no-progress", &no_progress, "never draw the progress line");
   f.Int("server-pid", &server_pid, "pid of the server under test, to report its RSS and CPU");
+  f.String("cacert", &security.ca_file, "verify certificates of TLS-enabled secure servers using this CA bundle");
+  f.String("cert", &security.cert_file, "identify secure client using this TLS certificate file");
+  f.String("key", &security.key_file, "identify secure client using this TLS key file");
+  f.String("user", &security.user, "username:password: authenticate (etcd auth) and send the token with every request");
 }
 
 const std::vector<WorkloadInfo>& Workloads() {
@@ -36,7 +40,7 @@ const std::vector<WorkloadInfo>& Workloads() {
        "removes the stale revisions",
        NewCompactionWorkload},
       {"fill", "fill", "Write N keys in batched txns (a loader for scripts)", NewFillWorkload},
-      {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events)",
+      {"k8s", "k8s", "A Kubernetes control plane's etcd traffic (nodes, pods, leases, events; kubelets via the watch cache)",
        NewK8sWorkload},
       {"defrag", "defrag", "Write latency during Defragment of a large data set vs idle",
        NewDefragWorkload},

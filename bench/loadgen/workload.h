@@ -33,6 +33,7 @@ struct GlobalOptions {
   std::string plot_dir;
   bool no_progress = false;
   int server_pid = 0;  // the server's pid, for RSS and CPU, when it runs on this machine
+  ClientSecurity security;  // --cacert, --cert, --key, --user
 
   void Register(FlagSet& flags);
 };
