@@ -55,6 +55,16 @@ Server::Server(const ServerConfig& config) : config_(config) {}
 Server::~Server() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  auto server = Open(config);
+  if (!server.ok()) return server.status();
+  if (auto s = (*server)->Serve(); !s.ok()) {
+    (*server)->Shutdown();
+    return s;
+  }
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config) {
   std::unique_ptr<Server> server(new Server(config));
   if (auto s = server->Init(); !s.ok()) {
     server->Shutdown();
@@ -152,7 +162,11 @@ absl::Status Server::Init() {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }
   services_.push_back(std::move(auth));
+  return absl::OkStatus();
+}
 
+absl::Status Server::Serve() {
+  if (grpc_server_ || shut_down_) return absl::FailedPreconditionError("the server is already serving");
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
   std::shared_ptr<grpc::ServerCredentials> tls;
@@ -201,6 +215,7 @@ absl::Status Server::Init() {
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
                  config_.listen_client_urls[i].String());
   }
+  client_ports_ = bound;
 
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
