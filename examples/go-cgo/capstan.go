@@ -46,6 +46,19 @@ func cbytes(b []byte) (*C.char, C.size_t) {
 	return (*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b))
 }
 
+// cStrings returns C copies of ss and the function that frees them.
+func cStrings(ss ...string) ([]*C.char, func()) {
+	out := make([]*C.char, len(ss))
+	for i, s := range ss {
+		out[i] = C.CString(s)
+	}
+	return out, func() {
+		for _, p := range out {
+			C.free(unsafe.Pointer(p))
+		}
+	}
+}
+
 // Store is an open libcapstan store. Safe for concurrent use.
 type Store struct{ s *C.capstan_store }
 
@@ -109,12 +122,8 @@ func goObject(kv *C.capstan_kv) Object {
 // watch cache, and the revision listed.
 func (s *Store) List(prefix, labelSelector, fieldSelector string) ([]Object, int64, error) {
 	var opts C.capstan_list_options
-	cstrs := []*C.char{C.CString(prefix), C.CString(labelSelector), C.CString(fieldSelector)}
-	defer func() {
-		for _, p := range cstrs {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
+	cstrs, free := cStrings(prefix, labelSelector, fieldSelector)
+	defer free()
 	opts.prefix, opts.label_selector, opts.field_selector = cstrs[0], cstrs[1], cstrs[2]
 	var res C.capstan_list_result
 	var msg *C.char
@@ -147,6 +156,10 @@ type CacheWatch struct {
 
 var eventTypes = [...]string{"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}
 
+// goCacheWatchEvents runs on the watch's own thread (see trampoline.c). It
+// blocks that thread, and only that watch, while Events is full: drain
+// Events before Close.
+//
 //export goCacheWatchEvents
 func goCacheWatchEvents(handle C.uintptr_t, events *C.capstan_cache_event, n C.size_t,
 	endCode C.int, endMessage *C.char) {
@@ -165,12 +178,8 @@ func (s *Store) WatchCache(prefix, fieldSelector, resourceVersion string) (*Cach
 	cw := &CacheWatch{Events: make(chan CacheEvent, 1024)}
 	cw.handle = cgo.NewHandle(cw.Events)
 	var opts C.capstan_cache_watch_options
-	cstrs := []*C.char{C.CString(prefix), C.CString(fieldSelector), C.CString(resourceVersion)}
-	defer func() {
-		for _, p := range cstrs {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
+	cstrs, free := cStrings(prefix, fieldSelector, resourceVersion)
+	defer free()
 	opts.prefix, opts.field_selector, opts.resource_version = cstrs[0], cstrs[1], cstrs[2]
 	var msg *C.char
 	if err := statusError(C.openCacheWatch(s.s, &opts, C.uintptr_t(cw.handle), &cw.w, &msg), msg); err != nil {

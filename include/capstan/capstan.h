@@ -18,7 +18,7 @@
 //   list.field_selector = "spec.nodeName=node-1";
 //   auto pods = (*store)->List(list);
 //
-// This header is the whole public C++ face: it needs only the C++20
+// This header is the whole public C++ face: it needs only the C++17
 // standard library. Errors are capstan::Status values carrying the gRPC
 // status code and the exact message etcd (or, for the watch cache,
 // kube-apiserver) gives for the same condition; no exception is thrown for

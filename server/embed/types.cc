@@ -30,11 +30,13 @@ const char* CodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
-Compare MakeCompare(std::string key, Compare::Target target, Compare::Result r) {
+Compare MakeCompare(std::string key, Compare::Target target, Compare::Result r,
+                    int64_t number = 0) {
   Compare c;
   c.key = std::move(key);
   c.target = target;
   c.result = r;
+  c.number = number;
   return c;
 }
 
@@ -65,27 +67,19 @@ Compare Compare::Value(std::string key, Result r, std::string value) {
 }
 
 Compare Compare::Version(std::string key, Result r, int64_t version) {
-  Compare c = MakeCompare(std::move(key), Target::kVersion, r);
-  c.number = version;
-  return c;
+  return MakeCompare(std::move(key), Target::kVersion, r, version);
 }
 
 Compare Compare::CreateRevision(std::string key, Result r, int64_t rev) {
-  Compare c = MakeCompare(std::move(key), Target::kCreate, r);
-  c.number = rev;
-  return c;
+  return MakeCompare(std::move(key), Target::kCreate, r, rev);
 }
 
 Compare Compare::ModRevision(std::string key, Result r, int64_t rev) {
-  Compare c = MakeCompare(std::move(key), Target::kMod, r);
-  c.number = rev;
-  return c;
+  return MakeCompare(std::move(key), Target::kMod, r, rev);
 }
 
 Compare Compare::Lease(std::string key, Result r, int64_t lease) {
-  Compare c = MakeCompare(std::move(key), Target::kLease, r);
-  c.number = lease;
-  return c;
+  return MakeCompare(std::move(key), Target::kLease, r, lease);
 }
 
 Op Op::Range(std::string key, RangeOptions options) {
