@@ -1,5 +1,6 @@
 // The watch cache through libcapstan: Store::List and capstan::CacheWatch.
 
+#include <mutex>
 #include <thread>
 
 #include "absl/time/time.h"
@@ -50,10 +51,12 @@ struct CacheWatch::Impl {
   embed::Wakeup wakeup;
   CacheWatchCallback callback;
   std::thread thread;
+  std::mutex stop_mu;  // serializes Stop: two threads may Cancel at once
 
   ~Impl() { Stop(); }
 
   void Stop() {
+    std::lock_guard<std::mutex> l(stop_mu);
     wakeup.Close();
     if (thread.joinable()) thread.join();
     if (watch) {

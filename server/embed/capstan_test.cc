@@ -240,6 +240,71 @@ TEST_F(EmbedTest, CallbackWatchFromThePast) {
   EXPECT_EQ(seen, (std::vector<std::string>{"1", "2", "3"}));
 }
 
+// Writers on several threads, watchers of both kinds and a cache watch at
+// once: every watcher sees every write exactly once, in revision order.
+TEST_F(EmbedTest, ConcurrentWritersAndWatchers) {
+  ASSERT_TRUE(store_->WaitCacheReady(milliseconds(10000)));
+  constexpr int kThreads = 4, kPerThread = 50, kTotal = kThreads * kPerThread;
+  WatchOptions all;
+  all.range_end = PrefixEnd("/registry/pods/");
+  auto pull = store_->Watch("/registry/pods/", all);
+  ASSERT_TRUE(pull.ok());
+  std::mutex mu;
+  std::vector<int64_t> pushed;
+  auto push = store_->Watch("/registry/pods/", all, [&](const WatchBatch& b) {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& e : b.events) pushed.push_back(e.kv.mod_revision);
+  });
+  ASSERT_TRUE(push.ok());
+  CacheWatchOptions co;
+  co.prefix = "/registry/pods/";
+  co.resource_version = std::to_string(store_->Revision());
+  std::vector<int64_t> cached;
+  auto cache = store_->CacheWatch(co, [&](const std::vector<CacheEvent>& events, const Status&) {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& e : events) cached.push_back(e.revision);
+  });
+  ASSERT_TRUE(cache.ok());
+
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string name = "p" + std::to_string(t) + "-" + std::to_string(i);
+        EXPECT_TRUE(store_->Put("/registry/pods/ns/" + name, Pod(name, "n" + std::to_string(i % 3)))
+                        .ok());
+      }
+    });
+  }
+  std::vector<int64_t> pulled;
+  WatchBatch batch;
+  while (pulled.size() < kTotal && (*pull)->Next(&batch, milliseconds(5000))) {
+    for (const auto& e : batch.events) pulled.push_back(e.kv.mod_revision);
+  }
+  for (auto& w : writers) w.join();
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (pushed.size() >= kTotal && cached.size() >= kTotal) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  // Two threads cancel the same watch at once; then the destructors run.
+  std::thread c1([&] { (*push)->Cancel(); });
+  std::thread c2([&] { (*push)->Cancel(); });
+  c1.join();
+  c2.join();
+  cache->reset();
+  push->reset();
+
+  std::vector<int64_t> want;
+  for (int64_t r = 2; r < 2 + kTotal; ++r) want.push_back(r);
+  EXPECT_EQ(pulled, want);
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(pushed, want);
+  EXPECT_EQ(cached, want);
+}
+
 TEST_F(EmbedTest, LeasesGrantKeepAliveRevoke) {
   auto g = store_->LeaseGrant(30);
   ASSERT_TRUE(g.ok()) << g.status().ToString();

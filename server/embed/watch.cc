@@ -2,6 +2,7 @@
 // with Next or pushed to a callback on the watch's own thread.
 
 #include <deque>
+#include <mutex>
 #include <thread>
 
 #include "capstan/capstan.h"
@@ -28,10 +29,12 @@ struct Watch::Impl {
   std::optional<WatchBatch> ended;  // the end batch, returned again by Next
   WatchCallback callback;
   std::thread thread;
+  std::mutex stop_mu;  // serializes Stop: two threads may Cancel at once
 
   ~Impl() { Stop(); }
 
   void Stop() {
+    std::lock_guard<std::mutex> l(stop_mu);
     wakeup.Close();
     if (thread.joinable()) thread.join();
     if (stream) stream->Close();
