@@ -91,14 +91,16 @@ Result<std::unique_ptr<Store>> Store::Open(const Options& options) {
   if (options.data_dir.empty()) {
     return Status(StatusCode::kInvalidArgument, "capstan: Options.data_dir is required");
   }
-  if (options.listen_client_urls.empty() && !options.listen_metrics_urls.empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "capstan: listen_metrics_urls needs listen_client_urls");
-  }
   auto config = server::ParseServerConfig(FlagsOf(options), {});
   if (!config.ok()) return Status(StatusCode::kInvalidArgument, std::string(config.status().message()));
   // Without client URLs nothing listens (the flag's default would).
-  if (options.listen_client_urls.empty()) config->listen_client_urls.clear();
+  if (options.listen_client_urls.empty() && !HasFlag(options.extra_flags, "listen-client-urls")) {
+    config->listen_client_urls.clear();
+  }
+  if (config->listen_client_urls.empty() && !config->listen_metrics_urls.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "capstan: listen_metrics_urls needs listen_client_urls");
+  }
   spdlog::set_level(SpdlogLevel(options.log_level));
 
   auto server = server::Server::Open(*config);
