@@ -400,6 +400,20 @@ TEST_F(EmbedTest, DataSurvivesReopen) {
   EXPECT_EQ(store_->Range("durable")->kvs.at(0).value, "yes");
 }
 
+// Auto compaction runs in an embedded store that serves nothing.
+TEST_F(EmbedTest, PeriodicAutoCompaction) {
+  store_.reset();
+  Options o;
+  o.auto_compaction_period = std::chrono::seconds(1);
+  Open(o);
+  ASSERT_TRUE(store_->Put("k", "1").ok());
+  ASSERT_TRUE(store_->Put("k", "2").ok());
+  for (int i = 0; i < 100 && store_->CompactRevision() == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_GE(store_->CompactRevision(), 3);
+}
+
 std::string RunCommand(const std::string& command) {
   std::string out;
   FILE* p = popen(command.c_str(), "r");
