@@ -31,7 +31,10 @@
 // Thread safety: Store, Watch and CacheWatch are safe for concurrent use
 // from any number of threads without external synchronization, except
 // where a method says otherwise. Callbacks run on threads owned by the
-// library (one per callback watch) and never under a library lock.
+// library (one per callback watch) and never under a library lock. The
+// plain value types (Status, Result, options and results) are like
+// std::string: const use from many threads is safe, mutation needs the
+// caller's synchronization.
 
 #ifndef CAPSTAN_CAPSTAN_H_
 #define CAPSTAN_CAPSTAN_H_
@@ -92,7 +95,8 @@ class Status {
   std::string message_;
 };
 
-// A value or the Status saying why there is none.
+// A value or the Status saying why there is none (like absl::StatusOr).
+// Owns its value; a plain value type.
 template <typename T>
 class Result {
  public:
@@ -348,6 +352,7 @@ class Watch {
   // The watch id the store assigned (as etcd's WatchResponse.watch_id).
   int64_t id() const;
 
+  // Made by Store only.
   struct Impl;
   explicit Watch(std::unique_ptr<Impl> impl);
 
@@ -456,6 +461,7 @@ class CacheWatch {
   // The revision the watch started after.
   int64_t start_revision() const;
 
+  // Made by Store only.
   struct Impl;
   explicit CacheWatch(std::unique_ptr<Impl> impl);
 
