@@ -1,7 +1,5 @@
 // The watch cache through libcapstan: Store::List and capstan::CacheWatch.
 
-#include <mutex>
-#include <thread>
 
 #include "absl/time/time.h"
 #include "capstan/capstan.h"
@@ -48,21 +46,19 @@ Status NotCached(std::string_view prefix) {
 
 struct CacheWatch::Impl {
   std::unique_ptr<watchcache::CacheWatch> watch;
-  embed::Wakeup wakeup;
+  embed::WatchConsumer consumer;
+  embed::Wakeup& wakeup = consumer.wakeup;
   CacheWatchCallback callback;
-  std::thread thread;
-  std::mutex stop_mu;  // serializes Stop: two threads may Cancel at once
 
   ~Impl() { Stop(); }
 
   void Stop() {
-    std::lock_guard<std::mutex> l(stop_mu);
-    wakeup.Close();
-    if (thread.joinable()) thread.join();
-    if (watch) {
-      watch->SetNotify(nullptr);
-      watch->Cancel();
-    }
+    consumer.Stop([this] {
+      if (watch) {
+        watch->SetNotify(nullptr);
+        watch->Cancel();
+      }
+    });
   }
 
   Status Next(std::vector<CacheEvent>* events, embed::Wakeup::Clock::time_point deadline,
@@ -151,7 +147,7 @@ Result<std::unique_ptr<CacheWatch>> Store::CacheWatch(const CacheWatchOptions& o
   impl->watch->SetNotify([p] { p->wakeup.Notify(); });
   if (callback) {
     impl->callback = std::move(callback);
-    impl->thread = std::thread([p] { p->CallbackLoop(); });
+    impl->consumer.StartThread([p] { p->CallbackLoop(); });
   }
   return std::make_unique<capstan::CacheWatch>(std::move(impl));
 }

@@ -1,12 +1,15 @@
 // Wakeup: how a watch consumer (a Next caller or a callback thread) waits
-// for its producer without a lost notification.
+// for its producer without a lost notification; WatchConsumer: the wakeup
+// and callback thread of one watch, and how they stop.
 
 #ifndef CAPSTAN_SERVER_EMBED_WAKEUP_H_
 #define CAPSTAN_SERVER_EMBED_WAKEUP_H_
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <thread>
 
 namespace capstan::embed {
 
@@ -50,6 +53,30 @@ class Wakeup {
   std::condition_variable cv_;
   bool notified_ = false;
   bool closed_ = false;
+};
+
+// The consumer side of one watch: its Wakeup and, for a callback watch, the
+// thread running the callback loop. Thread-safe.
+class WatchConsumer {
+ public:
+  Wakeup wakeup;
+
+  // Runs loop on the watch's own thread. REQUIRES: called at most once.
+  void StartThread(std::function<void()> loop) { thread_ = std::thread(std::move(loop)); }
+
+  // Ends every wait, waits for the thread, then runs detach (which
+  // unhooks the watch from its producer). Concurrent calls run one after
+  // the other. REQUIRES: not called from the thread.
+  void Stop(const std::function<void()>& detach) {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    wakeup.Close();
+    if (thread_.joinable()) thread_.join();
+    detach();
+  }
+
+ private:
+  std::mutex stop_mu_;
+  std::thread thread_;
 };
 
 // The deadline timeout from now, without overflow for huge timeouts.

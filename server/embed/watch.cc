@@ -3,7 +3,6 @@
 
 #include <deque>
 #include <mutex>
-#include <thread>
 
 #include "capstan/capstan.h"
 #include "etcdserverpb/rpc.pb.h"
@@ -23,21 +22,19 @@ namespace capstan {
 struct Watch::Impl {
   std::shared_ptr<mvcc::WatchStream> stream;
   int64_t watch_id = 0;
-  embed::Wakeup wakeup;
+  embed::WatchConsumer consumer;
+  embed::Wakeup& wakeup = consumer.wakeup;
   std::mutex inbox_mu;  // a leaf lock, taken under the stream's lock by deliver
   std::deque<std::string> inbox;
   std::optional<WatchBatch> ended;  // the end batch, returned again by Next
   WatchCallback callback;
-  std::thread thread;
-  std::mutex stop_mu;  // serializes Stop: two threads may Cancel at once
 
   ~Impl() { Stop(); }
 
   void Stop() {
-    std::lock_guard<std::mutex> l(stop_mu);
-    wakeup.Close();
-    if (thread.joinable()) thread.join();
-    if (stream) stream->Close();
+    consumer.Stop([this] {
+      if (stream) stream->Close();
+    });
   }
 
   bool TakeInbox(std::string* msg) {
@@ -156,7 +153,7 @@ Result<std::unique_ptr<Watch>> Store::Watch(std::string_view key, const WatchOpt
   impl->watch_id = created.watch_id();
   if (callback) {
     impl->callback = std::move(callback);
-    impl->thread = std::thread([w] { w->CallbackLoop(); });
+    impl->consumer.StartThread([w] { w->CallbackLoop(); });
   }
   return std::make_unique<capstan::Watch>(std::move(impl));
 }
