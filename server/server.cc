@@ -95,6 +95,16 @@ Server::Server(const ServerConfig& config) : config_(config) {}
 Server::~Server() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  auto server = Open(config);
+  if (!server.ok()) return server.status();
+  if (auto s = (*server)->Serve(); !s.ok()) {
+    (*server)->Shutdown();
+    return s;
+  }
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config) {
   std::unique_ptr<Server> server(new Server(config));
   if (auto s = server->Init(); !s.ok()) {
     server->Shutdown();
@@ -184,7 +194,23 @@ absl::Status Server::Init() {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }
   services_.push_back(std::move(auth));
+  // Auto compaction belongs to the store: it runs whether or not the server
+  // listens (an embedded store may never serve).
+  if (config_.auto_compaction_mode == CompactionMode::kPeriodic &&
+      config_.auto_compaction_period > absl::ZeroDuration()) {
+    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), config_.auto_compaction_period, 0);
+  } else if (config_.auto_compaction_mode == CompactionMode::kRevision &&
+             config_.auto_compaction_revisions > 0) {
+    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), absl::ZeroDuration(),
+                                                      config_.auto_compaction_revisions);
+  }
+  return absl::OkStatus();
+}
 
+absl::Status Server::Serve() {
+  if (grpc_server_ || shut_down_) {
+    return absl::FailedPreconditionError("the server is already serving");
+  }
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
   std::shared_ptr<grpc::ServerCredentials> tls;
@@ -243,6 +269,7 @@ absl::Status Server::Init() {
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
                  config_.listen_client_urls[i].String());
   }
+  client_ports_ = bound;
 
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
@@ -258,14 +285,6 @@ absl::Status Server::Init() {
     }
     if (auto s = http_->Listen(url.Hostname(), port); !s.ok()) return s;
     spdlog::info("serving metrics and health on {}", url.String());
-  }
-  if (config_.auto_compaction_mode == CompactionMode::kPeriodic &&
-      config_.auto_compaction_period > absl::ZeroDuration()) {
-    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), config_.auto_compaction_period, 0);
-  } else if (config_.auto_compaction_mode == CompactionMode::kRevision &&
-             config_.auto_compaction_revisions > 0) {
-    auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), absl::ZeroDuration(),
-                                                      config_.auto_compaction_revisions);
   }
   spdlog::info("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);

@@ -40,6 +40,22 @@ class Server {
   // is unusable or an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerConfig& config);
 
+  // Embedding (libcapstan): Open does what Start does except listening, so
+  // the caller can use the store directly; Serve then starts the gRPC and
+  // HTTP listeners of config on the same store (at most once). Start is
+  // Open followed by Serve.
+  static absl::StatusOr<std::unique_ptr<Server>> Open(const ServerConfig& config);
+  absl::Status Serve();
+  // Owned by the Server; valid until Shutdown. cache() is null when no
+  // watch cache prefix is configured.
+  mvcc::KvStore* store() const { return store_.get(); }
+  mvcc::WatchHub* hub() const { return hub_.get(); }
+  watchcache::Cache* cache() const { return cache_.get(); }
+  const MemberInfo& member() const { return *member_; }
+  // The port each client URL was bound to, in order (after Serve; useful
+  // with port 0).
+  const std::vector<int>& client_ports() const { return client_ports_; }
+
   // Stops accepting requests, lets in-flight ones finish (up to a deadline),
   // then closes the store. Idempotent; the destructor calls it.
   void Shutdown();
@@ -63,6 +79,7 @@ class Server {
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
   std::unique_ptr<HttpEndpoints> http_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
+  std::vector<int> client_ports_;
   bool shut_down_ = false;
 };
 

@@ -1,0 +1,3 @@
+module capstan.example/gocgo
+
+go 1.19

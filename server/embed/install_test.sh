@@ -1,0 +1,47 @@
+#!/bin/sh
+# Installs this build to a temporary prefix, builds an example against the
+# installed package and runs it: the acceptance test of libcapstan's
+# packaging. Exits 77 (skipped) for the Go example when `go` is missing.
+#
+#   install_test.sh cpp|go BUILD_DIR SOURCE_DIR
+set -eu
+mode=$1
+build=$(cd "$2" && pwd)
+src=$(cd "$3" && pwd)
+work="$build/embed-install-$mode"
+
+if [ "$mode" = go ] && ! command -v go >/dev/null 2>&1; then
+  echo "go is not installed: skipping the Go example"
+  exit 77
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+echo "installed to $work/prefix:"
+(cd "$work/prefix" && find . -type f | sort)
+
+case "$mode" in
+  cpp)
+    set --
+    if command -v ninja >/dev/null 2>&1; then set -- "$@" -G Ninja; fi
+    if command -v ccache >/dev/null 2>&1; then set -- "$@" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
+    cmake -S "$src/examples/embed_cpp" -B "$work/build" "$@" \
+      -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure.log"
+    cmake --build "$work/build"
+    "$work/build/embed_cpp" "$work/data"
+    ;;
+  go)
+    pc=$(dirname "$(find "$work/prefix" -name capstan.pc)")
+    # No network: the example's go.mod has no dependencies.
+    export PKG_CONFIG_PATH="$pc" GOCACHE="$build/go-cache" GOPROXY=off GOFLAGS=-buildvcs=false
+    # Abseil's pkg-config files wrap -latomic in these linker flags.
+    export CGO_LDFLAGS_ALLOW='-Wl,--(push|pop)-state.*'
+    (cd "$src/examples/go-cgo" && go build -o "$work/go-cgo" .)
+    "$work/go-cgo" "$work/data"
+    ;;
+  *)
+    echo "usage: $0 cpp|go BUILD_DIR SOURCE_DIR" >&2
+    exit 2
+    ;;
+esac
