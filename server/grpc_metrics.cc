@@ -43,6 +43,11 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info)
       : metrics_(metrics), info_(info) {
     metrics_->Started(info_->method(), static_cast<RpcType>(info_->type()));
+    if (unary()) metrics_->UnaryBegan();
+  }
+  // gRPC destroys the interceptor when the call is over, however it ended.
+  ~MetricsInterceptor() override {
+    if (unary()) metrics_->UnaryEnded();
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -55,6 +60,10 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
+  bool unary() const {
+    return info_->type() == grpc::experimental::ServerRpcInfo::Type::UNARY;
+  }
+
   GrpcMetrics* const metrics_;
   grpc::experimental::ServerRpcInfo* const info_;
 };

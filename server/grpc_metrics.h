@@ -6,6 +6,8 @@
 #ifndef CAPSTAN_SERVER_GRPC_METRICS_H_
 #define CAPSTAN_SERVER_GRPC_METRICS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "grpcpp/support/server_interceptor.h"
@@ -29,7 +31,14 @@ class GrpcMetrics {
   void Started(const char* method, grpc::internal::RpcMethod::RpcType type);
   void Handled(const char* method, grpc::internal::RpcMethod::RpcType type, grpc::StatusCode code);
 
+  // Unary RPCs started and not yet over (streams are not counted: they end
+  // when the server stops).
+  int64_t unary_in_flight() const { return unary_in_flight_.load(std::memory_order_relaxed); }
+  void UnaryBegan() { unary_in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void UnaryEnded() { unary_in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+
  private:
+  std::atomic<int64_t> unary_in_flight_{0};
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Counter& lease_granted_;

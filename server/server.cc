@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -295,7 +296,15 @@ void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (grpc_server_) {
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    // Let unary requests in flight finish (up to 5 s), then stop at once:
+    // a deadline would also be spent waiting for idle client connections to
+    // close, and streams (watches, keep-alives) end with the server anyway.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (grpc_metrics_ && grpc_metrics_->unary_in_flight() > 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
   }
   if (http_) http_->Stop();
