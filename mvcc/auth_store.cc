@@ -550,6 +550,7 @@ absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
   if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
   if (!CheckHash(u->second.password(), password)) return MakeError(Error::kAuthFailed);
   const absl::Time now = absl::Now();
+  if (options_.jwt) return options_.jwt->Sign(name, s->revision, now);
   std::lock_guard<std::mutex> lock(tokens_mu_);
   absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
   std::string token;
@@ -562,6 +563,11 @@ absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
 
 absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
   const absl::Time now = absl::Now();
+  if (options_.jwt) {
+    auto claims = options_.jwt->Verify(token, now);
+    if (!claims.ok()) return claims.status();
+    return AuthInfo{std::move(claims->username), claims->revision};
+  }
   std::string user;
   {
     std::lock_guard<std::mutex> lock(tokens_mu_);
@@ -592,6 +598,7 @@ absl::Status AuthStore::CheckRangeIn(const State& s, const AuthInfo& info, std::
                                      std::string_view range_end, PermType type) const {
   if (!s.enabled) return absl::OkStatus();
   if (info.revision == 0) return MakeError(Error::kUserEmpty);
+  if (info.revision < s.revision) return MakeError(Error::kAuthOldRevision);
   auto p = s.perms.find(info.user);
   if (p == s.perms.end()) return MakeError(Error::kPermissionDenied);
   if (p->second->root) return absl::OkStatus();
