@@ -183,6 +183,12 @@ TEST_F(AuthTokenTest, JwtTokens) {
   std::string swapped[2] = {"x" + tokens[0], "x" + tokens[1]};
   EXPECT_EQ(GetBoth(swapped, "foo1").message, "etcdserver: invalid auth token");
 
+  // A JWT carries the auth revision it was issued at: after any auth change
+  // it is refused until the client authenticates again.
+  Etcdctl({"--user=root:rootpw", "role", "grant-permission", "r", "read", "baz"});
+  EXPECT_EQ(GetBoth(tokens, "foo1").message, "etcdserver: revision of auth store is old");
+  EXPECT_EQ(Etcdctl({"--user=u:upw", "get", "baz"}), "");
+
   // Expired after the 2s ttl.
   std::this_thread::sleep_for(std::chrono::milliseconds(3100));
   Reply expired = GetBoth(tokens, "foo1");
