@@ -260,12 +260,14 @@ TEST_F(TlsTest, CommonNameIsTheUserWhenAuthIsOn) {
   EXPECT_EQ(Both("user", {"get", "foo1"}).last_err, "Error: etcdserver: permission denied");
 }
 
-TEST_F(TlsTest, TlsVersionFlags) {
+TEST_F(TlsTest, TlsVersionAndCipherFlags) {
   if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
   // The default range and an explicit TLS1.3 maximum: TLS1.2 and TLS1.3
   // clients both connect.
+  // --cipher-suites narrows the TLS1.2 suites.
   std::vector<std::string> flags = MutualTlsFlags();
   flags.push_back("--tls-max-version=TLS1.3");
+  flags.push_back("--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256");
   auto c = Start(ServerFlavor::kCapstan, flags);
   ASSERT_TRUE(c.ok()) << c.status();
   for (const char* version : {"-tls1_2", "-tls1_3"}) {
@@ -280,7 +282,16 @@ TEST_F(TlsTest, TlsVersionFlags) {
     EXPECT_TRUE(absl::StrContains(
         r.err, absl::StrCat("Protocol version: TLSv1.", version[6] == '2' ? "2" : "3")))
         << r.err;
+    if (version[6] == '2') {
+      EXPECT_TRUE(absl::StrContains(r.err, "Ciphersuite: ECDHE-ECDSA-AES128-GCM-SHA256")) << r.err;
+    }
   }
+  CommandResult other_suite = RunCommand(
+      {"/usr/bin/openssl", "s_client", "-connect", absl::StrCat("127.0.0.1:", c->tls_port),
+       "-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384", "-CAfile", Cert("ca.pem"), "-cert",
+       Cert("root.pem"), "-key", Cert("root.key"), "-brief"},
+      "", std::chrono::seconds(10));
+  EXPECT_FALSE(absl::StrContains(other_suite.err, "CONNECTION ESTABLISHED")) << other_suite.err;
 
   // Limits the installed gRPC cannot enforce are refused, never ignored.
   for (const std::string flag : {"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}) {
