@@ -204,6 +204,11 @@ TEST_F(AuthStoreTest, PermissionChecks) {
   ASSERT_TRUE(Do([&](auto d) {
                 auth_->RoleGrantPermission("r", MakePerm(Perm::WRITE, "fop", "foz"), std::move(d));
               }).ok());
+  // An identity from before the change is stale (etcd's ErrAuthOldRevision);
+  // looking the token up again gives the current revision.
+  EXPECT_TRUE(Is(auth_->CheckRange(*info, "foo", "", PermType::kRead), Error::kAuthOldRevision));
+  info = auth_->InfoFromToken(*token);
+  ASSERT_TRUE(info.ok());
   EXPECT_TRUE(auth_->CheckRange(*info, "foo", "foz", PermType::kWrite).ok());
   EXPECT_TRUE(Is(auth_->CheckRange(*info, "foo", "foz", PermType::kRead), Error::kPermissionDenied));
 
