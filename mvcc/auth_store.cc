@@ -220,7 +220,7 @@ void AuthStore::Submit(Mutation m, Done done) {
     auto next = std::make_shared<State>(*applied_);
     if (auto s = m(next.get(), &pending->changes); !s.ok()) return s;
     if (!pending->changes.changed) return absl::OkStatus();
-    next->revision++;
+    if (pending->changes.bump_revision) next->revision++;
     next->RebuildPerms();
     for (const auto& name : pending->changes.users) {
       const std::string key = absl::StrCat(kUserPrefix, name);
@@ -292,6 +292,7 @@ void AuthStore::AuthEnable(Done done) {
         if (!HasRole(root->second, kRoot)) return MakeError(Error::kRootRoleNotExist);
         s->enabled = true;
         c->enabled = true;
+        c->bump_revision = false;  // etcd's AuthEnable keeps the revision
         return absl::OkStatus();
       },
       std::move(done));

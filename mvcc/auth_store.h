@@ -8,7 +8,8 @@
 // "auth/authEnabled", "auth/authRevision", "authUsers/<name>" ->
 // authpb.User, "authRoles/<name>" -> authpb.Role) and the mutation becomes
 // visible to permission checks only once it is durable. Each successful
-// mutation bumps the auth revision, as etcd's commitRevision does.
+// mutation but AuthEnable bumps the auth revision, as etcd's commitRevision
+// does.
 //
 // Permission checks read an immutable published state (users, roles and each
 // user's merged read/write key ranges, like etcd's range_perm_cache) and take
@@ -191,6 +192,7 @@ class AuthStore {
     std::vector<std::string> invalidate_users;  // whose tokens to drop
     bool drop_all_tokens = false;
     bool changed = true;  // false: a no-op that keeps the revision
+    bool bump_revision = true;  // false: staged, but the revision stays
   };
   using Mutation = std::function<absl::Status(State* next, Changes* changes)>;
 

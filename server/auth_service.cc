@@ -23,6 +23,9 @@ void RunDetached(std::function<void()> fn) { std::thread(std::move(fn)).detach()
 // ---------------------------------------------------------------- AuthGate
 
 absl::StatusOr<AuthInfo> AuthGate::Identify(const grpc::ServerContextBase& ctx) const {
+  // etcd's AuthInfoFromCtx: nobody, and no token is looked at, while auth is
+  // off.
+  if (!store_->Enabled()) return AuthInfo{};
   const auto& md = ctx.client_metadata();
   auto it = md.find("token");
   if (it == md.end()) it = md.find("authorization");
@@ -43,7 +46,15 @@ absl::Status AuthGate::CheckRange(const grpc::ServerContextBase& ctx,
                                   const etcdserverpb::RangeRequest& req) const {
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  return store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead);
+  if (auto s = store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead); !s.ok()) {
+    return s;
+  }
+  // etcd's doSerialize: a read is answered only for the current auth
+  // revision (a JWT from another revision, even a later one, is stale).
+  if (info->revision != 0 && info->revision != store_->Revision() && store_->Enabled()) {
+    return mvcc::MakeError(mvcc::Error::kAuthOldRevision);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AuthGate::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
