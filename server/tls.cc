@@ -10,7 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "openssl/bio.h"
 #include "openssl/ec.h"
@@ -51,6 +54,46 @@ const std::map<std::string, std::string>& CipherNames() {
   };
   return *names;
 }
+
+// --client-cert-allowed-hostname: after the chain is verified, the client
+// certificate must be valid for the hostname, as Go's VerifyHostname decides:
+// an IP matches an IP SAN; a name matches a DNS SAN, case-insensitively, a
+// leading "*." matching one label; the common name is not consulted.
+class AllowedHostnameVerifier : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit AllowedHostnameVerifier(std::string hostname)
+      : hostname_(absl::AsciiStrToLower(hostname)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
+    *sync_status = Matches(*request)
+                       ? grpc::Status::OK
+                       : grpc::Status(grpc::UNAUTHENTICATED,
+                                      "client certificate authentication failed");
+    return true;  // answered synchronously
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  bool Matches(const grpc::experimental::TlsCustomVerificationCheckRequest& request) const {
+    for (const auto& ip : request.ip_names()) {
+      if (std::string(ip.data(), ip.size()) == hostname_) return true;
+    }
+    for (const auto& dns : request.dns_names()) {
+      const std::string name = absl::AsciiStrToLower(std::string(dns.data(), dns.size()));
+      if (name == hostname_) return true;
+      if (absl::StartsWith(name, "*.")) {
+        const size_t dot = hostname_.find('.');
+        if (dot != std::string::npos && dot > 0 && hostname_.substr(dot) == name.substr(1)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  const std::string hostname_;
+};
 
 }  // namespace
 
@@ -207,6 +250,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
   options.set_cert_request_type(config.client_cert_auth
                                     ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!config.client_cert_allowed_hostname.empty()) {
+    options.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<AllowedHostnameVerifier>(
+            config.client_cert_allowed_hostname));
+  }
   if (!config.client_crl_file.empty()) {
     auto dir = CrlDirectory(config.client_crl_file, config.data_dir + "/fixtures/client-crl");
     if (!dir.ok()) return dir.status();

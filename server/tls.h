@@ -1,7 +1,9 @@
 // TLS for the client URLs: certificates from --cert-file/--key-file (or a
 // self-signed pair made by --auto-tls), client certificates checked against
 // --trusted-ca-file when --client-cert-auth is set and against
-// --client-crl-file's revocation list, cipher suites from --cipher-suites.
+// --client-crl-file's revocation list and, with
+// --client-cert-allowed-hostname, for that hostname; cipher suites from
+// --cipher-suites.
 
 #ifndef CAPSTAN_SERVER_TLS_H_
 #define CAPSTAN_SERVER_TLS_H_

@@ -260,6 +260,20 @@ TEST_F(TlsTest, CommonNameIsTheUserWhenAuthIsOn) {
   EXPECT_EQ(Both("user", {"get", "foo1"}).last_err, "Error: etcdserver: permission denied");
 }
 
+TEST_F(TlsTest, AllowedHostname) {
+  // The client certificates name localhost and 127.0.0.1.
+  for (const std::string host : {"localhost", "127.0.0.1", "example.com"}) {
+    SCOPED_TRACE(host);
+    std::vector<std::string> flags = MutualTlsFlags();
+    flags.push_back("--client-cert-allowed-hostname=" + host);
+    StartBoth(flags);
+    Outcome o = Both("root", {"put", "k", "v"});
+    EXPECT_EQ(o.code == 0, host != "example.com") << o.ToString();
+    etcd_.process->Stop();
+    capstan_.process->Stop();
+  }
+}
+
 TEST_F(TlsTest, TlsVersionAndCipherFlags) {
   if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
   // The default range and an explicit TLS1.3 maximum: TLS1.2 and TLS1.3
