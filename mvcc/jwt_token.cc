@@ -91,7 +91,7 @@ std::string Base64Url(const std::string& s) { return absl::WebSafeBase64Escape(s
 
 }  // namespace
 
-JwtTokens::~JwtTokens() { EVP_PKEY_free(key_); }
+void JwtTokens::KeyDeleter::operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 
 absl::StatusOr<std::unique_ptr<JwtTokens>> JwtTokens::Create(
     const std::map<std::string, std::string>& options) {
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<JwtTokens>> JwtTokens::Create(
     return InvalidAuthOpts();
   }
   t->method_ = method;
-  t->family_ = method[0] == 'R' ? 'R' : method[0];
+  t->family_ = method[0];
   t->hash_bits_ = bits;
 
   // jwtOptions.Key.
@@ -128,45 +128,30 @@ absl::StatusOr<std::unique_ptr<JwtTokens>> JwtTokens::Create(
     t->secret_ = priv;
     return t;
   }
-  EVP_PKEY* priv_key = nullptr;
-  EVP_PKEY* pub_key = nullptr;
-  auto free_keys = [&] {
-    EVP_PKEY_free(priv_key);
-    EVP_PKEY_free(pub_key);
-  };
+  using KeyPtr = std::unique_ptr<EVP_PKEY, KeyDeleter>;
+  const absl::Status not_pem =
+      absl::InvalidArgumentError("invalid key: Key must be a PEM encoded PKCS1 or PKCS8 key");
+  KeyPtr priv_key, pub_key;
   if (!priv.empty()) {
-    if (!IsPem(priv)) {
-      return absl::InvalidArgumentError("invalid key: Key must be a PEM encoded PKCS1 or PKCS8 key");
-    }
-    priv_key = ReadPrivateKey(priv);
-    if (!priv_key || !KeyFits(priv_key, t->family_)) {
-      free_keys();
+    if (!IsPem(priv)) return not_pem;
+    priv_key.reset(ReadPrivateKey(priv));
+    if (!priv_key || !KeyFits(priv_key.get(), t->family_)) {
       return absl::InvalidArgumentError(KindError(t->family_, true));
     }
   }
   if (!pub.empty()) {
-    if (!IsPem(pub)) {
-      free_keys();
-      return absl::InvalidArgumentError("invalid key: Key must be a PEM encoded PKCS1 or PKCS8 key");
-    }
-    pub_key = ReadPublicKey(pub);
-    if (!pub_key || !KeyFits(pub_key, t->family_)) {
-      free_keys();
+    if (!IsPem(pub)) return not_pem;
+    pub_key.reset(ReadPublicKey(pub));
+    if (!pub_key || !KeyFits(pub_key.get(), t->family_)) {
       return absl::InvalidArgumentError(KindError(t->family_, false));
     }
   }
   if (!priv_key && !pub_key) return MissingKey();
-  if (priv_key && pub_key && EVP_PKEY_eq(priv_key, pub_key) != 1) {
-    free_keys();
+  if (priv_key && pub_key && EVP_PKEY_eq(priv_key.get(), pub_key.get()) != 1) {
     return absl::InvalidArgumentError("auth: public and private keys don't match");
   }
-  if (priv_key) {
-    t->key_ = priv_key;
-    EVP_PKEY_free(pub_key);
-  } else {
-    t->key_ = pub_key;
-    t->verify_only_ = true;
-  }
+  t->verify_only_ = !priv_key;
+  t->key_ = priv_key ? std::move(priv_key) : std::move(pub_key);
   return t;
 }
 
@@ -183,7 +168,7 @@ absl::StatusOr<std::string> JwtTokens::SignBytes(const std::string& data) const 
   EVP_PKEY_CTX* pctx = nullptr;
   std::string sig;
   size_t len = 0;
-  bool ok = EVP_DigestSignInit(ctx, &pctx, md, nullptr, key_) == 1;
+  bool ok = EVP_DigestSignInit(ctx, &pctx, md, nullptr, key_.get()) == 1;
   if (ok && family_ == 'P') {
     ok = EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1 &&
          EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_DIGEST) == 1;
@@ -211,7 +196,7 @@ absl::StatusOr<std::string> JwtTokens::SignBytes(const std::string& data) const 
       BN_bn2binpad(ECDSA_SIG_get0_s(es), reinterpret_cast<unsigned char*>(raw.data()) + n, n) == n;
   ECDSA_SIG_free(es);
   // golang-jwt refuses a key whose curve does not match the method.
-  if (!fits || EVP_PKEY_get_bits(key_) != (hash_bits_ == 512 ? 521 : hash_bits_)) {
+  if (!fits || EVP_PKEY_get_bits(key_.get()) != (hash_bits_ == 512 ? 521 : hash_bits_)) {
     return absl::InvalidArgumentError("key is invalid");
   }
   return raw;
@@ -228,7 +213,7 @@ bool JwtTokens::VerifyBytes(const std::string& data, const std::string& signatur
   if (family_ == 'E') {
     const int n = EcFieldBytes(hash_bits_);
     if (signature.size() != static_cast<size_t>(2 * n) ||
-        EVP_PKEY_get_bits(key_) != (hash_bits_ == 512 ? 521 : hash_bits_)) {
+        EVP_PKEY_get_bits(key_.get()) != (hash_bits_ == 512 ? 521 : hash_bits_)) {
       return false;
     }
     ECDSA_SIG* es = ECDSA_SIG_new();
@@ -243,7 +228,7 @@ bool JwtTokens::VerifyBytes(const std::string& data, const std::string& signatur
   }
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_PKEY_CTX* pctx = nullptr;
-  bool ok = EVP_DigestVerifyInit(ctx, &pctx, md, nullptr, key_) == 1;
+  bool ok = EVP_DigestVerifyInit(ctx, &pctx, md, nullptr, key_.get()) == 1;
   if (ok && family_ == 'P') {
     ok = EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1 &&
          EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_AUTO) == 1;

@@ -43,7 +43,6 @@ class JwtTokens {
   // kin for keys of the wrong kind.
   static absl::StatusOr<std::unique_ptr<JwtTokens>> Create(
       const std::map<std::string, std::string>& options);
-  ~JwtTokens();
   JwtTokens(const JwtTokens&) = delete;
   JwtTokens& operator=(const JwtTokens&) = delete;
 
@@ -70,8 +69,11 @@ class JwtTokens {
   int hash_bits_ = 0;   // 256, 384, 512
   absl::Duration ttl_;
   bool verify_only_ = false;
-  std::string secret_;           // HMAC
-  EVP_PKEY* key_ = nullptr;      // owned; private if !verify_only_
+  struct KeyDeleter {
+    void operator()(EVP_PKEY* k) const;
+  };
+  std::string secret_;                         // HMAC
+  std::unique_ptr<EVP_PKEY, KeyDeleter> key_;  // private unless verify_only_
 };
 
 }  // namespace capstan::mvcc
