@@ -220,7 +220,7 @@ void AuthStore::Submit(Mutation m, Done done) {
     auto next = std::make_shared<State>(*applied_);
     if (auto s = m(next.get(), &pending->changes); !s.ok()) return s;
     if (!pending->changes.changed) return absl::OkStatus();
-    next->revision++;
+    if (pending->changes.bump_revision) next->revision++;
     next->RebuildPerms();
     for (const auto& name : pending->changes.users) {
       const std::string key = absl::StrCat(kUserPrefix, name);
@@ -292,6 +292,7 @@ void AuthStore::AuthEnable(Done done) {
         if (!HasRole(root->second, kRoot)) return MakeError(Error::kRootRoleNotExist);
         s->enabled = true;
         c->enabled = true;
+        c->bump_revision = false;  // etcd's AuthEnable keeps the revision
         return absl::OkStatus();
       },
       std::move(done));
@@ -550,6 +551,7 @@ absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
   if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
   if (!CheckHash(u->second.password(), password)) return MakeError(Error::kAuthFailed);
   const absl::Time now = absl::Now();
+  if (options_.jwt) return options_.jwt->Sign(name, s->revision, now);
   std::lock_guard<std::mutex> lock(tokens_mu_);
   absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
   std::string token;
@@ -562,6 +564,11 @@ absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
 
 absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
   const absl::Time now = absl::Now();
+  if (options_.jwt) {
+    auto claims = options_.jwt->Verify(token, now);
+    if (!claims.ok()) return claims.status();
+    return AuthInfo{std::move(claims->username), claims->revision};
+  }
   std::string user;
   {
     std::lock_guard<std::mutex> lock(tokens_mu_);
@@ -592,6 +599,7 @@ absl::Status AuthStore::CheckRangeIn(const State& s, const AuthInfo& info, std::
                                      std::string_view range_end, PermType type) const {
   if (!s.enabled) return absl::OkStatus();
   if (info.revision == 0) return MakeError(Error::kUserEmpty);
+  if (info.revision < s.revision) return MakeError(Error::kAuthOldRevision);
   auto p = s.perms.find(info.user);
   if (p == s.perms.end()) return MakeError(Error::kPermissionDenied);
   if (p->second->root) return absl::OkStatus();

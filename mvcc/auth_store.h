@@ -8,7 +8,8 @@
 // "auth/authEnabled", "auth/authRevision", "authUsers/<name>" ->
 // authpb.User, "authRoles/<name>" -> authpb.Role) and the mutation becomes
 // visible to permission checks only once it is durable. Each successful
-// mutation bumps the auth revision, as etcd's commitRevision does.
+// mutation but AuthEnable bumps the auth revision, as etcd's commitRevision
+// does.
 //
 // Permission checks read an immutable published state (users, roles and each
 // user's merged read/write key ranges, like etcd's range_perm_cache) and take
@@ -42,6 +43,7 @@
 #include "absl/time/time.h"
 #include "authpb/auth.pb.h"
 #include "etcdserverpb/rpc.pb.h"
+#include "mvcc/jwt_token.h"
 #include "mvcc/kv_store.h"
 
 namespace capstan::mvcc {
@@ -89,6 +91,9 @@ struct AuthStoreOptions {
   int bcrypt_cost = 10;
   // Simple tokens expire after this long without use (--auth-token-ttl).
   absl::Duration token_ttl = absl::Seconds(300);
+  // Set: issue and accept JWT tokens (--auth-token jwt,...) instead of
+  // simple tokens.
+  std::shared_ptr<const JwtTokens> jwt;
 };
 
 class AuthStore {
@@ -141,17 +146,21 @@ class AuthStore {
   // --- Passwords and tokens.
   // A bcrypt hash of password at the configured cost (CPU-heavy).
   absl::StatusOr<std::string> HashPassword(const std::string& password) const;
-  // Checks the password (CPU-heavy) and issues a simple token.
+  // Checks the password (CPU-heavy) and issues a token: a JWT carrying the
+  // current auth revision with options.jwt, else a simple token.
   absl::StatusOr<std::string> Authenticate(const std::string& name, const std::string& password);
-  // The identity a token stands for, refreshing its TTL; kInvalidAuthToken
-  // if it is unknown or expired.
+  // The identity a token stands for (a simple token's TTL is refreshed; a
+  // JWT carries the auth revision it was issued at); kInvalidAuthToken if it
+  // is unknown, expired, or a JWT with a bad signature.
   absl::StatusOr<AuthInfo> InfoFromToken(const std::string& token);
   // The identity of a verified client certificate's common name.
   AuthInfo InfoFromCommonName(const std::string& cn) const;
 
   // --- Permission checks (etcd's isOpPermitted and IsAdminPermitted): ok
-  // when auth is disabled; kUserEmpty without a user; kPermissionDenied
-  // (or kUserNotFound for admin) otherwise.
+  // when auth is disabled; kUserEmpty without a user; kAuthOldRevision
+  // (range checks) when info predates the current auth revision (a JWT
+  // issued before an auth change); kPermissionDenied (or kUserNotFound for
+  // admin) otherwise.
   absl::Status CheckRange(const AuthInfo& info, std::string_view key, std::string_view range_end,
                           PermType type) const;
   absl::Status CheckAdmin(const AuthInfo& info) const;
@@ -183,6 +192,7 @@ class AuthStore {
     std::vector<std::string> invalidate_users;  // whose tokens to drop
     bool drop_all_tokens = false;
     bool changed = true;  // false: a no-op that keeps the revision
+    bool bump_revision = true;  // false: staged, but the revision stays
   };
   using Mutation = std::function<absl::Status(State* next, Changes* changes)>;
 

@@ -23,6 +23,9 @@ void RunDetached(std::function<void()> fn) { std::thread(std::move(fn)).detach()
 // ---------------------------------------------------------------- AuthGate
 
 absl::StatusOr<AuthInfo> AuthGate::Identify(const grpc::ServerContextBase& ctx) const {
+  // etcd's AuthInfoFromCtx: nobody, and no token is looked at, while auth is
+  // off.
+  if (!store_->Enabled()) return AuthInfo{};
   const auto& md = ctx.client_metadata();
   auto it = md.find("token");
   if (it == md.end()) it = md.find("authorization");
@@ -43,7 +46,15 @@ absl::Status AuthGate::CheckRange(const grpc::ServerContextBase& ctx,
                                   const etcdserverpb::RangeRequest& req) const {
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  return store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead);
+  if (auto s = store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead); !s.ok()) {
+    return s;
+  }
+  // etcd's doSerialize: a read is answered only for the current auth
+  // revision (a JWT from another revision, even a later one, is stale).
+  if (info->revision != 0 && info->revision != store_->Revision() && store_->Enabled()) {
+    return mvcc::MakeError(mvcc::Error::kAuthOldRevision);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AuthGate::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
@@ -137,21 +148,32 @@ mvcc::AuthStore::Done AuthService::FinishWhenDone(grpc::ServerUnaryReactor* reac
   return [this, reactor, resp](absl::Status s) { Finish(reactor, resp, s); };
 }
 
-// An admin-only mutation: checks the caller, then runs `mutate(done)`.
+template <typename Response, typename Start>
+grpc::ServerUnaryReactor* AuthService::Admin(grpc::CallbackServerContext* ctx, Response* resp,
+                                             Start start, AllowedFn also_allowed) const {
+  auto* reactor = ctx->DefaultReactor();
+  auto info = gate_->Identify(*ctx);
+  absl::Status s = info.ok() ? gate_->store()->CheckAdmin(*info) : info.status();
+  if (!s.ok() && !(info.ok() && also_allowed && also_allowed(*info))) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  start(reactor);
+  return reactor;
+}
+
+// An admin-only mutation: `mutate` runs with store and done (which finishes
+// the RPC) for an admin caller.
 #define CAPSTAN_ADMIN_MUTATION(Name, Req, Resp, mutate)                                        \
   grpc::ServerUnaryReactor* AuthService::Name(grpc::CallbackServerContext* ctx,               \
                                               const etcdserverpb::Req* req,                   \
                                               etcdserverpb::Resp* resp) {                      \
-    auto* reactor = ctx->DefaultReactor();                                                     \
-    if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {                                           \
-      Finish(reactor, resp, s);                                                                \
-      return reactor;                                                                          \
-    }                                                                                          \
-    mvcc::AuthStore* store = gate_->store();                                                   \
-    mvcc::AuthStore::Done done = FinishWhenDone(reactor, resp);                                \
-    (void)req;                                                                                 \
-    mutate;                                                                                    \
-    return reactor;                                                                            \
+    return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {                           \
+      mvcc::AuthStore* store = gate_->store();                                                 \
+      mvcc::AuthStore::Done done = FinishWhenDone(reactor, resp);                              \
+      (void)req;                                                                               \
+      mutate;                                                                                  \
+    });                                                                                        \
   }
 
 CAPSTAN_ADMIN_MUTATION(AuthEnable, AuthEnableRequest, AuthEnableResponse,
@@ -177,66 +199,54 @@ CAPSTAN_ADMIN_MUTATION(RoleRevokePermission, AuthRoleRevokePermissionRequest,
 grpc::ServerUnaryReactor* AuthService::RoleGrantPermission(
     grpc::CallbackServerContext* ctx, const etcdserverpb::AuthRoleGrantPermissionRequest* req,
     etcdserverpb::AuthRoleGrantPermissionResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
-    Finish(reactor, resp, s);
-    return reactor;
-  }
-  if (!req->has_perm()) {
-    Finish(reactor, resp, mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
-    return reactor;
-  }
-  gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp));
-  return reactor;
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    if (!req->has_perm()) {
+      Finish(reactor, resp, mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
+      return;
+    }
+    gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp));
+  });
 }
 
 grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
                                                const etcdserverpb::AuthUserAddRequest* req,
                                                etcdserverpb::AuthUserAddResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
-    Finish(reactor, resp, s);
-    return reactor;
-  }
-  mvcc::AuthStore* store = gate_->store();
-  const bool no_password = req->options().no_password();
-  if (no_password || !req->hashedpassword().empty()) {
-    store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
-    return reactor;
-  }
-  RunDetached([this, store, req, resp, reactor] {
-    auto hash = store->HashPassword(req->password());
-    if (!hash.ok()) {
-      Finish(reactor, resp, hash.status());
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    mvcc::AuthStore* store = gate_->store();
+    const bool no_password = req->options().no_password();
+    if (no_password || !req->hashedpassword().empty()) {
+      store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
       return;
     }
-    store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp));
+    RunDetached([this, store, req, resp, reactor] {
+      auto hash = store->HashPassword(req->password());
+      if (!hash.ok()) {
+        Finish(reactor, resp, hash.status());
+        return;
+      }
+      store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp));
+    });
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* AuthService::UserChangePassword(
     grpc::CallbackServerContext* ctx, const etcdserverpb::AuthUserChangePasswordRequest* req,
     etcdserverpb::AuthUserChangePasswordResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  if (auto s = gate_->CheckAdmin(*ctx); !s.ok()) {
-    Finish(reactor, resp, s);
-    return reactor;
-  }
-  mvcc::AuthStore* store = gate_->store();
-  if (!req->hashedpassword().empty()) {
-    store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
-    return reactor;
-  }
-  RunDetached([this, store, req, resp, reactor] {
-    auto hash = store->HashPassword(req->password());
-    if (!hash.ok()) {
-      Finish(reactor, resp, hash.status());
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    mvcc::AuthStore* store = gate_->store();
+    if (!req->hashedpassword().empty()) {
+      store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
       return;
     }
-    store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp));
+    RunDetached([this, store, req, resp, reactor] {
+      auto hash = store->HashPassword(req->password());
+      if (!hash.ok()) {
+        Finish(reactor, resp, hash.status());
+        return;
+      }
+      store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp));
+    });
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext* ctx,
@@ -259,84 +269,66 @@ grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AuthService::AuthStatus(grpc::CallbackServerContext* ctx,
                                                   const etcdserverpb::AuthStatusRequest*,
                                                   etcdserverpb::AuthStatusResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  absl::Status s = gate_->CheckAdmin(*ctx);
-  if (s.ok()) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     resp->set_enabled(gate_->store()->Enabled());
     resp->set_authrevision(gate_->store()->Revision());
-  }
-  Finish(reactor, resp, s);
-  return reactor;
+    Finish(reactor, resp, absl::OkStatus());
+  });
 }
 
 grpc::ServerUnaryReactor* AuthService::UserGet(grpc::CallbackServerContext* ctx,
                                                const etcdserverpb::AuthUserGetRequest* req,
                                                etcdserverpb::AuthUserGetResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  mvcc::AuthStore* store = gate_->store();
-  auto info = gate_->Identify(*ctx);
-  if (!info.ok()) {
-    Finish(reactor, resp, info.status());
-    return reactor;
-  }
   // A user may read itself.
-  if (auto s = store->CheckAdmin(*info); !s.ok() && req->name() != info->user) {
-    Finish(reactor, resp, s);
-    return reactor;
-  }
-  auto user = store->GetUser(req->name());
-  if (user.ok()) {
-    for (const auto& r : user->roles()) resp->add_roles(r);
-  }
-  Finish(reactor, resp, user.status());
-  return reactor;
+  auto self = [req](const mvcc::AuthInfo& info) { return req->name() == info.user; };
+  return Admin(
+      ctx, resp,
+      [&](grpc::ServerUnaryReactor* reactor) {
+        auto user = gate_->store()->GetUser(req->name());
+        if (user.ok()) {
+          for (const auto& r : user->roles()) resp->add_roles(r);
+        }
+        Finish(reactor, resp, user.status());
+      },
+      self);
 }
 
 grpc::ServerUnaryReactor* AuthService::RoleGet(grpc::CallbackServerContext* ctx,
                                                const etcdserverpb::AuthRoleGetRequest* req,
                                                etcdserverpb::AuthRoleGetResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
   mvcc::AuthStore* store = gate_->store();
-  auto info = gate_->Identify(*ctx);
-  if (!info.ok()) {
-    Finish(reactor, resp, info.status());
-    return reactor;
-  }
   // A user may read its own roles.
-  if (auto s = store->CheckAdmin(*info); !s.ok() && !store->UserHasRole(info->user, req->role())) {
-    Finish(reactor, resp, s);
-    return reactor;
-  }
-  auto perms = store->RolePermissions(req->role());
-  if (perms.ok()) {
-    for (auto& p : *perms) *resp->add_perm() = std::move(p);
-  }
-  Finish(reactor, resp, perms.status());
-  return reactor;
+  auto own = [store, req](const mvcc::AuthInfo& info) {
+    return store->UserHasRole(info.user, req->role());
+  };
+  return Admin(
+      ctx, resp,
+      [&](grpc::ServerUnaryReactor* reactor) {
+        auto perms = store->RolePermissions(req->role());
+        if (perms.ok()) {
+          for (auto& p : *perms) *resp->add_perm() = std::move(p);
+        }
+        Finish(reactor, resp, perms.status());
+      },
+      own);
 }
 
 grpc::ServerUnaryReactor* AuthService::UserList(grpc::CallbackServerContext* ctx,
                                                 const etcdserverpb::AuthUserListRequest*,
                                                 etcdserverpb::AuthUserListResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  absl::Status s = gate_->CheckAdmin(*ctx);
-  if (s.ok()) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     for (auto& n : gate_->store()->UserNames()) resp->add_users(std::move(n));
-  }
-  Finish(reactor, resp, s);
-  return reactor;
+    Finish(reactor, resp, absl::OkStatus());
+  });
 }
 
 grpc::ServerUnaryReactor* AuthService::RoleList(grpc::CallbackServerContext* ctx,
                                                 const etcdserverpb::AuthRoleListRequest*,
                                                 etcdserverpb::AuthRoleListResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  absl::Status s = gate_->CheckAdmin(*ctx);
-  if (s.ok()) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     for (auto& n : gate_->store()->RoleNames()) resp->add_roles(std::move(n));
-  }
-  Finish(reactor, resp, s);
-  return reactor;
+    Finish(reactor, resp, absl::OkStatus());
+  });
 }
 
 }  // namespace capstan::server

@@ -14,6 +14,7 @@
 #ifndef CAPSTAN_SERVER_AUTH_SERVICE_H_
 #define CAPSTAN_SERVER_AUTH_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -106,6 +107,15 @@ class AuthService final : public etcdserverpb::Auth::CallbackService {
   // Finishes with resp's header filled on success.
   template <typename Response>
   void Finish(grpc::ServerUnaryReactor* reactor, Response* resp, const absl::Status& s) const;
+  // Whether a caller without the root role may still make the call.
+  using AllowedFn = std::function<bool(const mvcc::AuthInfo&)>;
+  // The preamble of every admin RPC: runs start(reactor), which must finish
+  // the reactor, for a caller with the root role or one also_allowed
+  // admits; else finishes with the identity or admin error. Returns the
+  // reactor.
+  template <typename Response, typename Start>
+  grpc::ServerUnaryReactor* Admin(grpc::CallbackServerContext* ctx, Response* resp, Start start,
+                                  AllowedFn also_allowed = nullptr) const;
   // A done callback for an AuthStore mutation that finishes the RPC.
   template <typename Response>
   mvcc::AuthStore::Done FinishWhenDone(grpc::ServerUnaryReactor* reactor, Response* resp) const;

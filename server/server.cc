@@ -173,9 +173,10 @@ absl::Status Server::Init() {
   mvcc::AuthStoreOptions auth_options;
   auth_options.bcrypt_cost = static_cast<int>(config_.bcrypt_cost);
   auth_options.token_ttl = absl::Seconds(static_cast<int64_t>(config_.auth_token_ttl_seconds));
-  if (config_.auth_token_type != "simple") {
-    spdlog::warn("--auth-token {}: only simple tokens are implemented; issuing simple tokens",
-                 config_.auth_token_type);
+  if (config_.auth_token_type == "jwt") {
+    auto jwt = mvcc::JwtTokens::Create(config_.auth_token_options);
+    if (!jwt.ok()) return jwt.status();
+    auth_options.jwt = std::move(*jwt);
   }
   auto auth_store = mvcc::AuthStore::Open(store_.get(), auth_options);
   if (!auth_store.ok()) return auth_store.status();

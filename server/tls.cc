@@ -10,6 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
+#include "openssl/bio.h"
 #include "openssl/ec.h"
 #include "openssl/evp.h"
 #include "openssl/pem.h"
@@ -48,6 +54,46 @@ const std::map<std::string, std::string>& CipherNames() {
   };
   return *names;
 }
+
+// --client-cert-allowed-hostname: after the chain is verified, the client
+// certificate must be valid for the hostname, as Go's VerifyHostname decides:
+// an IP matches an IP SAN; a name matches a DNS SAN, case-insensitively, a
+// leading "*." matching one label; the common name is not consulted.
+class AllowedHostnameVerifier : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit AllowedHostnameVerifier(std::string hostname)
+      : hostname_(absl::AsciiStrToLower(hostname)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
+    *sync_status = Matches(*request)
+                       ? grpc::Status::OK
+                       : grpc::Status(grpc::UNAUTHENTICATED,
+                                      "client certificate authentication failed");
+    return true;  // answered synchronously
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  bool Matches(const grpc::experimental::TlsCustomVerificationCheckRequest& request) const {
+    for (const auto& ip : request.ip_names()) {
+      if (std::string(ip.data(), ip.size()) == hostname_) return true;
+    }
+    for (const auto& dns : request.dns_names()) {
+      const std::string name = absl::AsciiStrToLower(std::string(dns.data(), dns.size()));
+      if (name == hostname_) return true;
+      if (absl::StartsWith(name, "*.")) {
+        const size_t dot = hostname_.find('.');
+        if (dot != std::string::npos && dot > 0 && hostname_.substr(dot) == name.substr(1)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  const std::string hostname_;
+};
 
 }  // namespace
 
@@ -107,8 +153,62 @@ absl::Status SelfSignedCertificate(const std::string& dir, const std::vector<std
   return status;
 }
 
+absl::Status CheckTlsVersions(const std::string& min_version, const std::string& max_version) {
+  // gRPC 1.51 negotiates TLS1.2 or TLS1.3 and has no public API to narrow
+  // that range (TlsServerCredentialsOptions gained min/max versions later).
+  if (min_version == "TLS1.3") {
+    return absl::UnimplementedError(
+        "--tls-min-version=TLS1.3 is not supported: the gRPC library Capstan is built with (1.51) "
+        "cannot restrict TLS versions and always accepts TLS1.2 and TLS1.3");
+  }
+  if (max_version == "TLS1.2") {
+    return absl::UnimplementedError(
+        "--tls-max-version=TLS1.2 is not supported: the gRPC library Capstan is built with (1.51) "
+        "cannot restrict TLS versions and always accepts TLS1.2 and TLS1.3");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CrlDirectory(const std::string& crl_file, const std::string& dir) {
+  auto data = ReadFile(crl_file, "--client-crl-file");
+  if (!data.ok()) return data.status();
+  // Go's x509.ParseCRL takes PEM or DER.
+  BIO* bio = BIO_new_mem_buf(data->data(), static_cast<int>(data->size()));
+  X509_CRL* crl = PEM_read_bio_X509_CRL(bio, nullptr, nullptr, nullptr);
+  if (!crl) {
+    BIO_free(bio);
+    bio = BIO_new_mem_buf(data->data(), static_cast<int>(data->size()));
+    crl = d2i_X509_CRL_bio(bio, nullptr);
+  }
+  BIO_free(bio);
+  if (!crl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--client-crl-file ", crl_file, ": not a PEM or DER certificate revocation list"));
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) {
+    X509_CRL_free(crl);
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  }
+  // OpenSSL's hashed directory layout: <issuer name hash>.r0.
+  const std::string path =
+      absl::StrCat(dir, "/", absl::Hex(X509_NAME_hash_ex(X509_CRL_get_issuer(crl), nullptr,
+                                                          nullptr, nullptr),
+                                       absl::kZeroPad8),
+                   ".r0");
+  FILE* f = std::fopen(path.c_str(), "w");
+  const bool written = f && PEM_write_X509_CRL(f, crl);
+  if (f) std::fclose(f);
+  X509_CRL_free(crl);
+  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return dir;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
     const ServerConfig& config) {
+  if (auto s = CheckTlsVersions(config.tls_min_version, config.tls_max_version); !s.ok()) return s;
   std::string cert_file = config.cert_file, key_file = config.key_file;
   if ((cert_file.empty() || key_file.empty()) && config.auto_tls) {
     const std::string dir = config.data_dir + "/fixtures/client";
@@ -130,19 +230,35 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
   if (!cert.ok()) return cert.status();
   auto key = ReadFile(key_file, "--key-file");
   if (!key.ok()) return key.status();
-
-  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  options.pem_key_cert_pairs.push_back({*key, *cert});
+  std::string ca;
   if (!config.trusted_ca_file.empty()) {
-    auto ca = ReadFile(config.trusted_ca_file, "--trusted-ca-file");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    auto read = ReadFile(config.trusted_ca_file, "--trusted-ca-file");
+    if (!read.ok()) return read.status();
+    ca = *std::move(read);
   }
-  if (config.client_cert_auth) {
-    if (options.pem_root_certs.empty()) {
-      return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
-    }
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  if (config.client_cert_auth && ca.empty()) {
+    return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
+  }
+
+  // The experimental TLS credentials: the only ones in gRPC 1.51 that check
+  // CRLs.
+  auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{*key, *cert}});
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!ca.empty()) options.watch_root_certs();
+  options.set_cert_request_type(config.client_cert_auth
+                                    ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!config.client_cert_allowed_hostname.empty()) {
+    options.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<AllowedHostnameVerifier>(
+            config.client_cert_allowed_hostname));
+  }
+  if (!config.client_crl_file.empty()) {
+    auto dir = CrlDirectory(config.client_crl_file, config.data_dir + "/fixtures/client-crl");
+    if (!dir.ok()) return dir.status();
+    options.set_crl_directory(*dir);
   }
   if (!config.cipher_suites.empty()) {
     // gRPC reads its cipher list from the environment when it first builds
@@ -154,7 +270,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
     }
     if (!names.empty()) ::setenv("GRPC_SSL_CIPHER_SUITES", absl::StrJoin(names, ":").c_str(), 1);
   }
-  return grpc::SslServerCredentials(options);
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 }  // namespace capstan::server

@@ -1,0 +1,338 @@
+// TLS on client URLs, against a real etcd and against capstan with the same
+// flags: certificates made in the test by the openssl command (a CA, a
+// server certificate, client certificates that are valid, expired, revoked
+// in a CRL, or signed by another CA). Each server listens on http (for the
+// fixture's readiness check) and on https; every etcdctl call over https must
+// have the same outcome on both. With auth enabled, the verified client
+// certificate's common name is the user.
+
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "process_fixture.h"
+
+namespace capstan::testing {
+namespace {
+
+// A CA, server and client certificates. "other" is a second CA; crl.pem
+// revokes revoked.pem.
+constexpr char kMakeCertificates[] = R"sh(
+set -e
+mkdir -p db && : > db/index.txt && echo 1000 > db/serial && echo 1000 > db/crlnumber
+cat > ca.cnf <<'CNF'
+[ca]
+default_ca = testca
+[testca]
+dir = .
+database = db/index.txt
+serial = db/serial
+crlnumber = db/crlnumber
+new_certs_dir = db
+default_md = sha256
+policy = anything
+copy_extensions = none
+default_crl_days = 30
+unique_subject = no
+[anything]
+commonName = supplied
+[leaf]
+subjectAltName = IP:127.0.0.1,DNS:localhost
+extendedKeyUsage = serverAuth,clientAuth
+CNF
+ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=testca 2>/dev/null
+openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
+# leaf NAME CN START END [CA]
+leaf() {
+  ca=${5:-ca}
+  openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$2 2>/dev/null
+  openssl ca -batch -config ca.cnf -cert $ca.pem -keyfile $ca.key -extensions leaf \
+    -startdate $3 -enddate $4 -in $1.csr -out $1.pem 2>/dev/null
+}
+leaf server localhost 20200101000000Z 20991231000000Z
+leaf root root 20200101000000Z 20991231000000Z
+leaf user u 20200101000000Z 20991231000000Z
+leaf expired root 20200101000000Z 20200201000000Z
+leaf revoked root 20200101000000Z 20991231000000Z
+leaf foreign root 20200101000000Z 20991231000000Z other
+openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
+openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
+)sh";
+
+// Runs the real binary with ",https://127.0.0.1:<port>" appended to the
+// fixture's client URLs.
+constexpr char kWrapper[] = R"sh(#!/bin/bash
+args=(); prev=""
+for a in "$@"; do
+  if [ "$prev" = "--listen-client-urls" ] || [ "$prev" = "--advertise-client-urls" ]; then
+    a="$a,https://127.0.0.1:TLS_PORT"
+  fi
+  args+=("$a"); prev="$a"
+done
+exec REAL "${args[@]}"
+)sh";
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  std::string last_err;  // the last line of stderr: etcdctl's "Error: ..."
+  std::string ToString() const {
+    return absl::StrCat("exit ", code, "\nstdout:\n", out, "last stderr line: ", last_err);
+  }
+};
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    certs_ = new TempDir("capstan-tls-certs");
+    CommandResult r =
+        RunCommand({"/bin/bash", "-c", absl::StrCat("cd ", certs_->path(), " && ", kMakeCertificates)});
+    ASSERT_TRUE(r.exit.exited && r.exit.exit_code == 0) << r.err;
+  }
+  static void TearDownTestSuite() {
+    delete certs_;
+    certs_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!IsExecutable(EtcdBinary()) || !IsExecutable(EtcdctlBinary()) ||
+        !IsExecutable(CapstanBinary())) {
+      GTEST_SKIP() << "needs etcd, etcdctl and capstan";
+    }
+  }
+
+  static std::string Cert(const std::string& name) { return certs_->path() + "/" + name; }
+
+  // Server TLS flags with client certificate authentication and the CRL.
+  static std::vector<std::string> MutualTlsFlags() {
+    return {"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key"),
+            "--trusted-ca-file=" + Cert("ca.pem"), "--client-cert-auth",
+            "--client-crl-file=" + Cert("crl.pem")};
+  }
+
+  struct TlsServer {
+    std::unique_ptr<TempDir> wrapper_dir;
+    std::unique_ptr<ServerProcess> process;
+    int tls_port = 0;
+    std::string endpoint() const { return absl::StrCat("https://127.0.0.1:", tls_port); }
+  };
+
+  static absl::StatusOr<TlsServer> Start(ServerFlavor flavor, std::vector<std::string> flags) {
+    TlsServer s;
+    s.tls_port = PickFreePort();
+    s.wrapper_dir = std::make_unique<TempDir>("capstan-tls-wrapper");
+    const std::string wrapper = s.wrapper_dir->path() + "/server";
+    std::string script = kWrapper;
+    script.replace(script.find("TLS_PORT"), 8, std::to_string(s.tls_port));
+    script.replace(script.find("REAL"), 4,
+                   flavor == ServerFlavor::kEtcd ? EtcdBinary() : CapstanBinary());
+    std::ofstream(wrapper) << script;
+    ::chmod(wrapper.c_str(), 0755);
+    ServerOptions o = flavor == ServerFlavor::kEtcd ? ServerOptions::Etcd() : ServerOptions::Capstan();
+    o.binary = wrapper;
+    o.extra_args = std::move(flags);
+    if (flavor == ServerFlavor::kCapstan) o.extra_args.push_back("--bcrypt-cost=4");
+    auto p = ServerProcess::Start(o);
+    if (!p.ok()) return p.status();
+    s.process = std::move(*p);
+    return s;
+  }
+
+  // etcdctl over https with the client certificate `client` ("" for none).
+  static Outcome Etcdctl(const std::string& endpoint, const std::string& client,
+                         const std::vector<std::string>& args, const std::string& ca = "ca") {
+    std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints=" + endpoint,
+                                     "--dial-timeout=1s", "--command-timeout=3s",
+                                     "--cacert=" + Cert(ca + ".pem")};
+    if (!client.empty()) {
+      argv.push_back("--cert=" + Cert(client + ".pem"));
+      argv.push_back("--key=" + Cert(client + ".key"));
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCommand(argv, "", std::chrono::seconds(20));
+    Outcome o;
+    o.code = r.exit.exited ? r.exit.exit_code : -r.exit.term_signal;
+    o.out = r.out;
+    // etcdctl's zap retry logs carry timestamps and ids: skip them.
+    for (absl::string_view line : absl::StrSplit(r.err, '\n', absl::SkipEmpty())) {
+      if (!absl::StartsWith(line, "{\"level\"")) o.last_err = std::string(line);
+    }
+    return o;
+  }
+
+  // The same etcdctl call on both servers at once; expects the same outcome
+  // and returns capstan's.
+  Outcome Both(const std::string& client, const std::vector<std::string>& args,
+               const std::string& ca = "ca") {
+    auto e = std::async(std::launch::async, [&] { return Etcdctl(etcd_.endpoint(), client, args, ca); });
+    Outcome c = Etcdctl(capstan_.endpoint(), client, args, ca);
+    Outcome eo = e.get();
+    const std::string what = absl::StrCat("cert ", client.empty() ? "(none)" : client, ": etcdctl ",
+                                          absl::StrJoin(args, " "), "\netcd:\n", eo.ToString(),
+                                          "\ncapstan:\n", c.ToString());
+    EXPECT_EQ(eo.code, c.code) << what;
+    EXPECT_EQ(eo.out, c.out) << what;
+    EXPECT_EQ(eo.last_err, c.last_err) << what;
+    return c;
+  }
+
+  void StartBoth(const std::vector<std::string>& flags) {
+    auto e = Start(ServerFlavor::kEtcd, flags);
+    ASSERT_TRUE(e.ok()) << e.status();
+    etcd_ = std::move(*e);
+    auto c = Start(ServerFlavor::kCapstan, flags);
+    ASSERT_TRUE(c.ok()) << c.status();
+    capstan_ = std::move(*c);
+  }
+
+  static TempDir* certs_;
+  TlsServer etcd_, capstan_;
+};
+
+TempDir* TlsTest::certs_ = nullptr;
+
+TEST_F(TlsTest, ClientCertificatesAreVerified) {
+  StartBoth(MutualTlsFlags());
+  EXPECT_EQ(Both("root", {"put", "k", "v"}).out, "OK\n");
+  EXPECT_EQ(Both("root", {"get", "k", "--print-value-only"}).out, "v\n");
+  // Refused at the handshake: etcdctl gives up dialing.
+  for (const std::string& bad : {std::string(""), std::string("foreign"), std::string("expired"),
+                                 std::string("revoked")}) {
+    SCOPED_TRACE(bad);
+    Outcome o = Both(bad, {"get", "k"});
+    EXPECT_NE(o.code, 0) << o.ToString();
+    EXPECT_EQ(o.last_err, "Error: context deadline exceeded");
+  }
+  // A client that does not trust the server's CA.
+  EXPECT_NE(Both("root", {"get", "k"}, "other").code, 0);
+
+  // A plaintext client on the TLS port.
+  Outcome plain = Both("", {"--endpoints=http://127.0.0.1:" + std::to_string(capstan_.tls_port),
+                            "get", "k"});
+  EXPECT_NE(plain.code, 0);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", capstan_.tls_port),
+                                     grpc::InsecureChannelCredentials());
+  auto kv = etcdserverpb::KV::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  etcdserverpb::RangeRequest req;
+  req.set_key("k");
+  etcdserverpb::RangeResponse resp;
+  grpc::Status s = kv->Range(&ctx, req, &resp);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.error_code() == grpc::UNAVAILABLE || s.error_code() == grpc::DEADLINE_EXCEEDED)
+      << s.error_code() << " " << s.error_message();
+}
+
+TEST_F(TlsTest, CommonNameIsTheUserWhenAuthIsOn) {
+  StartBoth(MutualTlsFlags());
+  Both("root", {"user", "add", "root", "--new-user-password=rootpw"});
+  Both("root", {"user", "add", "u", "--new-user-password=upw"});
+  Both("root", {"role", "add", "r"});
+  Both("root", {"role", "grant-permission", "r", "readwrite", "foo", "--prefix"});
+  Both("root", {"user", "grant-role", "u", "r"});
+  EXPECT_EQ(Both("root", {"auth", "enable"}).out, "Authentication Enabled\n");
+
+  // CN=root is the root user; CN=u is u: no password needed.
+  EXPECT_EQ(Both("root", {"user", "list"}).out, "root\nu\n");
+  EXPECT_EQ(Both("user", {"put", "foo1", "x"}).out, "OK\n");
+  EXPECT_EQ(Both("user", {"get", "foo1", "--print-value-only"}).out, "x\n");
+  Outcome denied = Both("user", {"put", "bar", "x"});
+  EXPECT_EQ(denied.last_err, "Error: etcdserver: permission denied");
+  EXPECT_NE(Both("user", {"user", "list"}).code, 0);
+  // An explicit user and password take precedence over the certificate.
+  EXPECT_NE(Both("root", {"--user=u:upw", "user", "list"}).code, 0);
+  EXPECT_EQ(Both("user", {"--user=root:rootpw", "put", "bar", "y"}).out, "OK\n");
+  // A user deleted while its certificate stays valid is refused.
+  Both("root", {"user", "delete", "u"});
+  EXPECT_EQ(Both("user", {"get", "foo1"}).last_err, "Error: etcdserver: permission denied");
+}
+
+TEST_F(TlsTest, AllowedHostname) {
+  // The client certificates name localhost and 127.0.0.1.
+  for (const std::string host : {"localhost", "127.0.0.1", "example.com"}) {
+    SCOPED_TRACE(host);
+    std::vector<std::string> flags = MutualTlsFlags();
+    flags.push_back("--client-cert-allowed-hostname=" + host);
+    StartBoth(flags);
+    Outcome o = Both("root", {"put", "k", "v"});
+    EXPECT_EQ(o.code == 0, host != "example.com") << o.ToString();
+    etcd_.process->Stop();
+    capstan_.process->Stop();
+  }
+}
+
+TEST_F(TlsTest, TlsVersionAndCipherFlags) {
+  if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
+  // The default range and an explicit TLS1.3 maximum: TLS1.2 and TLS1.3
+  // clients both connect.
+  // --cipher-suites narrows the TLS1.2 suites.
+  std::vector<std::string> flags = MutualTlsFlags();
+  flags.push_back("--tls-max-version=TLS1.3");
+  flags.push_back("--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256");
+  auto c = Start(ServerFlavor::kCapstan, flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const char* version : {"-tls1_2", "-tls1_3"}) {
+    CommandResult r = RunCommand(
+        {"/usr/bin/openssl", "s_client", "-connect", absl::StrCat("127.0.0.1:", c->tls_port),
+         version, "-CAfile", Cert("ca.pem"), "-cert", Cert("root.pem"), "-key", Cert("root.key"),
+         "-verify_return_error", "-brief"},
+        "", std::chrono::seconds(10));
+    // gRPC closes the connection once it sees no HTTP/2; the handshake is
+    // what counts.
+    EXPECT_TRUE(absl::StrContains(r.err, "Verification: OK")) << version << "\n" << r.err;
+    EXPECT_TRUE(absl::StrContains(
+        r.err, absl::StrCat("Protocol version: TLSv1.", version[6] == '2' ? "2" : "3")))
+        << r.err;
+    if (version[6] == '2') {
+      EXPECT_TRUE(absl::StrContains(r.err, "Ciphersuite: ECDHE-ECDSA-AES128-GCM-SHA256")) << r.err;
+    }
+  }
+  CommandResult other_suite = RunCommand(
+      {"/usr/bin/openssl", "s_client", "-connect", absl::StrCat("127.0.0.1:", c->tls_port),
+       "-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384", "-CAfile", Cert("ca.pem"), "-cert",
+       Cert("root.pem"), "-key", Cert("root.key"), "-brief"},
+      "", std::chrono::seconds(10));
+  EXPECT_FALSE(absl::StrContains(other_suite.err, "CONNECTION ESTABLISHED")) << other_suite.err;
+
+  // Limits the installed gRPC cannot enforce are refused, never ignored.
+  for (const std::string flag : {"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}) {
+    SCOPED_TRACE(flag);
+    std::vector<std::string> f = MutualTlsFlags();
+    f.push_back(flag);
+    ServerOptions o = ServerOptions::Capstan();
+    o.extra_args = {"--listen-client-urls=https://127.0.0.1:" + std::to_string(PickFreePort()),
+                    "--advertise-client-urls=https://127.0.0.1:1"};
+    o.extra_args.insert(o.extra_args.end(), f.begin(), f.end());
+    o.start_timeout = std::chrono::milliseconds(5000);
+    auto refused = ServerProcess::Start(o);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                  flag + " is not supported: the gRPC library"))
+        << refused.status();
+  }
+  // etcd's validation of the values themselves.
+  ServerOptions o = ServerOptions::Capstan();
+  o.extra_args = {"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"};
+  o.start_timeout = std::chrono::milliseconds(5000);
+  auto invalid = ServerProcess::Start(o);
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_TRUE(absl::StrContains(invalid.status().message(),
+                                "min version (TLS1.3) is greater than max version (TLS1.2)"))
+      << invalid.status();
+}
+
+}  // namespace
+}  // namespace capstan::testing
