@@ -33,8 +33,11 @@ case "$mode" in
     ;;
   go)
     pc=$(dirname "$(find "$work/prefix" -name capstan.pc)")
-    # No network: the example's go.mod has no dependencies.
-    export PKG_CONFIG_PATH="$pc" GOCACHE="$build/go-cache" GOPROXY=off GOFLAGS=-buildvcs=false
+    # No network: the example's go.mod has no dependencies. A fresh build
+    # cache each run: Go does not hash the C libraries it links, so a cached
+    # build can outlive the libcapstan.a it was made against (Debian's Go
+    # ships its standard library prebuilt, so this costs seconds).
+    export PKG_CONFIG_PATH="$pc" GOCACHE="$work/go-cache" GOPROXY=off GOFLAGS=-buildvcs=false
     # Abseil's pkg-config files wrap -latomic in these linker flags.
     export CGO_LDFLAGS_ALLOW='-Wl,--(push|pop)-state.*'
     (cd "$src/examples/go-cgo" && go build -o "$work/go-cgo" .)
