@@ -57,5 +57,33 @@ sanitize-address: deps
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ./scripts/run_test_binaries.sh build/asan $(ASAN_TESTS)
 
+# libFuzzer targets built with clang (ASan+UBSan, coverage on Capstan code)
+# in build/fuzz, each run for FUZZ_SECONDS from its checked-in corpus. New
+# inputs go to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/.
+FUZZ_SECONDS ?= 60
+FUZZERS      := request continue_token index_extractor bbolt_reader
+fuzz: SHELL := /bin/bash
+fuzz: deps
+	cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCAPSTAN_FUZZ=ON \
+	  '-DCAPSTAN_SANITIZE=address;undefined' -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+	  -DCAPSTAN_BUILD_BENCHMARKS=OFF
+	cmake --build build/fuzz -j $(JOBS) --target capstan_fuzzers
+	mkdir -p build/fuzz/artifacts
+	set -e; for f in $(FUZZERS); do \
+	  mkdir -p build/fuzz/corpus/$$f; \
+	  echo "== $$f ($(FUZZ_SECONDS) s)"; \
+	  build/fuzz/tests/fuzz/$${f}_fuzzer -max_total_time=$(FUZZ_SECONDS) \
+	    -max_len=65536 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/artifacts/$$f- build/fuzz/corpus/$$f tests/fuzz/corpus/$$f \
+	    2>&1 | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==ERROR|SUMMARY)' ; \
+	  test $${PIPESTATUS[0]} -eq 0; \
+	done
+
+# A long mixed-load run (default 1 h) sampling RSS, open files and latency:
+# SOAK_SECONDS=600 make soak. Not part of make test.
+soak: build
+	./scripts/soak.sh $(BUILD_DIR)
+
 clean:
 	rm -rf build
