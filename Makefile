@@ -80,10 +80,13 @@ fuzz: deps
 	  test $${PIPESTATUS[0]} -eq 0; \
 	done
 
-# A long mixed-load run (default 1 h) sampling RSS, open files and latency:
-# SOAK_SECONDS=600 make soak. Not part of make test.
+# A long mixed-load run (default 1 h) sampling RSS, open files and latency
+# (SOAK_SECONDS=600 make soak), then the crash test with CRASH_KILLS kills.
+# Not part of make test.
+CRASH_KILLS ?= 60
 soak: build
 	./scripts/soak.sh $(BUILD_DIR)
+	CAPSTAN_CRASH_KILLS=$(CRASH_KILLS) $(BUILD_DIR)/tests/crash_test
 
 clean:
 	rm -rf build

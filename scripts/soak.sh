@@ -99,15 +99,18 @@ plot "$CSV" using 1:5 skip 1 with lines title "put p50", "$CSV" using 1:6 skip 1
 unset multiplot
 GP
 
-# First tenth against last tenth of the samples: is anything growing?
+# Is anything growing? The first fifth of the run is warm-up (caches and
+# memtables fill); the medians of the first and last tenth after it compare.
 python3 - "$CSV" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+rows = rows[len(rows) // 5:]
 n = max(1, len(rows) // 10)
 def med(part, col):
     vals = [float(r[col]) for r in part if r[col] not in ("nan", "")]
     return statistics.median(vals) if vals else float("nan")
-print(f"{len(rows)} samples over {rows[-1]['seconds'] if rows else 0} s; medians of the first and last {n}:")
+print(f"after warm-up: {len(rows)} samples from {rows[0]['seconds']} to {rows[-1]['seconds']} s; "
+      f"medians of the first and last {n}:")
 for col in ("rss_mib", "open_fds", "data_mib", "put_p50_ms", "put_p99_ms", "range_p50_ms", "range_p99_ms"):
     a, b = med(rows[:n], col), med(rows[-n:], col)
     print(f"  {col:14s} {a:10.2f} -> {b:10.2f}  ({(b / a - 1) * 100 if a else float('nan'):+.0f}%)")
