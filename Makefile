@@ -72,7 +72,8 @@ fuzz: deps
 	for f in $(FUZZERS); do \
 	  mkdir -p build/fuzz/corpus/$$f; \
 	  echo "== $$f ($(FUZZ_SECONDS) s), log: build/fuzz/$$f.log"; \
-	  build/fuzz/tests/fuzz/$${f}_fuzzer -max_total_time=$(FUZZ_SECONDS) \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    build/fuzz/tests/fuzz/$${f}_fuzzer -max_total_time=$(FUZZ_SECONDS) \
 	    -max_len=65536 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	    -artifact_prefix=build/fuzz/artifacts/$$f- build/fuzz/corpus/$$f tests/fuzz/corpus/$$f \
 	    > build/fuzz/$$f.log 2>&1 || { tail -n 60 build/fuzz/$$f.log; exit 1; }; \
