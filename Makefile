@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test bench sanitize clean
+.PHONY: all deps configure build run test bench sanitize sanitize-thread sanitize-address fuzz soak clean
 
 all: build
 
@@ -39,10 +39,54 @@ test: build
 bench: build
 	./bench/run.sh $(BUILD_DIR)
 
-sanitize: deps
+sanitize: sanitize-thread sanitize-address
+
+sanitize-thread: deps
 	cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAPSTAN_SANITIZE=thread -DCAPSTAN_BUILD_BENCHMARKS=OFF
 	cmake --build build/tsan -j $(JOBS) --target capstan_index_test capstan_mvcc_test
-	cd build/tsan && ctest --output-on-failure -R 'capstan_(index|mvcc)' -j 2
+	./scripts/run_test_binaries.sh build/tsan capstan_index_test capstan_mvcc_test
+
+# ASan+UBSan: the unit and concurrency tests of index, storage, mvcc and the
+# watch cache, plus the fault-injection test (docs/RELIABILITY.md).
+ASAN_TESTS := capstan_index_test capstan_storage_test capstan_bbolt_reader_test \
+  capstan_mvcc_test capstan_mvcc_concurrency_test capstan_mvcc_model_test \
+  capstan_watch_lease_test capstan_auth_store_test capstan_watchcache_test fault_injection_test
+sanitize-address: deps
+	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo '-DCAPSTAN_SANITIZE=address;undefined' -DCAPSTAN_BUILD_BENCHMARKS=OFF
+	cmake --build build/asan -j $(JOBS) --target $(ASAN_TESTS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ./scripts/run_test_binaries.sh build/asan $(ASAN_TESTS)
+
+# libFuzzer targets built with clang (ASan+UBSan, coverage on Capstan code)
+# in build/fuzz, each run for FUZZ_SECONDS from its checked-in corpus. New
+# inputs go to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/.
+FUZZ_SECONDS ?= 60
+FUZZERS      := request continue_token index_extractor bbolt_reader
+fuzz: deps
+	cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCAPSTAN_FUZZ=ON \
+	  '-DCAPSTAN_SANITIZE=address;undefined' -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+	  -DCAPSTAN_BUILD_BENCHMARKS=OFF
+	cmake --build build/fuzz -j $(JOBS) --target capstan_fuzzers
+	mkdir -p build/fuzz/artifacts
+	for f in $(FUZZERS); do \
+	  mkdir -p build/fuzz/corpus/$$f; \
+	  echo "== $$f ($(FUZZ_SECONDS) s), log: build/fuzz/$$f.log"; \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    build/fuzz/tests/fuzz/$${f}_fuzzer -max_total_time=$(FUZZ_SECONDS) \
+	    -max_len=65536 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/artifacts/$$f- build/fuzz/corpus/$$f tests/fuzz/corpus/$$f \
+	    > build/fuzz/$$f.log 2>&1 || { tail -n 60 build/fuzz/$$f.log; exit 1; }; \
+	  grep -E 'DONE|stat::(number_of_executed_units|peak_rss_mb)' build/fuzz/$$f.log; \
+	done
+
+# A long mixed-load run (default 1 h) sampling RSS, open files and latency
+# (SOAK_SECONDS=600 make soak), then the crash test with CRASH_KILLS kills.
+# Not part of make test.
+CRASH_KILLS ?= 60
+soak: build
+	./scripts/soak.sh $(BUILD_DIR)
+	CAPSTAN_CRASH_KILLS=$(CRASH_KILLS) $(BUILD_DIR)/tests/crash_test
 
 clean:
 	rm -rf build

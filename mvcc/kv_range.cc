@@ -1,6 +1,7 @@
 #include "mvcc/kv_range.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "mvcc/errors.h"
 #include "mvcc/go_sort.h"
@@ -53,7 +54,7 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   // With filters or sorting everything is fetched and cut afterwards;
   // otherwise one record more than the limit tells whether there is more.
   int64_t fetch = (filtered || req.sort_order() != RangeRequest::NONE) ? 0 : req.limit();
-  if (fetch > 0) fetch += 1;
+  if (fetch > 0 && fetch < std::numeric_limits<int64_t>::max()) fetch += 1;
   if (fetch < 0) fetch = 0;
 
   std::vector<Revision> revs;

@@ -1,5 +1,6 @@
 #include "mvcc/kv_store.h"
 
+#include <algorithm>
 #include <future>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
 #include "mvcc/watch_hub.h"
+#include "spdlog/spdlog.h"
 
 namespace capstan::mvcc {
 
@@ -341,6 +343,38 @@ void KvStore::LeaseExpiryLoop() {
               [req, resp](absl::Status) {}});
     }
   }
+}
+
+void KvStore::FailStop(const absl::Status& cause, std::string_view what) {
+  if (failed_) return;
+  failed_ = true;
+  storage_error_ = cause;
+  const bool no_space = absl::IsResourceExhausted(cause);
+  spdlog::critical(
+      "storage failure: {}: {}; the store stops accepting writes (fail-stop): every later write "
+      "is refused{}, reads keep serving the last durable revision {}; restart to recover",
+      what, cause.ToString(), no_space ? " with the NOSPACE alarm (disk full)" : "",
+      View()->rev);
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  storage_failure_ = cause;
+  if (no_space && !std::any_of(alarms_.begin(), alarms_.end(), [](const auto& a) {
+        return a.alarm() == etcdserverpb::NOSPACE;
+      })) {
+    etcdserverpb::AlarmMember m;
+    m.set_memberid(options_.member_id);
+    m.set_alarm(etcdserverpb::NOSPACE);
+    alarms_.push_back(m);
+  }
+}
+
+absl::Status KvStore::FailedWriteError() const {
+  return absl::IsResourceExhausted(storage_error_) ? MakeError(Error::kNoSpace)
+                                                   : MakeError(Error::kStorageFailed);
+}
+
+absl::Status KvStore::StorageFailure() const {
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  return storage_failure_;
 }
 
 KvStore::Stats KvStore::GetStats() const {

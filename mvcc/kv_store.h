@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -165,6 +166,12 @@ class KvStore {
   // The active alarms.
   std::vector<etcdserverpb::AlarmMember> Alarms() const;
   bool NoSpace() const;
+  // OK while the store accepts writes. After the backend failed a write (an
+  // I/O error, a failed fsync, a full disk) the error that stopped it, for
+  // good: every later write is refused (fail-stop) and reads go on serving
+  // the last durable state. A full disk also raises the NOSPACE alarm (held
+  // in memory only: it cannot be written). Restarting the process recovers.
+  absl::Status StorageFailure() const;
   // Compacts the backend fully, reclaiming the space of deleted data, while
   // reads and writes go on (Maintenance.Defragment).
   absl::Status Defragment() { return backend_->CompactAll(); }
@@ -226,6 +233,12 @@ class KvStore {
   // the bytes the group has added so far.
   absl::Status CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost);
   absl::Status LoadAlarms();
+  // Committer thread: enters the failed state after `what` failed with
+  // cause (the first cause is kept) and logs why.
+  void FailStop(const absl::Status& cause, std::string_view what);
+  // The answer to a write refused after a failure: ErrNoSpace when the disk
+  // is full, else Error::kStorageFailed.
+  absl::Status FailedWriteError() const;
   absl::Status ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req,
                                etcdserverpb::LeaseGrantResponse* resp);
   // Revokes expired leases at the configured rate (own thread).
@@ -301,9 +314,11 @@ class KvStore {
   Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only
 
-  // Active alarms: changed by the committer, read by anyone.
+  // Active alarms and the storage failure: changed by the committer, read by
+  // anyone.
   mutable std::mutex alarm_mu_;
   std::vector<etcdserverpb::AlarmMember> alarms_;
+  absl::Status storage_failure_;
 
   std::thread committer_;
   std::thread compactor_;

@@ -552,8 +552,13 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   int64_t group_cost = 0;
   for (size_t i = 0; i < group->size(); ++i) {
     WriteRequest& w = (*group)[i];
-    if (failed_) {
-      results[i] = MakeError(Error::kStorageFailed);
+    // After a storage failure only reads pass: the store's own internal
+    // steps (their waiters must not hang) and listing alarms.
+    if (failed_ && w.kind != WriteRequest::Kind::kInternal &&
+        !(w.kind == WriteRequest::Kind::kAlarm &&
+          static_cast<const etcdserverpb::AlarmRequest&>(*w.request).action() ==
+              etcdserverpb::AlarmRequest::GET)) {
+      results[i] = FailedWriteError();
       continue;
     }
     if (auto s = CheckQuota(w, backend_size, &group_cost); !s.ok()) {
@@ -637,10 +642,9 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     if (!s.ok()) {
       // Fail-stop: the group's changes are in the live index but not durable.
       // They are never published, and no later write is accepted.
-      failed_ = true;
-      storage_error_ = s;
+      FailStop(s, "a group commit failed");
       for (auto& r : results) {
-        if (r.ok()) r = MakeError(Error::kStorageFailed);
+        if (r.ok()) r = FailedWriteError();
       }
       changed = false;
       group_events_.clear();
@@ -649,7 +653,9 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   if (!failed_) applied_index_.store(applied, std::memory_order_release);
   stat_groups_.fetch_add(1, std::memory_order_relaxed);
   stat_group_writes_.fetch_add(group->size(), std::memory_order_relaxed);
-  if (changed) Publish();
+  // A failed store never publishes again: its live index holds the failed
+  // group's changes, which are not durable.
+  if (changed && !failed_) Publish();
   if (!group_events_.empty()) {
     if (WatchHub* hub = hub_.load(std::memory_order_acquire)) {
       hub->Notify(current_rev_, std::move(group_events_));

@@ -6,7 +6,7 @@
 #include <future>
 #include <thread>
 
-#include "spdlog/spdlog.h"
+#include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/meta_keys.h"
@@ -122,11 +122,8 @@ void KvStore::RunCompaction(int64_t rev) {
   if (!status.ok()) {
     // A backend that failed a write is failed: stop accepting writes, answer
     // whoever waits for this compaction, and do not retry.
-    spdlog::error("compaction at revision {} failed, the store stops accepting writes: {}", rev,
-                  status.ToString());
-    RunOnCommitter([this, status] {
-      failed_ = true;
-      storage_error_ = status;
+    RunOnCommitter([this, status, rev] {
+      FailStop(status, absl::StrCat("compaction at revision ", rev, " failed"));
     });
     FailCompactionWaiters(MakeError(Error::kStorageFailed), /*stop=*/true);
     return;

@@ -36,6 +36,9 @@ void HttpEndpoints::Install(httplib::Server* server) {
         break;
       }
     }
+    // A store that stopped accepting writes after a storage failure is
+    // unhealthy whatever is excluded.
+    if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
     if (!reason.empty()) {
       res.status = 503;
       res.set_content("{\"health\":\"false\",\"reason\":\"" + reason + "\"}",

@@ -10,7 +10,6 @@
 #include "server/bulk_reads.h"
 #include "server/errors.h"
 #include "server/grpc_buffers.h"
-#include "server/write_rpc.h"
 
 namespace capstan::server {
 
@@ -84,66 +83,85 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   reactor->Finish(grpc::Status::OK);
 }
 
-template <typename Response>
-grpc::ServerUnaryReactor* KvService::SubmitWrite(grpc::CallbackServerContext* ctx,
-                                                 mvcc::WriteRequest::Kind kind,
-                                                 const google::protobuf::Message* request,
-                                                 Response* response) {
+namespace {
+
+// A write RPC received as bytes: its decoded request and the response, alive
+// until the committer is done with the write.
+template <typename Request, typename Response>
+struct RawWriteCall {
+  Request request;
+  Response response;
+};
+
+}  // namespace
+
+// Writes are raw methods so that a request that does not parse gets Go gRPC's
+// INTERNAL "error unmarshalling request" as from etcd: gRPC's callback API
+// answers UNIMPLEMENTED with no message when it cannot decode a request.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* KvService::SubmitWrite(
+    grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out,
+    absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const) {
   auto* reactor = ctx->DefaultReactor();
-  SubmitAndFinish(store_, member_, reactor, kind, request, response);
+  auto call = std::make_unique<RawWriteCall<Request, Response>>();
+  std::string bytes;
+  if (!FlattenBuffer(*in, &bytes) || !call->request.ParseFromString(bytes)) {
+    reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+    return reactor;
+  }
+  if (auth_ != nullptr) {
+    absl::Status s = check != nullptr ? (auth_->*check)(*ctx, call->request)
+                                      : auth_->CheckIdentity(*ctx);
+    if (!s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  auto* c = call.release();
+  mvcc::WriteRequest w;
+  w.kind = kind;
+  w.request = &c->request;
+  w.response = &c->response;
+  w.done = [c, reactor, out, member = member_](absl::Status s) {
+    std::unique_ptr<RawWriteCall<Request, Response>> owned(c);
+    if (s.ok()) {
+      FillHeader(*member, c->response.mutable_header());
+      StringToBuffer(c->response.SerializeAsString(), out);
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  store_->Submit(std::move(w));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
-                                         const etcdserverpb::PutRequest* request,
-                                         etcdserverpb::PutResponse* response) {
-  if (auth_ != nullptr) {
-    if (auto s = auth_->CheckPut(*ctx, *request); !s.ok()) {
-      auto* reactor = ctx->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-  }
-  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kPut, request, response);
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::PutRequest, etcdserverpb::PutResponse>(
+      ctx, mvcc::WriteRequest::Kind::kPut, request, response, &AuthGate::CheckPut);
 }
 
 grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
-                                                 const etcdserverpb::DeleteRangeRequest* request,
-                                                 etcdserverpb::DeleteRangeResponse* response) {
-  if (auth_ != nullptr) {
-    if (auto s = auth_->CheckDeleteRange(*ctx, *request); !s.ok()) {
-      auto* reactor = ctx->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-  }
-  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response);
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
+      ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response, &AuthGate::CheckDeleteRange);
 }
 
 grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
-                                         const etcdserverpb::TxnRequest* request,
-                                         etcdserverpb::TxnResponse* response) {
-  if (auth_ != nullptr) {
-    if (auto s = auth_->CheckTxn(*ctx, *request); !s.ok()) {
-      auto* reactor = ctx->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-  }
-  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kTxn, request, response);
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>(
+      ctx, mvcc::WriteRequest::Kind::kTxn, request, response, &AuthGate::CheckTxn);
 }
 
 grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
-                                             const etcdserverpb::CompactionRequest* request,
-                                             etcdserverpb::CompactionResponse* response) {
-  if (auth_ != nullptr) {
-    if (auto s = auth_->CheckIdentity(*ctx); !s.ok()) {
-      auto* reactor = ctx->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-  }
-  return SubmitWrite(ctx, mvcc::WriteRequest::Kind::kCompact, request, response);
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) {
+  // Compaction needs an authenticated user, no key permission.
+  return SubmitWrite<etcdserverpb::CompactionRequest, etcdserverpb::CompactionResponse>(
+      ctx, mvcc::WriteRequest::Kind::kCompact, request, response, nullptr);
 }
 
 }  // namespace capstan::server

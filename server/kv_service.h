@@ -26,12 +26,13 @@ class BulkReads;
 
 namespace capstan::server {
 
+// Every method is raw (bytes in, bytes out): requests that do not parse get
+// etcd's answer, not gRPC's UNIMPLEMENTED (kv_service.cc).
 using KvServiceBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
-    etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_DeleteRange<
-        etcdserverpb::KV::WithCallbackMethod_Txn<
-            etcdserverpb::KV::WithCallbackMethod_Compact<etcdserverpb::KV::Service>>>>>;
+    etcdserverpb::KV::WithRawCallbackMethod_Put<etcdserverpb::KV::WithRawCallbackMethod_DeleteRange<
+        etcdserverpb::KV::WithRawCallbackMethod_Txn<
+            etcdserverpb::KV::WithRawCallbackMethod_Compact<etcdserverpb::KV::Service>>>>>;
 
-// Thread-safe. store and member must outlive the service.
 class KvService final : public KvServiceBase {
  public:
   // auth: permission checks (null: none). bulk: where big Ranges run (null:
@@ -46,30 +47,30 @@ class KvService final : public KvServiceBase {
 
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
-                                const etcdserverpb::PutRequest* request,
-                                etcdserverpb::PutResponse* response) override;
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DeleteRange(grpc::CallbackServerContext* ctx,
-                                        const etcdserverpb::DeleteRangeRequest* request,
-                                        etcdserverpb::DeleteRangeResponse* response) override;
-  grpc::ServerUnaryReactor* Txn(grpc::CallbackServerContext* ctx,
-                                const etcdserverpb::TxnRequest* request,
-                                etcdserverpb::TxnResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Txn(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* ctx,
-                                    const etcdserverpb::CompactionRequest* request,
-                                    etcdserverpb::CompactionResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
  private:
   // Reads the range and finishes the RPC with its response.
   void ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
                   grpc::ServerUnaryReactor* reactor);
 
-  // Submits a write and finishes the RPC when the committer is done with it.
-  template <typename Response>
-  grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx,
-                                        mvcc::WriteRequest::Kind kind,
-                                        const google::protobuf::Message* request,
-                                        Response* response);
+  // Decodes a write request, checks it with `check` (null: an authenticated
+  // user is enough) when auth is on, submits it and finishes the RPC with the
+  // encoded response when the committer is done with it.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* SubmitWrite(
+      grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
+      grpc::ByteBuffer* out,
+      absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const);
 
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;

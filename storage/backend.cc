@@ -14,6 +14,7 @@
 #include "rocksdb/transaction_log.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "storage/rocks_file_system.h"
 
 namespace capstan::storage {
 namespace {
@@ -267,6 +268,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& opt
   db_options.max_total_wal_size = 256 << 20;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.keep_log_file_num = 3;
+  if (options.file_system) db_options.env = options.file_system->rocks()->env.get();
 
   auto cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   rocksdb::BlockBasedTableOptions table;

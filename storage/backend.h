@@ -33,6 +33,18 @@ enum class Cf : int {
 };
 inline constexpr int kNumCfs = 5;
 
+// A file system the backend does all its I/O through, in place of the
+// operating system's. Opaque outside storage/: RocksDB's view of it is
+// defined in storage/rocks_file_system.h. Made by storage/fault_injection_fs.h
+// for tests that fail writes, fsyncs or fill the disk.
+class FileSystem {
+ public:
+  struct Rocks;
+  virtual ~FileSystem() = default;
+  // Owned by the file system; valid as long as it lives.
+  virtual Rocks* rocks() = 0;
+};
+
 struct BackendOptions {
   // Directory holding the RocksDB files. Created if missing.
   std::string dir;
@@ -43,6 +55,10 @@ struct BackendOptions {
   size_t block_cache_bytes = 256 << 20;
   // Memtable size per column family.
   size_t write_buffer_bytes = 64 << 20;
+  // Null: the operating system's file system. Else every file the backend
+  // touches goes through it; it must outlive the backend (holding it here
+  // keeps it alive).
+  std::shared_ptr<FileSystem> file_system;
 };
 
 class Backend;
