@@ -751,6 +751,7 @@ TEST_F(WatchHubTest, RequestProgressWhenSynced) {
 TEST_F(WatchHubTest, RequestProgressDeferredWhileUnsynced) {
   WatchHubOptions ho;
   ho.stream_queue_messages = 4;
+  ho.max_response_bytes = 64;  // no merging of catch-up batches into queued responses
   ho.catch_up_batch_revs = 5;
   ho.sync_interval = absl::Milliseconds(20);
   Start(ho);
@@ -870,6 +871,9 @@ TEST_F(WatchHubTest, LargeTxnIsFragmentedForWatchersThatAsk) {
 TEST_F(WatchHubTest, StalledStreamIsParkedAndCatchesUpExactlyOnce) {
   WatchHubOptions ho;
   ho.stream_queue_messages = 32;
+  // Small responses, so that merging events into queued ones soon stops
+  // and the queue fills.
+  ho.max_response_bytes = 256;
   ho.sync_interval = absl::Milliseconds(20);
   Start(ho);
   constexpr int kPuts = 3000;
