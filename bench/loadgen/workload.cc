@@ -27,6 +27,10 @@ const std::vector<WorkloadInfo>& Workloads() {
       {"watch-latency", "watch-latency", "Benchmark watch latency", NewWatchLatencyWorkload},
       {"lease-keepalive", "lease-keepalive", "Benchmark lease keepalive",
        NewLeaseKeepaliveWorkload},
+      {"lease-storm", "lease-storm",
+       "Hold many leases with keep-alives, let a burst of them expire at once, measure revocation "
+       "and put latency",
+       NewLeaseStormWorkload},
       {"large-list", "large-list",
        "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
        "latency while they run",

@@ -76,6 +76,7 @@ std::unique_ptr<Workload> NewTxnMixedWorkload();
 std::unique_ptr<Workload> NewWatchWorkload();
 std::unique_ptr<Workload> NewWatchLatencyWorkload();
 std::unique_ptr<Workload> NewLeaseKeepaliveWorkload();
+std::unique_ptr<Workload> NewLeaseStormWorkload();
 std::unique_ptr<Workload> NewLargeListWorkload();
 std::unique_ptr<Workload> NewK8sWorkload();
 
