@@ -61,19 +61,21 @@ void KeepAliveOnce(etcdserverpb::Lease::Stub& stub, int64_t lease_id,
 void DeliveryTracker::WriteCommitted(int64_t revision, SteadyClock::time_point started,
                                      int expected_events) {
   if (expected_events <= 0) return;
+  const auto completed = SteadyClock::now();
   std::lock_guard<std::mutex> l(mu_);
   int remaining = expected_events;
   if (auto it = early_.find(revision); it != early_.end()) {
     for (auto received : it->second) {
       latency_->Record(static_cast<uint64_t>(
           std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - started).count())));
+      if (after_completion_ != nullptr) after_completion_->Record(0);
       ++matched_;
       --remaining;
     }
     early_.erase(it);
   }
   if (remaining > 0) {
-    pending_[revision] = Pending{started, remaining};
+    pending_[revision] = Pending{started, completed, remaining};
     outstanding_ += remaining;
   }
   cv_.notify_all();
@@ -88,6 +90,11 @@ void DeliveryTracker::EventReceived(int64_t revision, SteadyClock::time_point re
   }
   latency_->Record(static_cast<uint64_t>(std::max<int64_t>(
       0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.started).count())));
+  if (after_completion_ != nullptr) {
+    after_completion_->Record(static_cast<uint64_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.completed)
+               .count())));
+  }
   ++matched_;
   --outstanding_;
   if (--it->second.remaining <= 0) pending_.erase(it);

@@ -156,12 +156,15 @@ void KeepAliveOnce(etcdserverpb::Lease::Stub& stub, int64_t lease_id,
                    std::function<void(const grpc::Status&, int64_t ttl)> done);
 
 // Matches watch events to the writes that caused them by revision, and records
-// event delivery latency: event received - write started. A write is known by
-// its revision only once it completes, so events that arrive first wait here.
+// event delivery latency: event received - write started; and, if asked,
+// etcd's watch-latency measure: event received - write completed (0 for an
+// event that arrived before its write's response). A write is known by its
+// revision only once it completes, so events that arrive first wait here.
 // Thread-safe.
 class DeliveryTracker {
  public:
-  explicit DeliveryTracker(Histogram* latency) : latency_(latency) {}
+  explicit DeliveryTracker(Histogram* latency, Histogram* after_completion = nullptr)
+      : latency_(latency), after_completion_(after_completion) {}
 
   // The write that made `revision` started at `started` and should produce
   // `expected_events` events across all watchers.
@@ -176,10 +179,11 @@ class DeliveryTracker {
 
  private:
   struct Pending {
-    SteadyClock::time_point started;
+    SteadyClock::time_point started, completed;
     int remaining = 0;
   };
   Histogram* const latency_;
+  Histogram* const after_completion_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<int64_t, Pending> pending_;                              // guarded by mu_

@@ -75,6 +75,7 @@ std::unique_ptr<Workload> NewTxnPutWorkload();
 std::unique_ptr<Workload> NewTxnMixedWorkload();
 std::unique_ptr<Workload> NewWatchWorkload();
 std::unique_ptr<Workload> NewWatchLatencyWorkload();
+std::unique_ptr<Workload> NewWatchPrefixWorkload();
 std::unique_ptr<Workload> NewLeaseKeepaliveWorkload();
 std::unique_ptr<Workload> NewLeaseStormWorkload();
 std::unique_ptr<Workload> NewLargeListWorkload();
