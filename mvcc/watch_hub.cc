@@ -226,33 +226,81 @@ void WatchHub::Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, in
 }
 
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
+  // Fan-outs this small are delivered on the committer's thread when the
+  // dispatcher has nothing queued: a single event then costs no hand-off.
+  constexpr size_t kInlineWatchers = 32;
   const size_t bytes = EventBytes(events);
+  bool inline_first = false;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     if (!dispatcher_exited_) {
-      if (!pending_.empty() && pending_bytes_ + bytes > options_.dispatch_queue_bytes) {
-        // The dispatcher is too far behind: forget the queued changes; the
-        // watchers that needed them catch up from storage.
-        if (dropped_to_ == 0) {
-          const Pending& first = pending_.front();
-          dropped_from_ = first.events.empty() ? first.rev : first.events.front().rev;
+      if (pending_.empty() && dropped_to_ == 0 && !dispatching_ && !dispatch_paused_) {
+        // Notify has one caller, so nothing is queued while this runs.
+        dispatching_ = true;
+        inline_first = true;
+      } else {
+        if (!pending_.empty() && pending_bytes_ + bytes > options_.dispatch_queue_bytes) {
+          // The dispatcher is too far behind: forget the queued changes; the
+          // watchers that needed them catch up from storage.
+          if (dropped_to_ == 0) {
+            const Pending& first = pending_.front();
+            dropped_from_ = first.events.empty() ? first.rev : first.events.front().rev;
+          }
+          dropped_to_ = pending_.back().rev;
+          dropped_.fetch_add(pending_.size(), std::memory_order_relaxed);
+          pending_.clear();
+          pending_bytes_ = 0;
         }
-        dropped_to_ = pending_.back().rev;
-        dropped_.fetch_add(pending_.size(), std::memory_order_relaxed);
-        pending_.clear();
-        pending_bytes_ = 0;
+        pending_bytes_ += bytes;
+        pending_.push_back(Pending{rev, std::move(events)});
+        pending_cv_.notify_one();
+        return;
       }
-      pending_bytes_ += bytes;
-      pending_.push_back(Pending{rev, std::move(events)});
-      pending_cv_.notify_one();
-      return;
     }
   }
-  // After Stop(): deliver here, in order.
-  std::lock_guard<std::mutex> l(inline_dispatch_mu_);
   std::vector<Pending> groups;
   groups.push_back(Pending{rev, std::move(events)});
-  Dispatch(groups, 0, 0);
+  if (!inline_first) {
+    // After Stop(): deliver here, in order.
+    std::lock_guard<std::mutex> l(inline_dispatch_mu_);
+    Dispatch(groups, 0, 0);
+    return;
+  }
+  bool done = false;
+  bool prev_known = true;
+  if (WantsPrevKv()) {
+    for (const WatchEvent& ev : groups.front().events) prev_known &= ev.prev_known;
+  }
+  if (prev_known) {
+    bool wake_syncer;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done = DispatchLocked(groups, kInlineWatchers);
+      wake_syncer = done && !unsynced_.empty();
+    }
+    if (wake_syncer) cv_.notify_all();
+  }
+  std::unique_lock<std::mutex> l(pending_mu_);
+  dispatching_ = false;
+  if (!done) {
+    if (dispatcher_exited_) {  // stopped meanwhile
+      l.unlock();
+      std::lock_guard<std::mutex> il(inline_dispatch_mu_);
+      Dispatch(groups, 0, 0);
+      return;
+    }
+    pending_bytes_ += bytes;
+    pending_.push_front(std::move(groups.front()));
+  }
+  if (!pending_.empty()) pending_cv_.notify_one();
+}
+
+void WatchHub::TEST_PauseDispatcher(bool paused) {
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    dispatch_paused_ = paused;
+  }
+  pending_cv_.notify_all();
 }
 
 void WatchHub::DispatchLoop() {
@@ -266,7 +314,8 @@ void WatchHub::DispatchLoop() {
     {
       std::unique_lock<std::mutex> l(pending_mu_);
       pending_cv_.wait(l, [this] {
-        return !pending_.empty() || dropped_to_ != 0 || dispatch_stopping_;
+        return ((!pending_.empty() || dropped_to_ != 0) && !dispatch_paused_ && !dispatching_) ||
+               dispatch_stopping_;
       });
       if (pending_.empty() && dropped_to_ == 0) {
         dispatcher_exited_ = true;  // stopping, and everything queued was delivered
@@ -274,6 +323,7 @@ void WatchHub::DispatchLoop() {
       }
       std::swap(dropped_from, dropped_from_);
       std::swap(dropped_to, dropped_to_);
+      dispatching_ = true;
       size_t taken = 0;
       while (!pending_.empty() && (groups.empty() || taken < batch_bytes)) {
         const size_t b = EventBytes(pending_.front().events);
@@ -284,6 +334,8 @@ void WatchHub::DispatchLoop() {
       }
     }
     Dispatch(groups, dropped_from, dropped_to);
+    std::lock_guard<std::mutex> l(pending_mu_);
+    dispatching_ = false;
   }
 }
 
@@ -308,49 +360,54 @@ void WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int6
       parked_.fetch_add(synced.size(), std::memory_order_relaxed);
       last_notified_rev_ = std::max(last_notified_rev_, dropped_to);
     }
-    if (!groups.empty()) {
-      const int64_t rev = groups.back().rev;
-      last_notified_rev_ = rev;
-      // Events per watcher, in revision order. Most groups reach few watchers.
-      std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
-      absl::flat_hash_map<Watcher*, size_t> slot;
-      auto add = [&](Watcher* w, const WatchEvent& ev) {
-        if (ev.rev < w->min_rev) return;
-        if (ev.is_delete ? w->no_delete : w->no_put) return;
-        auto [it, inserted] = slot.try_emplace(w, per_watcher.size());
-        if (inserted) per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
-        per_watcher[it->second].second.push_back(&ev);
-      };
-      for (const Pending& g : groups) {
-        for (const WatchEvent& ev : g.events) {
-          if (auto it = synced_keys_.find(ev.key); it != synced_keys_.end()) {
-            for (Watcher* w : it->second) add(w, ev);
-          }
-          synced_ranges_->Stab(ev.key, [&](Watcher* w) { add(w, ev); });
-        }
-      }
-      for (auto& [w, evs] : per_watcher) {
-        bool room;
-        {
-          std::lock_guard<std::mutex> sl(w->stream->mu_);
-          room = w->stream->HasRoomLocked();
-        }
-        if (!room) {
-          // Park: drop the events; the watcher catches up from storage once
-          // its stream drains.
-          MakeUnsyncedLocked(w, evs.front()->rev);
-          parked_.fetch_add(1, std::memory_order_relaxed);
-          continue;
-        }
-        Deliver(w, evs, rev);
-        w->min_rev = rev + 1;
-      }
-      AnswerDeferredProgressLocked();
-    }
+    if (!groups.empty()) DispatchLocked(groups, SIZE_MAX);
     if (absl::Now() >= next_progress_) SendProgressLocked();
     if (unsynced_.empty()) return;
   }
   cv_.notify_all();
+}
+
+bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers) {
+  const int64_t rev = groups.back().rev;
+  // Events per watcher, in revision order. Most groups reach few watchers.
+  std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
+  absl::flat_hash_map<Watcher*, size_t> slot;
+  auto add = [&](Watcher* w, const WatchEvent& ev) {
+    if (ev.rev < w->min_rev) return;
+    if (ev.is_delete ? w->no_delete : w->no_put) return;
+    auto [it, inserted] = slot.try_emplace(w, per_watcher.size());
+    if (inserted) per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
+    per_watcher[it->second].second.push_back(&ev);
+  };
+  for (const Pending& g : groups) {
+    for (const WatchEvent& ev : g.events) {
+      if (auto it = synced_keys_.find(ev.key); it != synced_keys_.end()) {
+        for (Watcher* w : it->second) add(w, ev);
+      }
+      synced_ranges_->Stab(ev.key, [&](Watcher* w) { add(w, ev); });
+    }
+  }
+  if (per_watcher.size() > max_watchers) return false;
+  last_notified_rev_ = rev;
+  for (auto& [w, evs] : per_watcher) {
+    bool room;
+    {
+      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      room = w->stream->HasRoomLocked();
+    }
+    if (!room) {
+      // Park: drop the events; the watcher catches up from storage once
+      // its stream drains.
+      MakeUnsyncedLocked(w, evs.front()->rev);
+      parked_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    Deliver(w, evs, rev);
+    w->min_rev = rev + 1;
+  }
+  AnswerDeferredProgressLocked();
+  if (absl::Now() >= next_progress_) SendProgressLocked();
+  return true;
 }
 
 void WatchHub::SendProgressLocked() {

@@ -105,7 +105,8 @@ class WatchStream {
 
   // Takes the next encoded WatchResponse. Returns false if none is queued;
   // the next message is then handed to the deliver function instead.
-  bool Pop(std::string* message);
+  // more (optional) says whether others are queued behind it.
+  bool Pop(std::string* message, bool* more = nullptr);
   // Sets the function that receives the next message when the reader found
   // the queue empty (one write in flight at a time: after a message is
   // delivered, the reader calls Pop when it can send again). It runs on a
@@ -202,12 +203,17 @@ class WatchHub {
 
   // Called by the committer, in revision order, once the changes up to rev
   // are durable and published. Queues them for the dispatcher; never waits
-  // for a watcher.
+  // for a watcher. A group that reaches few watchers while the dispatcher
+  // is idle is delivered here at once, sparing the thread hand-off.
   void Notify(int64_t rev, std::vector<WatchEvent> events);
 
   // Whether some watcher wants previous values, so the write path should
   // attach them to events.
   bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }
+
+  // Holds the dispatcher (committed changes queue up, and are dropped past
+  // dispatch_queue_bytes) until called with false.
+  void TEST_PauseDispatcher(bool paused);
 
   struct Stats {
     size_t synced = 0, unsynced = 0, streams = 0;
@@ -235,6 +241,10 @@ class WatchHub {
   // synced watcher at dropped_from (the changes up to dropped_to were
   // dropped). REQUIRES: called by one thread at a time, in revision order.
   void Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to);
+  // Delivers the groups if they reach at most max_watchers synced
+  // watchers; false (nothing done) otherwise. REQUIRES: mu_ held, previous
+  // values already attached.
+  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers);
   void SyncLoop();
   // Reads missed revisions for unsynced watchers; returns true if work remains.
   bool SyncOnce();
@@ -267,6 +277,8 @@ class WatchHub {
   int64_t dropped_from_ = 0;            // guarded by pending_mu_
   int64_t dropped_to_ = 0;              // guarded by pending_mu_ (0: nothing dropped)
   bool dispatch_stopping_ = false;      // guarded by pending_mu_
+  bool dispatch_paused_ = false;        // guarded by pending_mu_
+  bool dispatching_ = false;            // a batch is being delivered; guarded by pending_mu_
   bool dispatcher_exited_ = false;      // guarded by pending_mu_
   std::mutex inline_dispatch_mu_;       // orders Notify's own deliveries after Stop()
   std::thread dispatcher_;

@@ -134,13 +134,14 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
   }
 }
 
-bool WatchStream::Pop(std::string* message) {
+bool WatchStream::Pop(std::string* message, bool* more) {
   std::lock_guard<std::mutex> l(mu_);
   if (queue_.empty()) {
     waiting_ = true;
     return false;
   }
   PopLocked(message);
+  if (more != nullptr) *more = !queue_.empty();
   return true;
 }
 
