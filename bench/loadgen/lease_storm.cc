@@ -1,8 +1,9 @@
 // lease-storm: many leases held with keep-alives, then a burst of them
 // expiring within the same second, while puts run at a steady rate.
 //
-//  1. Grants --leases leases: --expiring of them with --expiring-ttl, each
-//     holding one key under /storm/e/, the rest with --ttl.
+//  1. Grants --leases leases: all but --expiring of them with --ttl, then
+//     the --expiring ones with --expiring-ttl, each holding one key under
+//     /storm/e/.
 //  2. Keeps every lease alive over --keepalive-streams long-lived
 //     LeaseKeepAlive streams, each lease renewed every third of its TTL as
 //     clientv3's KeepAlive loop does (after one sweep of all of them as fast
@@ -163,15 +164,18 @@ class LeaseStormWorkload final : public Workload {
     r.workload = "lease-storm";
     r.target = ctx.target;
 
-    // 1. Grants, and the expiring leases' keys.
+    // 1. Grants, and the expiring leases' keys. ids[0, expiring) are the
+    // expiring leases; they are granted last, so that their short TTL is
+    // not spent while the others are granted.
     std::vector<int64_t> ids(leases_);
     LoopOptions go{"lease grant", static_cast<uint64_t>(leases_), absl::ZeroDuration(), clients, 0};
     r.phases.push_back(RunClosedLoop(go, [&](uint64_t seq, size_t client, DoneFn done) {
+      const int64_t index = (static_cast<int64_t>(seq) + expiring_) % leases_;
       etcdserverpb::LeaseGrantRequest req;
-      req.set_ttl(static_cast<int64_t>(seq) < expiring_ ? expiring_ttl_ : ttl_);
+      req.set_ttl(index < expiring_ ? expiring_ttl_ : ttl_);
       AsyncLeaseGrant(ctx.pool->Lease(client), std::move(req),
-                      [&ids, seq, done = std::move(done)](const grpc::Status& s, auto& resp) {
-                        if (s.ok()) ids[seq] = resp.id();
+                      [&ids, index, done = std::move(done)](const grpc::Status& s, auto& resp) {
+                        if (s.ok()) ids[index] = resp.id();
                         done(s);
                       });
     }));
@@ -206,7 +210,8 @@ class LeaseStormWorkload final : public Workload {
       watch.Send(std::move(req));
     }
 
-    // 2. Keep-alives: one sweep of all, then every lease every ttl/3.
+    // 2. Keep-alives: one sweep of all (the expiring ones first), then every
+    // lease every third of its TTL.
     KeepAlives keepalives(*ctx.pool, streams_, &errors);
     const auto sweep_start = SteadyClock::now();
     for (int64_t id : ids) keepalives.Renew(id);
@@ -368,7 +373,7 @@ class LeaseStormWorkload final : public Workload {
   int64_t leases_ = 100000;
   int64_t expiring_ = 10000;
   int64_t ttl_ = 60;
-  int64_t expiring_ttl_ = 10;
+  int64_t expiring_ttl_ = 15;
   int streams_ = 10;
   double put_rate_ = 200;
   absl::Duration settle_ = absl::Seconds(3);
