@@ -275,7 +275,8 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
     bool wake_syncer;
     {
       std::lock_guard<std::mutex> l(mu_);
-      done = DispatchLocked(groups, kInlineWatchers);
+      size_t delivered = 0;
+      done = DispatchLocked(groups, kInlineWatchers, &delivered);
       wake_syncer = done && !unsynced_.empty();
     }
     if (wake_syncer) cv_.notify_all();
@@ -333,13 +334,19 @@ void WatchHub::DispatchLoop() {
         pending_.pop_front();
       }
     }
-    Dispatch(groups, dropped_from, dropped_to);
-    std::lock_guard<std::mutex> l(pending_mu_);
+    const size_t delivered = Dispatch(groups, dropped_from, dropped_to);
+    std::unique_lock<std::mutex> l(pending_mu_);
     dispatching_ = false;
+    if (delivered > options_.dispatch_wide_fanout) {
+      // Let the next revisions gather: each watcher gets them in one response.
+      pending_cv_.wait_for(l, absl::ToChronoNanoseconds(options_.dispatch_pause),
+                           [this] { return dispatch_stopping_; });
+    }
   }
 }
 
-void WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to) {
+size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to) {
+  size_t delivered = 0;
   // Previous values the write path did not attach (no prev_kv watcher when
   // it ran) are read here, before the hub lock is taken.
   if (WantsPrevKv()) {
@@ -360,14 +367,16 @@ void WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int6
       parked_.fetch_add(synced.size(), std::memory_order_relaxed);
       last_notified_rev_ = std::max(last_notified_rev_, dropped_to);
     }
-    if (!groups.empty()) DispatchLocked(groups, SIZE_MAX);
+    if (!groups.empty()) DispatchLocked(groups, SIZE_MAX, &delivered);
     if (absl::Now() >= next_progress_) SendProgressLocked();
-    if (unsynced_.empty()) return;
+    if (unsynced_.empty()) return delivered;
   }
   cv_.notify_all();
+  return delivered;
 }
 
-bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers) {
+bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
+                              size_t* delivered) {
   const int64_t rev = groups.back().rev;
   // Events per watcher, in revision order. Most groups reach few watchers.
   std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
@@ -404,6 +413,7 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers)
     }
     Deliver(w, evs, rev);
     w->min_rev = rev + 1;
+    ++*delivered;
   }
   AnswerDeferredProgressLocked();
   if (absl::Now() >= next_progress_) SendProgressLocked();

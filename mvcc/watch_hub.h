@@ -74,6 +74,12 @@ struct WatchHubOptions {
   // Progress notifications for watchers that asked for them
   // (--experimental-watch-progress-notify-interval).
   absl::Duration progress_interval = absl::Minutes(10);
+  // After a batch that queued more than this many responses, the
+  // dispatcher waits dispatch_pause before taking the next one, so that a
+  // wide fan-out sends each watcher fewer, larger responses instead of
+  // one per revision.
+  size_t dispatch_wide_fanout = 256;
+  absl::Duration dispatch_pause = absl::Milliseconds(25);
   // Revisions read from storage per catch-up batch.
   int64_t catch_up_batch_revs = 1000;
   // How often the syncer looks at unsynced watchers when nothing wakes it.
@@ -240,11 +246,12 @@ class WatchHub {
   // Delivers groups to synced watchers; dropped_to > 0 first parks every
   // synced watcher at dropped_from (the changes up to dropped_to were
   // dropped). REQUIRES: called by one thread at a time, in revision order.
-  void Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to);
+  // Returns the number of responses it queued.
+  size_t Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to);
   // Delivers the groups if they reach at most max_watchers synced
-  // watchers; false (nothing done) otherwise. REQUIRES: mu_ held, previous
-  // values already attached.
-  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers);
+  // watchers; false (nothing done) otherwise. Adds the responses queued to
+  // *delivered. REQUIRES: mu_ held, previous values already attached.
+  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered);
   void SyncLoop();
   // Reads missed revisions for unsynced watchers; returns true if work remains.
   bool SyncOnce();
