@@ -85,6 +85,18 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       status=1
     fi
     cat "$out/restart-time.md" >> "$summary"
+    # Watch and lease workloads (docs/BENCHMARKS.md, "Watch" and "Leases"), in a short form.
+    run_compare watch-1key --conns 10 --clients 10 \
+      watch --streams 10 --watch-per-stream 100 --watched-key-total 1 --put-total 200
+    run_compare watch-latency --conns 4 --clients 10 watch-latency --total 300 --put-rate 100
+    run_compare watch-10k --conns 10 --clients 10 \
+      watch --streams 100 --watch-per-stream 100 --watched-key-total 10000 --sequential-keys \
+      --key-space-size 10000 --put-rate 1000 --put-total 3000
+    run_compare watch-prefix --conns 10 --clients 100 watch-prefix --total 20000 --put-rate 20000
+    run_compare lease-keepalive --conns 10 --clients 100 lease-keepalive --total 10000
+    run_compare lease-keepalive-stream --conns 10 --clients 100 lease-keepalive --total 20000 --stream
+    run_compare lease-storm --conns 10 --clients 50 \
+      lease-storm --leases 20000 --expiring 2000 --ttl 30 --expiring-ttl 5 --idle 3s
     echo "bench/run.sh: summary in $summary" >&2
   fi
 fi

@@ -6,31 +6,13 @@
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/watch_hub_watcher.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::mvcc {
 
-using etcdserverpb::WatchCreateRequest;
-
 // ---------------------------------------------------------------------------
 // Watchers and the interval index of range watchers.
-
-struct HubWatcher {
-  int64_t id = 0;
-  WatchStream* stream = nullptr;
-  std::string key;
-  std::string end;  // with !single: empty means +infinity
-  bool single = true;
-  int64_t min_rev = 0;  // the next revision this watcher needs
-  uint64_t serial = 0;  // unique per hub: tells a watcher from a later one at the same address
-  bool synced = false;
-  bool prev_kv = false, no_put = false, no_delete = false, progress = false, fragment = false;
-
-  bool Matches(std::string_view k) const {
-    if (single) return k == key;
-    return k >= key && (end.empty() || k < end);
-  }
-};
 
 // Range watchers by the key ranges they cover. Lookups of a key ("which
 // ranges contain k") use elementary segments between sorted endpoints,
@@ -88,214 +70,6 @@ class WatchHub::IntervalIndex {
 };
 
 // ---------------------------------------------------------------------------
-// Encoding of WatchResponse messages.
-
-namespace {
-
-struct ResponseFields {
-  int64_t watch_id = 0;
-  bool created = false, canceled = false, fragment = false;
-  int64_t compact_revision = 0;
-  std::string cancel_reason;
-};
-
-std::string EncodeHeader(const etcdserverpb::ResponseHeader& base, int64_t rev) {
-  etcdserverpb::ResponseHeader h = base;
-  h.set_revision(rev);
-  return h.SerializeAsString();
-}
-
-// WatchResponse: header(1) watch_id(2) created(3) canceled(4)
-// compact_revision(5) cancel_reason(6) fragment(7) events(11).
-std::string EncodeResponse(const std::string& header, const ResponseFields& f,
-                           const std::vector<const std::string*>& events) {
-  size_t size = header.size() + 32 + f.cancel_reason.size();
-  for (auto* e : events) size += e->size();
-  std::string out;
-  out.reserve(size);
-  AppendBytesField(1, header, &out);
-  AppendVarintField(2, static_cast<uint64_t>(f.watch_id), &out);
-  AppendVarintField(3, f.created ? 1 : 0, &out);
-  AppendVarintField(4, f.canceled ? 1 : 0, &out);
-  AppendVarintField(5, static_cast<uint64_t>(f.compact_revision), &out);
-  if (!f.cancel_reason.empty()) AppendBytesField(6, f.cancel_reason, &out);
-  AppendVarintField(7, f.fragment ? 1 : 0, &out);
-  for (auto* e : events) out.append(*e);
-  return out;
-}
-
-// An Event (type 1, kv 2, prev_kv 3) as field 11 of a WatchResponse.
-std::string EncodeEventField(const WatchEvent& ev, bool with_prev) {
-  std::string event;
-  event.reserve(ev.kv.size() + (with_prev ? ev.prev_kv.size() : 0) + 16);
-  AppendVarintField(1, ev.is_delete ? 1 : 0, &event);
-  AppendBytesField(2, ev.kv, &event);
-  if (with_prev && ev.has_prev) AppendBytesField(3, ev.prev_kv, &event);
-  std::string field;
-  field.reserve(event.size() + 8);
-  AppendBytesField(11, event, &field);
-  return field;
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-// WatchStream
-
-WatchStream::WatchStream(WatchHub* hub, etcdserverpb::ResponseHeader header)
-    : hub_(hub), header_(std::move(header)) {}
-
-WatchStream::~WatchStream() { Close(); }
-
-bool WatchStream::HasRoomLocked() const {
-  return queue_.size() < hub_->options_.stream_queue_messages &&
-         queued_bytes_ < hub_->options_.stream_queue_bytes;
-}
-
-void WatchStream::PushLocked(std::string message) {
-  if (closed_) return;
-  if (waiting_ && deliver_ && queue_.empty()) {
-    waiting_ = false;
-    deliver_(std::move(message));
-    return;
-  }
-  queued_bytes_ += message.size();
-  queue_.push_back(std::move(message));
-}
-
-bool WatchStream::Pop(std::string* message) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (queue_.empty()) {
-    waiting_ = true;
-    return false;
-  }
-  *message = std::move(queue_.front());
-  queue_.pop_front();
-  queued_bytes_ -= message->size();
-  return true;
-}
-
-void WatchStream::SetDeliver(std::function<void(std::string)> deliver) {
-  std::lock_guard<std::mutex> l(mu_);
-  deliver_ = std::move(deliver);
-  if (waiting_ && !queue_.empty() && deliver_) {
-    waiting_ = false;
-    std::string m = std::move(queue_.front());
-    queue_.pop_front();
-    queued_bytes_ -= m.size();
-    deliver_(std::move(m));
-  }
-}
-
-size_t WatchStream::num_watchers() const {
-  std::lock_guard<std::mutex> l(hub_->mu_);
-  return by_id_.size();
-}
-
-void WatchStream::Create(const WatchCreateRequest& req) {
-  auto w = std::make_unique<HubWatcher>();
-  // etcd's normalization: an empty key is "\0" (the smallest key); an empty
-  // range_end watches one key; "\0" watches every key >= key.
-  w->key = req.key().empty() ? std::string(1, '\0') : req.key();
-  if (req.range_end().empty()) {
-    w->single = true;
-  } else {
-    w->single = false;
-    w->end = (req.range_end().size() == 1 && req.range_end()[0] == 0) ? "" : req.range_end();
-  }
-  w->prev_kv = req.prev_kv();
-  w->progress = req.progress_notify();
-  w->fragment = req.fragment();
-  for (int f : req.filters()) {
-    if (f == WatchCreateRequest::NOPUT) w->no_put = true;
-    if (f == WatchCreateRequest::NODELETE) w->no_delete = true;
-  }
-  w->stream = this;
-
-  bool unsynced = false;
-  {
-    std::lock_guard<std::mutex> hl(hub_->mu_);
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return;
-    const int64_t wsrev = hub_->last_notified_rev_;
-    auto taken = [this](int64_t id) { return by_id_.contains(id); };
-    ResponseFields f;
-    f.created = true;
-    // Refusals are created-and-canceled responses with watch_id -1, as etcd
-    // answers them.
-    if (req.watch_id() != 0 && taken(req.watch_id())) {
-      f.watch_id = -1;
-      f.canceled = true;
-      f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
-      PushLocked(EncodeResponse(EncodeHeader(header_, wsrev), f, {}));
-      return;
-    }
-    if (!w->single && !w->end.empty() && w->key >= w->end) {
-      f.watch_id = -1;
-      f.canceled = true;
-      f.cancel_reason = "mvcc: watcher range is empty";
-      PushLocked(EncodeResponse(EncodeHeader(header_, wsrev), f, {}));
-      return;
-    }
-    if (req.watch_id() != 0) {
-      w->id = req.watch_id();
-    } else {
-      while (taken(next_watch_id_)) ++next_watch_id_;
-      w->id = next_watch_id_++;
-    }
-    f.watch_id = w->id;
-    PushLocked(EncodeResponse(EncodeHeader(header_, wsrev), f, {}));
-    w->min_rev = req.start_revision() == 0 ? wsrev + 1 : req.start_revision();
-    w->synced = w->min_rev > wsrev;
-    unsynced = !w->synced;
-    hub_->AddWatcherLocked(std::move(w));
-  }
-  if (unsynced) hub_->cv_.notify_all();
-}
-
-void WatchStream::Cancel(int64_t watch_id) {
-  {
-    std::lock_guard<std::mutex> hl(hub_->mu_);
-    auto it = by_id_.find(watch_id);
-    if (it == by_id_.end()) return;
-    hub_->RemoveWatcherLocked(it->second);
-    std::lock_guard<std::mutex> l(mu_);
-    ResponseFields f;
-    f.watch_id = watch_id;
-    f.canceled = true;
-    PushLocked(EncodeResponse(EncodeHeader(header_, hub_->last_notified_rev_), f, {}));
-  }
-}
-
-void WatchStream::RequestProgress() {
-  std::lock_guard<std::mutex> hl(hub_->mu_);
-  std::lock_guard<std::mutex> l(mu_);
-  if (!hub_->AllSyncedLocked(this)) {
-    progress_deferred_ = true;
-    return;
-  }
-  ResponseFields f;
-  f.watch_id = -1;  // not one watcher's: the whole stream is at this revision
-  PushLocked(EncodeResponse(EncodeHeader(header_, hub_->last_notified_rev_), f, {}));
-}
-
-void WatchStream::Close() {
-  std::lock_guard<std::mutex> hl(hub_->mu_);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return;
-    closed_ = true;
-    deliver_ = nullptr;
-    queue_.clear();
-    queued_bytes_ = 0;
-  }
-  std::vector<HubWatcher*> mine;
-  for (const auto& [id, p] : by_id_) mine.push_back(p);
-  for (auto* p : mine) hub_->RemoveWatcherLocked(p);
-  hub_->streams_.erase(this);
-}
-
-// ---------------------------------------------------------------------------
 // WatchHub
 
 WatchHub::WatchHub(KvStore* store, WatchHubOptions options)
@@ -305,6 +79,7 @@ WatchHub::WatchHub(KvStore* store, WatchHubOptions options)
       last_notified_rev_(store->Rev()),
       next_progress_(absl::Now() + options.progress_interval) {
   syncer_ = std::thread([this] { SyncLoop(); });
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
 }
 
 WatchHub::~WatchHub() { Stop(); }
@@ -316,6 +91,12 @@ void WatchHub::Stop() {
   }
   cv_.notify_all();
   if (syncer_.joinable()) syncer_.join();
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    dispatch_stopping_ = true;
+  }
+  pending_cv_.notify_all();
+  if (dispatcher_.joinable()) dispatcher_.join();
 }
 
 std::shared_ptr<WatchStream> WatchHub::OpenStream(const etcdserverpb::ResponseHeader& header) {
@@ -332,14 +113,36 @@ void WatchHub::AddWatcherLocked(std::unique_ptr<Watcher> w) {
   if (p->prev_kv) prev_kv_watchers_.fetch_add(1, std::memory_order_relaxed);
   watchers_.emplace(p, std::move(w));
   if (p->synced) {
-    if (p->single) {
-      synced_keys_[p->key].insert(p);
-    } else {
-      synced_ranges_->Add(p);
-    }
+    p->synced = false;
+    MakeSyncedLocked(p);
   } else {
     unsynced_.insert(p);
   }
+}
+
+void WatchHub::MakeSyncedLocked(Watcher* w) {
+  unsynced_.erase(w);
+  w->synced = true;
+  if (w->single) {
+    synced_keys_[w->key].insert(w);
+  } else {
+    synced_ranges_->Add(w);
+  }
+}
+
+void WatchHub::MakeUnsyncedLocked(Watcher* w, int64_t min_rev) {
+  if (w->synced) {
+    if (w->single) {
+      auto it = synced_keys_.find(w->key);
+      it->second.erase(w);
+      if (it->second.empty()) synced_keys_.erase(it);
+    } else {
+      synced_ranges_->Remove(w);
+    }
+  }
+  w->synced = false;
+  w->min_rev = std::max(w->min_rev, min_rev);
+  unsynced_.insert(w);
 }
 
 void WatchHub::RemoveWatcherLocked(Watcher* w) {
@@ -381,114 +184,240 @@ void WatchHub::LookupPrev(WatchEvent* ev) {
   ev->has_prev = true;
 }
 
-std::vector<std::string> WatchHub::EncodeEvents(Watcher* w, std::vector<const WatchEvent*>& evs,
-                                                int64_t header_rev) {
-  std::vector<std::string> fields;
+namespace {
+
+const std::string& EventField(const WatchEvent& ev, bool with_prev) {
+  std::string& field = with_prev && ev.has_prev ? ev.field_with_prev : ev.field;
+  if (field.empty()) {
+    std::string event;
+    event.reserve(ev.kv.size() + (with_prev ? ev.prev_kv.size() : 0) + 16);
+    AppendVarintField(1, ev.is_delete ? 1 : 0, &event);
+    AppendBytesField(2, ev.kv, &event);
+    if (with_prev && ev.has_prev) AppendBytesField(3, ev.prev_kv, &event);
+    field.reserve(event.size() + 8);
+    AppendBytesField(11, event, &field);
+  }
+  return field;
+}
+
+size_t EventBytes(const std::vector<WatchEvent>& events) {
+  size_t n = 0;
+  for (const auto& ev : events) n += ev.kv.size() + ev.prev_kv.size() + 32;
+  return n;
+}
+
+}  // namespace
+
+void WatchHub::Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, int64_t header_rev) {
+  std::vector<const std::string*> fields;
   fields.reserve(evs.size());
   for (const WatchEvent* ev : evs) {
     if (w->prev_kv && !ev->prev_known) {
       // The write path did not attach it (no prev_kv watcher existed then).
       LookupPrev(const_cast<WatchEvent*>(ev));
     }
-    fields.push_back(EncodeEventField(*ev, w->prev_kv));
+    fields.push_back(&EventField(*ev, w->prev_kv));
   }
-  std::vector<std::string> messages;
-  const std::string header = EncodeHeader(w->stream->header_, header_rev);
-  ResponseFields f;
-  f.watch_id = w->id;
-  size_t total = header.size();
-  for (const auto& e : fields) total += e.size();
-  if (!w->fragment || static_cast<int64_t>(total) < options_.max_response_bytes ||
-      fields.size() < 2) {
-    std::vector<const std::string*> ptrs;
-    for (const auto& e : fields) ptrs.push_back(&e);
-    messages.push_back(EncodeResponse(header, f, ptrs));
-    return messages;
-  }
-  // etcd's sendFragments: as many events as fit under the limit (at least
-  // one) per response; every response but the last is marked fragment.
-  size_t i = 0;
-  while (i < fields.size()) {
-    std::vector<const std::string*> ptrs;
-    size_t size = header.size() + 16;
-    while (i < fields.size()) {
-      if (!ptrs.empty() && static_cast<int64_t>(size + fields[i].size()) >= options_.max_response_bytes) {
-        break;
-      }
-      size += fields[i].size();
-      ptrs.push_back(&fields[i]);
-      ++i;
-    }
-    f.fragment = i < fields.size();
-    messages.push_back(EncodeResponse(header, f, ptrs));
-  }
-  return messages;
-}
-
-void WatchHub::Deliver(Watcher* w, std::vector<const WatchEvent*>& evs, int64_t header_rev) {
   WatchStream* s = w->stream;
-  std::vector<std::string> messages = EncodeEvents(w, evs, header_rev);
   std::lock_guard<std::mutex> l(s->mu_);
-  for (auto& m : messages) s->PushLocked(std::move(m));
+  s->PushEventsLocked(w->id, header_rev, fields, w->fragment,
+                      static_cast<size_t>(options_.max_response_bytes));
   events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
 }
 
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
+  // Fan-outs this small are delivered on the committer's thread when the
+  // dispatcher has nothing queued: a single event then costs no hand-off.
+  constexpr size_t kInlineWatchers = 32;
+  const size_t bytes = EventBytes(events);
+  bool inline_first = false;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    if (!dispatcher_exited_) {
+      if (pending_.empty() && dropped_to_ == 0 && !dispatching_ && !dispatch_paused_) {
+        // Notify has one caller, so nothing is queued while this runs.
+        dispatching_ = true;
+        inline_first = true;
+      } else {
+        if (!pending_.empty() && pending_bytes_ + bytes > options_.dispatch_queue_bytes) {
+          // The dispatcher is too far behind: forget the queued changes; the
+          // watchers that needed them catch up from storage.
+          if (dropped_to_ == 0) {
+            const Pending& first = pending_.front();
+            dropped_from_ = first.events.empty() ? first.rev : first.events.front().rev;
+          }
+          dropped_to_ = pending_.back().rev;
+          dropped_.fetch_add(pending_.size(), std::memory_order_relaxed);
+          pending_.clear();
+          pending_bytes_ = 0;
+        }
+        pending_bytes_ += bytes;
+        pending_.push_back(Pending{rev, std::move(events)});
+        pending_cv_.notify_one();
+        return;
+      }
+    }
+  }
+  std::vector<Pending> groups;
+  groups.push_back(Pending{rev, std::move(events)});
+  if (!inline_first) {
+    // After Stop(): deliver here, in order.
+    std::lock_guard<std::mutex> l(inline_dispatch_mu_);
+    Dispatch(groups, 0, 0);
+    return;
+  }
+  bool done = false;
+  bool prev_known = true;
+  if (WantsPrevKv()) {
+    for (const WatchEvent& ev : groups.front().events) prev_known &= ev.prev_known;
+  }
+  if (prev_known) {
+    bool wake_syncer;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      size_t delivered = 0;
+      done = DispatchLocked(groups, kInlineWatchers, &delivered);
+      wake_syncer = done && !unsynced_.empty();
+    }
+    if (wake_syncer) cv_.notify_all();
+  }
+  std::unique_lock<std::mutex> l(pending_mu_);
+  dispatching_ = false;
+  if (!done) {
+    if (dispatcher_exited_) {  // stopped meanwhile
+      l.unlock();
+      std::lock_guard<std::mutex> il(inline_dispatch_mu_);
+      Dispatch(groups, 0, 0);
+      return;
+    }
+    pending_bytes_ += bytes;
+    pending_.push_front(std::move(groups.front()));
+  }
+  if (!pending_.empty()) pending_cv_.notify_one();
+}
+
+void WatchHub::TEST_PauseDispatcher(bool paused) {
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    dispatch_paused_ = paused;
+  }
+  pending_cv_.notify_all();
+}
+
+void WatchHub::DispatchLoop() {
+  // Groups taken at once: up to this many bytes, so that one response per
+  // watcher stays well under the response size limit.
+  const size_t batch_bytes = static_cast<size_t>(std::max<int64_t>(1, options_.max_response_bytes / 2));
+  std::vector<Pending> groups;
+  for (;;) {
+    int64_t dropped_from = 0, dropped_to = 0;
+    groups.clear();
+    {
+      std::unique_lock<std::mutex> l(pending_mu_);
+      pending_cv_.wait(l, [this] {
+        return ((!pending_.empty() || dropped_to_ != 0) && !dispatch_paused_ && !dispatching_) ||
+               dispatch_stopping_;
+      });
+      if (pending_.empty() && dropped_to_ == 0) {
+        dispatcher_exited_ = true;  // stopping, and everything queued was delivered
+        return;
+      }
+      std::swap(dropped_from, dropped_from_);
+      std::swap(dropped_to, dropped_to_);
+      dispatching_ = true;
+      size_t taken = 0;
+      while (!pending_.empty() && (groups.empty() || taken < batch_bytes)) {
+        const size_t b = EventBytes(pending_.front().events);
+        taken += b;
+        pending_bytes_ -= b;
+        groups.push_back(std::move(pending_.front()));
+        pending_.pop_front();
+      }
+    }
+    const size_t delivered = Dispatch(groups, dropped_from, dropped_to);
+    std::unique_lock<std::mutex> l(pending_mu_);
+    dispatching_ = false;
+    if (delivered > options_.dispatch_wide_fanout) {
+      // Let the next revisions gather: each watcher gets them in one response.
+      pending_cv_.wait_for(l, absl::ToChronoNanoseconds(options_.dispatch_pause),
+                           [this] { return dispatch_stopping_; });
+    }
+  }
+}
+
+size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to) {
+  size_t delivered = 0;
   // Previous values the write path did not attach (no prev_kv watcher when
   // it ran) are read here, before the hub lock is taken.
   if (WantsPrevKv()) {
-    for (WatchEvent& ev : events) {
-      if (!ev.prev_known) LookupPrev(&ev);
+    for (Pending& g : groups) {
+      for (WatchEvent& ev : g.events) {
+        if (!ev.prev_known) LookupPrev(&ev);
+      }
     }
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    last_notified_rev_ = rev;
-    // Events per watcher, in revision order. Most groups reach few watchers.
-    std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
-    absl::flat_hash_map<Watcher*, size_t> slot;
-    auto add = [&](Watcher* w, const WatchEvent& ev) {
-      if (ev.rev < w->min_rev) return;
-      if (ev.is_delete ? w->no_delete : w->no_put) return;
-      auto [it, inserted] = slot.try_emplace(w, per_watcher.size());
-      if (inserted) per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
-      per_watcher[it->second].second.push_back(&ev);
-    };
-    for (const WatchEvent& ev : events) {
+    if (dropped_to != 0) {
+      std::vector<Watcher*> synced;
+      for (const auto& [w, owned] : watchers_) {
+        if (w->synced) synced.push_back(w);
+      }
+      for (Watcher* w : synced) MakeUnsyncedLocked(w, dropped_from);
+      parked_.fetch_add(synced.size(), std::memory_order_relaxed);
+      last_notified_rev_ = std::max(last_notified_rev_, dropped_to);
+    }
+    if (!groups.empty()) DispatchLocked(groups, SIZE_MAX, &delivered);
+    if (absl::Now() >= next_progress_) SendProgressLocked();
+    if (unsynced_.empty()) return delivered;
+  }
+  cv_.notify_all();
+  return delivered;
+}
+
+bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
+                              size_t* delivered) {
+  const int64_t rev = groups.back().rev;
+  // Events per watcher, in revision order. Most groups reach few watchers.
+  std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
+  absl::flat_hash_map<Watcher*, size_t> slot;
+  auto add = [&](Watcher* w, const WatchEvent& ev) {
+    if (ev.rev < w->min_rev) return;
+    if (ev.is_delete ? w->no_delete : w->no_put) return;
+    auto [it, inserted] = slot.try_emplace(w, per_watcher.size());
+    if (inserted) per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
+    per_watcher[it->second].second.push_back(&ev);
+  };
+  for (const Pending& g : groups) {
+    for (const WatchEvent& ev : g.events) {
       if (auto it = synced_keys_.find(ev.key); it != synced_keys_.end()) {
         for (Watcher* w : it->second) add(w, ev);
       }
       synced_ranges_->Stab(ev.key, [&](Watcher* w) { add(w, ev); });
     }
-    for (auto& [w, evs] : per_watcher) {
-      bool room;
-      {
-        std::lock_guard<std::mutex> sl(w->stream->mu_);
-        room = w->stream->HasRoomLocked();
-      }
-      if (!room) {
-        // Park: drop the events; the watcher catches up from storage once
-        // its stream drains.
-        if (w->single) {
-          auto it = synced_keys_.find(w->key);
-          it->second.erase(w);
-          if (it->second.empty()) synced_keys_.erase(it);
-        } else {
-          synced_ranges_->Remove(w);
-        }
-        w->synced = false;
-        w->min_rev = evs.front()->rev;
-        unsynced_.insert(w);
-        parked_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      Deliver(w, evs, rev);
-      w->min_rev = rev + 1;
-    }
-    if (absl::Now() >= next_progress_) SendProgressLocked();
-    if (unsynced_.empty()) return;
   }
-  cv_.notify_all();
+  if (per_watcher.size() > max_watchers) return false;
+  last_notified_rev_ = rev;
+  for (auto& [w, evs] : per_watcher) {
+    bool room;
+    {
+      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      room = w->stream->HasRoomLocked();
+    }
+    if (!room) {
+      // Park: drop the events; the watcher catches up from storage once
+      // its stream drains.
+      MakeUnsyncedLocked(w, evs.front()->rev);
+      parked_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    Deliver(w, evs, rev);
+    w->min_rev = rev + 1;
+    ++*delivered;
+  }
+  AnswerDeferredProgressLocked();
+  if (absl::Now() >= next_progress_) SendProgressLocked();
+  return true;
 }
 
 void WatchHub::SendProgressLocked() {
@@ -498,9 +427,21 @@ void WatchHub::SendProgressLocked() {
     WatchStream* s = w->stream;
     std::lock_guard<std::mutex> l(s->mu_);
     if (!s->HasRoomLocked()) continue;
-    ResponseFields f;
+    WatchStream::ControlFields f;
     f.watch_id = w->id;
-    s->PushLocked(EncodeResponse(EncodeHeader(s->header_, last_notified_rev_), f, {}));
+    s->PushControlLocked(f, last_notified_rev_);
+  }
+}
+
+void WatchHub::AnswerDeferredProgressLocked() {
+  // Deferred progress requests of streams that are now all synced.
+  for (WatchStream* s : streams_) {
+    std::lock_guard<std::mutex> sl(s->mu_);
+    if (!s->progress_deferred_ || !AllSyncedLocked(s)) continue;
+    s->progress_deferred_ = false;
+    WatchStream::ControlFields f;
+    f.watch_id = -1;
+    s->PushControlLocked(f, last_notified_rev_);
   }
 }
 
@@ -545,12 +486,12 @@ bool WatchHub::SyncOnce() {
       WatchStream* s = w->stream;
       {
         std::lock_guard<std::mutex> sl(s->mu_);
-        ResponseFields f;
+        WatchStream::ControlFields f;
         f.watch_id = w->id;
         f.canceled = true;
         f.compact_revision = view->compact_rev;
         // etcd sends this response with header revision 0.
-        s->PushLocked(EncodeResponse(EncodeHeader(s->header_, 0), f, {}));
+        s->PushControlLocked(f, 0);
       }
       RemoveWatcherLocked(w);
     }
@@ -560,15 +501,7 @@ bool WatchHub::SyncOnce() {
     for (Watcher* w : unsynced_) {
       if (w->min_rev > last_notified_rev_) promote.push_back(w);
     }
-    for (Watcher* w : promote) {
-      unsynced_.erase(w);
-      w->synced = true;
-      if (w->single) {
-        synced_keys_[w->key].insert(w);
-      } else {
-        synced_ranges_->Add(w);
-      }
-    }
+    for (Watcher* w : promote) MakeSyncedLocked(w);
   }
   if (!ready.empty()) {
     const int64_t to = std::min(view->rev, from + options_.catch_up_batch_revs - 1);
@@ -631,29 +564,13 @@ bool WatchHub::SyncOnce() {
       // Like etcd, catch-up responses carry the store's revision.
       if (!evs.empty()) Deliver(w, evs, view->rev);
       w->min_rev = to + 1;
-      if (w->min_rev > last_notified_rev_) {
-        unsynced_.erase(w);
-        w->synced = true;
-        if (w->single) {
-          synced_keys_[w->key].insert(w);
-        } else {
-          synced_ranges_->Add(w);
-        }
-      }
+      if (w->min_rev > last_notified_rev_) MakeSyncedLocked(w);
     }
   }
   bool more;
   {
     std::lock_guard<std::mutex> l(mu_);
-    // Deferred progress requests of streams that are now all synced.
-    for (WatchStream* s : streams_) {
-      std::lock_guard<std::mutex> sl(s->mu_);
-      if (!s->progress_deferred_ || !AllSyncedLocked(s)) continue;
-      s->progress_deferred_ = false;
-      ResponseFields f;
-      f.watch_id = -1;
-      s->PushLocked(EncodeResponse(EncodeHeader(s->header_, last_notified_rev_), f, {}));
-    }
+    AnswerDeferredProgressLocked();
     more = !ready.empty() && !unsynced_.empty();
   }
   return more;
@@ -667,6 +584,7 @@ WatchHub::Stats WatchHub::GetStats() const {
   s.streams = streams_.size();
   s.events_sent = events_sent_.load(std::memory_order_relaxed);
   s.parked = parked_.load(std::memory_order_relaxed);
+  s.dropped = dropped_.load(std::memory_order_relaxed);
   return s;
 }
 

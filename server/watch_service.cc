@@ -78,7 +78,8 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       writing_ = false;
     }
     std::string message;
-    if (stream_->Pop(&message)) Send(std::move(message));
+    bool more = false;
+    if (stream_->Pop(&message, &more)) Send(std::move(message), more);
   }
 
   void OnCancel() override { stream_->Close(); }
@@ -89,10 +90,12 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   }
 
  private:
-  // Writes message now, or queues it behind the write in flight. Lock order:
-  // the stream's lock (held when the hub delivers) before send_mu_; never
-  // call into the stream with send_mu_ held.
-  void Send(std::string message) {
+  // Writes message now, or queues it behind the write in flight. With more
+  // (others are queued right behind it), gRPC may hold it back to send it
+  // with them, sparing a flush per message. Lock order: the stream's lock
+  // (held when the hub delivers) before send_mu_; never call into the
+  // stream with send_mu_ held.
+  void Send(std::string message, bool more = false) {
     {
       std::lock_guard<std::mutex> lock(send_mu_);
       if (writing_) {
@@ -101,7 +104,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       }
       writing_ = true;
     }
-    Write(std::move(message));
+    Write(std::move(message), more);
   }
 
   // etcd's answer to a watch on a range the user may not read: created and
@@ -117,9 +120,11 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     Send(resp.SerializeAsString());
   }
 
-  void Write(std::string message) {
+  void Write(std::string message, bool more = false) {
     StringToBuffer(std::move(message), &out_);
-    StartWrite(&out_);
+    grpc::WriteOptions options;
+    if (more) options.set_buffer_hint();
+    StartWrite(&out_, options);
   }
 
   void End(const grpc::Status& status) {

@@ -6,77 +6,6 @@
 
 namespace capstan::bench {
 
-// WatchStream
-
-WatchStream::WatchStream(etcdserverpb::Watch::Stub& stub, Handler on_response)
-    : on_response_(std::move(on_response)) {
-  stub.async()->Watch(&ctx_, this);
-  StartRead(&response_);
-  StartCall();
-}
-
-void WatchStream::Send(etcdserverpb::WatchRequest request) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (done_ || finishing_ || write_failed_) return;
-    if (writing_) {
-      queue_.push_back(std::move(request));
-      return;
-    }
-    writing_ = true;
-    writing_request_ = std::move(request);
-  }
-  StartWrite(&writing_request_);
-}
-
-void WatchStream::OnWriteDone(bool ok) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!ok) write_failed_ = true;  // the stream is broken: no more writes
-    if (!ok || queue_.empty() || finishing_) {
-      writing_ = false;
-      queue_.clear();
-      return;
-    }
-    writing_request_ = std::move(queue_.front());
-    queue_.pop_front();
-  }
-  StartWrite(&writing_request_);
-}
-
-void WatchStream::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream is ending; OnDone follows
-  on_response_(response_);
-  StartRead(&response_);
-}
-
-void WatchStream::OnDone(const grpc::Status& status) {
-  std::lock_guard<std::mutex> l(mu_);
-  done_ = true;
-  status_ = status;
-  done_cv_.notify_all();
-}
-
-grpc::Status WatchStream::Finish() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    finishing_ = true;
-  }
-  ctx_.TryCancel();
-  std::unique_lock<std::mutex> l(mu_);
-  done_cv_.wait(l, [this] { return done_; });
-  return status_;
-}
-
-bool WatchStream::Broken(grpc::Status* status) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (done_ && !finishing_) {
-    *status = status_;
-    return true;
-  }
-  return false;
-}
-
 // KeepAliveOnce
 
 namespace {
@@ -132,19 +61,21 @@ void KeepAliveOnce(etcdserverpb::Lease::Stub& stub, int64_t lease_id,
 void DeliveryTracker::WriteCommitted(int64_t revision, SteadyClock::time_point started,
                                      int expected_events) {
   if (expected_events <= 0) return;
+  const auto completed = SteadyClock::now();
   std::lock_guard<std::mutex> l(mu_);
   int remaining = expected_events;
   if (auto it = early_.find(revision); it != early_.end()) {
     for (auto received : it->second) {
       latency_->Record(static_cast<uint64_t>(
           std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - started).count())));
+      if (after_completion_ != nullptr) after_completion_->Record(0);
       ++matched_;
       --remaining;
     }
     early_.erase(it);
   }
   if (remaining > 0) {
-    pending_[revision] = Pending{started, remaining};
+    pending_[revision] = Pending{started, completed, remaining};
     outstanding_ += remaining;
   }
   cv_.notify_all();
@@ -159,6 +90,11 @@ void DeliveryTracker::EventReceived(int64_t revision, SteadyClock::time_point re
   }
   latency_->Record(static_cast<uint64_t>(std::max<int64_t>(
       0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.started).count())));
+  if (after_completion_ != nullptr) {
+    after_completion_->Record(static_cast<uint64_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.completed)
+               .count())));
+  }
   ++matched_;
   --outstanding_;
   if (--it->second.remaining <= 0) pending_.erase(it);

@@ -1,5 +1,5 @@
-// Streaming etcd calls over the gRPC callback API: a long-lived Watch stream,
-// a one-shot LeaseKeepAlive (etcd's KeepAliveOnce), and the tracker that
+// Streaming etcd calls over the gRPC callback API: long-lived Watch and
+// LeaseKeepAlive streams, a one-shot LeaseKeepAlive (etcd's KeepAliveOnce), and the tracker that
 // matches watch events to the writes that caused them.
 
 #ifndef CAPSTAN_BENCH_LOADGEN_STREAMS_H_
@@ -23,44 +23,129 @@ namespace capstan::bench {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// One Watch stream. Responses go to on_response on a gRPC thread, one at a
-// time, in stream order; it must not block. Send() may be called from any
-// thread; requests are written in order, one write in flight.
-class WatchStream final
-    : public grpc::ClientBidiReactor<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse> {
+// One long-lived bidirectional stream. Responses go to on_response on a gRPC
+// thread, one at a time, in stream order; it must not block. Send() may be
+// called from any thread; requests are written in order, one write in
+// flight.
+template <typename Request, typename Response>
+class BidiStream : public grpc::ClientBidiReactor<Request, Response> {
  public:
-  using Handler = std::function<void(const etcdserverpb::WatchResponse&)>;
+  using Handler = std::function<void(const Response&)>;
 
-  // Starts the stream at once.
-  WatchStream(etcdserverpb::Watch::Stub& stub, Handler on_response);
   // REQUIRES: Finish() has returned.
-  ~WatchStream() override = default;
+  ~BidiStream() override = default;
 
-  void Send(etcdserverpb::WatchRequest request);
+  void Send(Request request) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (done_ || finishing_ || write_failed_) return;
+      if (writing_) {
+        queue_.push_back(std::move(request));
+        return;
+      }
+      writing_ = true;
+      writing_request_ = std::move(request);
+    }
+    this->StartWrite(&writing_request_);
+  }
+
   // Cancels the stream, waits until gRPC is done with it and returns the
   // status it ended with (CANCELLED when it was still healthy).
-  grpc::Status Finish();
-  // Whether the stream ended before Finish() was called, and why.
-  bool Broken(grpc::Status* status);
+  grpc::Status Finish() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      finishing_ = true;
+    }
+    ctx_.TryCancel();
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [this] { return done_; });
+    return status_;
+  }
 
-  void OnWriteDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  // Whether the stream ended before Finish() was called, and why.
+  bool Broken(grpc::Status* status) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (done_ && !finishing_) {
+      *status = status_;
+      return true;
+    }
+    return false;
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!ok) write_failed_ = true;  // the stream is broken: no more writes
+      if (!ok || queue_.empty() || finishing_) {
+        writing_ = false;
+        queue_.clear();
+        return;
+      }
+      writing_request_ = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    this->StartWrite(&writing_request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream is ending; OnDone follows
+    on_response_(response_);
+    this->StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::lock_guard<std::mutex> l(mu_);
+    done_ = true;
+    status_ = status;
+    done_cv_.notify_all();
+  }
+
+ protected:
+  explicit BidiStream(Handler on_response) : on_response_(std::move(on_response)) {}
+  // Called by the subclass once the call is bound to this reactor.
+  void Begin() {
+    this->StartRead(&response_);
+    this->StartCall();
+  }
+
+  grpc::ClientContext ctx_;
 
  private:
-  grpc::ClientContext ctx_;
   Handler on_response_;
-  etcdserverpb::WatchResponse response_;  // owned by the read in flight
+  Response response_;  // owned by the read in flight
 
   std::mutex mu_;
   std::condition_variable done_cv_;
-  std::deque<etcdserverpb::WatchRequest> queue_;  // guarded by mu_
-  etcdserverpb::WatchRequest writing_request_;    // owned by the write in flight
-  bool writing_ = false;                          // guarded by mu_
-  bool finishing_ = false;                        // guarded by mu_
-  bool write_failed_ = false;                     // guarded by mu_
-  bool done_ = false;                             // guarded by mu_
-  grpc::Status status_;                           // guarded by mu_
+  std::deque<Request> queue_;  // guarded by mu_
+  Request writing_request_;    // owned by the write in flight
+  bool writing_ = false;       // guarded by mu_
+  bool finishing_ = false;     // guarded by mu_
+  bool write_failed_ = false;  // guarded by mu_
+  bool done_ = false;          // guarded by mu_
+  grpc::Status status_;        // guarded by mu_
+};
+
+// One Watch stream; starts at once.
+class WatchStream final
+    : public BidiStream<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse> {
+ public:
+  WatchStream(etcdserverpb::Watch::Stub& stub, Handler on_response)
+      : BidiStream(std::move(on_response)) {
+    stub.async()->Watch(&ctx_, this);
+    Begin();
+  }
+};
+
+// One LeaseKeepAlive stream carrying many leases' keep-alives, as etcd
+// clientv3's KeepAlive loop uses it; starts at once.
+class KeepAliveStream final
+    : public BidiStream<etcdserverpb::LeaseKeepAliveRequest, etcdserverpb::LeaseKeepAliveResponse> {
+ public:
+  KeepAliveStream(etcdserverpb::Lease::Stub& stub, Handler on_response)
+      : BidiStream(std::move(on_response)) {
+    stub.async()->LeaseKeepAlive(&ctx_, this);
+    Begin();
+  }
 };
 
 // etcd clientv3's KeepAliveOnce: opens a LeaseKeepAlive stream, sends one
@@ -71,12 +156,15 @@ void KeepAliveOnce(etcdserverpb::Lease::Stub& stub, int64_t lease_id,
                    std::function<void(const grpc::Status&, int64_t ttl)> done);
 
 // Matches watch events to the writes that caused them by revision, and records
-// event delivery latency: event received - write started. A write is known by
-// its revision only once it completes, so events that arrive first wait here.
+// event delivery latency: event received - write started; and, if asked,
+// etcd's watch-latency measure: event received - write completed (0 for an
+// event that arrived before its write's response). A write is known by its
+// revision only once it completes, so events that arrive first wait here.
 // Thread-safe.
 class DeliveryTracker {
  public:
-  explicit DeliveryTracker(Histogram* latency) : latency_(latency) {}
+  explicit DeliveryTracker(Histogram* latency, Histogram* after_completion = nullptr)
+      : latency_(latency), after_completion_(after_completion) {}
 
   // The write that made `revision` started at `started` and should produce
   // `expected_events` events across all watchers.
@@ -91,10 +179,11 @@ class DeliveryTracker {
 
  private:
   struct Pending {
-    SteadyClock::time_point started;
+    SteadyClock::time_point started, completed;
     int remaining = 0;
   };
   Histogram* const latency_;
+  Histogram* const after_completion_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<int64_t, Pending> pending_;                              // guarded by mu_

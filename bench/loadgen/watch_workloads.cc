@@ -3,6 +3,9 @@
 // watch creation and nothing for events, both measure the round trip: watch
 // creation from the create request to its `created` response, and event
 // delivery from the start of the put to the arrival of its event.
+// watch-latency also reports etcd's own measure, from the put's response to
+// the event. watch-prefix (capstan-bench only): one watcher with prev_kv on
+// a prefix taking puts as fast as --put-rate allows.
 
 #include <atomic>
 #include <map>
@@ -32,8 +35,11 @@ uint64_t Nanos(SteadyClock::duration d) {
 // (the server answers creates on a stream in order).
 class TimedWatchStreams {
  public:
-  TimedWatchStreams(Histogram* create_latency, DeliveryTracker* tracker, ErrorCounter* errors)
-      : create_latency_(create_latency), tracker_(tracker), errors_(errors) {}
+  // on_event (optional) sees every event, on a gRPC thread.
+  TimedWatchStreams(Histogram* create_latency, DeliveryTracker* tracker, ErrorCounter* errors,
+                    std::function<void(const mvccpb::Event&)> on_event = nullptr)
+      : create_latency_(create_latency), tracker_(tracker), errors_(errors),
+        on_event_(std::move(on_event)) {}
 
   ~TimedWatchStreams() { FinishAll(); }
 
@@ -118,14 +124,16 @@ class TimedWatchStreams {
     }
     for (const auto& ev : r.events()) {
       tracker_->EventReceived(ev.kv().mod_revision(), now);
-      events_.fetch_add(1);
+      if (on_event_) on_event_(ev);
     }
+    events_.fetch_add(r.events_size());
     if (r.events_size() > 0) last_event_ns_.store(now.time_since_epoch().count());
   }
 
   Histogram* const create_latency_;
   DeliveryTracker* const tracker_;
   ErrorCounter* const errors_;
+  const std::function<void(const mvccpb::Event&)> on_event_;
   std::vector<std::unique_ptr<StreamState>> streams_;
   std::atomic<uint64_t> requested_{0}, created_{0}, failed_{0}, events_{0};
   std::atomic<int64_t> last_event_ns_{0};
@@ -244,9 +252,9 @@ class WatchLatencyWorkload final : public Workload {
     const std::string key = RandomBytes(key_size_, SteadyClock::now().time_since_epoch().count());
     const std::string value = RandomBytes(val_size_, 3);
     const int watchers = std::max(1, ctx.global->clients);
-    Histogram create_latency, event_latency;
+    Histogram create_latency, event_latency, after_response;
     ErrorCounter errors;
-    DeliveryTracker tracker(&event_latency);
+    DeliveryTracker tracker(&event_latency, &after_response);
     TimedWatchStreams streams(&create_latency, &tracker, &errors);
     streams.Open(*ctx.pool, watchers);  // one watcher per client, like etcd's tool
     for (int i = 0; i < watchers; ++i) streams.Create(i, key, "", prev_kv_);
@@ -276,11 +284,16 @@ class WatchLatencyWorkload final : public Workload {
     events.has_throughput = false;
     events.error_counts = errors.Snapshot();
     events.errors = errors.Total();
+    PhaseResult etcd_measure;
+    etcd_measure.name = "watch event after put response";
+    etcd_measure.latency = after_response;
+    etcd_measure.has_throughput = false;
     RunReport r;
     r.workload = "watch-latency";
     r.target = ctx.target;
     r.phases.push_back(std::move(put));
     r.phases.push_back(std::move(events));
+    r.phases.push_back(std::move(etcd_measure));
     return r;
   }
 
@@ -292,7 +305,100 @@ class WatchLatencyWorkload final : public Workload {
   bool prev_kv_ = false;
 };
 
+// One watcher with prev_kv on a prefix; puts to --key-space-size keys under
+// it, --clients in flight, paced to --put-rate. Reports the write rate
+// achieved, the events received per second, their delivery latency, and
+// whether the watcher kept up: every event arrived, each overwrite with its
+// previous value, and how long the last event trailed the last put.
+class WatchPrefixWorkload final : public Workload {
+ public:
+  void RegisterFlags(FlagSet& f) override {
+    f.String("prefix", &prefix_, "Prefix watched and written");
+    f.Int64("total", &total_, "Total number of puts");
+    f.Double("put-rate", &put_rate_, "Puts per second (0 is no limit)");
+    f.Int64("key-space-size", &key_space_size_, "Keys under the prefix (overwritten in turn)");
+    f.Int("val-size", &val_size_, "Value size of each put");
+  }
+  absl::Status Prepare(const std::vector<std::string>&) override {
+    if (key_space_size_ < 1 || total_ < 1) {
+      return absl::InvalidArgumentError("--key-space-size and --total must be >= 1");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    const std::string value = RandomBytes(val_size_, 5);
+    Histogram create_latency, event_latency;
+    ErrorCounter errors;
+    DeliveryTracker tracker(&event_latency);
+    std::atomic<uint64_t> with_prev{0}, overwrites{0};
+    TimedWatchStreams streams(&create_latency, &tracker, &errors,
+                              [&](const mvccpb::Event& ev) {
+                                if (ev.kv().version() > 1) {
+                                  overwrites.fetch_add(1, std::memory_order_relaxed);
+                                  if (ev.has_prev_kv()) with_prev.fetch_add(1, std::memory_order_relaxed);
+                                }
+                              });
+    streams.Open(*ctx.pool, 1);
+    streams.Create(0, prefix_, PrefixEnd(prefix_), /*prev_kv=*/true);
+    if (!streams.WaitCreated(std::chrono::seconds(60))) {
+      return absl::DeadlineExceededError("watch creation timed out after 60s");
+    }
+    LoopOptions o{"put", static_cast<uint64_t>(total_), absl::ZeroDuration(),
+                  std::max(1, ctx.global->clients), put_rate_};
+    IssueFn issue = [&](uint64_t seq, size_t client, DoneFn done) {
+      PutRequest req;
+      req.set_key(absl::StrCat(prefix_, static_cast<int64_t>(seq) % key_space_size_));
+      req.set_value(value);
+      const auto start = SteadyClock::now();
+      AsyncPut(ctx.pool->Kv(client), std::move(req),
+               [&tracker, start, done = std::move(done)](const grpc::Status& s, auto& resp) {
+                 if (s.ok()) tracker.WriteCommitted(resp.header().revision(), start, 1);
+                 done(s);
+               });
+    };
+    const auto put_start = SteadyClock::now();
+    PhaseResult put = RunClosedLoop(o, issue);
+    const auto put_end = SteadyClock::now();
+    const uint64_t missing = tracker.WaitForAll(std::chrono::seconds(60));
+    if (missing > 0) errors.Add(absl::StrCat(missing, " watch events never arrived (waited 60s)"));
+    if (with_prev.load() != overwrites.load()) {
+      errors.Add(absl::StrCat(overwrites.load() - with_prev.load(),
+                              " overwrite events without prev_kv"));
+    }
+    const auto last_event = streams.last_event();
+    streams.FinishAll();
+    PhaseResult events;
+    events.name = "watch event";
+    events.latency = event_latency;
+    events.seconds = std::chrono::duration<double>(last_event - put_start).count();
+    events.error_counts = errors.Snapshot();
+    events.errors = errors.Total();
+    RunReport r;
+    r.workload = "watch-prefix";
+    r.target = ctx.target;
+    const double lag_ms = std::chrono::duration<double, std::milli>(last_event - put_end).count();
+    r.extras.push_back({"last event after last put", std::max(0.0, lag_ms), "ms", false});
+    r.extras.push_back({"overwrite events with prev_kv", static_cast<double>(with_prev.load()),
+                        "events", true});
+    r.phases.push_back(std::move(put));
+    r.phases.push_back(std::move(events));
+    return r;
+  }
+
+ private:
+  std::string prefix_ = "/bench/watch-prefix/";
+  int64_t total_ = 100000;
+  double put_rate_ = 20000;
+  int64_t key_space_size_ = 10000;
+  int val_size_ = 256;
+};
+
 }  // namespace
+
+std::unique_ptr<Workload> NewWatchPrefixWorkload() {
+  return std::make_unique<WatchPrefixWorkload>();
+}
 
 std::unique_ptr<Workload> NewWatchWorkload() { return std::make_unique<WatchWorkload>(); }
 std::unique_ptr<Workload> NewWatchLatencyWorkload() {

@@ -29,8 +29,15 @@ const std::vector<WorkloadInfo>& Workloads() {
        NewTxnMixedWorkload},
       {"watch", "watch", "Benchmark watch", NewWatchWorkload},
       {"watch-latency", "watch-latency", "Benchmark watch latency", NewWatchLatencyWorkload},
+      {"watch-prefix", "watch-prefix",
+       "One prev_kv watcher on a prefix taking puts at --put-rate: does it keep up",
+       NewWatchPrefixWorkload},
       {"lease-keepalive", "lease-keepalive", "Benchmark lease keepalive",
        NewLeaseKeepaliveWorkload},
+      {"lease-storm", "lease-storm",
+       "Hold many leases with keep-alives, let a burst of them expire at once, measure revocation "
+       "and put latency",
+       NewLeaseStormWorkload},
       {"large-list", "large-list",
        "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
        "latency while they run",
