@@ -11,6 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/cache_service.h"
 #include "server/config.h"
+#include "server/stop_signals.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::server {
@@ -166,20 +167,13 @@ int CacheProxyCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "--upstream is required\n%s", kUsage);
     return 2;
   }
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  StopSignals stop;
   auto proxy = CacheProxy::Start(std::move(options));
   if (!proxy.ok()) {
     spdlog::critical("failed to start: {}", std::string(proxy.status().message()));
     return 1;
   }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  spdlog::info("received {} signal, shutting down", sig == SIGINT ? "interrupt" : "terminated");
+  stop.Wait();
   (*proxy)->Shutdown();
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "server/migrate.h"
 #include "server/server.h"
 #include "server/snapshot.h"
+#include "server/stop_signals.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -138,22 +139,13 @@ int main(int argc, char** argv) {
     spdlog::info("flag --{} accepted; it has no effect in a single-member Capstan", f);
   }
 
-  // Block the stop signals in every thread; main waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
+  StopSignals stop;
   auto server = Server::Start(*config);
   if (!server.ok()) {
     spdlog::critical("failed to start: {}", std::string(server.status().message()));
     return 1;
   }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  spdlog::info("received {} signal, shutting down", sig == SIGINT ? "interrupt" : "terminated");
+  stop.Wait();
   (*server)->Shutdown();
   return 0;
 }

@@ -76,17 +76,12 @@ class RocksBackend final : public Backend {
 
   std::vector<absl::Status> MultiGet(Cf cf, const std::vector<std::string_view>& keys,
                                      std::vector<std::string>* values) const override {
-    const size_t n = keys.size();
-    std::vector<rocksdb::Slice> slices;
-    slices.reserve(n);
-    for (auto k : keys) slices.push_back(ToSlice(k));
-    std::vector<rocksdb::PinnableSlice> pinned(n);
-    std::vector<rocksdb::Status> st(n);
-    db_->MultiGet(rocksdb::ReadOptions(), handle(cf), n, slices.data(), pinned.data(), st.data(),
-                  /*sorted_input=*/false);
-    values->resize(n);
-    std::vector<absl::Status> out(n);
-    for (size_t i = 0; i < n; ++i) {
+    std::vector<rocksdb::PinnableSlice> pinned;
+    std::vector<rocksdb::Status> st;
+    PinnedMultiGet(cf, keys, &pinned, &st);
+    values->resize(keys.size());
+    std::vector<absl::Status> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
       out[i] = FromRocks(st[i]);
       if (st[i].ok()) (*values)[i].assign(pinned[i].data(), pinned[i].size());
     }
@@ -96,19 +91,29 @@ class RocksBackend final : public Backend {
   absl::Status MultiGetVisit(
       Cf cf, const std::vector<std::string_view>& keys,
       absl::FunctionRef<void(size_t i, std::string_view value)> visit) const override {
-    const size_t n = keys.size();
-    std::vector<rocksdb::Slice> slices;
-    slices.reserve(n);
-    for (auto k : keys) slices.push_back(ToSlice(k));
-    std::vector<rocksdb::PinnableSlice> pinned(n);
-    std::vector<rocksdb::Status> st(n);
-    db_->MultiGet(rocksdb::ReadOptions(), handle(cf), n, slices.data(), pinned.data(), st.data(),
-                  /*sorted_input=*/false);
-    for (size_t i = 0; i < n; ++i) {
+    std::vector<rocksdb::PinnableSlice> pinned;
+    std::vector<rocksdb::Status> st;
+    PinnedMultiGet(cf, keys, &pinned, &st);
+    for (size_t i = 0; i < keys.size(); ++i) {
       if (!st[i].ok()) return MultiGetError(i, FromRocks(st[i]));
       visit(i, std::string_view(pinned[i].data(), pinned[i].size()));
     }
     return absl::OkStatus();
+  }
+
+  // One RocksDB MultiGet: (*pinned)[i] holds keys[i]'s value, pinned in the
+  // block cache or memtable, when (*st)[i] is OK.
+  void PinnedMultiGet(Cf cf, const std::vector<std::string_view>& keys,
+                      std::vector<rocksdb::PinnableSlice>* pinned,
+                      std::vector<rocksdb::Status>* st) const {
+    const size_t n = keys.size();
+    std::vector<rocksdb::Slice> slices;
+    slices.reserve(n);
+    for (auto k : keys) slices.push_back(ToSlice(k));
+    *pinned = std::vector<rocksdb::PinnableSlice>(n);
+    st->assign(n, rocksdb::Status());
+    db_->MultiGet(rocksdb::ReadOptions(), handle(cf), n, slices.data(), pinned->data(), st->data(),
+                  /*sorted_input=*/false);
   }
 
   std::unique_ptr<Iterator> NewIterator(Cf cf) const override {
