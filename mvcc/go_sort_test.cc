@@ -140,7 +140,10 @@ TEST(GoSortTest, LeavesEqualElementsWhereGoDoes) {
     for (size_t i = 0; i < input.size(); ++i) v.push_back({input[i], static_cast<int>(i)});
     for (bool descending : {false, true}) {
       input_text += descending ? "desc" : "asc";
-      for (int x : input) input_text += " " + std::to_string(x);
+      for (int x : input) {
+        input_text += ' ';
+        input_text += std::to_string(x);
+      }
       input_text += "\n";
       expected.push_back(SortIds(v, descending));
     }
