@@ -4,9 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -213,6 +215,16 @@ absl::Status Server::Serve() {
   if (grpc_server_ || shut_down_) {
     return absl::FailedPreconditionError("the server is already serving");
   }
+  // The client TLS settings.
+  std::optional<ClientTls> client_tls;
+  const bool wants_tls =
+      std::any_of(config_.listen_client_urls.begin(), config_.listen_client_urls.end(), IsTls);
+  if (wants_tls && HasClientCertificate(config_)) {
+    auto resolved = ResolveClientTls(config_);
+    if (!resolved.ok()) return resolved.status();
+    client_tls = *std::move(resolved);
+  }
+
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
   std::shared_ptr<grpc::ServerCredentials> tls;
@@ -220,8 +232,13 @@ absl::Status Server::Serve() {
     const Url& url = config_.listen_client_urls[i];
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (IsTls(url)) {
+      if (!client_tls) {
+        return absl::InvalidArgumentError(
+            "TLS key/cert (--cert-file, --key-file) must be provided for https client URLs (or "
+            "use --auto-tls)");
+      }
       if (!tls) {
-        auto made = ClientTlsCredentials(config_);
+        auto made = ClientTlsCredentials(*client_tls, config_.data_dir + "/fixtures/client-crl");
         if (!made.ok()) return made.status();
         tls = *made;
       }

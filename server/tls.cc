@@ -56,17 +56,17 @@ const std::map<std::string, std::string>& CipherNames() {
 }
 
 // --client-cert-allowed-hostname: after the chain is verified, the client
-// certificate must be valid for the hostname, as Go's VerifyHostname decides:
-// an IP matches an IP SAN; a name matches a DNS SAN, case-insensitively, a
-// leading "*." matching one label; the common name is not consulted.
+// certificate must be valid for the hostname.
 class AllowedHostnameVerifier : public grpc::experimental::ExternalCertificateVerifier {
  public:
-  explicit AllowedHostnameVerifier(std::string hostname)
-      : hostname_(absl::AsciiStrToLower(hostname)) {}
+  explicit AllowedHostnameVerifier(std::string hostname) : hostname_(std::move(hostname)) {}
 
   bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
               std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
-    *sync_status = Matches(*request)
+    std::vector<std::string> ips, names;
+    for (const auto& ip : request->ip_names()) ips.emplace_back(ip.data(), ip.size());
+    for (const auto& dns : request->dns_names()) names.emplace_back(dns.data(), dns.size());
+    *sync_status = CertificateValidForHostname(ips, names, hostname_)
                        ? grpc::Status::OK
                        : grpc::Status(grpc::UNAUTHENTICATED,
                                       "client certificate authentication failed");
@@ -75,23 +75,6 @@ class AllowedHostnameVerifier : public grpc::experimental::ExternalCertificateVe
   void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
 
  private:
-  bool Matches(const grpc::experimental::TlsCustomVerificationCheckRequest& request) const {
-    for (const auto& ip : request.ip_names()) {
-      if (std::string(ip.data(), ip.size()) == hostname_) return true;
-    }
-    for (const auto& dns : request.dns_names()) {
-      const std::string name = absl::AsciiStrToLower(std::string(dns.data(), dns.size()));
-      if (name == hostname_) return true;
-      if (absl::StartsWith(name, "*.")) {
-        const size_t dot = hostname_.find('.');
-        if (dot != std::string::npos && dot > 0 && hostname_.substr(dot) == name.substr(1)) {
-          return true;
-        }
-      }
-    }
-    return false;
-  }
-
   const std::string hostname_;
 };
 
@@ -169,48 +152,86 @@ absl::Status CheckTlsVersions(const std::string& min_version, const std::string&
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> CrlDirectory(const std::string& crl_file, const std::string& dir) {
+absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file) {
   auto data = ReadFile(crl_file, "--client-crl-file");
   if (!data.ok()) return data.status();
-  // Go's x509.ParseCRL takes PEM or DER.
   BIO* bio = BIO_new_mem_buf(data->data(), static_cast<int>(data->size()));
-  X509_CRL* crl = PEM_read_bio_X509_CRL(bio, nullptr, nullptr, nullptr);
+  CrlPtr crl(PEM_read_bio_X509_CRL(bio, nullptr, nullptr, nullptr));
   if (!crl) {
     BIO_free(bio);
     bio = BIO_new_mem_buf(data->data(), static_cast<int>(data->size()));
-    crl = d2i_X509_CRL_bio(bio, nullptr);
+    crl.reset(d2i_X509_CRL_bio(bio, nullptr));
   }
   BIO_free(bio);
   if (!crl) {
     return absl::InvalidArgumentError(
         absl::StrCat("--client-crl-file ", crl_file, ": not a PEM or DER certificate revocation list"));
   }
+  return crl;
+}
+
+absl::StatusOr<std::string> CrlDirectory(const std::string& crl_file, const std::string& dir) {
+  auto crl = ReadCrl(crl_file);
+  if (!crl.ok()) return crl.status();
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
-  if (ec) {
-    X509_CRL_free(crl);
-    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   // OpenSSL's hashed directory layout: <issuer name hash>.r0.
   const std::string path =
-      absl::StrCat(dir, "/", absl::Hex(X509_NAME_hash_ex(X509_CRL_get_issuer(crl), nullptr,
+      absl::StrCat(dir, "/", absl::Hex(X509_NAME_hash_ex(X509_CRL_get_issuer(crl->get()), nullptr,
                                                           nullptr, nullptr),
                                        absl::kZeroPad8),
                    ".r0");
   FILE* f = std::fopen(path.c_str(), "w");
-  const bool written = f && PEM_write_X509_CRL(f, crl);
+  const bool written = f && PEM_write_X509_CRL(f, crl->get());
   if (f) std::fclose(f);
-  X509_CRL_free(crl);
   if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
   return dir;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
-    const ServerConfig& config) {
-  if (auto s = CheckTlsVersions(config.tls_min_version, config.tls_max_version); !s.ok()) return s;
-  std::string cert_file = config.cert_file, key_file = config.key_file;
-  if ((cert_file.empty() || key_file.empty()) && config.auto_tls) {
+bool CertificateValidForHostname(const std::vector<std::string>& ip_sans,
+                                 const std::vector<std::string>& dns_sans,
+                                 const std::string& hostname) {
+  const std::string host = absl::AsciiStrToLower(hostname);
+  for (const auto& ip : ip_sans) {
+    if (ip == host) return true;
+  }
+  for (const auto& dns : dns_sans) {
+    const std::string name = absl::AsciiStrToLower(dns);
+    if (name == host) return true;
+    if (absl::StartsWith(name, "*.")) {
+      const size_t dot = host.find('.');
+      if (dot != std::string::npos && dot > 0 && host.substr(dot) == name.substr(1)) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> OpenSslCipherNames(const std::vector<std::string>& go_names) {
+  std::vector<std::string> names;
+  for (const auto& c : go_names) {
+    auto it = CipherNames().find(c);
+    if (it != CipherNames().end()) names.push_back(it->second);
+  }
+  return names;
+}
+
+std::vector<std::string> DefaultCipherNames() {
+  std::vector<std::string> names;
+  for (const auto& [go, openssl] : CipherNames()) names.push_back(openssl);
+  return names;
+}
+
+bool HasClientCertificate(const ServerConfig& config) {
+  return !config.cert_file.empty() || !config.key_file.empty() || config.auto_tls;
+}
+
+absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
+  ClientTls tls;
+  tls.cert_file = config.cert_file;
+  tls.key_file = config.key_file;
+  if (tls.cert_file.empty() && tls.key_file.empty() && config.auto_tls) {
     const std::string dir = config.data_dir + "/fixtures/client";
     std::vector<std::string> hosts;
     for (const auto& u : config.listen_client_urls) hosts.push_back(u.Hostname());
@@ -218,26 +239,39 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
         !s.ok()) {
       return s;
     }
-    cert_file = dir + "/cert.pem";
-    key_file = dir + "/key.pem";
+    tls.cert_file = dir + "/cert.pem";
+    tls.key_file = dir + "/key.pem";
   }
-  if (cert_file.empty() || key_file.empty()) {
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
     return absl::InvalidArgumentError(
-        "TLS key/cert (--cert-file, --key-file) must be provided for https client URLs (or use "
+        "TLS key/cert (--cert-file, --key-file) must both be provided for https URLs (or use "
         "--auto-tls)");
   }
-  auto cert = ReadFile(cert_file, "--cert-file");
+  tls.trusted_ca_file = config.trusted_ca_file;
+  tls.require_client_cert = config.client_cert_auth;
+  if (tls.require_client_cert && tls.trusted_ca_file.empty()) {
+    return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
+  }
+  tls.crl_file = config.client_crl_file;
+  tls.allowed_hostname = config.client_cert_allowed_hostname;
+  tls.cipher_suites = OpenSslCipherNames(config.cipher_suites);
+  tls.min_version = config.tls_min_version;
+  tls.max_version = config.tls_max_version;
+  return tls;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
+    const ClientTls& tls, const std::string& crl_dir) {
+  if (auto s = CheckTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
+  auto cert = ReadFile(tls.cert_file, "--cert-file");
   if (!cert.ok()) return cert.status();
-  auto key = ReadFile(key_file, "--key-file");
+  auto key = ReadFile(tls.key_file, "--key-file");
   if (!key.ok()) return key.status();
   std::string ca;
-  if (!config.trusted_ca_file.empty()) {
-    auto read = ReadFile(config.trusted_ca_file, "--trusted-ca-file");
+  if (!tls.trusted_ca_file.empty()) {
+    auto read = ReadFile(tls.trusted_ca_file, "--trusted-ca-file");
     if (!read.ok()) return read.status();
     ca = *std::move(read);
-  }
-  if (config.client_cert_auth && ca.empty()) {
-    return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
   }
 
   // The experimental TLS credentials: the only ones in gRPC 1.51 that check
@@ -247,28 +281,23 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   if (!ca.empty()) options.watch_root_certs();
-  options.set_cert_request_type(config.client_cert_auth
+  options.set_cert_request_type(tls.require_client_cert
                                     ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  if (!config.client_cert_allowed_hostname.empty()) {
+  if (!tls.allowed_hostname.empty()) {
     options.set_certificate_verifier(
         grpc::experimental::ExternalCertificateVerifier::Create<AllowedHostnameVerifier>(
-            config.client_cert_allowed_hostname));
+            tls.allowed_hostname));
   }
-  if (!config.client_crl_file.empty()) {
-    auto dir = CrlDirectory(config.client_crl_file, config.data_dir + "/fixtures/client-crl");
+  if (!tls.crl_file.empty()) {
+    auto dir = CrlDirectory(tls.crl_file, crl_dir);
     if (!dir.ok()) return dir.status();
     options.set_crl_directory(*dir);
   }
-  if (!config.cipher_suites.empty()) {
+  if (!tls.cipher_suites.empty()) {
     // gRPC reads its cipher list from the environment when it first builds
     // TLS credentials.
-    std::vector<std::string> names;
-    for (const auto& c : config.cipher_suites) {
-      auto it = CipherNames().find(c);
-      if (it != CipherNames().end()) names.push_back(it->second);
-    }
-    if (!names.empty()) ::setenv("GRPC_SSL_CIPHER_SUITES", absl::StrJoin(names, ":").c_str(), 1);
+    ::setenv("GRPC_SSL_CIPHER_SUITES", absl::StrJoin(tls.cipher_suites, ":").c_str(), 1);
   }
   return grpc::experimental::TlsServerCredentials(options);
 }

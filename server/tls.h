@@ -1,9 +1,10 @@
-// TLS for the client URLs: certificates from --cert-file/--key-file (or a
-// self-signed pair made by --auto-tls), client certificates checked against
-// --trusted-ca-file when --client-cert-auth is set and against
-// --client-crl-file's revocation list and, with
+// TLS for the client URLs and the https metrics URLs: certificates from
+// --cert-file/--key-file (or a self-signed pair made by --auto-tls), client
+// certificates checked against --trusted-ca-file when --client-cert-auth is
+// set and against --client-crl-file's revocation list and, with
 // --client-cert-allowed-hostname, for that hostname; cipher suites from
-// --cipher-suites.
+// --cipher-suites. etcd resolves these flags into one set of client TLS
+// settings (its transport.TLSInfo) that both kinds of listener use.
 
 #ifndef CAPSTAN_SERVER_TLS_H_
 #define CAPSTAN_SERVER_TLS_H_
@@ -14,21 +15,73 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
+#include "openssl/x509.h"
 #include "server/config.h"
 
 namespace capstan::server {
 
+// The client TLS settings, resolved from the flags. Paths, not contents:
+// each listener loads the files when it starts.
+struct ClientTls {
+  std::string cert_file;  // the server certificate (chain), PEM
+  std::string key_file;   // its private key, PEM
+  std::string trusted_ca_file;     // CAs client certificates must chain to; "" for none
+  bool require_client_cert = false;  // refuse clients without a verified certificate
+  std::string crl_file;            // --client-crl-file, PEM or DER; "" for none
+  std::string allowed_hostname;    // --client-cert-allowed-hostname; "" for any
+  std::vector<std::string> cipher_suites;  // --cipher-suites as OpenSSL names
+  std::string min_version = "TLS1.2";  // --tls-min-version
+  std::string max_version;             // --tls-max-version; "" for the newest
+};
+
+// True when the flags give TLS listeners a certificate: --cert-file,
+// --key-file or --auto-tls (etcd: the client TLSInfo is not empty).
+bool HasClientCertificate(const ServerConfig& config);
+
+// The client TLS settings. With --auto-tls and neither --cert-file nor
+// --key-file, makes (or reuses) the self-signed pair in
+// <data-dir>/fixtures/client. Fails with a message naming the flag when a
+// setting is unusable. REQUIRES: HasClientCertificate(config).
+absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config);
+
 // The credentials for https/unixs client URLs. Fails with a message naming
 // the flag when files are missing or unreadable, and refuses TLS version
-// limits the installed gRPC cannot enforce (see CheckTlsVersions).
+// limits the installed gRPC cannot enforce (see CheckTlsVersions). A CRL is
+// converted into crl_dir (see CrlDirectory).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
-    const ServerConfig& config);
+    const ClientTls& tls, const std::string& crl_dir);
+
+// Whether a certificate with these subject alternative names (IPs as text,
+// DNS names) is valid for hostname, as Go's x509.Certificate.VerifyHostname
+// decides: an IP matches an IP SAN; a name matches a DNS SAN,
+// case-insensitively, a leading "*." matching one label; the common name is
+// not consulted.
+bool CertificateValidForHostname(const std::vector<std::string>& ip_sans,
+                                 const std::vector<std::string>& dns_sans,
+                                 const std::string& hostname);
+
+// Go cipher suite names (etcd's --cipher-suites) as OpenSSL names; names
+// without an OpenSSL equivalent are left out.
+std::vector<std::string> OpenSslCipherNames(const std::vector<std::string>& go_names);
+
+// The TLS 1.2 cipher suites that Go offers by default and OpenSSL also has,
+// as OpenSSL names.
+std::vector<std::string> DefaultCipherNames();
 
 // Ok for --tls-min-version/--tls-max-version values gRPC 1.51 honours (the
 // default range TLS1.2..TLS1.3); UNIMPLEMENTED with a message naming the
 // flag for TLS1.3-only or TLS1.2-only. REQUIRES: values passed config
 // validation ("", "TLS1.2" or "TLS1.3").
 absl::Status CheckTlsVersions(const std::string& min_version, const std::string& max_version);
+
+struct CrlFree {
+  void operator()(X509_CRL* crl) const { X509_CRL_free(crl); }
+};
+using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
+
+// Reads a revocation list, PEM or DER (as Go's x509.ParseCRL); fails with a
+// message naming --client-crl-file.
+absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file);
 
 // Writes --client-crl-file (PEM or DER) into dir, emptied first, under the
 // hashed name gRPC's CRL directory lookup expects; returns dir.
