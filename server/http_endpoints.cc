@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "server/metrics.h"
+#include "server/metrics_tls.h"
 
 namespace capstan::server {
 
@@ -64,8 +65,18 @@ void HttpEndpoints::Install(httplib::Server* server) {
   });
 }
 
-absl::Status HttpEndpoints::Listen(const std::string& host, int port) {
-  auto server = std::make_unique<httplib::Server>();
+absl::Status HttpEndpoints::Listen(const std::string& host, int port, const ClientTls* tls) {
+  std::unique_ptr<httplib::Server> server;
+  if (tls) {
+    absl::Status set_up;
+    server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+      set_up = SetUpMetricsTls(*tls, &ctx);
+      return set_up.ok();
+    });
+    if (!set_up.ok()) return set_up;
+  } else {
+    server = std::make_unique<httplib::Server>();
+  }
   Install(server.get());
   if (!server->bind_to_port(host, port)) {
     const int err = errno;

@@ -1,5 +1,6 @@
 // HTTP endpoints on the metrics URLs (--listen-metrics-urls): /health,
-// /livez, /readyz, /version and /metrics (Prometheus text format).
+// /livez, /readyz, /version and /metrics (Prometheus text format), over
+// http or, for https URLs, TLS with the client TLS settings.
 
 #ifndef CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
 #define CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
@@ -20,6 +21,7 @@ class Server;
 namespace capstan::server {
 
 class Metrics;
+struct ClientTls;
 
 struct Versions {
   std::string server;   // etcd server version whose API Capstan implements
@@ -37,8 +39,10 @@ class HttpEndpoints {
                 const Metrics* metrics = nullptr);
   ~HttpEndpoints();
 
-  // Starts listening on host:port. Fails if the address cannot be bound.
-  absl::Status Listen(const std::string& host, int port);
+  // Starts listening on host:port; with tls, serves https with those
+  // settings (see metrics_tls.h; tls need not outlive the call). Fails if
+  // the TLS files cannot be loaded or the address cannot be bound.
+  absl::Status Listen(const std::string& host, int port, const ClientTls* tls = nullptr);
   void Stop();
 
   // The Prometheus exposition served at /metrics.

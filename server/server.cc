@@ -215,10 +215,12 @@ absl::Status Server::Serve() {
   if (grpc_server_ || shut_down_) {
     return absl::FailedPreconditionError("the server is already serving");
   }
-  // The client TLS settings.
+  // The client TLS settings, shared by https client and metrics URLs.
   std::optional<ClientTls> client_tls;
   const bool wants_tls =
-      std::any_of(config_.listen_client_urls.begin(), config_.listen_client_urls.end(), IsTls);
+      std::any_of(config_.listen_client_urls.begin(), config_.listen_client_urls.end(), IsTls) ||
+      std::any_of(config_.listen_metrics_urls.begin(), config_.listen_metrics_urls.end(),
+                  [](const Url& u) { return u.scheme == "https"; });
   if (wants_tls && HasClientCertificate(config_)) {
     auto resolved = ResolveClientTls(config_);
     if (!resolved.ok()) return resolved.status();
@@ -294,16 +296,25 @@ absl::Status Server::Serve() {
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
                                           metrics_.get());
   for (const auto& url : config_.listen_metrics_urls) {
-    if (url.scheme != "http") {
+    if (url.scheme != "http" && url.scheme != "https") {
       return absl::UnimplementedError(
-          absl::StrCat("metrics URL ", url.String(), ": only http is supported yet"));
+          absl::StrCat("metrics URL ", url.String(), ": only http and https are supported"));
     }
     int port = 0;
     if (!absl::SimpleAtoi(url.Port(), &port)) {
       return absl::InvalidArgumentError(absl::StrCat("metrics URL ", url.String(), " has no port"));
     }
-    if (auto s = http_->Listen(url.Hostname(), port); !s.ok()) return s;
-    spdlog::info("serving metrics and health on {}", url.String());
+    const bool https = url.scheme == "https";
+    if (https && !client_tls) {
+      // etcd's error (transport.NewListener) for an https URL without TLS.
+      return absl::InvalidArgumentError(absl::StrCat("cannot listen on TLS for ", url.host,
+                                                     ": KeyFile and CertFile are not presented"));
+    }
+    if (auto s = http_->Listen(url.Hostname(), port, https ? &*client_tls : nullptr); !s.ok()) {
+      return s;
+    }
+    spdlog::info("serving metrics and health {}on {}", https ? "securely " : "insecurely ",
+                 url.String());
   }
   spdlog::info("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);

@@ -1,10 +1,11 @@
-// TLS on client URLs, against a real etcd and against capstan with the same
-// flags: certificates made in the test by the openssl command (a CA, a
-// server certificate, client certificates that are valid, expired, revoked
-// in a CRL, or signed by another CA). Each server listens on http (for the
-// fixture's readiness check) and on https; every etcdctl call over https must
-// have the same outcome on both. With auth enabled, the verified client
-// certificate's common name is the user.
+// TLS on client and metrics URLs, against a real etcd and against capstan
+// with the same flags: certificates made in the test by the openssl command
+// (a CA, a server certificate, client certificates that are valid, expired,
+// revoked in a CRL, signed by another CA, or naming another address). Each
+// server listens on http (for the fixture's readiness check) and on https,
+// for client and for metrics URLs; every etcdctl call and every curl request
+// over https must have the same outcome on both. With auth enabled, the
+// verified client certificate's common name is the user.
 
 #include <unistd.h>
 
@@ -27,7 +28,8 @@ namespace capstan::testing {
 namespace {
 
 // A CA, server and client certificates. "other" is a second CA; crl.pem
-// revokes revoked.pem.
+// revokes revoked.pem. Leaf certificates name 127.0.0.1 and localhost,
+// except farip (only 10.1.2.3) and nosan (no subject alternative name).
 constexpr char kMakeCertificates[] = R"sh(
 set -e
 mkdir -p db && : > db/index.txt && echo 1000 > db/serial && echo 1000 > db/crlnumber
@@ -50,15 +52,20 @@ commonName = supplied
 [leaf]
 subjectAltName = IP:127.0.0.1,DNS:localhost
 extendedKeyUsage = serverAuth,clientAuth
+[farip]
+subjectAltName = IP:10.1.2.3
+extendedKeyUsage = serverAuth,clientAuth
+[nosan]
+extendedKeyUsage = serverAuth,clientAuth
 CNF
 ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
 openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=testca 2>/dev/null
 openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
-# leaf NAME CN START END [CA]
+# leaf NAME CN START END [CA [EXTENSIONS]]
 leaf() {
   ca=${5:-ca}
   openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$2 2>/dev/null
-  openssl ca -batch -config ca.cnf -cert $ca.pem -keyfile $ca.key -extensions leaf \
+  openssl ca -batch -config ca.cnf -cert $ca.pem -keyfile $ca.key -extensions ${6:-leaf} \
     -startdate $3 -enddate $4 -in $1.csr -out $1.pem 2>/dev/null
 }
 leaf server localhost 20200101000000Z 20991231000000Z
@@ -67,17 +74,21 @@ leaf user u 20200101000000Z 20991231000000Z
 leaf expired root 20200101000000Z 20200201000000Z
 leaf revoked root 20200101000000Z 20991231000000Z
 leaf foreign root 20200101000000Z 20991231000000Z other
+leaf farip root 20200101000000Z 20991231000000Z ca farip
+leaf nosan root 20200101000000Z 20991231000000Z ca nosan
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
 )sh";
 
 // Runs the real binary with ",https://127.0.0.1:<port>" appended to the
-// fixture's client URLs.
+// fixture's client URLs and metrics URLs.
 constexpr char kWrapper[] = R"sh(#!/bin/bash
 args=(); prev=""
 for a in "$@"; do
   if [ "$prev" = "--listen-client-urls" ] || [ "$prev" = "--advertise-client-urls" ]; then
     a="$a,https://127.0.0.1:TLS_PORT"
+  elif [ "$prev" = "--listen-metrics-urls" ]; then
+    a="$a,https://127.0.0.1:METRICS_PORT"
   fi
   args+=("$a"); prev="$a"
 done
@@ -126,16 +137,20 @@ class TlsTest : public ::testing::Test {
     std::unique_ptr<TempDir> wrapper_dir;
     std::unique_ptr<ServerProcess> process;
     int tls_port = 0;
+    int metrics_tls_port = 0;
     std::string endpoint() const { return absl::StrCat("https://127.0.0.1:", tls_port); }
+    std::string metrics_url() const { return absl::StrCat("https://127.0.0.1:", metrics_tls_port); }
   };
 
   static absl::StatusOr<TlsServer> Start(ServerFlavor flavor, std::vector<std::string> flags) {
     TlsServer s;
     s.tls_port = PickFreePort();
+    s.metrics_tls_port = PickFreePort();
     s.wrapper_dir = std::make_unique<TempDir>("capstan-tls-wrapper");
     const std::string wrapper = s.wrapper_dir->path() + "/server";
     std::string script = kWrapper;
     script.replace(script.find("TLS_PORT"), 8, std::to_string(s.tls_port));
+    script.replace(script.find("METRICS_PORT"), 12, std::to_string(s.metrics_tls_port));
     script.replace(script.find("REAL"), 4,
                    flavor == ServerFlavor::kEtcd ? EtcdBinary() : CapstanBinary());
     std::ofstream(wrapper) << script;
@@ -186,6 +201,53 @@ class TlsTest : public ::testing::Test {
     EXPECT_EQ(eo.out, c.out) << what;
     EXPECT_EQ(eo.last_err, c.last_err) << what;
     return c;
+  }
+
+  // curl GET url+path with the client certificate `client` ("" for none),
+  // trusting `ca` ("" to trust any server). The HTTP status, or "000" when
+  // there was no HTTP response (a refused handshake, a closed connection).
+  static std::string Curl(const std::string& url, const std::string& path,
+                          const std::string& client, const std::string& ca = "ca",
+                          std::string* body = nullptr) {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "10",
+                                     "-w", "\n%{http_code}"};
+    if (ca.empty()) {
+      argv.push_back("-k");
+    } else {
+      argv.insert(argv.end(), {"--cacert", Cert(ca + ".pem")});
+    }
+    if (!client.empty()) {
+      argv.insert(argv.end(), {"--cert", Cert(client + ".pem"), "--key", Cert(client + ".key")});
+    }
+    argv.push_back(url + path);
+    CommandResult r = RunCommand(argv, "", std::chrono::seconds(20));
+    const size_t nl = r.out.rfind('\n');
+    if (body) *body = r.out.substr(0, nl == std::string::npos ? 0 : nl);
+    return nl == std::string::npos ? r.out : r.out.substr(nl + 1);
+  }
+
+  // The same request on both servers' https metrics URLs; expects the same
+  // status and returns capstan's.
+  std::string BothMetrics(const std::string& client, const std::string& path,
+                          const std::string& ca = "ca") {
+    auto e = std::async(std::launch::async,
+                        [&] { return Curl(etcd_.metrics_url(), path, client, ca); });
+    std::string c = Curl(capstan_.metrics_url(), path, client, ca);
+    std::string eo = e.get();
+    EXPECT_EQ(eo, c) << "cert " << (client.empty() ? "(none)" : client) << ", ca "
+                     << (ca.empty() ? "(any)" : ca) << ": GET " << path;
+    return c;
+  }
+
+  // Whether `openssl s_client` completes a handshake with the TLS 1.2 cipher
+  // `cipher` (OpenSSL name) and the client certificate root.
+  static bool Handshakes(int port, const std::string& cipher) {
+    CommandResult r = RunCommand(
+        {"/usr/bin/openssl", "s_client", "-connect", absl::StrCat("127.0.0.1:", port), "-tls1_2",
+         "-cipher", cipher, "-CAfile", Cert("ca.pem"), "-cert", Cert("root.pem"), "-key",
+         Cert("root.key"), "-brief"},
+        "", std::chrono::seconds(10));
+    return absl::StrContains(r.err, "CONNECTION ESTABLISHED");
   }
 
   void StartBoth(const std::vector<std::string>& flags) {
@@ -332,6 +394,106 @@ TEST_F(TlsTest, TlsVersionAndCipherFlags) {
   EXPECT_TRUE(absl::StrContains(invalid.status().message(),
                                 "min version (TLS1.3) is greater than max version (TLS1.2)"))
       << invalid.status();
+}
+
+
+// https metrics URLs serve with the client TLS settings: the certificate,
+// client certificate authentication, the CRL. Unlike the client URLs, they
+// also refuse a client certificate naming addresses that are not the
+// client's (etcd's checkSAN).
+TEST_F(TlsTest, HttpsMetricsUseTheClientTlsSettings) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth(MutualTlsFlags());
+  for (const std::string path : {"/metrics", "/health"}) {
+    SCOPED_TRACE(path);
+    EXPECT_EQ(BothMetrics("root", path), "200");
+    EXPECT_EQ(BothMetrics("user", path), "200");
+    EXPECT_EQ(BothMetrics("nosan", path), "200");
+    for (const std::string bad : {"", "foreign", "expired", "revoked", "farip"}) {
+      EXPECT_EQ(BothMetrics(bad, path), "000") << bad;
+    }
+    // A client that does not trust the server's CA.
+    EXPECT_EQ(BothMetrics("root", path, "other"), "000");
+  }
+  std::string etcd_body, capstan_body;
+  ASSERT_EQ(Curl(etcd_.metrics_url(), "/health", "root", "ca", &etcd_body), "200");
+  ASSERT_EQ(Curl(capstan_.metrics_url(), "/health", "root", "ca", &capstan_body), "200");
+  EXPECT_TRUE(absl::StrContains(etcd_body, "\"health\":\"true\"")) << etcd_body;
+  EXPECT_TRUE(absl::StrContains(capstan_body, "\"health\":\"true\"")) << capstan_body;
+
+  // Plain http on the https port: the connection closes without a response.
+  for (const TlsServer* s : {&etcd_, &capstan_}) {
+    EXPECT_EQ(Curl(absl::StrCat("http://127.0.0.1:", s->metrics_tls_port), "/health", "", ""),
+              "000");
+  }
+  // The http metrics URL beside it stays plain.
+  for (const TlsServer* s : {&etcd_, &capstan_}) {
+    EXPECT_EQ(Curl(absl::StrCat("http://127.0.0.1:", s->process->metrics_port()), "/health", "",
+                   ""),
+              "200");
+  }
+}
+
+TEST_F(TlsTest, HttpsMetricsWithoutClientCertificateAuth) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth({"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key")});
+  for (const std::string client : {"", "root", "foreign", "expired", "revoked", "farip"}) {
+    EXPECT_EQ(BothMetrics(client, "/metrics"), "200") << client;
+  }
+  EXPECT_EQ(BothMetrics("", "/health", "other"), "000");
+}
+
+TEST_F(TlsTest, HttpsMetricsAllowedHostnameAndCipherSuites) {
+  if (!IsExecutable("/usr/bin/curl") || !IsExecutable("/usr/bin/openssl")) {
+    GTEST_SKIP() << "needs curl and openssl";
+  }
+  for (const std::string host : {"localhost", "example.com"}) {
+    SCOPED_TRACE(host);
+    std::vector<std::string> flags = MutualTlsFlags();
+    flags.push_back("--client-cert-allowed-hostname=" + host);
+    flags.push_back("--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256");
+    StartBoth(flags);
+    EXPECT_EQ(BothMetrics("root", "/metrics"), host == "localhost" ? "200" : "000");
+    for (const std::string cipher : {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"}) {
+      const bool etcd = Handshakes(etcd_.metrics_tls_port, cipher);
+      EXPECT_EQ(etcd, Handshakes(capstan_.metrics_tls_port, cipher)) << cipher;
+      EXPECT_EQ(etcd, host == "localhost" && cipher == "ECDHE-ECDSA-AES128-GCM-SHA256") << cipher;
+    }
+    etcd_.process->Stop();
+    capstan_.process->Stop();
+  }
+}
+
+// --auto-tls's self-signed certificate serves the metrics URLs too.
+TEST_F(TlsTest, HttpsMetricsWithAutoTls) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth({"--auto-tls"});
+  EXPECT_EQ(BothMetrics("", "/health", ""), "200");
+  EXPECT_EQ(BothMetrics("", "/health", "ca"), "000");
+}
+
+// An https metrics URL without a certificate stops the server at start, with
+// etcd's error.
+TEST_F(TlsTest, HttpsMetricsNeedACertificate) {
+  for (ServerFlavor flavor : {ServerFlavor::kEtcd, ServerFlavor::kCapstan}) {
+    SCOPED_TRACE(FlavorName(flavor));
+    TempDir dir("capstan-tls-start");
+    const std::string client = absl::StrCat("http://127.0.0.1:", PickFreePort());
+    const std::string peer = absl::StrCat("http://127.0.0.1:", PickFreePort());
+    const int metrics_port = PickFreePort();
+    CommandResult r = RunCommand(
+        {flavor == ServerFlavor::kEtcd ? EtcdBinary() : CapstanBinary(), "--name=default",
+         "--data-dir=" + dir.path() + "/data", "--listen-client-urls=" + client,
+         "--advertise-client-urls=" + client, "--listen-peer-urls=" + peer,
+         "--initial-advertise-peer-urls=" + peer, "--initial-cluster=default=" + peer,
+         absl::StrCat("--listen-metrics-urls=https://127.0.0.1:", metrics_port)},
+        "", std::chrono::seconds(30));
+    EXPECT_TRUE(r.exit.exited && r.exit.exit_code == 1) << r.exit.ToString() << "\n" << r.err;
+    EXPECT_TRUE(absl::StrContains(
+        r.err, absl::StrCat("cannot listen on TLS for 127.0.0.1:", metrics_port,
+                            ": KeyFile and CertFile are not presented")))
+        << r.err;
+  }
 }
 
 }  // namespace
