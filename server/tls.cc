@@ -231,6 +231,9 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
   ClientTls tls;
   tls.cert_file = config.cert_file;
   tls.key_file = config.key_file;
+  tls.cipher_suites = OpenSslCipherNames(config.cipher_suites);
+  tls.min_version = config.tls_min_version;
+  tls.max_version = config.tls_max_version;
   if (tls.cert_file.empty() && tls.key_file.empty() && config.auto_tls) {
     const std::string dir = config.data_dir + "/fixtures/client";
     std::vector<std::string> hosts;
@@ -241,6 +244,10 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
     }
     tls.cert_file = dir + "/cert.pem";
     tls.key_file = dir + "/key.pem";
+    // etcd's ClientSelfCert replaces its whole client TLSInfo with the
+    // self-signed pair: no trusted CA, no client certificate required, no
+    // CRL, no allowed hostname.
+    return tls;
   }
   if (tls.cert_file.empty() || tls.key_file.empty()) {
     return absl::InvalidArgumentError(
@@ -248,15 +255,14 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
         "--auto-tls)");
   }
   tls.trusted_ca_file = config.trusted_ca_file;
-  tls.require_client_cert = config.client_cert_auth;
-  if (tls.require_client_cert && tls.trusted_ca_file.empty()) {
+  // etcd's TLSInfo.ServerConfig: a trusted CA alone also requires a
+  // verified client certificate.
+  tls.require_client_cert = config.client_cert_auth || !tls.trusted_ca_file.empty();
+  if (config.client_cert_auth && tls.trusted_ca_file.empty()) {
     return absl::InvalidArgumentError("--client-cert-auth requires --trusted-ca-file");
   }
   tls.crl_file = config.client_crl_file;
   tls.allowed_hostname = config.client_cert_allowed_hostname;
-  tls.cipher_suites = OpenSslCipherNames(config.cipher_suites);
-  tls.min_version = config.tls_min_version;
-  tls.max_version = config.tls_max_version;
   return tls;
 }
 

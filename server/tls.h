@@ -38,10 +38,12 @@ struct ClientTls {
 // --key-file or --auto-tls (etcd: the client TLSInfo is not empty).
 bool HasClientCertificate(const ServerConfig& config);
 
-// The client TLS settings. With --auto-tls and neither --cert-file nor
-// --key-file, makes (or reuses) the self-signed pair in
-// <data-dir>/fixtures/client. Fails with a message naming the flag when a
-// setting is unusable. REQUIRES: HasClientCertificate(config).
+// The client TLS settings, as etcd resolves them: a trusted CA requires
+// client certificates even without --client-cert-auth; with --auto-tls and
+// neither --cert-file nor --key-file, the self-signed pair in
+// <data-dir>/fixtures/client (made if missing) with no client certificate
+// checks at all, whatever the other flags say. Fails with a message naming
+// the flag when a setting is unusable. REQUIRES: HasClientCertificate(config).
 absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config);
 
 // The credentials for https/unixs client URLs. Fails with a message naming

@@ -496,5 +496,47 @@ TEST_F(TlsTest, HttpsMetricsNeedACertificate) {
   }
 }
 
+
+// As in etcd, a trusted CA alone (without --client-cert-auth) makes TLS
+// listeners require a verified client certificate.
+TEST_F(TlsTest, TrustedCaAloneRequiresClientCertificates) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth({"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key"),
+             "--trusted-ca-file=" + Cert("ca.pem")});
+  EXPECT_EQ(Both("root", {"put", "k", "v"}).out, "OK\n");
+  EXPECT_EQ(Both("", {"get", "k"}).last_err, "Error: context deadline exceeded");
+  EXPECT_EQ(Both("foreign", {"get", "k"}).last_err, "Error: context deadline exceeded");
+  EXPECT_EQ(BothMetrics("root", "/metrics"), "200");
+  EXPECT_EQ(BothMetrics("", "/metrics"), "000");
+  EXPECT_EQ(BothMetrics("foreign", "/metrics"), "000");
+}
+
+// etcd's --auto-tls replaces all the client TLS settings with the
+// self-signed pair: client certificates are then neither required nor
+// checked, whatever --client-cert-auth and --trusted-ca-file say.
+TEST_F(TlsTest, AutoTlsDropsClientCertificateAuth) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth({"--auto-tls", "--client-cert-auth", "--trusted-ca-file=" + Cert("ca.pem"),
+             "--client-crl-file=" + Cert("crl.pem")});
+  for (const std::string client : {"", "root", "revoked", "foreign"}) {
+    SCOPED_TRACE(client);
+    for (const TlsServer* s : {&etcd_, &capstan_}) {
+      // Trust the server's own self-signed certificate.
+      const std::string cert = s->process->data_dir() + "/fixtures/client/cert.pem";
+      std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints=" + s->endpoint(),
+                                       "--dial-timeout=2s", "--command-timeout=3s",
+                                       "--cacert=" + cert};
+      if (!client.empty()) {
+        argv.push_back("--cert=" + Cert(client + ".pem"));
+        argv.push_back("--key=" + Cert(client + ".key"));
+      }
+      argv.insert(argv.end(), {"put", "k", "v"});
+      CommandResult r = RunCommand(argv, "", std::chrono::seconds(20));
+      EXPECT_EQ(r.out, "OK\n") << FlavorName(s->process->flavor()) << "\n" << r.err;
+    }
+    EXPECT_EQ(BothMetrics(client, "/health", ""), "200");
+  }
+}
+
 }  // namespace
 }  // namespace capstan::testing
