@@ -538,5 +538,31 @@ TEST_F(TlsTest, AutoTlsDropsClientCertificateAuth) {
   }
 }
 
+
+// gRPC 1.51 cannot narrow the TLS versions (client URLs refuse such limits,
+// see TlsVersionAndCipherFlags); https metrics URLs enforce them. etcd 3.4
+// has neither flag: capstan alone.
+TEST_F(TlsTest, HttpsMetricsEnforceTlsVersions) {
+  if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
+  for (const std::string flag : {"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}) {
+    SCOPED_TRACE(flag);
+    const int port = PickFreePort();
+    ServerOptions o = ServerOptions::Capstan();
+    o.extra_args = {"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key"), flag,
+                    absl::StrCat("--listen-metrics-urls=https://127.0.0.1:", port)};
+    auto c = ServerProcess::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const std::string version : {"1_2", "1_3"}) {
+      CommandResult r = RunCommand({"/usr/bin/openssl", "s_client", "-connect",
+                                    absl::StrCat("127.0.0.1:", port), "-tls" + version, "-CAfile",
+                                    Cert("ca.pem"), "-brief"},
+                                   "", std::chrono::seconds(10));
+      const bool allowed = flag == "--tls-min-version=TLS1.3" ? version == "1_3" : version == "1_2";
+      EXPECT_EQ(absl::StrContains(r.err, "CONNECTION ESTABLISHED"), allowed)
+          << version << "\n" << r.err;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace capstan::testing
