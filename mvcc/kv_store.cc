@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& opt
   std::unique_ptr<KvStore> store(new KvStore(options, std::move(backend)));
   if (auto s = store->Recover(); !s.ok()) return s;
   store->Publish();
+  store->answerer_ = std::thread([s = store.get()] { s->AnswerLoop(); });
   store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
   store->compactor_ = std::thread([s = store.get()] { s->CompactionLoop(); });
   store->lease_expiry_ = std::thread([s = store.get()] { s->LeaseExpiryLoop(); });
@@ -41,6 +42,12 @@ KvStore::~KvStore() {
   lease_cv_.notify_all();
   if (lease_expiry_.joinable()) lease_expiry_.join();
   if (committer_.joinable()) committer_.join();
+  {
+    std::lock_guard<std::mutex> l(answer_mu_);
+    answers_closed_ = true;
+  }
+  answer_cv_.notify_all();
+  if (answerer_.joinable()) answerer_.join();
   {
     std::lock_guard<std::mutex> l(compact_mu_);
     compact_requested_ = -1;  // tells the compactor to exit
@@ -265,6 +272,40 @@ void KvStore::CommitLoop() {
     }
     CommitGroup(&group);
     group.clear();
+  }
+}
+
+void KvStore::DeliverAnswers(std::vector<Answer>* answers) {
+  // A group this small is answered at once when nothing is queued before
+  // it: a thread hand-off would cost more than the answers.
+  constexpr size_t kInlineAnswers = 2;
+  {
+    std::lock_guard<std::mutex> l(answer_mu_);
+    if (answers->size() > kInlineAnswers || answering_ || !answers_.empty()) {
+      const bool wake = answers_.empty();
+      for (auto& a : *answers) answers_.push_back(std::move(a));
+      answers->clear();
+      if (wake) answer_cv_.notify_one();
+      return;
+    }
+  }
+  for (auto& a : *answers) a.done(std::move(a.status));
+  answers->clear();
+}
+
+void KvStore::AnswerLoop() {
+  std::vector<Answer> batch;
+  std::unique_lock<std::mutex> l(answer_mu_);
+  for (;;) {
+    answer_cv_.wait(l, [this] { return answers_closed_ || !answers_.empty(); });
+    if (answers_.empty()) return;  // closed, and everything answered
+    batch.swap(answers_);
+    answering_ = true;
+    l.unlock();
+    for (auto& a : batch) a.done(std::move(a.status));
+    batch.clear();
+    l.lock();
+    answering_ = false;
   }
 }
 

@@ -101,7 +101,9 @@ struct RangeResult {
 // owned by the caller and must stay alive until `done` runs. The committer
 // fills the response (its header carries only the revision) and calls done
 // exactly once, after the write is durable and visible, or with the error
-// that refused it. done runs on the committer thread: it must not block.
+// that refused it. done runs on the store's answer thread (or, for a small
+// group with nothing queued before it, on the committer), in commit order:
+// it must not block.
 struct WriteRequest {
   // kInternal is KvStore's own: `apply` runs on the committer thread inside
   // a group (used to compact the key index in batches between writes).
@@ -215,6 +217,15 @@ class KvStore {
   void CommitLoop();
   void CommitGroup(std::vector<WriteRequest>* group);
   void Publish();
+  // A committed write's done and its result.
+  struct Answer {
+    absl::AnyInvocable<void(absl::Status)> done;
+    absl::Status status;
+  };
+  // Committer thread: hands a committed group's answers on, in order.
+  void DeliverAnswers(std::vector<Answer>* answers);
+  // Answer thread: runs the answers handed to it until the store stops.
+  void AnswerLoop();
 
   // Physical compaction, on its own thread (kv_store_compaction.cc).
   void CompactionLoop();
@@ -320,7 +331,17 @@ class KvStore {
   std::vector<etcdserverpb::AlarmMember> alarms_;
   absl::Status storage_failure_;
 
+  // Answers of committed groups, run off the committer so that the next
+  // group's write overlaps sending them (answering a group of gRPC calls
+  // costs about as much as its fsync). Lock order: a leaf lock.
+  std::mutex answer_mu_;
+  std::condition_variable answer_cv_;
+  std::vector<Answer> answers_;
+  bool answering_ = false;  // the answer thread is running a batch
+  bool answers_closed_ = false;
+
   std::thread committer_;
+  std::thread answerer_;
   std::thread compactor_;
   std::thread lease_expiry_;
 };

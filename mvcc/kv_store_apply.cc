@@ -671,6 +671,8 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     }
     compaction_barrier_.reset();
   }
+  std::vector<Answer> answers;
+  answers.reserve(group->size());
   for (size_t i = 0; i < group->size(); ++i) {
     WriteRequest& w = (*group)[i];
     if (w.kind == WriteRequest::Kind::kInternal) continue;
@@ -683,11 +685,12 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
           continue;
         }
       }
-      w.done(absl::OkStatus());
+      answers.push_back({std::move(w.done), absl::OkStatus()});
       continue;
     }
-    w.done(results[i]);
+    answers.push_back({std::move(w.done), std::move(results[i])});
   }
+  DeliverAnswers(&answers);
 }
 
 }  // namespace capstan::mvcc
