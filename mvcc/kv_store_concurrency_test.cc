@@ -1,6 +1,7 @@
 // Concurrency tests of KvStore: writers (puts, deletes, txns), readers doing
 // large Ranges at the current and at past revisions, and a compactor, all at
-// once. Built to run under ThreadSanitizer too (-DCAPSTAN_SANITIZE=thread).
+// once. Built to run under ThreadSanitizer too (`make sanitize-thread`, with
+// the suppressions of scripts/tsan.supp).
 //
 // Every committed change is logged with its revision by the thread that got
 // the answer. Readers check what they can at once (counts, key order, the sum
@@ -38,18 +39,6 @@
 #include "mvcc/test_backend.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
-
-#if defined(__SANITIZE_THREAD__)
-// Debian's RocksDB is not built with ThreadSanitizer, so TSan does not see
-// its internal synchronization (the lock-free memtable, the WAL writer,
-// version reference counts) and reports races between RocksDB's own
-// accesses; likewise Debian's Abseil, whose absl::Status copies share a
-// reference-counted rep. KvStore's synchronization is what this test
-// checks; races with a rocksdb:: frame or from libabsl_status are suppressed.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:rocksdb::\ncalled_from_lib:libabsl_status.so\n";
-}
-#endif
 
 namespace capstan::mvcc {
 namespace {

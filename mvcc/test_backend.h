@@ -1,11 +1,6 @@
 // A storage::Backend for tests: forwards to a real backend, fails writes on
 // demand (`fail`) and counts them (`writes`).
 //
-// Under ThreadSanitizer its writes also take a mutex: otherwise RocksDB's
-// write-group leader copies a concurrent writer's batch (the compactor's)
-// with synchronization TSan cannot see, in frames it cannot name, so no
-// suppression can single those reports out.
-//
 // Thread safety: as the wrapped backend. Test-only; not part of any library.
 
 #ifndef CAPSTAN_MVCC_TEST_BACKEND_H_
@@ -13,7 +8,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,9 +25,6 @@ class TestBackend final : public storage::Backend {
   absl::Status Write(storage::WriteBatch* batch) override {
     writes.fetch_add(1);
     if (fail.load()) return absl::UnavailableError("injected write failure");
-#if defined(__SANITIZE_THREAD__)
-    std::lock_guard<std::mutex> l(write_mu_);
-#endif
     return base_->Write(batch);
   }
   absl::Status Get(storage::Cf cf, std::string_view key, std::string* value) const override {
@@ -55,7 +46,6 @@ class TestBackend final : public storage::Backend {
 
  private:
   std::unique_ptr<storage::Backend> base_;
-  std::mutex write_mu_;
 };
 
 }  // namespace capstan::mvcc

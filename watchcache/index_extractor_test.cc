@@ -48,8 +48,10 @@ TEST(IndexExtractor, KubernetesProtobuf) {
 
 TEST(IndexExtractor, Json) {
   IndexExtractor ex(PodResource());
+  // The views in e point into the value: it must outlive them.
+  const std::string v = testing::PodJson(SamplePod());
   Extracted e;
-  EXPECT_TRUE(ex.Extract(testing::PodJson(SamplePod()), &e));
+  EXPECT_TRUE(ex.Extract(v, &e));
   ExpectPod(ex, e);
 }
 
