@@ -110,6 +110,7 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
     response->set_hash(hash);
     // etcd's compaction revision is -1 until the first compaction.
     response->set_compact_revision(compact_rev == 0 ? -1 : compact_rev);
+    response->set_hash_revision(hash_rev);
   }
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
