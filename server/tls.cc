@@ -16,9 +16,11 @@
 #include "grpcpp/security/tls_certificate_verifier.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "openssl/bio.h"
+#include "openssl/conf.h"
 #include "openssl/ec.h"
 #include "openssl/evp.h"
 #include "openssl/pem.h"
+#include "openssl/ssl.h"
 #include "openssl/x509v3.h"
 
 namespace capstan::server {
@@ -136,18 +138,40 @@ absl::Status SelfSignedCertificate(const std::string& dir, const std::vector<std
   return status;
 }
 
-absl::Status CheckTlsVersions(const std::string& min_version, const std::string& max_version) {
-  // gRPC 1.51 negotiates TLS1.2 or TLS1.3 and has no public API to narrow
-  // that range (TlsServerCredentialsOptions gained min/max versions later).
-  if (min_version == "TLS1.3") {
-    return absl::UnimplementedError(
-        "--tls-min-version=TLS1.3 is not supported: the gRPC library Capstan is built with (1.51) "
-        "cannot restrict TLS versions and always accepts TLS1.2 and TLS1.3");
+absl::Status RestrictTlsVersions(const std::string& min_version, const std::string& max_version) {
+  std::string disabled;
+  if (min_version == "TLS1.3") disabled = "-TLSv1.2";
+  if (max_version == "TLS1.2") disabled = "-TLSv1.3";
+  if (disabled.empty()) return absl::OkStatus();
+  // The default configuration first (it is loaded only once, and loading it
+  // later would replace this one). Then an SSL configuration module whose
+  // system_default section disables the versions out of range; it keeps
+  // Debian's default security level.
+  if (OPENSSL_init_ssl(OPENSSL_INIT_LOAD_CONFIG, nullptr) != 1) {
+    return absl::InternalError("cannot initialise OpenSSL");
   }
-  if (max_version == "TLS1.2") {
-    return absl::UnimplementedError(
-        "--tls-max-version=TLS1.2 is not supported: the gRPC library Capstan is built with (1.51) "
-        "cannot restrict TLS versions and always accepts TLS1.2 and TLS1.3");
+  const std::string text = absl::StrCat(
+      "capstan_tls = capstan_tls_modules\n"
+      "[capstan_tls_modules]\n"
+      "ssl_conf = capstan_tls_ssl\n"
+      "[capstan_tls_ssl]\n"
+      "system_default = capstan_tls_versions\n"
+      "[capstan_tls_versions]\n"
+      "CipherString = DEFAULT:@SECLEVEL=2\n"
+      "Protocol = ",
+      disabled, "\n");
+  BIO* bio = BIO_new_mem_buf(text.data(), static_cast<int>(text.size()));
+  CONF* conf = NCONF_new(nullptr);
+  long error_line = 0;
+  const bool loaded = bio != nullptr && conf != nullptr &&
+                      NCONF_load_bio(conf, bio, &error_line) == 1 &&
+                      CONF_modules_load(conf, "capstan_tls", 0) == 1;
+  NCONF_free(conf);
+  BIO_free(bio);
+  if (!loaded) {
+    return absl::InternalError(absl::StrCat("cannot apply --tls-min-version=", min_version,
+                                            " --tls-max-version=", max_version,
+                                            " to OpenSSL's configuration"));
   }
   return absl::OkStatus();
 }
@@ -268,7 +292,7 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
     const ClientTls& tls, const std::string& crl_dir) {
-  if (auto s = CheckTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
+  if (auto s = RestrictTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
   auto cert = ReadFile(tls.cert_file, "--cert-file");
   if (!cert.ok()) return cert.status();
   auto key = ReadFile(tls.key_file, "--key-file");

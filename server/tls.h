@@ -47,9 +47,9 @@ bool HasClientCertificate(const ServerConfig& config);
 absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config);
 
 // The credentials for https/unixs client URLs. Fails with a message naming
-// the flag when files are missing or unreadable, and refuses TLS version
-// limits the installed gRPC cannot enforce (see CheckTlsVersions). A CRL is
-// converted into crl_dir (see CrlDirectory).
+// the flag when files are missing or unreadable; applies TLS version limits
+// (see RestrictTlsVersions). A CRL is converted into crl_dir (see
+// CrlDirectory).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
     const ClientTls& tls, const std::string& crl_dir);
 
@@ -70,11 +70,16 @@ std::vector<std::string> OpenSslCipherNames(const std::vector<std::string>& go_n
 // as OpenSSL names.
 std::vector<std::string> DefaultCipherNames();
 
-// Ok for --tls-min-version/--tls-max-version values gRPC 1.51 honours (the
-// default range TLS1.2..TLS1.3); UNIMPLEMENTED with a message naming the
-// flag for TLS1.3-only or TLS1.2-only. REQUIRES: values passed config
-// validation ("", "TLS1.2" or "TLS1.3").
-absl::Status CheckTlsVersions(const std::string& min_version, const std::string& max_version);
+// Makes every TLS context the process creates from now on refuse the
+// versions outside --tls-min-version..--tls-max-version. gRPC 1.51 has no
+// API for a version range (it always offers TLS1.2 and TLS1.3), so the limit
+// goes through OpenSSL's system-default SSL configuration, which OpenSSL
+// applies to each new SSL_CTX, gRPC's included: the versions outside the
+// range are disabled there. Nothing changes for the default range. Process
+// wide, as etcd's flags apply to all its listeners. REQUIRES: the values
+// passed config validation ("", "TLS1.2" or "TLS1.3"); called before the
+// servers that should honour it are built.
+absl::Status RestrictTlsVersions(const std::string& min_version, const std::string& max_version);
 
 struct CrlFree {
   void operator()(X509_CRL* crl) const { X509_CRL_free(crl); }
