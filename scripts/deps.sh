@@ -7,7 +7,7 @@ packages=(
   librocksdb-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libjemalloc-dev libbenchmark-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev libspdlog-dev libssl-dev prometheus-cpp-dev
-  etcd-server etcd-client curl
+  etcd-server etcd-client curl openssl golang-go
 )
 missing=()
 for p in "${packages[@]}"; do
