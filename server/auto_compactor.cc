@@ -1,10 +1,34 @@
 #include "server/auto_compactor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "spdlog/spdlog.h"
 
 namespace capstan::server {
+
+PeriodicCompactionSchedule::PeriodicCompactionSchedule(absl::Duration period, absl::Time start)
+    : period_(period),
+      check_interval_(std::max(std::min(period, absl::Hours(1)) / 10, absl::Nanoseconds(1))),
+      compact_interval_(std::min(period, absl::Hours(1))),
+      retained_(static_cast<size_t>(period / check_interval_) + 1),
+      last_success_(start),
+      wait_(period) {}
+
+void PeriodicCompactionSchedule::Sample(int64_t rev) {
+  revs_.push_back(rev);
+  if (revs_.size() > retained_) revs_.pop_front();
+}
+
+std::optional<int64_t> PeriodicCompactionSchedule::Due(absl::Time now) {
+  if (revs_.empty() || now - last_success_ < wait_) return std::nullopt;
+  // After the first compaction (due `period` after start), one every
+  // compact_interval, retried each check until one succeeds.
+  wait_ = compact_interval_;
+  return revs_.front();
+}
+
+void PeriodicCompactionSchedule::Compacted(absl::Time now) { last_success_ = now; }
 
 AutoCompactor::AutoCompactor(mvcc::KvStore* store, absl::Duration period, int64_t revisions,
                              absl::Duration revision_check_interval)
@@ -24,43 +48,48 @@ AutoCompactor::~AutoCompactor() {
   thread_.join();
 }
 
-void AutoCompactor::Compact(int64_t rev) {
-  if (rev <= store_->CompactRev()) return;
+bool AutoCompactor::Compact(int64_t rev) {
+  if (rev <= store_->CompactRev()) return true;
   etcdserverpb::CompactionRequest req;
   req.set_revision(rev);
   auto resp = store_->Compact(req);
   if (resp.ok()) {
     spdlog::info("auto compaction: compacted to revision {}", rev);
-  } else {
-    spdlog::warn("auto compaction to revision {} failed: {}", rev,
-                 std::string(resp.status().message()));
+    return true;
   }
+  if (rev <= store_->CompactRev()) return true;  // compacted meanwhile
+  spdlog::warn("auto compaction to revision {} failed: {}", rev,
+               std::string(resp.status().message()));
+  return false;
+}
+
+bool AutoCompactor::Wait(absl::Duration d) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, absl::ToChronoNanoseconds(d), [this] { return stopping_; });
+  return !stopping_;
 }
 
 void AutoCompactor::Run() {
-  const bool periodic = period_ > absl::ZeroDuration();
-  const absl::Duration tick = periodic ? period_ / 10 : revision_check_interval_;
-  // Periodic mode: revisions sampled each tick; the oldest one leaves the
-  // window once it is `period_` old.
-  std::deque<std::pair<absl::Time, int64_t>> samples;
+  if (period_ > absl::ZeroDuration()) {
+    RunPeriodic();
+  } else {
+    RunRevision();
+  }
+}
+
+void AutoCompactor::RunPeriodic() {
+  PeriodicCompactionSchedule schedule(period_, absl::Now());
   for (;;) {
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, absl::ToChronoNanoseconds(tick), [this] { return stopping_; });
-      if (stopping_) return;
-    }
-    const absl::Time now = absl::Now();
-    const int64_t rev = store_->Rev();
-    if (!periodic) {
-      Compact(rev - revisions_);
-      continue;
-    }
-    samples.emplace_back(now, rev);
-    int64_t target = 0;
-    while (!samples.empty() && now - samples.front().first >= period_) {
-      target = samples.front().second;
-      samples.pop_front();
-    }
+    schedule.Sample(store_->Rev());
+    if (!Wait(schedule.check_interval())) return;
+    const std::optional<int64_t> target = schedule.Due(absl::Now());
+    if (target && Compact(*target)) schedule.Compacted(absl::Now());
+  }
+}
+
+void AutoCompactor::RunRevision() {
+  while (Wait(revision_check_interval_)) {
+    const int64_t target = store_->Rev() - revisions_;
     if (target > 0) Compact(target);
   }
 }
