@@ -96,7 +96,12 @@ absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmRes
       }
       break;
     case AlarmRequest::ACTIVATE: {
-      if (std::any_of(alarms_.begin(), alarms_.end(), match)) break;
+      // An alarm already active is answered as it stands (etcd's
+      // AlarmStore.Activate returns the existing member).
+      if (auto it = std::find_if(alarms_.begin(), alarms_.end(), match); it != alarms_.end()) {
+        *resp->add_alarms() = *it;
+        break;
+      }
       AlarmMember m;
       m.set_memberid(req.memberid());
       m.set_alarm(req.alarm());
