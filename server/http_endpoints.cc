@@ -12,6 +12,7 @@
 #include "httplib.h"
 #include "server/metrics.h"
 #include "server/metrics_tls.h"
+#include "spdlog/spdlog.h"
 
 namespace capstan::server {
 
@@ -22,33 +23,58 @@ HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Ver
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
 void HttpEndpoints::Install(httplib::Server* server) {
+  // etcd 3.5's /health (etcdhttp/metrics.go): an active alarm makes the
+  // member unhealthy unless its type is excluded (`?exclude=NOSPACE`, as
+  // kubeadm's liveness probe asks; every alarm of that type is excluded, as
+  // from 3.5.2). `serializable=true` asks etcd for a local rather than a
+  // quorum read; a single member answers both alike, so it is accepted and
+  // changes nothing here.
   auto health = [this](const httplib::Request& req, httplib::Response& res) {
-    // A single member always has a leader. Active alarms make it unhealthy
-    // unless excluded (`?exclude=NOSPACE`, as kubeadm's probe asks).
     std::string reason;
     for (const auto& a : store_->Alarms()) {
       const std::string name = etcdserverpb::AlarmType_Name(a.alarm());
+      const std::string text = absl::StrCat("memberID:", a.memberid(), " alarm:", name, " ");
       bool excluded = false;
       for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
         excluded |= req.get_param_value("exclude", i) == name;
       }
-      if (!excluded) {
-        reason = "ALARM " + name;
-        break;
+      if (excluded) {
+        spdlog::debug("/health excluded alarm: {}", text);
+        continue;
       }
+      spdlog::warn("serving /health false due to an alarm: {}", text);
+      reason = a.alarm() == etcdserverpb::NOSPACE || a.alarm() == etcdserverpb::CORRUPT
+                   ? "ALARM " + name
+                   : "ALARM UNKNOWN";
+      break;
     }
     // A store that stopped accepting writes after a storage failure is
     // unhealthy whatever is excluded.
     if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
     if (!reason.empty()) {
+      // Go's http.Error: the body plus a newline, and nosniff.
+      const std::string body = "{\"health\":\"false\",\"reason\":\"" + reason + "\"}";
+      spdlog::warn("/health error: output {}, status-code 503", body);
       res.status = 503;
-      res.set_content("{\"health\":\"false\",\"reason\":\"" + reason + "\"}",
-                      "text/plain; charset=utf-8");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_content(body + "\n", "text/plain; charset=utf-8");
       return;
     }
+    spdlog::debug("/health OK: status-code 200");
     res.set_content("{\"health\":\"true\",\"reason\":\"\"}", "text/plain; charset=utf-8");
   };
   server->Get("/health", health);
+  // Other methods: 405 with Allow, as Go's http.Error writes it.
+  auto only_get = [](const httplib::Request&, httplib::Response& res) {
+    res.status = 405;
+    res.set_header("Allow", "GET");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_content("Method Not Allowed\n", "text/plain; charset=utf-8");
+  };
+  server->Post("/health", only_get);
+  server->Put("/health", only_get);
+  server->Delete("/health", only_get);
+  server->Patch("/health", only_get);
   server->Get("/livez", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok", "text/plain; charset=utf-8");
   });
