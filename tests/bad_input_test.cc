@@ -11,11 +11,13 @@
 // check and panics on an invalid sort target; those cases go to Capstan only
 // and expect 3.5's answer (as in diff_kv_test.cc).
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -394,6 +396,51 @@ TEST_F(BadInputTest, BadWatchCreates) {
     EXPECT_EQ(answers[1], answers[0]) << "etcd: " << answers[0] << "\ncapstan: " << answers[1];
   }
   ExpectServing();
+}
+
+// --max-concurrent-streams bounds the streams one connection has open at a
+// time: with a limit of 2, a third watch stream on the same connection is
+// not started until one of the first two ends. The same on both servers.
+TEST(MaxConcurrentStreamsTest, ThirdStreamWaitsForASlot) {
+  if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "real etcd not found at " << EtcdBinary();
+  for (ServerOptions o : {ServerOptions::Etcd(), ServerOptions::Capstan()}) {
+    o.extra_args = {"--max-concurrent-streams", "2"};
+    auto started = ServerProcess::Start(o);
+    ASSERT_TRUE(started.ok()) << started.status();
+    std::unique_ptr<ServerProcess> server = std::move(*started);
+    SCOPED_TRACE(FlavorName(server->flavor()));
+    auto stub = etcdserverpb::Watch::NewStub(server->NewChannel());
+
+    // Opens a watch stream and waits for its Created response.
+    struct Stream {
+      grpc::ClientContext ctx;
+      std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                               etcdserverpb::WatchResponse>> rw;
+    };
+    auto open = [&stub](Stream* s, const std::string& key) {
+      s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      s->rw = stub->Watch(&s->ctx);
+      etcdserverpb::WatchRequest req;
+      req.mutable_create_request()->set_key(key);
+      etcdserverpb::WatchResponse resp;
+      return s->rw->Write(req) && s->rw->Read(&resp) && resp.created();
+    };
+    Stream a, b, c;
+    ASSERT_TRUE(open(&a, "streams/a"));
+    ASSERT_TRUE(open(&b, "streams/b"));
+    std::atomic<bool> c_created{false};
+    std::thread third([&] { c_created = open(&c, "streams/c"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_FALSE(c_created.load()) << "a third stream was served beyond the limit";
+    a.ctx.TryCancel();
+    for (int i = 0; i < 100 && !c_created.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(c_created.load()) << "the third stream never started after one ended";
+    b.ctx.TryCancel();
+    c.ctx.TryCancel();
+    third.join();
+  }
 }
 
 }  // namespace
