@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "watchcache/errors.h"
 #include "watchcache/k8s_test_objects.h"
@@ -281,6 +282,44 @@ TEST_F(ResourceCacheTest, TooOldResourceVersion) {
   for (int i = 0; i < 40; ++i) Put(100 + i, absl::StrCat("p", i % 5), "n");
   r = List("", "", ResourceVersionMatch::kUnset, 2, page->continue_token);
   EXPECT_TRUE(Is(r.status(), CacheError::kContinueExpired)) << r.status();
+}
+
+// The event ring follows the event rate, as kube-apiserver's cacher does: a
+// burst whose oldest event is still inside the window doubles the capacity
+// (up to the max); a slow feed whose newest quarter is older than the window
+// halves it (down to the min). The ring never holds more than its capacity.
+TEST_F(ResourceCacheTest, RingGrowsWithABurstAndShrinksWhenTheRateFalls) {
+  options_.event_window = absl::Milliseconds(300);
+  options_.ring_min_capacity = 8;
+  options_.ring_max_capacity = 64;
+  Recreate();
+  EXPECT_EQ(cache_->GetStats().ring_capacity, 8u);
+  int64_t rev = 2;
+  for (int i = 0; i < 120; ++i) {
+    Put(rev++, absl::StrCat("p", i % 20), "n");
+    auto st = cache_->GetStats();
+    ASSERT_LE(st.ring_events, st.ring_capacity);
+  }
+  auto burst = cache_->GetStats();
+  EXPECT_EQ(burst.ring_capacity, 64u) << "a burst inside the window grows the ring to its max";
+  EXPECT_EQ(burst.ring_events, 64u);
+
+  // One event every 100 ms: each quarter of a full ring soon spans more
+  // than the 300 ms window.
+  size_t last_capacity = burst.ring_capacity;
+  for (int i = 0; i < 100 && last_capacity > 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    Put(rev++, absl::StrCat("p", i % 20), "n");
+    auto st = cache_->GetStats();
+    ASSERT_LE(st.ring_events, st.ring_capacity);
+    ASSERT_LE(st.ring_capacity, last_capacity) << "the ring grew while the rate fell";
+    last_capacity = st.ring_capacity;
+  }
+  EXPECT_EQ(last_capacity, 8u) << "a slow feed shrinks the ring to its min";
+
+  // A new burst grows it again.
+  for (int i = 0; i < 40; ++i) Put(rev++, absl::StrCat("p", i % 20), "n");
+  EXPECT_GT(cache_->GetStats().ring_capacity, 8u);
 }
 
 TEST_F(ResourceCacheTest, InitialEventsAndBookmarks) {
