@@ -183,7 +183,7 @@ TEST_P(FailStopTest, FailingWriteAndEveryLaterWriteAreRefused) {
 
   auto [status, body] = Health();
   EXPECT_EQ(status, 503);
-  EXPECT_EQ(body, "{\"health\":\"false\",\"reason\":\"STORAGE FAILED\"}");
+  EXPECT_EQ(body, "{\"health\":\"false\",\"reason\":\"STORAGE FAILED\"}\n");
   EXPECT_NE(log_->str().find("storage failure: a group commit failed"), std::string::npos)
       << log_->str();
   EXPECT_NE(log_->str().find("stops accepting writes"), std::string::npos);
@@ -237,7 +237,7 @@ TEST_F(FaultInjectionTest, FullDiskRaisesNoSpaceAndReadsGoOn) {
   EXPECT_EQ(All().size(), 1u);
   auto [status, body] = Health();
   EXPECT_EQ(status, 503);
-  EXPECT_EQ(body, "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}");
+  EXPECT_EQ(body, "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n");
   EXPECT_NE(log_->str().find("NOSPACE"), std::string::npos) << log_->str();
 }
 
