@@ -1,0 +1,513 @@
+// Maintenance RPCs end to end: HashKV's hash_revision (etcd 3.5.6+) with
+// hashes compared against etcd, Defragment while puts and linearizable
+// ranges go on, the Alarm RPC (ACTIVATE / GET / DEACTIVATE) against etcd,
+// and /health with active alarms as kubeadm's liveness probe asks it.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "diff_fixture.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "process_fixture.h"
+
+namespace capstan::testing {
+namespace {
+
+using etcdserverpb::AlarmRequest;
+using etcdserverpb::AlarmResponse;
+using etcdserverpb::AlarmType;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kNoSpace[] = "etcdserver: mvcc: database space exceeded";
+
+std::unique_ptr<grpc::ClientContext> Deadline(
+    std::chrono::seconds timeout = std::chrono::seconds(kRpcDeadline)) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  return ctx;
+}
+
+grpc::Status Put(ServerStubs& s, const std::string& key, const std::string& value,
+                 int64_t* rev = nullptr) {
+  etcdserverpb::PutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  etcdserverpb::PutResponse resp;
+  grpc::Status st = s.kv->Put(Deadline().get(), req, &resp);
+  if (rev) *rev = resp.header().revision();
+  return st;
+}
+
+grpc::Status HashKV(ServerStubs& s, int64_t rev, etcdserverpb::HashKVResponse* resp) {
+  etcdserverpb::HashKVRequest req;
+  req.set_revision(rev);
+  return s.maintenance->HashKV(Deadline().get(), req, resp);
+}
+
+// ---------------------------------------------------------------------------
+// HashKV: hash_revision is the revision hashed (the current one when 0 is
+// asked); hash and compact_revision as etcd's at every revision.
+
+TEST(HashKVTest, HashRevisionAndHashesAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ServerStubs c((*capstan)->NewChannel());
+  ServerStubs e((*etcd)->NewChannel());
+
+  // Overwrites and a delete: revisions 2..7 on both.
+  int64_t current = 0;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"/h/a", "1"}, {"/h/b", "1"}, {"/h/a", "2"}, {"/h/c", "1"}, {"/h/a", "3"}}) {
+    int64_t crev = 0, erev = 0;
+    ASSERT_TRUE(Put(c, key, value, &crev).ok());
+    ASSERT_TRUE(Put(e, key, value, &erev).ok());
+    ASSERT_EQ(crev, erev);
+    current = crev;
+  }
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key("/h/b");
+  etcdserverpb::DeleteRangeResponse cdel, edel;
+  ASSERT_TRUE(c.kv->DeleteRange(Deadline().get(), del, &cdel).ok());
+  ASSERT_TRUE(e.kv->DeleteRange(Deadline().get(), del, &edel).ok());
+  current = cdel.header().revision();
+  ASSERT_EQ(current, 7);
+
+  auto check_all = [&](int64_t from, int64_t want_compact) {
+    for (int64_t rev : std::vector<int64_t>{0, from, from + 1, current - 1, current}) {
+      etcdserverpb::HashKVResponse cr, er;
+      ASSERT_TRUE(HashKV(c, rev, &cr).ok()) << "rev " << rev;
+      ASSERT_TRUE(HashKV(e, rev, &er).ok()) << "rev " << rev;
+      EXPECT_EQ(cr.hash_revision(), rev == 0 ? current : rev) << "rev " << rev;
+      EXPECT_EQ(cr.header().revision(), current);
+      EXPECT_EQ(cr.hash(), er.hash()) << "rev " << rev;
+      EXPECT_EQ(cr.compact_revision(), want_compact) << "rev " << rev;
+      EXPECT_EQ(er.compact_revision(), want_compact) << "rev " << rev;
+    }
+  };
+  // Rev 1 is the empty store.
+  check_all(1, -1);
+  // The hashes of different revisions differ (the test can tell them apart).
+  etcdserverpb::HashKVResponse at3, at7;
+  ASSERT_TRUE(HashKV(c, 3, &at3).ok());
+  ASSERT_TRUE(HashKV(c, 7, &at7).ok());
+  EXPECT_NE(at3.hash(), at7.hash());
+
+  // After a compaction to 4: hashes above 4, compact_revision 4 on both.
+  etcdserverpb::CompactionRequest compact;
+  compact.set_revision(4);
+  compact.set_physical(true);
+  etcdserverpb::CompactionResponse unused;
+  ASSERT_TRUE(c.kv->Compact(Deadline().get(), compact, &unused).ok());
+  ASSERT_TRUE(e.kv->Compact(Deadline().get(), compact, &unused).ok());
+  check_all(5, 4);
+  // At the compaction revision itself etcd 3.5.6+ hashes (hashByRev refuses
+  // rev < compactRev) where 3.4 answered ErrCompacted (rev <= compactRev).
+  {
+    etcdserverpb::HashKVResponse cr, er;
+    ASSERT_TRUE(HashKV(c, 4, &cr).ok());
+    EXPECT_EQ(cr.hash_revision(), 4);
+    EXPECT_EQ(cr.compact_revision(), 4);
+    grpc::Status est = HashKV(e, 4, &er);
+    if (est.ok()) {  // an etcd 3.5.6+ in CAPSTAN_ETCD_BINARY
+      EXPECT_EQ(cr.hash(), er.hash());
+    } else {
+      EXPECT_EQ(est.error_code(), grpc::OUT_OF_RANGE) << est.error_message();
+    }
+  }
+
+  // Below the compaction and in the future: the same errors, no hash.
+  for (int64_t rev : {int64_t{3}, current + 1}) {
+    etcdserverpb::HashKVResponse cr, er;
+    grpc::Status cst = HashKV(c, rev, &cr);
+    grpc::Status est = HashKV(e, rev, &er);
+    EXPECT_FALSE(cst.ok()) << "rev " << rev;
+    EXPECT_EQ(cst.error_code(), est.error_code()) << "rev " << rev;
+    EXPECT_EQ(cst.error_message(), est.error_message()) << "rev " << rev;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Defragment is online: puts and linearizable ranges on other threads
+// complete while it runs, and nothing they did is lost.
+
+struct TimedOp {
+  Clock::time_point start, end;
+  grpc::Status status;
+  int64_t rev = 0;          // put: its revision; range: the header revision
+  int64_t count = 0;        // range: keys seen
+  int64_t want_rev = 0;     // range: the last put acknowledged before it started
+  int64_t want_count = 0;   // range: puts acknowledged before it started
+  std::string key;          // put
+};
+
+// Incompressible bytes, so that the backend's compaction has real work.
+std::string RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t r = rng();
+    for (size_t j = 0; j < 8 && i + j < n; ++j) s[i + j] = static_cast<char>(r >> (8 * j));
+  }
+  return s;
+}
+
+TEST(DefragTest, PutsAndLinearizableRangesContinue) {
+  auto server = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs s((*server)->NewChannel());
+
+  // 48 MB written in 1 MB txns over 256 keys of 128 KB: 32 MB live, 16 MB
+  // overwritten, all of it rewritten by a full backend compaction.
+  std::mt19937_64 rng(42);
+  constexpr int kKeys = 256, kValueBytes = 128 << 10, kPerTxn = 8, kTxns = 48;
+  for (int t = 0; t < kTxns; ++t) {
+    etcdserverpb::TxnRequest txn;
+    for (int i = 0; i < kPerTxn; ++i) {
+      auto* put = txn.add_success()->mutable_request_put();
+      put->set_key(absl::StrFormat("/bulk/%04d", (t * kPerTxn + i) % kKeys));
+      put->set_value(RandomBytes(rng, kValueBytes));
+    }
+    etcdserverpb::TxnResponse resp;
+    ASSERT_TRUE(s.kv->Txn(Deadline().get(), txn, &resp).ok()) << "txn " << t;
+  }
+  etcdserverpb::HashKVResponse bulk_hash;
+  ASSERT_TRUE(HashKV(s, 0, &bulk_hash).ok());
+  const int64_t bulk_rev = bulk_hash.hash_revision();
+
+  std::mutex mu;
+  std::vector<TimedOp> puts, ranges;  // guarded by mu
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> acked_rev{0}, acked{0};
+
+  std::thread writer([&] {
+    ServerStubs w((*server)->NewChannel());
+    for (int i = 0; !stop.load(); ++i) {
+      TimedOp op;
+      op.key = absl::StrFormat("/online/%06d", i);
+      op.start = Clock::now();
+      op.status = Put(w, op.key, absl::StrCat("v", i), &op.rev);
+      op.end = Clock::now();
+      const bool ok = op.status.ok();
+      {
+        std::lock_guard<std::mutex> l(mu);
+        puts.push_back(op);
+      }
+      if (!ok) return;
+      acked_rev.store(op.rev);
+      acked.store(i + 1);
+    }
+  });
+  std::thread reader([&] {
+    ServerStubs r((*server)->NewChannel());
+    while (!stop.load()) {
+      TimedOp op;
+      op.want_rev = acked_rev.load();
+      op.want_count = acked.load();
+      etcdserverpb::RangeRequest req;  // linearizable (serializable unset)
+      req.set_key("/online/");
+      req.set_range_end("/online0");
+      req.set_count_only(true);
+      etcdserverpb::RangeResponse resp;
+      op.start = Clock::now();
+      op.status = r.kv->Range(Deadline().get(), req, &resp);
+      op.end = Clock::now();
+      op.rev = resp.header().revision();
+      op.count = resp.count();
+      const bool ok = op.status.ok();
+      {
+        std::lock_guard<std::mutex> l(mu);
+        ranges.push_back(op);
+      }
+      if (!ok) return;
+    }
+  });
+  auto done_inside = [&](const std::vector<TimedOp>& ops, Clock::time_point t0,
+                         Clock::time_point t1) {
+    return std::count_if(ops.begin(), ops.end(), [&](const TimedOp& op) {
+      return op.status.ok() && op.start >= t0 && op.end <= t1;
+    });
+  };
+
+  // Both workers under way before the first defragmentation.
+  const auto warm_deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if ((puts.size() >= 3 && ranges.size() >= 3) || Clock::now() > warm_deadline) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  // Defragment until, within one run, at least 3 puts and 3 ranges both
+  // started and finished (a server that stops writes for the whole
+  // defragmentation, as etcd does, never gets there); at most 5 runs.
+  int rounds = 0;
+  int64_t best_puts = 0, best_ranges = 0;
+  std::vector<double> defrag_seconds;
+  while (rounds < 5 && (best_puts < 3 || best_ranges < 3)) {
+    const auto t0 = Clock::now();
+    etcdserverpb::DefragmentResponse resp;
+    grpc::Status st =
+        s.maintenance->Defragment(Deadline(std::chrono::seconds(60)).get(), {}, &resp);
+    const auto t1 = Clock::now();
+    ++rounds;
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    defrag_seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+    std::lock_guard<std::mutex> l(mu);
+    const int64_t p = done_inside(puts, t0, t1), r = done_inside(ranges, t0, t1);
+    if (std::min(p, r) > std::min(best_puts, best_ranges)) {
+      best_puts = p;
+      best_ranges = r;
+    }
+  }
+  stop.store(true);
+  writer.join();
+  reader.join();
+
+  std::string timings;
+  for (double d : defrag_seconds) timings += absl::StrFormat(" %.2fs", d);
+  EXPECT_GE(best_puts, 3) << "defragmentations:" << timings;
+  EXPECT_GE(best_ranges, 3) << "defragmentations:" << timings;
+  std::cout << "defragmentations:" << timings << "; within one: " << best_puts << " puts, "
+            << best_ranges << " ranges; in all " << puts.size() << " puts, " << ranges.size()
+            << " ranges\n";
+
+  // Every put and every range succeeded; each range saw every put
+  // acknowledged before it started (linearizable).
+  for (const TimedOp& op : puts) {
+    EXPECT_TRUE(op.status.ok()) << op.key << ": " << op.status.error_message();
+  }
+  for (const TimedOp& op : ranges) {
+    ASSERT_TRUE(op.status.ok()) << op.status.error_message();
+    EXPECT_GE(op.rev, op.want_rev);
+    EXPECT_GE(op.count, op.want_count);
+  }
+
+  // Afterwards every put is there at the revision it was given.
+  etcdserverpb::RangeRequest all;
+  all.set_key("/online/");
+  all.set_range_end("/online0");
+  etcdserverpb::RangeResponse got;
+  ASSERT_TRUE(s.kv->Range(Deadline().get(), all, &got).ok());
+  std::map<std::string, int64_t> mod_rev;
+  for (const auto& kv : got.kvs()) mod_rev[kv.key()] = kv.mod_revision();
+  ASSERT_EQ(got.kvs_size(), static_cast<int>(puts.size()));
+  for (const TimedOp& op : puts) EXPECT_EQ(mod_rev[op.key], op.rev) << op.key;
+  // And the bulk data is unchanged.
+  etcdserverpb::HashKVResponse after;
+  ASSERT_TRUE(HashKV(s, bulk_rev, &after).ok());
+  EXPECT_EQ(after.hash(), bulk_hash.hash());
+}
+
+// ---------------------------------------------------------------------------
+// The Alarm RPC and /health, the same steps on etcd and Capstan.
+
+struct HttpAnswer {
+  int status = 0;
+  std::string body, content_type, nosniff, allow;
+};
+
+HttpAnswer HttpCall(const ServerProcess& server, const std::string& method,
+                    const std::string& path) {
+  httplib::Client client("127.0.0.1", server.metrics_port());
+  httplib::Result res = method == "GET" ? client.Get(path) : client.Post(path);
+  HttpAnswer a;
+  if (!res) return a;
+  a.status = res->status;
+  a.body = res->body;
+  a.content_type = res->get_header_value("Content-Type");
+  a.nosniff = res->get_header_value("X-Content-Type-Options");
+  a.allow = res->get_header_value("Allow");
+  return a;
+}
+
+class AlarmHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+    ASSERT_TRUE(capstan.ok()) << capstan.status();
+    etcd_ = std::move(*etcd);
+    capstan_ = std::move(*capstan);
+    e_ = std::make_unique<ServerStubs>(etcd_->NewChannel());
+    c_ = std::make_unique<ServerStubs>(capstan_->NewChannel());
+    for (auto [stubs, id] : {std::pair{e_.get(), &etcd_id_}, std::pair{c_.get(), &capstan_id_}}) {
+      etcdserverpb::StatusResponse st;
+      ASSERT_TRUE(stubs->maintenance->Status(Deadline().get(), {}, &st).ok());
+      *id = st.header().member_id();
+    }
+    ASSERT_NE(etcd_id_, kOtherMember);
+    ASSERT_NE(capstan_id_, kOtherMember);
+  }
+
+  // An alarm for the server's own member (self) or for kOtherMember.
+  static constexpr uint64_t kOtherMember = 7;
+
+  // Sends the request to both servers (memberID: each its own if `self`)
+  // and expects the same answer: status, header revision, and the alarms
+  // as a set (etcd lists them in Go map order) with each server's own id
+  // read as "self".
+  void ExpectSameAlarm(AlarmRequest::AlarmAction action, bool self, AlarmType alarm,
+                       std::vector<std::string> want) {
+    std::vector<std::string> answers[2];
+    bool has_header[2];
+    int64_t revs[2];
+    grpc::Status sts[2];
+    int i = 0;
+    for (auto [stubs, id] : {std::pair{e_.get(), etcd_id_}, std::pair{c_.get(), capstan_id_}}) {
+      AlarmRequest req;
+      req.set_action(action);
+      req.set_memberid(self ? id : kOtherMember);
+      req.set_alarm(alarm);
+      AlarmResponse resp;
+      sts[i] = stubs->maintenance->Alarm(Deadline().get(), req, &resp);
+      has_header[i] = resp.has_header();
+      revs[i] = resp.header().revision();
+      for (const auto& a : resp.alarms()) {
+        answers[i].push_back(absl::StrCat(a.memberid() == id ? "self" : absl::StrCat(a.memberid()),
+                                          ":", etcdserverpb::AlarmType_Name(a.alarm())));
+      }
+      std::sort(answers[i].begin(), answers[i].end());
+      ++i;
+    }
+    const std::string what = absl::StrCat(AlarmRequest::AlarmAction_Name(action), " ",
+                                          self ? "self" : "other", " ",
+                                          etcdserverpb::AlarmType_Name(alarm));
+    ASSERT_TRUE(sts[0].ok()) << what << ": etcd: " << sts[0].error_message();
+    ASSERT_TRUE(sts[1].ok()) << what << ": capstan: " << sts[1].error_message();
+    // etcd 3.5 fills the header (maintenanceServer.Alarm); 3.4 sends none.
+    EXPECT_TRUE(has_header[1]) << what;
+    if (has_header[0]) {
+      EXPECT_EQ(revs[0], revs[1]) << what;
+    } else {
+      etcdserverpb::StatusResponse st;
+      ASSERT_TRUE(c_->maintenance->Status(Deadline().get(), {}, &st).ok());
+      EXPECT_EQ(revs[1], st.header().revision()) << what;
+    }
+    EXPECT_EQ(answers[0], answers[1]) << what;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(answers[1], want) << what;
+  }
+
+  // A put on both: refused with NOSPACE on both, or accepted by both.
+  void ExpectPut(bool refused) {
+    for (ServerStubs* s : {e_.get(), c_.get()}) {
+      grpc::Status st = Put(*s, "/alarm/k", "v");
+      if (refused) {
+        EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED) << (s == e_.get() ? "etcd" : "capstan");
+        EXPECT_EQ(st.error_message(), kNoSpace);
+      } else {
+        EXPECT_TRUE(st.ok()) << st.error_message();
+      }
+    }
+  }
+
+  // GET /health with each query on both servers: the same status code as
+  // etcd's; Capstan's body is etcd 3.5's (3.4 has no "reason").
+  void ExpectHealth(const std::map<std::string, std::string>& unhealthy_reason_by_query) {
+    for (const auto& [query, reason] : unhealthy_reason_by_query) {
+      const HttpAnswer e = HttpCall(*etcd_, "GET", "/health" + query);
+      const HttpAnswer c = HttpCall(*capstan_, "GET", "/health" + query);
+      const bool healthy = reason.empty();
+      EXPECT_EQ(e.status, healthy ? 200 : 503) << query << ": etcd " << e.body;
+      EXPECT_EQ(c.status, e.status) << query << ": " << c.body;
+      EXPECT_EQ(c.content_type, e.content_type) << query;
+      EXPECT_EQ(c.nosniff, e.nosniff) << query;
+      EXPECT_EQ(e.body, healthy ? "{\"health\":\"true\"}" : "{\"health\":\"false\"}\n") << query;
+      EXPECT_EQ(c.body, healthy ? "{\"health\":\"true\",\"reason\":\"\"}"
+                                : "{\"health\":\"false\",\"reason\":\"" + reason + "\"}\n")
+          << query;
+    }
+  }
+
+  std::unique_ptr<ServerProcess> etcd_, capstan_;
+  std::unique_ptr<ServerStubs> e_, c_;
+  uint64_t etcd_id_ = 0, capstan_id_ = 0;
+};
+
+constexpr char kProbe[] = "?exclude=NOSPACE&serializable=true";  // kubeadm's liveness probe
+
+TEST_F(AlarmHealthTest, ActivateGetDeactivateAndHealthAsEtcd) {
+  using A = AlarmRequest;
+  ExpectSameAlarm(A::GET, true, etcdserverpb::NONE, {});
+  ExpectHealth({{"", ""}, {kProbe, ""}, {"?serializable=true", ""}});
+  ExpectPut(false);
+
+  // NOSPACE raised through the RPC: writes refused; /health unhealthy unless
+  // NOSPACE is excluded.
+  ExpectSameAlarm(A::ACTIVATE, true, etcdserverpb::NOSPACE, {"self:NOSPACE"});
+  ExpectSameAlarm(A::ACTIVATE, true, etcdserverpb::NOSPACE, {"self:NOSPACE"});  // again
+  ExpectSameAlarm(A::GET, true, etcdserverpb::NONE, {"self:NOSPACE"});
+  ExpectPut(true);
+  ExpectHealth({{"", "ALARM NOSPACE"},
+                {kProbe, ""},
+                {"?exclude=NOSPACE", ""},
+                {"?serializable=true", "ALARM NOSPACE"},
+                {"?exclude=CORRUPT", "ALARM NOSPACE"},
+                {"?exclude=nospace", "ALARM NOSPACE"},
+                {"?exclude=CORRUPT&exclude=NOSPACE", ""}});
+
+  // A second member's NOSPACE: listed, filtered by type, excluded with ours.
+  ExpectSameAlarm(A::ACTIVATE, false, etcdserverpb::NOSPACE, {"7:NOSPACE"});
+  ExpectSameAlarm(A::GET, false, etcdserverpb::NONE, {"self:NOSPACE", "7:NOSPACE"});
+  ExpectSameAlarm(A::GET, true, etcdserverpb::NOSPACE, {"self:NOSPACE", "7:NOSPACE"});
+  ExpectSameAlarm(A::GET, true, etcdserverpb::CORRUPT, {});
+  ExpectHealth({{"", "ALARM NOSPACE"}, {kProbe, ""}});
+
+  // Disarming ours leaves the other member's: writes still refused.
+  ExpectSameAlarm(A::DEACTIVATE, true, etcdserverpb::NOSPACE, {"self:NOSPACE"});
+  ExpectPut(true);
+  ExpectHealth({{"", "ALARM NOSPACE"}, {kProbe, ""}});
+  ExpectSameAlarm(A::DEACTIVATE, false, etcdserverpb::NOSPACE, {"7:NOSPACE"});
+  ExpectSameAlarm(A::GET, true, etcdserverpb::NONE, {});
+  ExpectPut(false);
+  ExpectHealth({{"", ""}, {kProbe, ""}});
+
+  // CORRUPT: not excluded by the probe. (Raised last: disarming it gives
+  // etcd back its normal applier even while NOSPACE alarms remain, and with
+  // it active etcd refuses writes as a corrupt cluster, which Capstan does
+  // not; so no writes here.)
+  ExpectSameAlarm(A::ACTIVATE, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
+  ExpectSameAlarm(A::GET, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
+  ExpectHealth({{kProbe, "ALARM CORRUPT"}, {"?exclude=CORRUPT", ""}, {"", "ALARM CORRUPT"}});
+  ExpectSameAlarm(A::DEACTIVATE, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
+  ExpectSameAlarm(A::DEACTIVATE, true, etcdserverpb::CORRUPT, {});  // not active
+  ExpectHealth({{kProbe, ""}});
+
+  // An alarm of type NONE is stored as asked, and unhealthy as unknown.
+  ExpectSameAlarm(A::ACTIVATE, false, etcdserverpb::NONE, {"7:NONE"});
+  ExpectHealth({{kProbe, "ALARM UNKNOWN"}});
+  ExpectSameAlarm(A::DEACTIVATE, false, etcdserverpb::NONE, {"7:NONE"});
+  ExpectHealth({{kProbe, ""}});
+}
+
+TEST_F(AlarmHealthTest, HealthRefusesOtherMethodsAsEtcd) {
+  const HttpAnswer e = HttpCall(*etcd_, "POST", "/health");
+  const HttpAnswer c = HttpCall(*capstan_, "POST", "/health");
+  EXPECT_EQ(e.status, 405);
+  EXPECT_EQ(c.status, e.status);
+  EXPECT_EQ(c.allow, e.allow);
+  EXPECT_EQ(c.body, e.body);
+  EXPECT_EQ(c.content_type, e.content_type);
+  EXPECT_EQ(c.nosniff, e.nosniff);
+}
+
+}  // namespace
+}  // namespace capstan::testing
