@@ -28,8 +28,8 @@ class CacheStoreTest : public ::testing::Test {
     cache_.reset();
     env_.Close();
   }
-  void OpenStore() {
-    env_.Open();
+  void OpenStore(mvcc::WatchHubOptions hub_options = {}) {
+    env_.Open(hub_options);
     store_ = env_.store();
     hub_ = env_.hub();
   }
@@ -453,6 +453,68 @@ TEST_F(CacheStoreTest, WatchDifferentialWithCompactionsAndRestarts) {
   EXPECT_EQ(watch_checks, 3 * 6 * static_cast<int>(queries.size()));
   EXPECT_EQ(initial_checks, 3 * 6);
   EXPECT_GT(events_checked, 800);
+}
+
+// The feed's hub watch is canceled when the revisions it still needs are
+// compacted away (here: the hub's dispatcher falls so far behind that it
+// drops its queue, and the store is compacted before the feed's watcher can
+// catch up from storage). The feed then lists again, as kube-apiserver's
+// reflector re-lists after "too old resource version": watchers of the old
+// state are ended with CacheReinitialized, and the cache holds the store's
+// state again, including what was written while it was cut off.
+TEST_F(CacheStoreTest, FeedListsAgainWhenItsWatchIsCompacted) {
+  env_.Close();
+  mvcc::WatchHubOptions ho;
+  ho.dispatch_queue_bytes = 2048;  // a few pods
+  ho.sync_interval = absl::Milliseconds(20);
+  ASSERT_NO_FATAL_FAILURE(OpenStore(ho));
+  PutPod("a", "before", "n1", "Running", {});
+  StartCache();
+  WatchOptions w;
+  w.prefix = "/registry/pods/";
+  w.resource_version = "0";
+  auto watch = cache_->Watch(w);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+
+  hub_->TEST_PauseDispatcher(true);
+  int64_t last = 0;
+  for (int i = 0; i < 30; ++i) last = PutPod("a", absl::StrCat("p", i), "n2", "Running", {});
+  Delete("/registry/pods/a/before");
+  last = store_->Rev();
+  etcdserverpb::CompactionRequest compact;
+  compact.set_revision(last);
+  compact.set_physical(true);
+  ASSERT_TRUE(store_->Compact(compact).ok());
+  hub_->TEST_PauseDispatcher(false);
+
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!(*watch)->done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE((*watch)->done()) << "the feed never listed again";
+  EXPECT_TRUE(Is((*watch)->status(), CacheError::kCacheReinitialized)) << (*watch)->status();
+
+  // A consistent list equals the store's state at its revision.
+  ListOptions lo;
+  lo.prefix = "/registry/pods/";
+  auto r = cache_->List(lo);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->revision, last);
+  std::vector<std::string> want;
+  ASSERT_TRUE(Oracle(r->revision, "/registry/pods/", "", "", &want));
+  EXPECT_EQ(Records(*r), want);
+  EXPECT_EQ(r->objects.size(), 30u);
+
+  // And the cache follows the store again.
+  auto again = cache_->Watch(w);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const int64_t next = PutPod("a", "after", "n1", "Running", {});
+  std::vector<WatchEvent> evs;
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while ((evs.empty() || evs.back().revision < next) && absl::Now() < until) {
+    if ((*again)->Pop(&evs, 100) == 0) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE(evs.empty());
+  EXPECT_EQ(evs.back().revision, next);
+  EXPECT_EQ(evs.back().type, EventType::kAdded);
 }
 
 TEST_F(CacheStoreTest, FeedChecksPrevKv) {

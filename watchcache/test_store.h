@@ -32,7 +32,7 @@ class TestStore {
 
   // Opens the store (empty the first time) and a hub on it. Check with
   // ASSERT_NO_FATAL_FAILURE.
-  void Open() {
+  void Open(mvcc::WatchHubOptions hub_options = {}) {
     storage::BackendOptions bo;
     bo.dir = dir_ + "/db";
     bo.sync = false;
@@ -41,7 +41,7 @@ class TestStore {
     auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions{}, std::move(*backend));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), mvcc::WatchHubOptions{});
+    hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), hub_options);
     store_->SetWatchHub(hub_.get());
   }
   // Stops the hub, then the store. REQUIRES: what was fed from them is gone.
