@@ -624,6 +624,23 @@ absl::Status AuthStore::CheckAdmin(const AuthInfo& info) const {
   return absl::OkStatus();
 }
 
+absl::Status AuthStore::CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
+                                         PermType type) const {
+  if (lease_id == 0 || !s.enabled) return absl::OkStatus();
+  auto lease = kv_->lessor()->Get(lease_id, /*with_keys=*/true);
+  if (!lease) return absl::OkStatus();
+  for (const auto& key : lease->keys) {
+    if (auto st = CheckRangeIn(s, info, key, {}, type); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
+                                       PermType type) const {
+  auto s = Current();
+  return CheckLeaseKeysIn(*s, info, lease_id, type);
+}
+
 absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
                                    const etcdserverpb::TxnRequest& txn) const {
   for (const auto& cmp : txn.compare()) {
@@ -639,9 +656,15 @@ absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
           st = CheckRangeIn(s, info, op.request_range().key(), op.request_range().range_end(),
                             PermType::kRead);
           break;
-        case etcdserverpb::RequestOp::kRequestPut:
-          st = CheckRangeIn(s, info, op.request_put().key(), {}, PermType::kWrite);
+        case etcdserverpb::RequestOp::kRequestPut: {
+          // As a plain Put: the key, the lease's other keys, and a read for
+          // prev_kv.
+          const auto& p = op.request_put();
+          st = CheckRangeIn(s, info, p.key(), {}, PermType::kWrite);
+          if (st.ok()) st = CheckLeaseKeysIn(s, info, p.lease(), PermType::kWrite);
+          if (st.ok() && p.prev_kv()) st = CheckRangeIn(s, info, p.key(), {}, PermType::kRead);
           break;
+        }
         case etcdserverpb::RequestOp::kRequestDeleteRange: {
           const auto& d = op.request_delete_range();
           if (d.prev_kv()) st = CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kRead);

@@ -164,8 +164,14 @@ class AuthStore {
   absl::Status CheckRange(const AuthInfo& info, std::string_view key, std::string_view range_end,
                           PermType type) const;
   absl::Status CheckAdmin(const AuthInfo& info) const;
-  // Every compare and every operation of a txn, recursively (etcd's
-  // checkTxnAuth).
+  // type permission on every key attached to the lease (etcd's
+  // checkLeasePuts for kWrite); ok for lease 0 or a lease that does not
+  // exist.
+  absl::Status CheckLeaseKeys(const AuthInfo& info, int64_t lease_id, PermType type) const;
+  // Every compare and every operation of a txn, recursively, each as its own
+  // request would be checked (a put's prev_kv and lease included), as etcd
+  // releases from 2026 on do; etcd 3.4.23 checks neither nested txns nor a
+  // put's prev_kv and lease inside a txn.
   absl::Status CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn) const;
 
   // Test hook: the tokens currently valid.
@@ -202,6 +208,8 @@ class AuthStore {
   std::shared_ptr<const State> Current() const;
   absl::Status CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
                             std::string_view range_end, PermType type) const;
+  absl::Status CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
+                               PermType type) const;
   absl::Status CheckTxnIn(const State& s, const AuthInfo& info,
                           const etcdserverpb::TxnRequest& txn) const;
 

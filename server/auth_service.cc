@@ -57,17 +57,6 @@ absl::Status AuthGate::CheckRange(const grpc::ServerContextBase& ctx,
   return absl::OkStatus();
 }
 
-absl::Status AuthGate::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
-                                      PermType type) const {
-  if (lease_id == 0 || !store_->Enabled()) return absl::OkStatus();
-  auto lease = store_->kv()->lessor()->Get(lease_id, /*with_keys=*/true);
-  if (!lease) return absl::OkStatus();
-  for (const auto& key : lease->keys) {
-    if (auto s = store_->CheckRange(info, key, {}, type); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 absl::Status AuthGate::CheckPut(const grpc::ServerContextBase& ctx,
                                 const etcdserverpb::PutRequest& req) const {
   auto info = Identify(ctx);
@@ -75,7 +64,7 @@ absl::Status AuthGate::CheckPut(const grpc::ServerContextBase& ctx,
   if (auto s = store_->CheckRange(*info, req.key(), {}, PermType::kWrite); !s.ok()) return s;
   // A lease already holding keys this user can't write can't be attached to
   // more: the user could not revoke it.
-  if (auto s = CheckLeaseKeys(*info, req.lease(), PermType::kWrite); !s.ok()) return s;
+  if (auto s = store_->CheckLeaseKeys(*info, req.lease(), PermType::kWrite); !s.ok()) return s;
   if (req.prev_kv()) return store_->CheckRange(*info, req.key(), {}, PermType::kRead);
   return absl::OkStatus();
 }
@@ -111,13 +100,17 @@ absl::Status AuthGate::CheckLeaseRevoke(const grpc::ServerContextBase& ctx,
                                         int64_t lease_id) const {
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  return CheckLeaseKeys(*info, lease_id, PermType::kWrite);
+  return store_->CheckLeaseKeys(*info, lease_id, PermType::kWrite);
 }
 
-absl::Status AuthGate::CheckLeaseRead(const grpc::ServerContextBase& ctx, int64_t lease_id) const {
+absl::Status AuthGate::CheckLeaseTimeToLive(const grpc::ServerContextBase& ctx,
+                                            int64_t lease_id) const {
+  if (!store_->Enabled()) return absl::OkStatus();
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  return CheckLeaseKeys(*info, lease_id, PermType::kRead);
+  // Even for a lease without keys, or none at all.
+  if (info->revision == 0) return mvcc::MakeError(mvcc::Error::kUserEmpty);
+  return store_->CheckLeaseKeys(*info, lease_id, PermType::kRead);
 }
 
 absl::Status AuthGate::CheckAdmin(const grpc::ServerContextBase& ctx) const {

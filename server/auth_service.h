@@ -50,17 +50,17 @@ class AuthGate {
   // Write permission on every key attached to the lease (etcd's
   // checkLeasePuts), for LeaseRevoke.
   absl::Status CheckLeaseRevoke(const grpc::ServerContextBase& ctx, int64_t lease_id) const;
-  // Read permission on every key attached to the lease (LeaseTimeToLive).
-  absl::Status CheckLeaseRead(const grpc::ServerContextBase& ctx, int64_t lease_id) const;
+  // For a LeaseTimeToLive that lists the lease's keys (etcd 3.5.13+'s
+  // checkLeaseTimeToLive): a user, and read permission on every attached
+  // key. Without keys etcd checks nothing, not even the token.
+  absl::Status CheckLeaseTimeToLive(const grpc::ServerContextBase& ctx, int64_t lease_id) const;
   // The root role (etcd's IsAdminPermitted).
   absl::Status CheckAdmin(const grpc::ServerContextBase& ctx) const;
-  // Only a valid identity, no permission (Compact, as etcd).
+  // Only a valid identity, no permission (Compact and LeaseGrant, as etcd:
+  // it refuses a bad token before proposing any request).
   absl::Status CheckIdentity(const grpc::ServerContextBase& ctx) const;
 
  private:
-  absl::Status CheckLeaseKeys(const mvcc::AuthInfo& info, int64_t lease_id,
-                              mvcc::PermType type) const;
-
   mvcc::AuthStore* const store_;
   const bool client_cert_auth_;
 };

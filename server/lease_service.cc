@@ -1,5 +1,6 @@
 #include "server/lease_service.h"
 
+#include "mvcc/errors.h"
 #include "server/auth_service.h"
 #include "server/errors.h"
 #include "server/write_rpc.h"
@@ -56,6 +57,13 @@ grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* 
                                                    const etcdserverpb::LeaseGrantRequest* request,
                                                    etcdserverpb::LeaseGrantResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  // No permission is needed, but a bad token is refused.
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckIdentity(*ctx); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseGrant, request,
                   response);
   return reactor;
@@ -85,10 +93,13 @@ LeaseService::LeaseKeepAlive(grpc::CallbackServerContext*) {
 grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
     grpc::CallbackServerContext* ctx, const etcdserverpb::LeaseTimeToLiveRequest* request,
     etcdserverpb::LeaseTimeToLiveResponse* response) {
-  // As etcd 3.5.13+: reading a lease needs read permission on its keys.
-  if (auth_ != nullptr) {
-    if (auto s = auth_->CheckLeaseRead(*ctx, request->id()); !s.ok()) {
-      auto* reactor = ctx->DefaultReactor();
+  auto* reactor = ctx->DefaultReactor();
+  // As etcd 3.5.13+: listing a lease's keys needs read permission on each
+  // (3.4 lists them to anyone); without keys nothing is checked.
+  uint64_t auth_revision = 0;
+  if (auth_ != nullptr && request->keys()) {
+    auth_revision = auth_->store()->Revision();
+    if (auto s = auth_->CheckLeaseTimeToLive(*ctx, request->id()); !s.ok()) {
       reactor->Finish(ToGrpcStatus(s));
       return reactor;
     }
@@ -103,7 +114,12 @@ grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
   } else {
     response->set_ttl(-1);  // etcd's answer for a lease that does not exist
   }
-  auto* reactor = ctx->DefaultReactor();
+  // The keys were checked against an auth state that has since changed.
+  if (auth_revision != 0 && auth_->store()->Enabled() &&
+      auth_->store()->Revision() != auth_revision) {
+    reactor->Finish(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kAuthOldRevision)));
+    return reactor;
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -1,0 +1,511 @@
+// Permission checks of Lease and Txn requests over raw gRPC, against a real
+// etcd and capstan set up alike: user "u" may read and write the prefix /a/,
+// user "w" may only write the prefix /w/, root may do anything. Each request
+// is sent to both servers with the same identity (u, root, none, or a bogus
+// token) and must get the same gRPC code and message; where etcd 3.5 (or a
+// later fix) differs from the installed 3.4, the test says so and checks
+// capstan against the newer rule (docs/COMPATIBILITY.md).
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "process_fixture.h"
+
+namespace capstan::testing {
+namespace {
+
+using etcdserverpb::RequestOp;
+using etcdserverpb::TxnRequest;
+using etcdserverpb::TxnResponse;
+
+struct Reply {
+  int code = -1;
+  std::string message;
+  std::string ToString() const { return absl::StrCat(code, " ", message); }
+  bool operator==(const Reply& o) const { return code == o.code && message == o.message; }
+};
+
+void PrintTo(const Reply& r, std::ostream* os) { *os << r.ToString(); }
+
+Reply ReplyOf(const grpc::Status& s) { return Reply{s.error_code(), s.error_message()}; }
+
+constexpr char kDenied[] = "etcdserver: permission denied";
+constexpr char kBadToken[] = "etcdserver: invalid auth token";
+constexpr char kNoUser[] = "etcdserver: user name is empty";
+constexpr char kNoLease[] = "etcdserver: requested lease not found";
+
+// The response headers (cluster and member ids differ) cleared, recursively.
+void ClearHeaders(TxnResponse* t) {
+  t->clear_header();
+  for (auto& r : *t->mutable_responses()) {
+    if (r.has_response_range()) r.mutable_response_range()->clear_header();
+    if (r.has_response_put()) r.mutable_response_put()->clear_header();
+    if (r.has_response_delete_range()) r.mutable_response_delete_range()->clear_header();
+    if (r.has_response_txn()) ClearHeaders(r.mutable_response_txn());
+  }
+}
+
+RequestOp PutOp(const std::string& key, const std::string& value, int64_t lease = 0,
+                bool prev_kv = false) {
+  RequestOp op;
+  op.mutable_request_put()->set_key(key);
+  op.mutable_request_put()->set_value(value);
+  op.mutable_request_put()->set_lease(lease);
+  op.mutable_request_put()->set_prev_kv(prev_kv);
+  return op;
+}
+
+RequestOp RangeOp(const std::string& key, const std::string& range_end = "") {
+  RequestOp op;
+  op.mutable_request_range()->set_key(key);
+  op.mutable_request_range()->set_range_end(range_end);
+  return op;
+}
+
+RequestOp DeleteOp(const std::string& key) {
+  RequestOp op;
+  op.mutable_request_delete_range()->set_key(key);
+  return op;
+}
+
+RequestOp TxnOp(const TxnRequest& t) {
+  RequestOp op;
+  *op.mutable_request_txn() = t;
+  return op;
+}
+
+// A compare that holds whether or not key exists: version(key) > -1.
+etcdserverpb::Compare Holds(const std::string& key) {
+  etcdserverpb::Compare c;
+  c.set_key(key);
+  c.set_target(etcdserverpb::Compare::VERSION);
+  c.set_result(etcdserverpb::Compare::GREATER);
+  c.set_version(-1);
+  return c;
+}
+
+class AuthPermTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!IsExecutable(EtcdBinary()) || !IsExecutable(EtcdctlBinary()) ||
+        !IsExecutable(CapstanBinary())) {
+      GTEST_SKIP() << "needs etcd, etcdctl and capstan";
+    }
+    ServerOptions c = ServerOptions::Capstan();
+    c.extra_args = {"--bcrypt-cost=4"};
+    auto es = ServerProcess::Start(ServerOptions::Etcd());
+    auto cs = ServerProcess::Start(c);
+    ASSERT_TRUE(es.ok()) << es.status();
+    ASSERT_TRUE(cs.ok()) << cs.status();
+    servers_[0] = std::move(*es);
+    servers_[1] = std::move(*cs);
+    for (int i = 0; i < 2; ++i) channels_[i] = servers_[i]->NewChannel();
+
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"user", "add", "root", "--new-user-password=rootpw"},
+             {"user", "add", "u", "--new-user-password=upw"},
+             {"user", "add", "w", "--new-user-password=wpw"},
+             {"role", "add", "ra"},
+             {"role", "grant-permission", "ra", "readwrite", "/a/", "--prefix"},
+             {"role", "add", "ww"},
+             {"role", "grant-permission", "ww", "write", "/w/", "--prefix"},
+             {"user", "grant-role", "u", "ra"},
+             {"user", "grant-role", "w", "ww"},
+             {"auth", "enable"}}) {
+      for (int i = 0; i < 2; ++i) {
+        std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints=" + servers_[i]->endpoint()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        CommandResult r = RunCommand(argv, "", std::chrono::seconds(20));
+        ASSERT_TRUE(r.exit.exited && r.exit.exit_code == 0) << absl::StrJoin(args, " ") << r.err;
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      for (const auto& [user, password] :
+           std::vector<std::pair<std::string, std::string>>{{"root", "rootpw"}, {"u", "upw"},
+                                                            {"w", "wpw"}}) {
+        auto stub = etcdserverpb::Auth::NewStub(channels_[i]);
+        grpc::ClientContext ctx;
+        etcdserverpb::AuthenticateRequest req;
+        req.set_name(user);
+        req.set_password(password);
+        etcdserverpb::AuthenticateResponse resp;
+        grpc::Status st = stub->Authenticate(&ctx, req, &resp);
+        ASSERT_TRUE(st.ok()) << user << ": " << st.error_message();
+        tokens_[i][user] = resp.token();
+      }
+    }
+  }
+
+  // A call on server i (0 etcd, 1 capstan) with ctx already carrying the
+  // identity.
+  using Call = std::function<grpc::Status(int i, grpc::ClientContext* ctx)>;
+
+  // Runs call on each server as who ("root", "u", "w", "" for no token,
+  // "bogus" for an unknown token). Returns {etcd's reply, capstan's}.
+  std::pair<Reply, Reply> Each(const std::string& who, const Call& call) {
+    Reply r[2];
+    for (int i = 0; i < 2; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      if (who == "bogus") {
+        ctx.AddMetadata("token", "bogus.7");
+      } else if (!who.empty()) {
+        ctx.AddMetadata("token", tokens_[i].at(who));
+      }
+      r[i] = ReplyOf(call(i, &ctx));
+    }
+    return {r[0], r[1]};
+  }
+
+  // Each, expecting the same reply from both; returns it.
+  Reply Both(const std::string& who, const std::string& what, const Call& call) {
+    auto [e, c] = Each(who, call);
+    EXPECT_EQ(e, c) << what << " as '" << who << "'\netcd:    " << e.ToString()
+                    << "\ncapstan: " << c.ToString();
+    return c;
+  }
+
+  std::unique_ptr<etcdserverpb::Lease::Stub> Lease(int i) {
+    return etcdserverpb::Lease::NewStub(channels_[i]);
+  }
+  std::unique_ptr<etcdserverpb::KV::Stub> Kv(int i) { return etcdserverpb::KV::NewStub(channels_[i]); }
+
+  Reply Grant(const std::string& who, int64_t id) {
+    return Both(who, absl::StrCat("LeaseGrant ", id), [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::LeaseGrantRequest req;
+      req.set_id(id);
+      req.set_ttl(60);
+      etcdserverpb::LeaseGrantResponse resp;
+      grpc::Status s = Lease(i)->LeaseGrant(ctx, req, &resp);
+      if (s.ok()) {
+        EXPECT_EQ(resp.id(), id);
+      }
+      return s;
+    });
+  }
+
+  Reply Put(const std::string& who, const std::string& key, int64_t lease, bool prev_kv = false) {
+    return Both(who, absl::StrCat("Put ", key, " lease ", lease),
+                [&](int i, grpc::ClientContext* ctx) {
+                  etcdserverpb::PutRequest req;
+                  req.set_key(key);
+                  req.set_value("v");
+                  req.set_lease(lease);
+                  req.set_prev_kv(prev_kv);
+                  etcdserverpb::PutResponse resp;
+                  return Kv(i)->Put(ctx, req, &resp);
+                });
+  }
+
+  // LeaseTimeToLive on each server; the responses (headers cleared) in out.
+  std::pair<Reply, Reply> TimeToLive(const std::string& who, int64_t id, bool keys,
+                                     etcdserverpb::LeaseTimeToLiveResponse out[2]) {
+    return Each(who, [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::LeaseTimeToLiveRequest req;
+      req.set_id(id);
+      req.set_keys(keys);
+      grpc::Status s = Lease(i)->LeaseTimeToLive(ctx, req, &out[i]);
+      out[i].clear_header();
+      out[i].set_ttl(out[i].ttl() > 0 ? 1 : out[i].ttl());  // remaining time varies
+      // etcd lists the keys in Go's map order.
+      std::sort(out[i].mutable_keys()->begin(), out[i].mutable_keys()->end());
+      return s;
+    });
+  }
+
+  Reply Revoke(const std::string& who, int64_t id) {
+    return Both(who, absl::StrCat("LeaseRevoke ", id), [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::LeaseRevokeRequest req;
+      req.set_id(id);
+      etcdserverpb::LeaseRevokeResponse resp;
+      return Lease(i)->LeaseRevoke(ctx, req, &resp);
+    });
+  }
+
+  // Sends the same txn to both servers as who; expects the same reply and,
+  // on success, the same response (headers aside). Returns capstan's reply.
+  Reply Txn(const std::string& who, const std::string& what, const TxnRequest& req) {
+    TxnResponse resp[2];
+    Reply r = Both(who, what, [&](int i, grpc::ClientContext* ctx) {
+      return Kv(i)->Txn(ctx, req, &resp[i]);
+    });
+    ClearHeaders(&resp[0]);
+    ClearHeaders(&resp[1]);
+    EXPECT_EQ(resp[0].DebugString(), resp[1].DebugString()) << what;
+    return r;
+  }
+
+  // The keys under prefix on server i, read as root.
+  std::vector<std::string> Keys(int i, const std::string& prefix) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("token", tokens_[i].at("root"));
+    etcdserverpb::RangeRequest req;
+    req.set_key(prefix);
+    std::string end = prefix;
+    end.back()++;
+    req.set_range_end(end);
+    etcdserverpb::RangeResponse resp;
+    grpc::Status s = Kv(i)->Range(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<std::string> keys;
+    for (const auto& kv : resp.kvs()) keys.push_back(kv.key());
+    return keys;
+  }
+
+  std::unique_ptr<ServerProcess> servers_[2];  // etcd, capstan
+  std::shared_ptr<grpc::Channel> channels_[2];
+  std::map<std::string, std::string> tokens_[2];  // user -> token, per server
+};
+
+TEST_F(AuthPermTest, LeaseOperations) {
+  // LeaseGrant needs no permission, only a valid identity (etcd checks the
+  // token before proposing any request).
+  EXPECT_EQ(Grant("u", 101).code, grpc::OK);
+  EXPECT_EQ(Grant("u", 102).code, grpc::OK);
+  EXPECT_EQ(Grant("", 103).code, grpc::OK);
+  Reply bad = Grant("bogus", 104);
+  EXPECT_EQ(bad.code, grpc::UNAUTHENTICATED);
+  EXPECT_EQ(bad.message, kBadToken);
+
+  // Lease 101 holds only /a/x; lease 102 holds /a/y and root's /b/z.
+  EXPECT_EQ(Put("u", "/a/x", 101).code, grpc::OK);
+  EXPECT_EQ(Put("u", "/a/y", 102).code, grpc::OK);
+  EXPECT_EQ(Put("root", "/b/z", 102).code, grpc::OK);
+  EXPECT_EQ(Put("u", "/b/q", 101).message, kDenied);
+  // u could not revoke 102, so it may not attach more keys to it.
+  EXPECT_EQ(Put("u", "/a/w", 102).message, kDenied);
+  EXPECT_EQ(Put("u", "/a/w", 999).message, kNoLease);
+  EXPECT_EQ(Put("", "/a/w", 101).message, kNoUser);
+  EXPECT_EQ(Put("bogus", "/a/w", 101).message, kBadToken);
+
+  // LeaseTimeToLive without keys: no check, not even of the token.
+  etcdserverpb::LeaseTimeToLiveResponse ttl[2];
+  for (const std::string who : {"u", "", "bogus"}) {
+    auto [e, c] = TimeToLive(who, 102, /*keys=*/false, ttl);
+    EXPECT_EQ(e, c) << who;
+    EXPECT_EQ(c.code, grpc::OK) << who << ": " << c.message;
+    EXPECT_EQ(ttl[0].DebugString(), ttl[1].DebugString());
+    EXPECT_EQ(ttl[1].grantedttl(), 60);
+  }
+  // With keys, read permission on each attached key.
+  {
+    auto [e, c] = TimeToLive("u", 101, /*keys=*/true, ttl);
+    EXPECT_EQ(e, c);
+    ASSERT_EQ(c.code, grpc::OK) << c.message;
+    EXPECT_EQ(ttl[0].DebugString(), ttl[1].DebugString());
+    ASSERT_EQ(ttl[1].keys_size(), 1);
+    EXPECT_EQ(ttl[1].keys(0), "/a/x");
+  }
+  // etcd 3.4 lists every key of any lease; etcd 3.5.13+ (and capstan) refuse
+  // unless the caller may read them all, and want a valid identity.
+  for (const auto& [who, want] : std::vector<std::pair<std::string, std::string>>{
+           {"u", kDenied}, {"", kNoUser}, {"bogus", kBadToken}}) {
+    auto [e, c] = TimeToLive(who, 102, /*keys=*/true, ttl);
+    EXPECT_EQ(e.code, grpc::OK) << "etcd 3.4 answers " << e.ToString();
+    EXPECT_EQ(c.message, want) << who;
+  }
+  {
+    auto [e, c] = TimeToLive("root", 102, /*keys=*/true, ttl);
+    EXPECT_EQ(e, c);
+    EXPECT_EQ(ttl[0].DebugString(), ttl[1].DebugString());
+    EXPECT_EQ(ttl[1].keys_size(), 2);
+  }
+  {
+    // An unknown lease: TTL -1, whoever asks.
+    auto [e, c] = TimeToLive("u", 999, /*keys=*/true, ttl);
+    EXPECT_EQ(e, c);
+    EXPECT_EQ(ttl[0].DebugString(), ttl[1].DebugString());
+    EXPECT_EQ(ttl[1].ttl(), -1);
+  }
+
+  // LeaseLeases: no check at all.
+  for (const std::string who : {"u", "", "bogus"}) {
+    etcdserverpb::LeaseLeasesResponse leases[2];
+    Reply r = Both(who, "LeaseLeases", [&](int i, grpc::ClientContext* ctx) {
+      return Lease(i)->LeaseLeases(ctx, etcdserverpb::LeaseLeasesRequest(), &leases[i]);
+    });
+    EXPECT_EQ(r.code, grpc::OK) << who;
+    std::vector<int64_t> ids[2];
+    for (int i = 0; i < 2; ++i) {
+      for (const auto& l : leases[i].leases()) ids[i].push_back(l.id());
+      std::sort(ids[i].begin(), ids[i].end());
+    }
+    EXPECT_EQ(ids[0], ids[1]) << who;
+    EXPECT_EQ(ids[1], (std::vector<int64_t>{101, 102, 103})) << who;
+  }
+
+  // Keep-alives are not checked either.
+  for (const std::string who : {"u", "", "bogus"}) {
+    Reply r = Both(who, "LeaseKeepAlive", [&](int i, grpc::ClientContext* ctx) {
+      auto stream = Lease(i)->LeaseKeepAlive(ctx);
+      etcdserverpb::LeaseKeepAliveRequest req;
+      req.set_id(102);
+      etcdserverpb::LeaseKeepAliveResponse resp;
+      EXPECT_TRUE(stream->Write(req));
+      EXPECT_TRUE(stream->Read(&resp)) << who;
+      EXPECT_EQ(resp.id(), 102);
+      EXPECT_EQ(resp.ttl(), 60);
+      stream->WritesDone();
+      while (stream->Read(&resp)) {
+      }
+      return stream->Finish();
+    });
+    EXPECT_EQ(r.code, grpc::OK) << who << ": " << r.message;
+  }
+
+  // LeaseRevoke: write permission on every attached key.
+  EXPECT_EQ(Revoke("u", 102).message, kDenied);
+  EXPECT_EQ(Revoke("", 102).message, kNoUser);
+  EXPECT_EQ(Revoke("bogus", 103).message, kBadToken);
+  EXPECT_EQ(Revoke("u", 999).message, kNoLease);
+  EXPECT_EQ(Revoke("", 103).code, grpc::OK);  // no keys: nothing to check
+  EXPECT_EQ(Revoke("u", 101).code, grpc::OK);
+  EXPECT_EQ(Revoke("root", 102).code, grpc::OK);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(Keys(i, "/a/").empty()) << i;
+    EXPECT_TRUE(Keys(i, "/b/").empty()) << i;
+  }
+}
+
+TEST_F(AuthPermTest, TxnChecksEveryCompareAndBothBranches) {
+  ASSERT_EQ(Put("u", "/a/k", 0).code, grpc::OK);
+  ASSERT_EQ(Put("root", "/b/k", 0).code, grpc::OK);
+
+  TxnRequest allowed;
+  *allowed.add_compare() = Holds("/a/k");
+  *allowed.add_success() = PutOp("/a/k", "2");
+  *allowed.add_success() = RangeOp("/a/", "/a0");
+  *allowed.add_failure() = DeleteOp("/a/z");
+  EXPECT_EQ(Txn("u", "allowed", allowed).code, grpc::OK);
+
+  TxnRequest put_forbidden = allowed;
+  *put_forbidden.add_success() = PutOp("/b/x", "1");
+  EXPECT_EQ(Txn("u", "success puts /b/x", put_forbidden).message, kDenied);
+
+  TxnRequest compare_forbidden = allowed;
+  *compare_forbidden.add_compare() = Holds("/b/k");
+  EXPECT_EQ(Txn("u", "compare reads /b/k", compare_forbidden).message, kDenied);
+
+  // The failure branch is not taken, and is checked all the same.
+  TxnRequest failure_put = allowed;
+  *failure_put.add_failure() = PutOp("/b/x", "1");
+  EXPECT_EQ(Txn("u", "failure puts /b/x", failure_put).message, kDenied);
+  TxnRequest failure_read = allowed;
+  *failure_read.add_failure() = RangeOp("/b/", "/b0");
+  EXPECT_EQ(Txn("u", "failure reads /b/", failure_read).message, kDenied);
+  TxnRequest range_past_grant = allowed;
+  *range_past_grant.add_success() = RangeOp("/a/", "/b");
+  EXPECT_EQ(Txn("u", "success reads past /a/", range_past_grant).message, kDenied);
+
+  // Nested txns: permitted ones run.
+  TxnRequest inner;
+  *inner.add_success() = PutOp("/a/nested", "1");
+  TxnRequest outer;
+  *outer.add_compare() = Holds("/a/k");
+  *outer.add_success() = TxnOp(inner);
+  EXPECT_EQ(Txn("u", "nested allowed", outer).code, grpc::OK);
+
+  // No identity, or a bad one.
+  EXPECT_EQ(Txn("", "no token", allowed).message, kNoUser);
+  EXPECT_EQ(Txn("bogus", "bogus token", allowed).message, kBadToken);
+  EXPECT_EQ(Txn("root", "root", put_forbidden).code, grpc::OK);
+
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(Keys(i, "/b/"), (std::vector<std::string>{"/b/k", "/b/x"})) << i;
+  }
+}
+
+// etcd 3.4.23 checks only the top level of a txn and only the write of a
+// put inside one; later etcd releases (and capstan) check nested txns and a
+// put's prev_kv and lease as for a plain Put.
+TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
+  ASSERT_EQ(Put("root", "/w/k", 0).code, grpc::OK);
+  // A forbidden put two levels down, in the branch that runs.
+  TxnRequest deep;
+  *deep.add_success() = PutOp("/b/deep", "1");
+  TxnRequest middle;
+  *middle.add_success() = TxnOp(deep);
+  TxnRequest outer;
+  *outer.add_compare() = Holds("/a/k");
+  *outer.add_success() = TxnOp(middle);
+  {
+    auto [e, c] = Each("u", [&](int i, grpc::ClientContext* ctx) {
+      TxnResponse resp;
+      return Kv(i)->Txn(ctx, outer, &resp);
+    });
+    EXPECT_EQ(c.message, kDenied);
+    if (e.code == grpc::OK) {
+      // etcd 3.4.23 let it through and wrote the key.
+      EXPECT_EQ(Keys(0, "/b/"), std::vector<std::string>{"/b/deep"});
+    } else {
+      EXPECT_EQ(e, c);
+    }
+    EXPECT_TRUE(Keys(1, "/b/").empty());
+  }
+  // A forbidden read nested in the failure branch.
+  TxnRequest read;
+  *read.add_success() = RangeOp("/b/", "/b0");
+  TxnRequest failure_nested;
+  *failure_nested.add_compare() = Holds("/a/k");
+  *failure_nested.add_failure() = TxnOp(read);
+  {
+    auto [e, c] = Each("u", [&](int i, grpc::ClientContext* ctx) {
+      TxnResponse resp;
+      return Kv(i)->Txn(ctx, failure_nested, &resp);
+    });
+    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+  }
+
+  // w may write /w/ but not read it: prev_kv would reveal the old value.
+  EXPECT_EQ(Put("w", "/w/k", 0).code, grpc::OK);
+  EXPECT_EQ(Put("w", "/w/k", 0, /*prev_kv=*/true).message, kDenied);
+  TxnRequest prev;
+  *prev.add_success() = PutOp("/w/k", "2", 0, /*prev_kv=*/true);
+  {
+    auto [e, c] = Each("w", [&](int i, grpc::ClientContext* ctx) {
+      TxnResponse resp;
+      grpc::Status s = Kv(i)->Txn(ctx, prev, &resp);
+      if (s.ok() && i == 0) {
+        // What etcd 3.4.23 hands out.
+        EXPECT_EQ(resp.responses(0).response_put().prev_kv().value(), "v");
+      }
+      return s;
+    });
+    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+  }
+  TxnRequest plain;
+  *plain.add_success() = PutOp("/w/k", "3");
+  EXPECT_EQ(Txn("w", "txn put without prev_kv", plain).code, grpc::OK);
+
+  // A lease holding a key u can't write can't get more keys from u, in a
+  // txn as in a Put.
+  ASSERT_EQ(Grant("root", 201).code, grpc::OK);
+  ASSERT_EQ(Put("root", "/b/held", 201).code, grpc::OK);
+  EXPECT_EQ(Put("u", "/a/l", 201).message, kDenied);
+  TxnRequest attach;
+  *attach.add_success() = PutOp("/a/l", "1", 201);
+  {
+    auto [e, c] = Each("u", [&](int i, grpc::ClientContext* ctx) {
+      TxnResponse resp;
+      return Kv(i)->Txn(ctx, attach, &resp);
+    });
+    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+  }
+  TxnRequest no_lease;
+  *no_lease.add_success() = PutOp("/a/l", "1", 999);
+  EXPECT_EQ(Txn("u", "txn put with an unknown lease", no_lease).message, kNoLease);
+}
+
+}  // namespace
+}  // namespace capstan::testing
