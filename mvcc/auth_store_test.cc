@@ -1,11 +1,15 @@
 #include "mvcc/auth_store.h"
 
+#include <crypt.h>
 #include <stdlib.h>
 
 #include <filesystem>
+#include <memory>
+#include <regex>
 
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
+#include "storage/backend.h"
 
 namespace capstan::mvcc {
 namespace {
@@ -267,6 +271,61 @@ TEST_F(AuthStoreTest, PersistsAcrossReopen) {
   EXPECT_FALSE(auth_->Enabled());
   EXPECT_EQ(auth_->Revision(), rev + 2);
   EXPECT_EQ(auth_->UserNames(), (std::vector<std::string>{"root"}));
+}
+
+// What crypt(3) makes of password with hash's algorithm, cost and salt.
+std::string Crypt(const std::string& password, const std::string& hash) {
+  auto data = std::make_unique<crypt_data>();
+  const char* got = crypt_r(password.c_str(), hash.c_str(), data.get());
+  return got == nullptr ? "" : got;
+}
+
+TEST_F(AuthStoreTest, StoresABcryptHashAtTheConfiguredCost) {
+  SetUpUsers();
+  // The record as persisted (etcd's authUsers bucket layout).
+  std::string bytes;
+  ASSERT_TRUE(kv_->backend()->Get(storage::Cf::kAuth, "authUsers/u", &bytes).ok());
+  authpb::User user;
+  ASSERT_TRUE(user.ParseFromString(bytes));
+  EXPECT_EQ(user.name(), "u");
+  const std::string hash = user.password();
+  // Modular crypt format: $2b$, two-digit cost (4 here), 22 characters of
+  // salt and 31 of hash in bcrypt's base64.
+  EXPECT_TRUE(std::regex_match(hash, std::regex(R"(\$2b\$04\$[./A-Za-z0-9]{53})"))) << hash;
+  EXPECT_EQ(hash.find("upw"), std::string::npos);
+  EXPECT_EQ(Crypt("upw", hash), hash);
+  EXPECT_NE(Crypt("upx", hash), hash);
+  // A new salt for every hash.
+  ASSERT_TRUE(kv_->backend()->Get(storage::Cf::kAuth, "authUsers/root", &bytes).ok());
+  ASSERT_TRUE(user.ParseFromString(bytes));
+  EXPECT_EQ(Crypt("rootpw", user.password()), user.password());
+  auto again = auth_->HashPassword("upw");
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*again, hash);
+  EXPECT_EQ(Crypt("upw", *again), *again);
+}
+
+// etcd hashes with Go's bcrypt, which writes $2a$ hashes; a data dir
+// migrated from etcd keeps them.
+TEST_F(AuthStoreTest, VerifiesEtcdBcryptHashes) {
+  SetUpUsers();
+  // Written by etcd 3.4 (`etcdctl user add alice --new-user-password=s3cret-Pw`,
+  // read from its bbolt file): cost 10.
+  const std::string etcd_hash = "$2a$10$9QO4aKqavE4a679ve3dk4u5KmcT98tI7sIC6s7rqYoVUguaW6KiuW";
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserAdd("alice", etcd_hash, false, std::move(d)); }).ok());
+  EXPECT_TRUE(auth_->Authenticate("alice", "s3cret-Pw").ok());
+  EXPECT_TRUE(Is(auth_->Authenticate("alice", "s3cret-pw").status(), Error::kAuthFailed));
+  EXPECT_TRUE(Is(auth_->Authenticate("alice", "").status(), Error::kAuthFailed));
+
+  // $2a$ and $2b$ are the same algorithm for such passwords: a hash made
+  // here and relabelled $2a$ verifies too.
+  auto hash = auth_->HashPassword("pw-for-bob");
+  ASSERT_TRUE(hash.ok());
+  ASSERT_EQ(hash->substr(0, 4), "$2b$");
+  std::string relabelled = "$2a$" + hash->substr(4);
+  ASSERT_TRUE(Do([&](auto d) { auth_->UserAdd("bob", relabelled, false, std::move(d)); }).ok());
+  EXPECT_TRUE(auth_->Authenticate("bob", "pw-for-bob").ok());
+  EXPECT_TRUE(Is(auth_->Authenticate("bob", "pw-for-bo").status(), Error::kAuthFailed));
 }
 
 }  // namespace
