@@ -31,6 +31,7 @@ ErrorInfo InfoOf(Error e) {
     case Error::kFutureRev:
       return {absl::StatusCode::kOutOfRange, "mvcc: required revision is a future revision"};
     case Error::kNoSpace: return {absl::StatusCode::kResourceExhausted, "mvcc: database space exceeded"};
+    case Error::kCorrupt: return {absl::StatusCode::kDataLoss, "corrupt cluster"};
     case Error::kRequestTooLarge: return {absl::StatusCode::kInvalidArgument, "request is too large"};
     case Error::kLeaseNotFound: return {absl::StatusCode::kNotFound, "requested lease not found"};
     case Error::kLeaseExists: return {absl::StatusCode::kFailedPrecondition, "lease already exists"};

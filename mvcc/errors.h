@@ -25,6 +25,7 @@ enum class Error {
   kCompacted,         // etcdserver: mvcc: required revision has been compacted
   kFutureRev,         // etcdserver: mvcc: required revision is a future revision
   kNoSpace,           // etcdserver: mvcc: database space exceeded
+  kCorrupt,           // etcdserver: corrupt cluster (a CORRUPT alarm is active)
   kRequestTooLarge,   // etcdserver: request is too large
   kLeaseNotFound,     // etcdserver: requested lease not found
   kLeaseExists,       // etcdserver: lease already exists

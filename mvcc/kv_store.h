@@ -168,6 +168,8 @@ class KvStore {
   // The active alarms.
   std::vector<etcdserverpb::AlarmMember> Alarms() const;
   bool NoSpace() const;
+  // Whether a CORRUPT alarm (of any member) is active.
+  bool Corrupt() const;
   // OK while the store accepts writes. After the backend failed a write (an
   // I/O error, a failed fsync, a full disk) the error that stopped it, for
   // good: every later write is refused (fail-stop) and reads go on serving
@@ -243,6 +245,8 @@ class KvStore {
   // take the backend over the quota (raising NOSPACE). *group_cost carries
   // the bytes the group has added so far.
   absl::Status CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost);
+  // Whether w is refused while a CORRUPT alarm is active.
+  static bool RefusedWhileCorrupt(const WriteRequest& w);
   absl::Status LoadAlarms();
   // Committer thread: enters the failed state after `what` failed with
   // cause (the first cause is kept) and logs why.

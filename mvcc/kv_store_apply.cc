@@ -538,6 +538,39 @@ absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req
   return absl::OkStatus();
 }
 
+namespace {
+
+// etcd's isTxnReadonly: every op of both branches is a Range (a nested txn
+// counts as a write).
+bool IsTxnReadOnly(const TxnRequest& txn) {
+  for (const auto* ops : {&txn.success(), &txn.failure()}) {
+    for (const auto& op : *ops) {
+      if (!op.has_request_range()) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// While a CORRUPT alarm is active etcd's corrupt applier refuses what goes
+// through consensus: writes, compactions, lease grants and revocations.
+// Ranges and read-only txns are served as usual.
+bool KvStore::RefusedWhileCorrupt(const WriteRequest& w) {
+  switch (w.kind) {
+    case WriteRequest::Kind::kPut:
+    case WriteRequest::Kind::kDeleteRange:
+    case WriteRequest::Kind::kCompact:
+    case WriteRequest::Kind::kLeaseGrant:
+    case WriteRequest::Kind::kLeaseRevoke:
+      return true;
+    case WriteRequest::Kind::kTxn:
+      return !IsTxnReadOnly(static_cast<const TxnRequest&>(*w.request));
+    default:
+      return false;
+  }
+}
+
 void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   std::vector<absl::Status> results(group->size());
   // Physical compactions answer once their compaction is done.
@@ -550,6 +583,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   }
   const int64_t backend_size = backend_size_;
   int64_t group_cost = 0;
+  bool corrupt = Corrupt();
   for (size_t i = 0; i < group->size(); ++i) {
     WriteRequest& w = (*group)[i];
     // After a storage failure only reads pass: the store's own internal
@@ -559,6 +593,10 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
           static_cast<const etcdserverpb::AlarmRequest&>(*w.request).action() ==
               etcdserverpb::AlarmRequest::GET)) {
       results[i] = FailedWriteError();
+      continue;
+    }
+    if (corrupt && RefusedWhileCorrupt(w)) {
+      results[i] = MakeError(Error::kCorrupt);
       continue;
     }
     if (auto s = CheckQuota(w, backend_size, &group_cost); !s.ok()) {
@@ -573,6 +611,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     if (w.kind == WriteRequest::Kind::kAlarm) {
       results[i] = ApplyAlarm(static_cast<const etcdserverpb::AlarmRequest&>(*w.request),
                               static_cast<etcdserverpb::AlarmResponse*>(w.response));
+      corrupt = Corrupt();
       changed = true;
       continue;
     }

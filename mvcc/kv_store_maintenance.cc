@@ -64,6 +64,12 @@ std::vector<AlarmMember> KvStore::Alarms() const {
   return alarms_;
 }
 
+bool KvStore::Corrupt() const {
+  std::lock_guard<std::mutex> l(alarm_mu_);
+  return std::any_of(alarms_.begin(), alarms_.end(),
+                     [](const AlarmMember& a) { return a.alarm() == etcdserverpb::CORRUPT; });
+}
+
 bool KvStore::NoSpace() const {
   std::lock_guard<std::mutex> l(alarm_mu_);
   return std::any_of(alarms_.begin(), alarms_.end(),

@@ -32,6 +32,7 @@ EtcdError EtcdErrorOf(mvcc::Error e) {
       return {grpc::OUT_OF_RANGE, "etcdserver: mvcc: required revision is a future revision"};
     case Error::kNoSpace:
       return {grpc::RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded"};
+    case Error::kCorrupt: return {grpc::DATA_LOSS, "etcdserver: corrupt cluster"};
     case Error::kRequestTooLarge:
       return {grpc::INVALID_ARGUMENT, "etcdserver: request is too large"};
     case Error::kLeaseNotFound: return {grpc::NOT_FOUND, "etcdserver: requested lease not found"};

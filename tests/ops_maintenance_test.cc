@@ -481,9 +481,8 @@ TEST_F(AlarmHealthTest, ActivateGetDeactivateAndHealthAsEtcd) {
   ExpectHealth({{"", ""}, {kProbe, ""}});
 
   // CORRUPT: not excluded by the probe. (Raised last: disarming it gives
-  // etcd back its normal applier even while NOSPACE alarms remain, and with
-  // it active etcd refuses writes as a corrupt cluster, which Capstan does
-  // not; so no writes here.)
+  // etcd back its normal applier even while NOSPACE alarms remain. Writes
+  // under CORRUPT: CorruptAlarmRefusesWritesAsEtcd.)
   ExpectSameAlarm(A::ACTIVATE, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
   ExpectSameAlarm(A::GET, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
   ExpectHealth({{kProbe, "ALARM CORRUPT"}, {"?exclude=CORRUPT", ""}, {"", "ALARM CORRUPT"}});
@@ -496,6 +495,96 @@ TEST_F(AlarmHealthTest, ActivateGetDeactivateAndHealthAsEtcd) {
   ExpectHealth({{kProbe, "ALARM UNKNOWN"}});
   ExpectSameAlarm(A::DEACTIVATE, false, etcdserverpb::NONE, {"7:NONE"});
   ExpectHealth({{kProbe, ""}});
+}
+
+// While a CORRUPT alarm is active, etcd's corrupt applier refuses what goes
+// through consensus (puts, deletes, txns with a write, compactions, lease
+// grants and revocations) with DATA_LOSS "etcdserver: corrupt cluster";
+// ranges and read-only txns are served. Disarming it lets writes through.
+TEST_F(AlarmHealthTest, CorruptAlarmRefusesWritesAsEtcd) {
+  using A = AlarmRequest;
+  int64_t lease_id[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    ServerStubs* s = i == 0 ? e_.get() : c_.get();
+    ASSERT_TRUE(Put(*s, "/corrupt/k", "v").ok());
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(600);
+    etcdserverpb::LeaseGrantResponse granted;
+    ASSERT_TRUE(s->lease->LeaseGrant(Deadline().get(), grant, &granted).ok());
+    lease_id[i] = granted.id();
+  }
+  ExpectSameAlarm(A::ACTIVATE, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
+
+  // Each request's answer on both servers, as "CODE message".
+  auto answers = [&](const std::string& what, auto call) {
+    std::string got[2];
+    for (int i = 0; i < 2; ++i) {
+      grpc::Status st = call(i == 0 ? *e_ : *c_, lease_id[i]);
+      got[i] = st.ok() ? "OK" : absl::StrCat(st.error_code(), " ", st.error_message());
+    }
+    EXPECT_EQ(got[1], got[0]) << what;
+    return got[0];
+  };
+  const std::string refused = absl::StrCat(grpc::DATA_LOSS, " etcdserver: corrupt cluster");
+  EXPECT_EQ(answers("put", [](ServerStubs& s, int64_t) { return Put(s, "/corrupt/k", "w"); }),
+            refused);
+  EXPECT_EQ(answers("delete", [](ServerStubs& s, int64_t) {
+              etcdserverpb::DeleteRangeRequest req;
+              req.set_key("/corrupt/k");
+              etcdserverpb::DeleteRangeResponse resp;
+              return s.kv->DeleteRange(Deadline().get(), req, &resp);
+            }),
+            refused);
+  EXPECT_EQ(answers("txn with a put", [](ServerStubs& s, int64_t) {
+              etcdserverpb::TxnRequest req;
+              req.add_success()->mutable_request_put()->set_key("/corrupt/t");
+              etcdserverpb::TxnResponse resp;
+              return s.kv->Txn(Deadline().get(), req, &resp);
+            }),
+            refused);
+  EXPECT_EQ(answers("compaction", [](ServerStubs& s, int64_t) {
+              etcdserverpb::CompactionRequest req;
+              req.set_revision(1);
+              etcdserverpb::CompactionResponse resp;
+              return s.kv->Compact(Deadline().get(), req, &resp);
+            }),
+            refused);
+  EXPECT_EQ(answers("lease grant", [](ServerStubs& s, int64_t) {
+              etcdserverpb::LeaseGrantRequest req;
+              req.set_ttl(60);
+              etcdserverpb::LeaseGrantResponse resp;
+              return s.lease->LeaseGrant(Deadline().get(), req, &resp);
+            }),
+            refused);
+  EXPECT_EQ(answers("lease revoke", [](ServerStubs& s, int64_t id) {
+              etcdserverpb::LeaseRevokeRequest req;
+              req.set_id(id);
+              etcdserverpb::LeaseRevokeResponse resp;
+              return s.lease->LeaseRevoke(Deadline().get(), req, &resp);
+            }),
+            refused);
+  EXPECT_EQ(answers("range", [](ServerStubs& s, int64_t) {
+              etcdserverpb::RangeRequest req;
+              req.set_key("/corrupt/k");
+              etcdserverpb::RangeResponse resp;
+              grpc::Status st = s.kv->Range(Deadline().get(), req, &resp);
+              if (st.ok() && (resp.kvs_size() != 1 || resp.kvs(0).value() != "v")) {
+                return grpc::Status(grpc::UNKNOWN, "unexpected range result");
+              }
+              return st;
+            }),
+            "OK");
+  EXPECT_EQ(answers("read-only txn", [](ServerStubs& s, int64_t) {
+              etcdserverpb::TxnRequest req;
+              req.add_success()->mutable_request_range()->set_key("/corrupt/k");
+              etcdserverpb::TxnResponse resp;
+              return s.kv->Txn(Deadline().get(), req, &resp);
+            }),
+            "OK");
+
+  ExpectSameAlarm(A::DEACTIVATE, true, etcdserverpb::CORRUPT, {"self:CORRUPT"});
+  EXPECT_EQ(answers("put after disarm", [](ServerStubs& s, int64_t) { return Put(s, "/corrupt/k", "x"); }),
+            "OK");
 }
 
 TEST_F(AlarmHealthTest, HealthRefusesOtherMethodsAsEtcd) {
