@@ -286,7 +286,25 @@ TEST_F(CApiTest, ServesEtcdOnAPickedPort) {
   ASSERT_EQ(capstan_open(&o, &store_, nullptr), CAPSTAN_OK);
   int port = 0;
   ASSERT_EQ(capstan_client_ports(store_, &port, 1), 1u);
-  EXPECT_GT(port, 0);
+  ASSERT_GT(port, 0);
+  // etcdctl on that port reads what the C API wrote, and the C API reads
+  // what etcdctl wrote.
+  if (capstan::testing::IsExecutable(capstan::testing::EtcdctlBinary())) {
+    ASSERT_EQ(capstan_put(store_, "from-c", 6, "1", 1, 0, nullptr, nullptr), CAPSTAN_OK);
+    const std::string endpoint = "--endpoints=127.0.0.1:" + std::to_string(port);
+    auto get = capstan::testing::RunCommand(
+        {capstan::testing::EtcdctlBinary(), endpoint, "get", "from-c", "--print-value-only"});
+    EXPECT_EQ(get.out, "1\n") << get.err;
+    auto put = capstan::testing::RunCommand(
+        {capstan::testing::EtcdctlBinary(), endpoint, "put", "from-etcdctl", "2"});
+    EXPECT_EQ(put.out, "OK\n") << put.err;
+    capstan_range_result r;
+    ASSERT_EQ(capstan_range(store_, "from-etcdctl", 12, nullptr, 0, nullptr, &r, nullptr),
+              CAPSTAN_OK);
+    ASSERT_EQ(r.num_kvs, 1u);
+    EXPECT_EQ(S(r.kvs[0].value, r.kvs[0].value_len), "2");
+    capstan_range_result_free(&r);
+  }
   // No watch cache configured: List answers NOT_FOUND.
   capstan_list_options lo = {};
   lo.prefix = "/registry/pods/";
