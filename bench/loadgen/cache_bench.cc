@@ -12,8 +12,10 @@
 //   - cache: capstan.v1.Cache List of /registry/pods/ with resourceVersion
 //     "0" (any state; what reflectors list with) and "" (consistent: the
 //     proxy reads etcd's revision and waits for a progress notification).
-// Medians of --reps runs of wall time and of the CPU time both processes
-// spent, and the ratios.
+// Then both paginated as kube-apiserver pages (limit 500: etcd's pages at
+// the first page's revision from the last key + "\0", the cache's by its
+// continue token), every page decoded by the client. Medians of --reps runs
+// of wall time and of the CPU time both processes spent, and the ratios.
 //
 // watch: an in-process ResourceCache holding the pods, one watcher per node
 // (spec.nodeName=node-i, as each kubelet watches), a feeder applying pod
@@ -81,9 +83,10 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One unary call with raw request and response bytes. Returns seconds.
+// One unary call with raw request and response bytes. Returns seconds;
+// *response (if not null) receives the response's bytes.
 double RawCall(grpc::GenericStub& stub, const std::string& method, const std::string& request,
-               size_t* response_bytes) {
+               size_t* response_bytes, std::string* response = nullptr) {
   grpc::Slice slice(request);
   grpc::ByteBuffer req(&slice, 1), resp;
   grpc::CompletionQueue cq;
@@ -102,7 +105,66 @@ double RawCall(grpc::GenericStub& stub, const std::string& method, const std::st
     std::exit(1);
   }
   *response_bytes = resp.Length();
+  if (response != nullptr) {
+    std::vector<grpc::Slice> slices;
+    (void)resp.Dump(&slices);
+    response->clear();
+    for (const auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
   return secs;
+}
+
+// A paginated list as kube-apiserver pages (limit 500), timed from the
+// first request to the last response; each page is decoded (the client
+// needs the last key or the continue token). Returns seconds; *objects
+// gets the objects listed.
+constexpr int kPageLimit = 500;
+
+double PagedEtcdRange(grpc::GenericStub& stub, size_t* objects) {
+  const absl::Time start = absl::Now();
+  etcdserverpb::RangeRequest req;
+  req.set_key("/registry/pods/");
+  req.set_range_end("/registry/pods0");
+  req.set_limit(kPageLimit);
+  *objects = 0;
+  std::string bytes;
+  size_t n;
+  for (;;) {
+    RawCall(stub, "/etcdserverpb.KV/Range", req.SerializeAsString(), &n, &bytes);
+    etcdserverpb::RangeResponse resp;
+    if (!resp.ParseFromString(bytes)) {
+      std::fprintf(stderr, "etcd page does not parse\n");
+      std::exit(1);
+    }
+    *objects += resp.kvs_size();
+    if (!resp.more() || resp.kvs_size() == 0) break;
+    // The next page at the first page's revision, from the last key + "\0".
+    if (req.revision() == 0) req.set_revision(resp.header().revision());
+    req.set_key(resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0'));
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+double PagedCacheList(grpc::GenericStub& stub, size_t* objects) {
+  const absl::Time start = absl::Now();
+  capstan::v1::ListRequest req;
+  req.set_prefix("/registry/pods/");
+  req.set_limit(kPageLimit);
+  *objects = 0;
+  std::string bytes;
+  size_t n;
+  for (;;) {
+    RawCall(stub, "/capstan.v1.Cache/List", req.SerializeAsString(), &n, &bytes);
+    capstan::v1::ListResponse resp;
+    if (!resp.ParseFromString(bytes)) {
+      std::fprintf(stderr, "cache page does not parse\n");
+      std::exit(1);
+    }
+    *objects += resp.kvs_size();
+    if (resp.continue_().empty()) break;
+    req.set_continue_(resp.continue_());
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 int RunList(const Flags& f) {
@@ -205,15 +267,33 @@ int RunList(const Flags& f) {
     absl::SleepFor(absl::Seconds(2));
     r->cpu.push_back(cpu() - c0);
   };
-  Reads etcd_r, any_r, consistent_r;
+  // A paginated walk, checked to list every pod.
+  auto measure_paged = [&](double (*walk)(grpc::GenericStub&, size_t*), grpc::GenericStub& stub,
+                           Reads* r) {
+    const double c0 = cpu();
+    size_t objects = 0;
+    r->wall.push_back(walk(stub, &objects));
+    if (objects != static_cast<size_t>(f.pods)) {
+      std::fprintf(stderr, "a paginated list returned %zu of %d pods\n", objects, f.pods);
+      std::exit(1);
+    }
+    absl::SleepFor(absl::Seconds(2));
+    r->cpu.push_back(cpu() - c0);
+  };
+  Reads etcd_r, any_r, consistent_r, etcd_paged, cache_paged;
   for (int r = 0; r < f.reps; ++r) {
     measure(etcd_stub, "/etcdserverpb.KV/Range", range.SerializeAsString(), &etcd_r);
     measure(cache_stub, "/capstan.v1.Cache/List", list_any.SerializeAsString(), &any_r);
     measure(cache_stub, "/capstan.v1.Cache/List", list_consistent.SerializeAsString(), &consistent_r);
+    measure_paged(PagedEtcdRange, etcd_stub, &etcd_paged);
+    measure_paged(PagedCacheList, cache_stub, &cache_paged);
     std::printf("run %d: etcd Range %.1f ms (%.2f CPU s), cache List rv=0 %.1f ms (%.2f CPU s), "
-                "cache List rv=\"\" %.1f ms (%.2f CPU s)\n",
+                "cache List rv=\"\" %.1f ms (%.2f CPU s); paginated (limit %d): etcd %.1f ms "
+                "(%.2f CPU s), cache %.1f ms (%.2f CPU s)\n",
                 r + 1, etcd_r.wall.back() * 1e3, etcd_r.cpu.back(), any_r.wall.back() * 1e3, any_r.cpu.back(),
-                consistent_r.wall.back() * 1e3, consistent_r.cpu.back());
+                consistent_r.wall.back() * 1e3, consistent_r.cpu.back(), kPageLimit,
+                etcd_paged.wall.back() * 1e3, etcd_paged.cpu.back(), cache_paged.wall.back() * 1e3,
+                cache_paged.cpu.back());
     std::fflush(stdout);
   }
   const double e = Median(etcd_r.wall), a = Median(any_r.wall), c = Median(consistent_r.wall);
@@ -224,6 +304,12 @@ int RunList(const Flags& f) {
   std::printf("| etcd Range /registry/pods/ | %.1f | 1.0x | %.2f | 1.0x |\n", e * 1e3, ec);
   std::printf("| cache List rv=\"0\" | %.1f | %.1fx | %.2f | %.1fx |\n", a * 1e3, e / a, ac, ec / ac);
   std::printf("| cache List rv=\"\" (consistent) | %.1f | %.1fx | %.2f | %.1fx |\n", c * 1e3, e / c, cc, ec / cc);
+  const double ep = Median(etcd_paged.wall), cp = Median(cache_paged.wall);
+  const double epc = Median(etcd_paged.cpu), cpc = Median(cache_paged.cpu);
+  std::printf("| etcd Range, paginated (limit %d, one revision) | %.1f | 1.0x | %.2f | 1.0x |\n", kPageLimit,
+              ep * 1e3, epc);
+  std::printf("| cache List rv=\"\", paginated (limit %d, continue) | %.1f | %.1fx | %.2f | %.1fx |\n",
+              kPageLimit, cp * 1e3, ep / cp, cpc, epc / cpc);
   (*proxy)->Shutdown();
   (void)(*etcd)->Stop();
   return 0;
