@@ -471,6 +471,10 @@ class CacheWatch {
 
 // ---- The store ----------------------------------------------------------
 
+// One Capstan member on a data directory (one open Store per directory).
+// Safe for concurrent use from any number of threads. Owned by whoever Open
+// returned it to; the Watch and CacheWatch handles it gives out must be
+// destroyed before it.
 class Store {
  public:
   // Opens (creating if needed) the store in options.data_dir, rebuilds its
