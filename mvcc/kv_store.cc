@@ -391,7 +391,7 @@ void KvStore::FailStop(const absl::Status& cause, std::string_view what) {
   failed_ = true;
   storage_error_ = cause;
   const bool no_space = absl::IsResourceExhausted(cause);
-  spdlog::critical(
+  SPDLOG_CRITICAL(
       "storage failure: {}: {}; the store stops accepting writes (fail-stop): every later write "
       "is refused{}, reads keep serving the last durable revision {}; restart to recover",
       what, cause.ToString(), no_space ? " with the NOSPACE alarm (disk full)" : "",

@@ -54,11 +54,11 @@ bool AutoCompactor::Compact(int64_t rev) {
   req.set_revision(rev);
   auto resp = store_->Compact(req);
   if (resp.ok()) {
-    spdlog::info("auto compaction: compacted to revision {}", rev);
+    SPDLOG_INFO("auto compaction: compacted to revision {}", rev);
     return true;
   }
   if (rev <= store_->CompactRev()) return true;  // compacted meanwhile
-  spdlog::warn("auto compaction to revision {} failed: {}", rev,
+  SPDLOG_WARN("auto compaction to revision {} failed: {}", rev,
                std::string(resp.status().message()));
   return false;
 }

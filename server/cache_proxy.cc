@@ -80,7 +80,7 @@ absl::Status CacheProxy::Init(CacheProxyOptions options) {
       member_.member_id = resp.header().member_id();
       member_.raft_term = resp.header().raft_term();
     } else {
-      spdlog::warn("upstream {} did not answer ({}); serving with zero cluster and member ids",
+      SPDLOG_WARN("upstream {} did not answer ({}); serving with zero cluster and member ids",
                    options.upstream, s.error_message());
     }
   }
@@ -115,7 +115,7 @@ absl::Status CacheProxy::Init(CacheProxyOptions options) {
       return absl::UnavailableError(
           absl::StrCat("cannot listen on client URL ", urls[i].String(), " (bind: address already in use?)"));
     }
-    spdlog::info("cache proxy for {} serving capstan.v1.Cache on {}:{}", options.upstream,
+    SPDLOG_INFO("cache proxy for {} serving capstan.v1.Cache on {}:{}", options.upstream,
                  urls[i].Hostname(), ports_[i]);
   }
   return absl::OkStatus();
@@ -170,7 +170,7 @@ int CacheProxyCommand(const std::vector<std::string>& args) {
   StopSignals stop;
   auto proxy = CacheProxy::Start(std::move(options));
   if (!proxy.ok()) {
-    spdlog::critical("failed to start: {}", std::string(proxy.status().message()));
+    SPDLOG_CRITICAL("failed to start: {}", std::string(proxy.status().message()));
     return 1;
   }
   stop.Wait();

@@ -39,10 +39,10 @@ void HttpEndpoints::Install(httplib::Server* server) {
         excluded |= req.get_param_value("exclude", i) == name;
       }
       if (excluded) {
-        spdlog::debug("/health excluded alarm: {}", text);
+        SPDLOG_DEBUG("/health excluded alarm: {}", text);
         continue;
       }
-      spdlog::warn("serving /health false due to an alarm: {}", text);
+      SPDLOG_WARN("serving /health false due to an alarm: {}", text);
       reason = a.alarm() == etcdserverpb::NOSPACE || a.alarm() == etcdserverpb::CORRUPT
                    ? "ALARM " + name
                    : "ALARM UNKNOWN";
@@ -54,13 +54,13 @@ void HttpEndpoints::Install(httplib::Server* server) {
     if (!reason.empty()) {
       // Go's http.Error: the body plus a newline, and nosniff.
       const std::string body = "{\"health\":\"false\",\"reason\":\"" + reason + "\"}";
-      spdlog::warn("/health error: output {}, status-code 503", body);
+      SPDLOG_WARN("/health error: output {}, status-code 503", body);
       res.status = 503;
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_content(body + "\n", "text/plain; charset=utf-8");
       return;
     }
-    spdlog::debug("/health OK: status-code 200");
+    SPDLOG_DEBUG("/health OK: status-code 200");
     res.set_content("{\"health\":\"true\",\"reason\":\"\"}", "text/plain; charset=utf-8");
   };
   server->Get("/health", health);

@@ -97,7 +97,7 @@ absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs
   auto logger = std::make_shared<spdlog::logger>("capstan", sinks.begin(), sinks.end());
   auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
   formatter->add_flag<ZapLevel>('L').add_flag<EscapedMessage>('*').set_pattern(
-      R"({"level":"%L","ts":"%Y-%m-%dT%H:%M:%S.%fZ","msg":"%*"})");
+      R"({"level":"%L","ts":"%Y-%m-%dT%H:%M:%S.%fZ","caller":"%g:%#","msg":"%*"})");
   logger->set_formatter(std::move(formatter));
   logger->set_level(ToSpdlog(level));
   // Every line reaches its output when written, as with etcd's zap (which

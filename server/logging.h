@@ -1,8 +1,9 @@
 // Structured logs like etcd 3.5's: one JSON object per line with "level"
 // (zap's names: debug, info, warn, error, fatal), "ts" (UTC, RFC 3339 with
-// microseconds) and "msg", in that order, written with spdlog to the
-// --log-outputs (default: stderr) and flushed line by line. etcd's "caller"
-// (source file:line) is not written: log calls do not pass their location.
+// microseconds), "caller" (source file:line, relative to the checkout, as
+// etcd's "etcdserver/server.go:2063") and "msg", in that order, written with
+// spdlog to the --log-outputs (default: stderr) and flushed line by line.
+// Log with the SPDLOG_* macros: they pass the caller's location.
 
 #ifndef CAPSTAN_SERVER_LOGGING_H_
 #define CAPSTAN_SERVER_LOGGING_H_

@@ -132,17 +132,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& env : config->used_env_vars) {
-    spdlog::info("recognized and used environment variable {}", env);
+    SPDLOG_INFO("recognized and used environment variable {}", env);
   }
-  for (const auto& w : config->warnings) spdlog::warn("{}", w);
+  for (const auto& w : config->warnings) SPDLOG_WARN("{}", w);
   for (const auto& f : config->ignored_flags) {
-    spdlog::info("flag --{} accepted; it has no effect in a single-member Capstan", f);
+    SPDLOG_INFO("flag --{} accepted; it has no effect in a single-member Capstan", f);
   }
 
   StopSignals stop;
   auto server = Server::Start(*config);
   if (!server.ok()) {
-    spdlog::critical("failed to start: {}", std::string(server.status().message()));
+    SPDLOG_CRITICAL("failed to start: {}", std::string(server.status().message()));
     return 1;
   }
   stop.Wait();

@@ -181,7 +181,7 @@ int VerifyClientCertificate(int preverified, X509_STORE_CTX* store) {
     reason = RefusalReason(*checks, store, ssl);
   }
   if (reason.empty()) return 1;
-  spdlog::warn("rejected connection on a metrics URL from {}: {}", PeerHost(ssl), reason);
+  SPDLOG_WARN("rejected connection on a metrics URL from {}: {}", PeerHost(ssl), reason);
   // Mapped by OpenSSL to the bad_certificate alert.
   X509_STORE_CTX_set_error(store, X509_V_ERR_CERT_REJECTED);
   return 0;

@@ -146,7 +146,7 @@ absl::Status Server::Init() {
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  spdlog::info("opened store: revision {}, compacted revision {}, {} keys, recovered in {} ms",
+  SPDLOG_INFO("opened store: revision {}, compacted revision {}, {} keys, recovered in {} ms",
                store_->Rev(), store_->CompactRev(), store_->GetStats().keys,
                std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::steady_clock::now() - start)
@@ -286,7 +286,7 @@ absl::Status Server::Serve() {
       return absl::UnavailableError(absl::StrCat("cannot listen on client URL ",
                                                  config_.listen_client_urls[i].String()));
     }
-    spdlog::info("serving client traffic {}on {}",
+    SPDLOG_INFO("serving client traffic {}on {}",
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
                  config_.listen_client_urls[i].String());
   }
@@ -313,10 +313,10 @@ absl::Status Server::Serve() {
     if (auto s = http_->Listen(url.Hostname(), port, https ? &*client_tls : nullptr); !s.ok()) {
       return s;
     }
-    spdlog::info("serving metrics and health {}on {}", https ? "securely " : "insecurely ",
+    SPDLOG_INFO("serving metrics and health {}on {}", https ? "securely " : "insecurely ",
                  url.String());
   }
-  spdlog::info("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
+  SPDLOG_INFO("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);
   return absl::OkStatus();
 }
@@ -349,7 +349,7 @@ void Server::Shutdown() {
   store_.reset();
   hub_.reset();
   services_.clear();
-  spdlog::info("stopped serving");
+  SPDLOG_INFO("stopped serving");
 }
 
 }  // namespace capstan::server

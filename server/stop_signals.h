@@ -33,7 +33,7 @@ class StopSignals {
   void Wait() {
     int sig = 0;
     sigwait(&signals_, &sig);
-    spdlog::info("received {} signal, shutting down", sig == SIGINT ? "interrupt" : "terminated");
+    SPDLOG_INFO("received {} signal, shutting down", sig == SIGINT ? "interrupt" : "terminated");
   }
 
  private:

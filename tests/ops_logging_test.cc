@@ -31,14 +31,16 @@ std::string ReadFile(const std::string& path) {
 }
 
 struct LogLine {
-  std::string level, ts, msg;
+  std::string level, ts, caller, msg;
 };
 
 // Parses every line; each must be a JSON object whose first keys are
-// level, ts and msg (etcd's zap order, caller aside), with etcd's level names
-// and an RFC 3339 UTC timestamp.
+// level, ts, caller and msg (etcd's zap order), with etcd's level names, an
+// RFC 3339 UTC timestamp and a caller "dir/file.cc:line" relative to the
+// checkout.
 std::vector<LogLine> ParseLog(const std::string& text) {
   static const std::regex kTs(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z)");
+  static const std::regex kCaller(R"([a-z_]+/[a-z_]+\.(cc|h):[1-9]\d*)");
   static const std::set<std::string> kLevels = {"debug", "info",  "warn",
                                                 "error", "panic", "fatal"};
   std::vector<LogLine> lines;
@@ -50,16 +52,18 @@ std::vector<LogLine> ParseLog(const std::string& text) {
       continue;
     }
     const auto& f = json.struct_value().fields();
-    if (!f.count("level") || !f.count("ts") || !f.count("msg")) {
-      ADD_FAILURE() << "level, ts or msg missing: " << line;
+    if (!f.count("level") || !f.count("ts") || !f.count("caller") || !f.count("msg")) {
+      ADD_FAILURE() << "level, ts, caller or msg missing: " << line;
       continue;
     }
     LogLine l{f.at("level").string_value(), f.at("ts").string_value(),
-              f.at("msg").string_value()};
+              f.at("caller").string_value(), f.at("msg").string_value()};
     EXPECT_TRUE(kLevels.count(l.level)) << line;
     EXPECT_TRUE(std::regex_match(l.ts, kTs)) << line;
+    EXPECT_TRUE(std::regex_match(l.caller, kCaller)) << line;
     EXPECT_EQ(line.rfind("{\"level\":", 0), 0u) << line;
-    EXPECT_LT(line.find("\"ts\":"), line.find("\"msg\":")) << line;
+    EXPECT_LT(line.find("\"ts\":"), line.find("\"caller\":")) << line;
+    EXPECT_LT(line.find("\"caller\":"), line.find("\"msg\":")) << line;
     lines.push_back(std::move(l));
   }
   return lines;

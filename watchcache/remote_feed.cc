@@ -129,7 +129,7 @@ void RemoteFeed::Run() {
     if (need_list) {
       absl::Status s = Load();
       if (!s.ok()) {
-        spdlog::warn("watch cache {}: list from upstream failed: {}; retrying", prefix, s.ToString());
+        SPDLOG_WARN("watch cache {}: list from upstream failed: {}; retrying", prefix, s.ToString());
         Backoff();
         continue;
       }
@@ -139,7 +139,7 @@ void RemoteFeed::Run() {
     switch (Follow(cache_->rev())) {
       case WatchEnd::kStopped: break;
       case WatchEnd::kCompacted:
-        spdlog::info("watch cache {}: upstream compacted past revision {}; listing again", prefix,
+        SPDLOG_INFO("watch cache {}: upstream compacted past revision {}; listing again", prefix,
                      cache_->rev());
         need_list = true;
         break;
@@ -167,7 +167,7 @@ absl::Status RemoteFeed::Load() {
     if (!s.ok()) {
       if (at > 0 && IsCompacted(s)) {
         // Compacted between pages: start over at a new revision.
-        spdlog::info("watch cache {}: revision {} compacted while listing; listing again", prefix, at);
+        SPDLOG_INFO("watch cache {}: revision {} compacted while listing; listing again", prefix, at);
         objects.clear();
         at = 0;
         req.set_key(prefix);
@@ -191,7 +191,7 @@ absl::Status RemoteFeed::Load() {
   }
   const size_t n = objects.size();
   cache_->Reset(at, std::move(objects));
-  spdlog::info("watch cache {}: listed {} objects from upstream at revision {}", prefix, n, at);
+  SPDLOG_INFO("watch cache {}: listed {} objects from upstream at revision {}", prefix, n, at);
   return absl::OkStatus();
 }
 
@@ -219,7 +219,7 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
       if (resp.compact_revision() > 0) {
         end = WatchEnd::kCompacted;
       } else {
-        spdlog::warn("watch cache {}: upstream canceled the watch: {}", prefix, resp.cancel_reason());
+        SPDLOG_WARN("watch cache {}: upstream canceled the watch: {}", prefix, resp.cancel_reason());
       }
       break;
     }
@@ -248,7 +248,7 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
   }
   if (end == WatchEnd::kBroken && IsCompacted(s)) end = WatchEnd::kCompacted;
   if (end == WatchEnd::kBroken) {
-    spdlog::info("watch cache {}: upstream watch ended ({}); watching again from revision {}", prefix,
+    SPDLOG_INFO("watch cache {}: upstream watch ended ({}); watching again from revision {}", prefix,
                  s.error_message(), cache_->rev() + 1);
   }
   return end;

@@ -91,7 +91,7 @@ void StoreFeed::Run() {
     absl::Status s = Load(&rev);
     if (!s.ok()) {
       if (mvcc::Is(s, mvcc::Error::kStopped)) return;
-      spdlog::warn("watch cache {}: list failed: {}; retrying", cache_->spec().prefix, s.ToString());
+      SPDLOG_WARN("watch cache {}: list failed: {}; retrying", cache_->spec().prefix, s.ToString());
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait_for(l, std::chrono::milliseconds(100), [this] { return stopping_; });
       continue;
@@ -130,7 +130,7 @@ absl::Status StoreFeed::Load(int64_t* rev) {
   }
   cache_->Reset(at, std::move(objects));
   *rev = at;
-  spdlog::info("watch cache {}: listed {} objects at revision {}", prefix, cache_->GetStats().objects, at);
+  SPDLOG_INFO("watch cache {}: listed {} objects at revision {}", prefix, cache_->GetStats().objects, at);
   return absl::OkStatus();
 }
 
@@ -195,7 +195,7 @@ bool StoreFeed::Process(const std::string& message) {
     }
   });
   if (canceled) {
-    spdlog::info("watch cache {}: feed watch canceled (compacted at {}); listing again",
+    SPDLOG_INFO("watch cache {}: feed watch canceled (compacted at {}); listing again",
                  cache_->spec().prefix, compact_rev);
     return false;
   }
