@@ -2,6 +2,8 @@
 
 namespace capstan::bench {
 
+std::unique_ptr<Workload> NewWatchStalledWorkload();  // watch_stalled.cc
+
 void GlobalOptions::Register(FlagSet& f) {
   f.StringList("endpoints", &endpoints, "gRPC endpoints");
   f.Int("conns", &conns, "Total number of gRPC connections");
@@ -32,6 +34,9 @@ const std::vector<WorkloadInfo>& Workloads() {
       {"watch-prefix", "watch-prefix",
        "One prev_kv watcher on a prefix taking puts at --put-rate: does it keep up",
        NewWatchPrefixWorkload},
+      {"watch-stalled", "watch-stalled",
+       "Put latency, server RSS and other watchers' events while watch streams never read",
+       NewWatchStalledWorkload},
       {"lease-keepalive", "lease-keepalive", "Benchmark lease keepalive",
        NewLeaseKeepaliveWorkload},
       {"lease-storm", "lease-storm",
