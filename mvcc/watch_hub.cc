@@ -218,6 +218,7 @@ void WatchHub::Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, in
     }
     fields.push_back(&EventField(*ev, w->prev_kv));
   }
+  w->events_since_progress = true;
   WatchStream* s = w->stream;
   std::lock_guard<std::mutex> l(s->mu_);
   s->PushEventsLocked(w->id, header_rev, fields, w->fragment,
@@ -226,6 +227,7 @@ void WatchHub::Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, in
 }
 
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
+  notified_rev_.store(rev, std::memory_order_release);
   // Fan-outs this small are delivered on the committer's thread when the
   // dispatcher has nothing queued: a single event then costs no hand-off.
   constexpr size_t kInlineWatchers = 32;
@@ -423,7 +425,10 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
 void WatchHub::SendProgressLocked() {
   next_progress_ = absl::Now() + options_.progress_interval;
   for (const auto& [w, owned] : watchers_) {
-    if (!w->progress || !w->synced) continue;
+    // As etcd: a watcher that got events since the last tick skips this one.
+    const bool elide = w->events_since_progress;
+    w->events_since_progress = false;
+    if (!w->progress || !w->synced || elide) continue;
     WatchStream* s = w->stream;
     std::lock_guard<std::mutex> l(s->mu_);
     if (!s->HasRoomLocked()) continue;
@@ -436,9 +441,13 @@ void WatchHub::SendProgressLocked() {
 void WatchHub::AnswerDeferredProgressLocked() {
   // Deferred progress requests of streams that are now all synced.
   for (WatchStream* s : streams_) {
+    if (!s->progress_deferred_ || !AllSyncedLocked(s) || last_notified_rev_ < s->progress_rev_) {
+      continue;
+    }
     std::lock_guard<std::mutex> sl(s->mu_);
-    if (!s->progress_deferred_ || !AllSyncedLocked(s)) continue;
     s->progress_deferred_ = false;
+    s->progress_rev_ = 0;
+    if (s->by_id_.empty()) continue;  // its watchers are gone: no answer
     WatchStream::ControlFields f;
     f.watch_id = -1;
     s->PushControlLocked(f, last_notified_rev_);
@@ -493,7 +502,8 @@ bool WatchHub::SyncOnce() {
         // etcd sends this response with header revision 0.
         s->PushControlLocked(f, 0);
       }
-      RemoveWatcherLocked(w);
+      unsynced_.erase(w);
+      w->compacted = true;
     }
     // Watchers that were behind but need nothing stored (their next
     // revision is past what storage holds) join the synced set.
@@ -580,7 +590,8 @@ WatchHub::Stats WatchHub::GetStats() const {
   std::lock_guard<std::mutex> l(mu_);
   Stats s;
   s.unsynced = unsynced_.size();
-  s.synced = watchers_.size() - unsynced_.size();
+  s.synced = 0;
+  for (const auto& [w, owned] : watchers_) s.synced += w->synced ? 1 : 0;
   s.streams = streams_.size();
   s.events_sent = events_sent_.load(std::memory_order_relaxed);
   s.parked = parked_.load(std::memory_order_relaxed);

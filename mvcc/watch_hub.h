@@ -105,8 +105,10 @@ class WatchStream {
   // Cancels a watcher; queues its canceled response. Unknown ids are
   // ignored, as etcd does.
   void Cancel(int64_t watch_id);
-  // A WatchProgressRequest: answered with a progress notification once
-  // every watcher of the stream is synced.
+  // A WatchProgressRequest: answered, as etcd 3.5 answers it, with a
+  // progress notification once every watcher of the stream is synced and
+  // every write acknowledged before the request was delivered; a stream
+  // without watchers gets no answer.
   void RequestProgress();
 
   // Takes the next encoded WatchResponse. Returns false if none is queued;
@@ -185,7 +187,10 @@ class WatchStream {
   int64_t next_watch_id_ = 0;  // guarded by the hub's mu_, like by_id_
   // This stream's watchers by id. Guarded by the hub's mu_.
   absl::flat_hash_map<int64_t, HubWatcher*> by_id_;
+  // A progress request waits; guarded by the hub's mu_.
   bool progress_deferred_ = false;
+  // The revision its answer must cover; guarded by the hub's mu_.
+  int64_t progress_rev_ = 0;
 };
 
 class WatchHub {
@@ -290,6 +295,9 @@ class WatchHub {
   std::mutex inline_dispatch_mu_;       // orders Notify's own deliveries after Stop()
   std::thread dispatcher_;
 
+  // The revision of the last group handed to Notify: every acknowledged
+  // write is at or below it.
+  std::atomic<int64_t> notified_rev_{0};
   std::atomic<int64_t> prev_kv_watchers_{0};
   std::atomic<uint64_t> events_sent_{0}, parked_{0}, dropped_{0};
   std::thread syncer_;

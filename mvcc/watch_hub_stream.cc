@@ -38,6 +38,25 @@ std::string EncodeResponse(const std::string& header, int64_t watch_id, bool cre
   return out;
 }
 
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// The encoded size of a WatchResponse with a header of header_size bytes
+// (encoded ResponseHeader), this watch id, no events, and fragment set or
+// not: what etcd's sendFragments counts besides the events.
+size_t ResponseBaseSize(size_t header_size, int64_t watch_id, bool fragment) {
+  size_t n = 1 + VarintSize(header_size) + header_size;
+  if (watch_id != 0) n += 1 + VarintSize(static_cast<uint64_t>(watch_id));
+  if (fragment) n += 2;
+  return n;
+}
+
 }  // namespace
 
 WatchStream::WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header) : hub_(hub) {
@@ -94,10 +113,13 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
   if (closed_ || fields.empty()) return;
   size_t total = 0;
   for (const std::string* f : fields) total += f->size();
+  const size_t header_size = header_prefix_.size() + header_suffix_.size() +
+                             (rev != 0 ? 1 + VarintSize(static_cast<uint64_t>(rev)) : 0);
+  const size_t whole_base = ResponseBaseSize(header_size, watch_id, false);
   // Into the watcher's response still waiting in the queue.
   if (auto open = open_events_.find(watch_id); open != open_events_.end()) {
     Queued& q = queue_[open->second - popped_];
-    if (q.bytes.size() + total < max_bytes) {
+    if (whole_base + q.bytes.size() + total < max_bytes) {
       for (const std::string* f : fields) q.bytes.append(*f);
       q.header_rev = rev;
       queued_bytes_ += total;
@@ -105,7 +127,9 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
     }
     open_events_.erase(open);
   }
-  if (!fragment || total < max_bytes || fields.size() < 2) {
+  // etcd sends a response whole when it is under the limit (all of it
+  // counted) or holds one event.
+  if (!fragment || fields.size() < 2 || whole_base + total < max_bytes) {
     Queued q;
     q.events = true;
     q.watch_id = watch_id;
@@ -115,13 +139,15 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
     PushLocked(std::move(q));
     return;
   }
-  // etcd's sendFragments: as many events as fit under the limit (at least
-  // one) per response; every response but the last is marked fragment.
+  // etcd's sendFragments: as many events as keep the response, counted
+  // with its fragment flag, under the limit (at least one) per response;
+  // every response but the last is marked fragment.
   const std::string header = EncodeHeader(rev);
+  const size_t base = ResponseBaseSize(header.size(), watch_id, true);
   size_t i = 0;
   while (i < fields.size()) {
     const size_t first = i;
-    size_t size = header.size() + 16;
+    size_t size = base;
     while (i < fields.size()) {
       if (i > first && size + fields[i]->size() >= max_bytes) break;
       size += fields[i]->size();
@@ -207,17 +233,18 @@ void WatchStream::Create(const WatchCreateRequest& req) {
     f.created = true;
     // Refusals are created-and-canceled responses with watch_id -1, as etcd
     // answers them.
-    if (req.watch_id() != 0 && taken(req.watch_id())) {
-      f.watch_id = -1;
-      f.canceled = true;
-      f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
-      PushControlLocked(f, wsrev);
-      return;
-    }
+    // In etcd's order: the range first, then the id.
     if (!w->single && !w->end.empty() && w->key >= w->end) {
       f.watch_id = -1;
       f.canceled = true;
       f.cancel_reason = "mvcc: watcher range is empty";
+      PushControlLocked(f, wsrev);
+      return;
+    }
+    if (req.watch_id() != 0 && taken(req.watch_id())) {
+      f.watch_id = -1;
+      f.canceled = true;
+      f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
       PushControlLocked(f, wsrev);
       return;
     }
@@ -250,12 +277,18 @@ void WatchStream::Cancel(int64_t watch_id) {
 }
 
 void WatchStream::RequestProgress() {
+  const int64_t covered = hub_->notified_rev_.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> hl(hub_->mu_);
   std::lock_guard<std::mutex> l(mu_);
-  if (!hub_->AllSyncedLocked(this)) {
+  // etcd 3.5 answers through one of the stream's watchers: none, no answer.
+  if (by_id_.empty()) return;
+  progress_rev_ = std::max(progress_rev_, covered);
+  if (!hub_->AllSyncedLocked(this) || hub_->last_notified_rev_ < progress_rev_) {
     progress_deferred_ = true;
     return;
   }
+  progress_deferred_ = false;
+  progress_rev_ = 0;
   ControlFields f;
   f.watch_id = -1;  // not one watcher's: the whole stream is at this revision
   PushControlLocked(f, hub_->last_notified_rev_);

@@ -405,6 +405,14 @@ TEST_F(WatchHubTest, StartRevisionBelowCompactionIsCanceled) {
   EXPECT_EQ(canceled->compact_revision(), r3);
   EXPECT_EQ(canceled->header().revision(), 0) << "etcd sends it with header revision 0";
   EXPECT_EQ(canceled->events_size(), 0);
+  // As in etcd, its id stays taken until the client cancels it (clientv3
+  // does), and that cancel is answered.
+  EXPECT_EQ(r->stream()->num_watchers(), 1u);
+  r->stream()->Cancel(0);
+  auto answer = r->Next();
+  ASSERT_TRUE(answer);
+  EXPECT_TRUE(answer->canceled());
+  EXPECT_EQ(answer->watch_id(), 0);
   EXPECT_EQ(r->stream()->num_watchers(), 0u);
   Put("a", "4");
   ExpectQuiet(r);

@@ -21,7 +21,13 @@ struct HubWatcher {
   int64_t min_rev = 0;  // the next revision this watcher needs
   uint64_t serial = 0;  // unique per hub: tells a watcher from a later one at the same address
   bool synced = false;
+  // Canceled for compaction: in neither set, but its id stays taken until
+  // the client cancels it, as in etcd.
+  bool compacted = false;
   bool prev_kv = false, no_put = false, no_delete = false, progress = false, fragment = false;
+  // Events were queued since the last periodic progress tick: etcd skips
+  // the watcher's next notification.
+  bool events_since_progress = false;
 
   bool Matches(std::string_view k) const {
     if (single) return k == key;
