@@ -153,7 +153,10 @@ absl::Status Server::Init() {
                    .count());
 
   mvcc::WatchHubOptions hub_options;
-  hub_options.max_response_bytes = static_cast<int64_t>(config_.max_request_bytes);
+  // etcd's watch server fragments at the request limit plus gRPC's
+  // allowance (v3rpc: maxRequestBytes + grpcOverheadBytes).
+  hub_options.max_response_bytes =
+      static_cast<int64_t>(config_.max_request_bytes) + kGrpcOverheadBytes;
   hub_options.progress_interval = config_.experimental_watch_progress_notify_interval;
   hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), hub_options);
   store_->SetWatchHub(hub_.get());

@@ -805,11 +805,7 @@ TEST_F(DiffWatchFlagsTest, ProgressNotifyPeriodic) {
 // for one revision (a delete of every key, with previous values).
 constexpr size_t kFragmentLimit = kMaxRequestBytes + 512 * 1024;
 
-// Disabled until the server passes the hub etcd's limit: Capstan's
-// server.cc sets WatchHubOptions::max_response_bytes to --max-request-bytes
-// alone, so Capstan fragments at 4 KiB here where etcd sends whole responses
-// up to 516 KiB (run with --gtest_also_run_disabled_tests to see it).
-TEST_F(DiffWatchFlagsTest, DISABLED_FragmentLargeResponses) {
+TEST_F(DiffWatchFlagsTest, FragmentLargeResponses) {
   constexpr int kKeys = 150;
   int64_t first = 0;
   for (int i = 0; i < kKeys; ++i) {
