@@ -162,14 +162,16 @@ class CheckedWatchers {
 
 // A Watch stream on a channel of its own that sends one create request and
 // never reads: gRPC takes at most about `window` bytes of responses off the
-// connection for it, then the server's writes to it stop completing.
+// connection for it, then the server's writes to it stop completing. With
+// read set it reads and discards everything instead (the control run).
 class StalledWatchStream final : public grpc::ClientBidiReactor<WatchRequest, WatchResponse> {
  public:
-  StalledWatchStream(std::shared_ptr<grpc::Channel> channel, const std::string& prefix)
+  StalledWatchStream(std::shared_ptr<grpc::Channel> channel, const std::string& prefix, bool read)
       : channel_(std::move(channel)), stub_(etcdserverpb::Watch::NewStub(channel_)),
         request_(PrefixWatch(prefix)) {
     stub_->async()->Watch(&ctx_, this);
     StartWrite(&request_);
+    if (read) StartRead(&response_);
     StartCall();
   }
 
@@ -193,6 +195,9 @@ class StalledWatchStream final : public grpc::ClientBidiReactor<WatchRequest, Wa
     write_ok_ = ok;
     cv_.notify_all();
   }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&response_);
+  }
   void OnDone(const grpc::Status&) override {
     std::lock_guard<std::mutex> l(mu_);
     done_ = true;
@@ -203,7 +208,8 @@ class StalledWatchStream final : public grpc::ClientBidiReactor<WatchRequest, Wa
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::Watch::Stub> stub_;
   grpc::ClientContext ctx_;
-  WatchRequest request_;  // owned by the write in flight
+  WatchRequest request_;    // owned by the write in flight
+  WatchResponse response_;  // owned by the read in flight
   std::mutex mu_;
   std::condition_variable cv_;
   bool write_done_ = false;  // guarded by mu_
@@ -243,6 +249,8 @@ class WatchStalledWorkload final : public Workload {
     f.Int("stalled", &stalled_, "Streams in the stalled phase that watch the prefix and never read");
     f.Int("stalled-window", &stalled_window_,
           "HTTP/2 stream window (bytes) of the stalled streams' channels");
+    f.Bool("stalled-read", &stalled_read_,
+           "Control: the --stalled streams read (and discard) everything instead");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (total_ < 1 || watchers_ < 1 || stalled_ < 0 || stalled_window_ < 1) {
@@ -329,7 +337,7 @@ class WatchStalledWorkload final : public Workload {
       args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
       args.SetMaxReceiveMessageSize(-1);
       auto channel = grpc::CreateCustomChannel(ConnectionPool::TargetOf(endpoint), *credentials, args);
-      stalled.push_back(std::make_unique<StalledWatchStream>(channel, prefix_));
+      stalled.push_back(std::make_unique<StalledWatchStream>(channel, prefix_, stalled_read_));
     }
     for (auto& s : stalled) {
       if (!s->WaitSent(std::chrono::seconds(10))) errors.Add("a stalled stream's create failed");
@@ -376,6 +384,7 @@ class WatchStalledWorkload final : public Workload {
   int watchers_ = 10;
   int stalled_ = 4;
   int stalled_window_ = 16384;
+  bool stalled_read_ = false;
 };
 
 }  // namespace
