@@ -230,7 +230,11 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   notified_rev_.store(rev, std::memory_order_release);
   // Fan-outs this small are delivered on the committer's thread when the
   // dispatcher has nothing queued: a single event then costs no hand-off.
+  // A stream with this much queued is not keeping up: appending to its
+  // queued response (a copy of up to a response's size) is left to the
+  // dispatcher, off the path of the write being answered.
   constexpr size_t kInlineWatchers = 32;
+  constexpr size_t kInlineBacklogBytes = 64 << 10;
   const size_t bytes = EventBytes(events);
   bool inline_first = false;
   {
@@ -278,7 +282,7 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
     {
       std::lock_guard<std::mutex> l(mu_);
       size_t delivered = 0;
-      done = DispatchLocked(groups, kInlineWatchers, &delivered);
+      done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
       wake_syncer = done && !unsynced_.empty();
     }
     if (wake_syncer) cv_.notify_all();
@@ -378,7 +382,7 @@ size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, in
 }
 
 bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
-                              size_t* delivered) {
+                              size_t* delivered, size_t max_backlog_bytes) {
   const int64_t rev = groups.back().rev;
   // Events per watcher, in revision order. Most groups reach few watchers.
   std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
@@ -399,6 +403,12 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
     }
   }
   if (per_watcher.size() > max_watchers) return false;
+  if (max_backlog_bytes != SIZE_MAX) {
+    for (const auto& [w, evs] : per_watcher) {
+      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      if (w->stream->queued_bytes_ >= max_backlog_bytes) return false;
+    }
+  }
   last_notified_rev_ = rev;
   for (auto& [w, evs] : per_watcher) {
     bool room;

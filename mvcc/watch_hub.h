@@ -254,9 +254,12 @@ class WatchHub {
   // Returns the number of responses it queued.
   size_t Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to);
   // Delivers the groups if they reach at most max_watchers synced
-  // watchers; false (nothing done) otherwise. Adds the responses queued to
-  // *delivered. REQUIRES: mu_ held, previous values already attached.
-  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered);
+  // watchers and, when max_backlog_bytes is set, none of their streams has
+  // that many bytes queued; false (nothing done) otherwise. Adds the
+  // responses queued to *delivered. REQUIRES: mu_ held, previous values
+  // already attached.
+  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered,
+                      size_t max_backlog_bytes = SIZE_MAX);
   void SyncLoop();
   // Reads missed revisions for unsynced watchers; returns true if work remains.
   bool SyncOnce();
