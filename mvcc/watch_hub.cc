@@ -487,16 +487,23 @@ bool WatchHub::SyncOnce() {
   std::shared_ptr<const ReadView> view = store_->View();
   std::vector<std::pair<Watcher*, uint64_t>> ready;
   int64_t from = INT64_MAX;
+  // etcd's compaction revision is -1 until the first compaction: a start
+  // revision below it (-2 or less) is canceled as compacted, with -1.
+  const int64_t compact_rev = view->compact_rev == 0 ? -1 : view->compact_rev;
   {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<Watcher*> compacted;
     for (Watcher* w : unsynced_) {
       std::lock_guard<std::mutex> sl(w->stream->mu_);
       if (!w->stream->HasRoomLocked()) continue;
-      if (w->min_rev < view->compact_rev) {
+      if (w->min_rev < compact_rev) {
         compacted.push_back(w);
         continue;
       }
+      // A start revision of -1 before any compaction: etcd finds no history
+      // below revision 1 (its revision keys are unsigned) and the watcher
+      // starts after the current revision.
+      if (w->min_rev < 1) w->min_rev = view->rev + 1;
       if (w->min_rev > view->rev) continue;  // waits for the committer to notify
       ready.emplace_back(w, w->serial);
       from = std::min(from, w->min_rev);
@@ -508,7 +515,7 @@ bool WatchHub::SyncOnce() {
         WatchStream::ControlFields f;
         f.watch_id = w->id;
         f.canceled = true;
-        f.compact_revision = view->compact_rev;
+        f.compact_revision = compact_rev;
         // etcd sends this response with header revision 0.
         s->PushControlLocked(f, 0);
       }
