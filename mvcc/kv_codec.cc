@@ -2,6 +2,15 @@
 
 namespace capstan::mvcc {
 
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
 void AppendVarint(uint64_t v, std::string* out) {
   char buf[10];
   int n = 0;

@@ -37,6 +37,8 @@ void AppendRecordField(int field, std::string_view record, bool strip_value, std
 
 // Protobuf wire helpers.
 void AppendVarint(uint64_t v, std::string* out);
+// The bytes AppendVarint writes for v.
+size_t VarintSize(uint64_t v);
 void AppendTag(int field, int wire_type, std::string* out);
 void AppendVarintField(int field, uint64_t v, std::string* out);  // omitted when v == 0
 void AppendBytesField(int field, std::string_view bytes, std::string* out);

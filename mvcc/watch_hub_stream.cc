@@ -38,15 +38,6 @@ std::string EncodeResponse(const std::string& header, int64_t watch_id, bool cre
   return out;
 }
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 // The encoded size of a WatchResponse with a header of header_size bytes
 // (encoded ResponseHeader), this watch id, no events, and fragment set or
 // not: what etcd's sendFragments counts besides the events.

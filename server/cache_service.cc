@@ -30,15 +30,6 @@ void AppendLength(int field, size_t len, std::string* out) {
   mvcc::AppendVarint(len, out);
 }
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 std::string Header(const MemberInfo& member, int64_t rev) {
   etcdserverpb::ResponseHeader h;
   FillHeader(member, &h);
@@ -62,8 +53,8 @@ void AppendEvent(const WatchEvent& e, bool with_prev, ResponseSlices* b) {
   size_t size = head.size();
   const CachedObject* kv = e.object.get();
   const CachedObject* prev = with_prev ? e.prev_object.get() : nullptr;
-  if (kv) size += 1 + VarintSize(kv->kv().size()) + kv->kv().size();
-  if (prev) size += 1 + VarintSize(prev->kv().size()) + prev->kv().size();
+  if (kv) size += 1 + mvcc::VarintSize(kv->kv().size()) + kv->kv().size();
+  if (prev) size += 1 + mvcc::VarintSize(prev->kv().size()) + prev->kv().size();
   if (e.initial_events_end) size += 2;
   AppendLength(2, size, b->bytes());
   b->bytes()->append(head);

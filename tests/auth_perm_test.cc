@@ -20,6 +20,7 @@
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "grpc_reply.h"
 #include "process_fixture.h"
 
 namespace capstan::testing {
@@ -28,17 +29,6 @@ namespace {
 using etcdserverpb::RequestOp;
 using etcdserverpb::TxnRequest;
 using etcdserverpb::TxnResponse;
-
-struct Reply {
-  int code = -1;
-  std::string message;
-  std::string ToString() const { return absl::StrCat(code, " ", message); }
-  bool operator==(const Reply& o) const { return code == o.code && message == o.message; }
-};
-
-void PrintTo(const Reply& r, std::ostream* os) { *os << r.ToString(); }
-
-Reply ReplyOf(const grpc::Status& s) { return Reply{s.error_code(), s.error_message()}; }
 
 constexpr char kDenied[] = "etcdserver: permission denied";
 constexpr char kBadToken[] = "etcdserver: invalid auth token";

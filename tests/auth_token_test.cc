@@ -20,6 +20,7 @@
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "grpc_reply.h"
 #include "process_fixture.h"
 
 namespace capstan::testing {
@@ -27,15 +28,6 @@ namespace {
 
 using etcdserverpb::Auth;
 using etcdserverpb::KV;
-
-struct Reply {
-  int code = -1;
-  std::string message;
-  std::string ToString() const { return absl::StrCat(code, " ", message); }
-  bool operator==(const Reply& o) const { return code == o.code && message == o.message; }
-};
-
-Reply ReplyOf(const grpc::Status& s) { return Reply{s.error_code(), s.error_message()}; }
 
 class AuthTokenTest : public ::testing::Test {
  protected:
