@@ -37,7 +37,9 @@ case "$mode" in
     # cache each run: Go does not hash the C libraries it links, so a cached
     # build can outlive the libcapstan.a it was made against (Debian's Go
     # ships its standard library prebuilt, so this costs seconds).
-    export PKG_CONFIG_PATH="$pc" GOCACHE="$work/go-cache" GOPROXY=off GOFLAGS=-buildvcs=false
+    # GOPATH too, so that the build needs no HOME (CI may run without one).
+    export PKG_CONFIG_PATH="$pc" GOCACHE="$work/go-cache" GOPATH="$work/go-path" GOPROXY=off \
+      GOFLAGS=-buildvcs=false
     # Abseil's pkg-config files wrap -latomic in these linker flags.
     export CGO_LDFLAGS_ALLOW='-Wl,--(push|pop)-state.*'
     (cd "$src/examples/go-cgo" && go build -o "$work/go-cgo" .)
