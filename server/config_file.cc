@@ -13,6 +13,14 @@
 #include "server/config.h"
 
 namespace capstan::server {
+
+YamlNode::YamlNode() = default;
+YamlNode::~YamlNode() = default;
+YamlNode::YamlNode(const YamlNode&) = default;
+YamlNode::YamlNode(YamlNode&&) noexcept = default;
+YamlNode& YamlNode::operator=(const YamlNode&) = default;
+YamlNode& YamlNode::operator=(YamlNode&&) noexcept = default;
+
 namespace {
 
 absl::Status YamlError(int line, const std::string& what) {

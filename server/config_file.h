@@ -26,6 +26,16 @@ namespace capstan::server {
 
 // One value of the subset.
 struct YamlNode {
+  // Declared here and defined in the .cc, where YamlNode is complete: a
+  // member pair holding YamlNode itself must not have its traits worked out
+  // while the class is still being defined (clang refuses that).
+  YamlNode();
+  ~YamlNode();
+  YamlNode(const YamlNode&);
+  YamlNode(YamlNode&&) noexcept;
+  YamlNode& operator=(const YamlNode&);
+  YamlNode& operator=(YamlNode&&) noexcept;
+
   enum class Kind { kNull, kScalar, kList, kMap };
   Kind kind = Kind::kNull;
   std::string scalar;  // kScalar: the text, quotes removed and escapes applied
