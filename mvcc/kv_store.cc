@@ -405,6 +405,7 @@ void KvStore::FailStop(const absl::Status& cause, std::string_view what) {
     m.set_memberid(options_.member_id);
     m.set_alarm(etcdserverpb::NOSPACE);
     alarms_.push_back(m);
+    AlarmsChangedLocked();
   }
 }
 

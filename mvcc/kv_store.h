@@ -332,8 +332,14 @@ class KvStore {
   // Active alarms and the storage failure: changed by the committer, read by
   // anyone.
   mutable std::mutex alarm_mu_;
-  std::vector<etcdserverpb::AlarmMember> alarms_;
-  absl::Status storage_failure_;
+  std::vector<etcdserverpb::AlarmMember> alarms_;  // guarded by alarm_mu_
+  absl::Status storage_failure_;                   // guarded by alarm_mu_
+  // Whether alarms_ holds a NOSPACE / a CORRUPT alarm, kept by
+  // AlarmsChangedLocked so that the committer's checks of every write take
+  // no lock.
+  std::atomic<bool> no_space_alarm_{false}, corrupt_alarm_{false};
+  // REQUIRES: alarm_mu_ held; called after every change of alarms_.
+  void AlarmsChangedLocked();
 
   // Answers of committed groups, run off the committer so that the next
   // group's write overlaps sending them (answering a group of gRPC calls

@@ -583,7 +583,6 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   }
   const int64_t backend_size = backend_size_;
   int64_t group_cost = 0;
-  bool corrupt = Corrupt();
   for (size_t i = 0; i < group->size(); ++i) {
     WriteRequest& w = (*group)[i];
     // After a storage failure only reads pass: the store's own internal
@@ -595,7 +594,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
       results[i] = FailedWriteError();
       continue;
     }
-    if (corrupt && RefusedWhileCorrupt(w)) {
+    if (Corrupt() && RefusedWhileCorrupt(w)) {
       results[i] = MakeError(Error::kCorrupt);
       continue;
     }
@@ -611,7 +610,6 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
     if (w.kind == WriteRequest::Kind::kAlarm) {
       results[i] = ApplyAlarm(static_cast<const etcdserverpb::AlarmRequest&>(*w.request),
                               static_cast<etcdserverpb::AlarmResponse*>(w.response));
-      corrupt = Corrupt();
       changed = true;
       continue;
     }

@@ -64,16 +64,17 @@ std::vector<AlarmMember> KvStore::Alarms() const {
   return alarms_;
 }
 
-bool KvStore::Corrupt() const {
-  std::lock_guard<std::mutex> l(alarm_mu_);
-  return std::any_of(alarms_.begin(), alarms_.end(),
-                     [](const AlarmMember& a) { return a.alarm() == etcdserverpb::CORRUPT; });
-}
+bool KvStore::Corrupt() const { return corrupt_alarm_.load(std::memory_order_acquire); }
 
-bool KvStore::NoSpace() const {
-  std::lock_guard<std::mutex> l(alarm_mu_);
-  return std::any_of(alarms_.begin(), alarms_.end(),
-                     [](const AlarmMember& a) { return a.alarm() == etcdserverpb::NOSPACE; });
+bool KvStore::NoSpace() const { return no_space_alarm_.load(std::memory_order_acquire); }
+
+void KvStore::AlarmsChangedLocked() {
+  auto any = [this](etcdserverpb::AlarmType type) {
+    return std::any_of(alarms_.begin(), alarms_.end(),
+                       [type](const AlarmMember& a) { return a.alarm() == type; });
+  };
+  no_space_alarm_.store(any(etcdserverpb::NOSPACE), std::memory_order_release);
+  corrupt_alarm_.store(any(etcdserverpb::CORRUPT), std::memory_order_release);
 }
 
 absl::Status KvStore::LoadAlarms() {
@@ -86,6 +87,7 @@ absl::Status KvStore::LoadAlarms() {
     }
     alarms_.push_back(m);
   }
+  AlarmsChangedLocked();
   return it->status();
 }
 
@@ -113,6 +115,7 @@ absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmRes
       m.set_alarm(req.alarm());
       batch_.Put(Cf::kAlarm, m.SerializeAsString(), "");
       alarms_.push_back(m);
+      AlarmsChangedLocked();
       *resp->add_alarms() = m;
       break;
     }
@@ -122,6 +125,7 @@ absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmRes
       batch_.Delete(Cf::kAlarm, it->SerializeAsString());
       *resp->add_alarms() = *it;
       alarms_.erase(it);
+      AlarmsChangedLocked();
       break;
     }
     default:
