@@ -8,8 +8,7 @@
 namespace capstan::server {
 
 PeriodicCompactionSchedule::PeriodicCompactionSchedule(absl::Duration period, absl::Time start)
-    : period_(period),
-      check_interval_(std::max(std::min(period, absl::Hours(1)) / 10, absl::Nanoseconds(1))),
+    : check_interval_(std::max(std::min(period, absl::Hours(1)) / 10, absl::Nanoseconds(1))),
       compact_interval_(std::min(period, absl::Hours(1))),
       retained_(static_cast<size_t>(period / check_interval_) + 1),
       last_success_(start),

@@ -50,7 +50,6 @@ class PeriodicCompactionSchedule {
   void Compacted(absl::Time now);
 
  private:
-  const absl::Duration period_;
   const absl::Duration check_interval_;
   const absl::Duration compact_interval_;
   // How many samples the window holds: period/check_interval + 1; the oldest
