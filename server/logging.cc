@@ -25,6 +25,27 @@ class EscapedMessage final : public spdlog::custom_flag_formatter {
   }
 };
 
+// %C : the caller, "dir/file.cc:line" relative to the checkout. The
+// compiler maps the checkout's absolute path away; a path relative to the
+// build directory (ccache with CCACHE_BASEDIR compiles with those) loses
+// its leading "../" here.
+class Caller final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    if (msg.source.empty()) return;
+    std::string_view file = msg.source.filename;
+    while (file.substr(0, 3) == "../") file.remove_prefix(3);
+    std::string text(file);
+    text += ':';
+    text += std::to_string(msg.source.line);
+    dest.append(text.data(), text.data() + text.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<Caller>();
+  }
+};
+
 // %L : etcd's (zap's) level names.
 class ZapLevel final : public spdlog::custom_flag_formatter {
  public:
@@ -96,8 +117,8 @@ absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs
   }
   auto logger = std::make_shared<spdlog::logger>("capstan", sinks.begin(), sinks.end());
   auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-  formatter->add_flag<ZapLevel>('L').add_flag<EscapedMessage>('*').set_pattern(
-      R"({"level":"%L","ts":"%Y-%m-%dT%H:%M:%S.%fZ","caller":"%g:%#","msg":"%*"})");
+  formatter->add_flag<ZapLevel>('L').add_flag<EscapedMessage>('*').add_flag<Caller>('C').set_pattern(
+      R"({"level":"%L","ts":"%Y-%m-%dT%H:%M:%S.%fZ","caller":"%C","msg":"%*"})");
   logger->set_formatter(std::move(formatter));
   logger->set_level(ToSpdlog(level));
   // Every line reaches its output when written, as with etcd's zap (which
