@@ -11,6 +11,7 @@
 #include "mvcc/kv_range.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/thread_name.h"
 #include "mvcc/watch_hub.h"
 #include "spdlog/spdlog.h"
 
@@ -26,10 +27,11 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& opt
   std::unique_ptr<KvStore> store(new KvStore(options, std::move(backend)));
   if (auto s = store->Recover(); !s.ok()) return s;
   store->Publish();
-  store->answerer_ = std::thread([s = store.get()] { s->AnswerLoop(); });
-  store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
-  store->compactor_ = std::thread([s = store.get()] { s->CompactionLoop(); });
-  store->lease_expiry_ = std::thread([s = store.get()] { s->LeaseExpiryLoop(); });
+  store->answerer_ = NamedThread("answerer", [s = store.get()] { s->AnswerLoop(); });
+  store->committer_ = NamedThread("committer", [s = store.get()] { s->CommitLoop(); });
+  store->compactor_ = NamedThread("compactor", [s = store.get()] { s->CompactionLoop(); });
+  store->lease_expiry_ =
+      NamedThread("lease-expiry", [s = store.get()] { s->LeaseExpiryLoop(); });
   return store;
 }
 

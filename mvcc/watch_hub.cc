@@ -6,6 +6,7 @@
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/thread_name.h"
 #include "mvcc/watch_hub_watcher.h"
 #include "spdlog/spdlog.h"
 
@@ -78,8 +79,8 @@ WatchHub::WatchHub(KvStore* store, WatchHubOptions options)
       synced_ranges_(std::make_unique<IntervalIndex>()),
       last_notified_rev_(store->Rev()),
       next_progress_(absl::Now() + options.progress_interval) {
-  syncer_ = std::thread([this] { SyncLoop(); });
-  dispatcher_ = std::thread([this] { DispatchLoop(); });
+  syncer_ = NamedThread("watch-sync", [this] { SyncLoop(); });
+  dispatcher_ = NamedThread("watch-dispatch", [this] { DispatchLoop(); });
 }
 
 WatchHub::~WatchHub() { Stop(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::server {
@@ -35,7 +36,7 @@ AutoCompactor::AutoCompactor(mvcc::KvStore* store, absl::Duration period, int64_
       period_(period),
       revisions_(revisions),
       revision_check_interval_(revision_check_interval) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = NamedThread("auto-compact", [this] { Run(); });
 }
 
 AutoCompactor::~AutoCompactor() {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "mvcc/thread_name.h"
 #include "watchcache/errors.h"
 #include "watchcache/store_feed.h"
 
@@ -30,7 +31,7 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(CacheOptions options) {
     }
   }
   std::unique_ptr<Cache> c(new Cache(std::move(options)));
-  c->ticker_ = std::thread([p = c.get()] { p->TickLoop(); });
+  c->ticker_ = NamedThread("cache-ticker", [p = c.get()] { p->TickLoop(); });
   return c;
 }
 

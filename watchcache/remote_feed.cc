@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::watchcache {
@@ -41,7 +42,7 @@ RemoteFeed::RemoteFeed(ResourceCache* cache, std::shared_ptr<grpc::Channel> chan
 
 RemoteFeed::~RemoteFeed() { Stop(); }
 
-void RemoteFeed::Start() { thread_ = std::thread([this] { Run(); }); }
+void RemoteFeed::Start() { thread_ = NamedThread("cache-feed", [this] { Run(); }); }
 
 void RemoteFeed::Stop() {
   {

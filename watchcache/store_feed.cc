@@ -6,6 +6,7 @@
 
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
+#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::watchcache {
@@ -57,7 +58,7 @@ StoreFeed::StoreFeed(ResourceCache* cache, mvcc::KvStore* store, mvcc::WatchHub*
 
 StoreFeed::~StoreFeed() { Stop(); }
 
-void StoreFeed::Start() { thread_ = std::thread([this] { Run(); }); }
+void StoreFeed::Start() { thread_ = NamedThread("cache-feed", [this] { Run(); }); }
 
 void StoreFeed::Stop() {
   {
