@@ -124,17 +124,39 @@ bool DecodeKeyValue(std::string_view bytes, KeyValueView* kv) {
   });
 }
 
-void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out) {
-  if (!strip_value) {
-    AppendBytesField(field, record, out);
-    return;
-  }
+namespace {
+
+// The record without its value field (keys_only).
+std::string StripValue(std::string_view record) {
   std::string stripped;
   stripped.reserve(record.size());
   WalkFields(record, [&stripped](int f, int, std::string_view whole, uint64_t, std::string_view) {
     if (f != 5) stripped.append(whole);
   });
-  AppendBytesField(field, stripped, out);
+  return stripped;
+}
+
+}  // namespace
+
+void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out) {
+  if (!strip_value) {
+    AppendBytesField(field, record, out);
+    return;
+  }
+  AppendBytesField(field, StripValue(record), out);
+}
+
+void AppendRecordField(int field, std::string_view record, bool strip_value, ByteSink* out) {
+  std::string stripped;
+  if (strip_value) {
+    stripped = StripValue(record);
+    record = stripped;
+  }
+  std::string prefix;  // tag and length: at most 1 + 10 bytes here
+  AppendTag(field, 2, &prefix);
+  AppendVarint(record.size(), &prefix);
+  out->Append(prefix);
+  out->Append(record);
 }
 
 }  // namespace capstan::mvcc

@@ -31,9 +31,18 @@ std::string EncodeKeyValue(const KeyValueView& kv);
 // Decodes a stored record. Returns false if the bytes are not a KeyValue.
 bool DecodeKeyValue(std::string_view bytes, KeyValueView* kv);
 
+// Takes encoded bytes in order: a message built outside one string (a big
+// Range's kvs, written into reusable blocks).
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void Append(std::string_view bytes) = 0;
+};
+
 // Appends `record` to out as field `field` of wire type 2; with strip_value
 // the record's value field (5) is left out (keys_only).
 void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out);
+void AppendRecordField(int field, std::string_view record, bool strip_value, ByteSink* out);
 
 // Protobuf wire helpers.
 void AppendVarint(uint64_t v, std::string* out);

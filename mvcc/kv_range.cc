@@ -39,7 +39,9 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
 absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int64_t rev,
                      int64_t header_rev, const RecordReader& read, RangeResult* result,
                      const RecordVisitor* stream) {
+  ByteSink* const sink = result->kvs_sink;
   *result = RangeResult();
+  result->kvs_sink = sink;
   result->rev = header_rev;
 
   const bool filtered = req.min_mod_revision() != 0 || req.max_mod_revision() != 0 ||
@@ -56,6 +58,15 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   int64_t fetch = (filtered || req.sort_order() != RangeRequest::NONE) ? 0 : req.limit();
   if (fetch > 0 && fetch < std::numeric_limits<int64_t>::max()) fetch += 1;
   if (fetch < 0) fetch = 0;
+
+  // The kvs go to the caller's sink if it gave one, else into kvs_wire.
+  auto emit = [&req, result](std::string_view record) {
+    if (result->kvs_sink != nullptr) {
+      AppendRecordField(2, record, req.keys_only(), result->kvs_sink);
+    } else {
+      AppendRecordField(2, record, req.keys_only(), &result->kvs_wire);
+    }
+  };
 
   std::vector<Revision> revs;
   int64_t count = 0;
@@ -81,15 +92,13 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     for (size_t i = 0; i < n; i += kFetchChunk) {
       std::vector<Revision> chunk(revs.begin() + i, revs.begin() + std::min(n, i + kFetchChunk));
       if (stream != nullptr) {
-        auto s = (*stream)(chunk, [&](std::string_view record) {
-          AppendRecordField(2, record, req.keys_only(), &result->kvs_wire);
-        });
+        auto s = (*stream)(chunk, emit);
         if (!s.ok()) return s;
       } else {
         if (auto s = read(chunk, &records); !s.ok()) return s;
-        for (const auto& r : records) AppendRecordField(2, r, req.keys_only(), &result->kvs_wire);
+        for (const auto& r : records) emit(r);
       }
-      if (i == 0 && n > chunk.size()) {
+      if (i == 0 && n > chunk.size() && result->kvs_sink == nullptr) {
         // Size the response once from the first chunk rather than growing
         // (and copying) it again and again on a huge range.
         result->kvs_wire.reserve(result->kvs_wire.size() / chunk.size() * n * 9 / 8);
@@ -147,7 +156,7 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     result->more = true;
   }
   for (size_t i = 0; i < n; ++i) {
-    AppendRecordField(2, records[items[i].index], req.keys_only(), &result->kvs_wire);
+    emit(records[items[i].index]);
   }
   result->num_kvs = static_cast<int>(n);
   return absl::OkStatus();

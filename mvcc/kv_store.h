@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
+#include "mvcc/kv_codec.h"
 #include "mvcc/latency_histogram.h"
 #include "mvcc/lessor.h"
 #include "storage/backend.h"
@@ -95,6 +96,9 @@ struct RangeResult {
   // (length-delimited, in order): appending these bytes to an encoded
   // RangeResponse adds the kvs without decoding them.
   std::string kvs_wire;
+  // When the caller sets it, the kvs go here instead of kvs_wire, in the
+  // same encoding (a big read writes them into reusable blocks).
+  ByteSink* kvs_sink = nullptr;
 };
 
 // A write applied by the committer. The request and response objects are

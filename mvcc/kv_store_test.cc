@@ -1,6 +1,9 @@
 #include "mvcc/kv_store.h"
 
 #include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
@@ -238,6 +241,43 @@ TEST_F(KvStoreTest, LimitCountMoreAndSort) {
   EXPECT_EQ(resp.kvs(0).key(), "key9");
   req.set_sort_order(static_cast<RangeRequest::SortOrder>(7));
   EXPECT_TRUE(Is(store_->Range(req, &result), Error::kInvalidSortOption));
+}
+
+// A big read hands Range a sink; the bytes that reach it must be exactly the
+// kvs_wire that Range builds without one, for every shape of request.
+TEST_F(KvStoreTest, RangeIntoASinkWritesTheSameBytes) {
+  struct StringSink : ByteSink {
+    void Append(std::string_view bytes) override { out.append(bytes); }
+    std::string out;
+  };
+  for (int i = 0; i < 1200; ++i) {
+    Put("key" + std::to_string(i), std::string(static_cast<size_t>(i % 97), 'v'));
+  }
+  std::vector<RangeRequest> requests(6);
+  for (auto& r : requests) {
+    r.set_key("key");
+    r.set_range_end("kez");
+  }
+  requests[1].set_limit(700);
+  requests[2].set_keys_only(true);
+  requests[3].set_sort_target(RangeRequest::VALUE);
+  requests[3].set_sort_order(RangeRequest::DESCEND);
+  requests[4].set_min_mod_revision(300);
+  requests[5].set_revision(900);
+  for (const auto& req : requests) {
+    RangeResult plain;
+    ASSERT_TRUE(store_->Range(req, &plain).ok());
+    RangeResult sunk;
+    StringSink sink;
+    sunk.kvs_sink = &sink;
+    ASSERT_TRUE(store_->Range(req, &sunk).ok());
+    EXPECT_TRUE(sunk.kvs_wire.empty());
+    EXPECT_EQ(sunk.num_kvs, plain.num_kvs) << req.ShortDebugString();
+    EXPECT_EQ(sunk.count, plain.count);
+    EXPECT_EQ(sunk.more, plain.more);
+    EXPECT_GT(plain.kvs_wire.size(), 0u);
+    EXPECT_TRUE(sink.out == plain.kvs_wire) << req.ShortDebugString();
+  }
 }
 
 }  // namespace

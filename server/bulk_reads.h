@@ -12,6 +12,16 @@
 // starts only while those hold fewer than `max_held_bytes` (one read always
 // may run, so nothing waits forever).
 //
+// A big response's kvs are written into blocks of kBlockBytes (a BlockSink)
+// that gRPC sends as they are; once sent, the blocks are kept for the next
+// big read, up to `kept_block_bytes`, until no big read has taken one for
+// `keep_idle_blocks`. Built as one fresh string instead, every full list of
+// a 400 MiB prefix faulted in 400 MiB of new pages and gave them back to the
+// kernel after the send; that memory churn, not the CPU of the list, was
+// what stalled concurrent writes (put p99 during four concurrent full lists:
+// 23-45 ms with one string per response, 12-17 ms with kept blocks; idle
+// 1.7 ms).
+//
 // Thread-safe.
 
 #ifndef CAPSTAN_SERVER_BULK_READS_H_
@@ -23,12 +33,15 @@
 #include <functional>
 #include <memory>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "grpcpp/support/byte_buffer.h"
+#include "mvcc/kv_codec.h"
 
 namespace capstan::server {
 
@@ -41,7 +54,13 @@ class BulkReads {
     // when other processes keep the cores busy.
     int nice = 5;
     size_t max_held_bytes = size_t{1} << 30;
+    size_t kept_block_bytes = size_t{512} << 20;
+    std::chrono::milliseconds keep_idle_blocks{30000};
   };
+
+  static constexpr size_t kBlockBytes = size_t{1} << 20;
+
+  class BlockSink;
 
   explicit BulkReads(Options options);
   // Runs every read already queued, then joins the threads.
@@ -58,11 +77,22 @@ class BulkReads {
   // them and dropped the buffer.
   void Hold(std::vector<std::string> parts, grpc::ByteBuffer* out);
 
+  // A sink that writes into this BulkReads' blocks. Use it on one thread.
+  std::unique_ptr<BlockSink> NewSink();
+
+  // As Hold(parts), for `head`, the bytes of `kvs` and `tail`: the blocks
+  // go to gRPC as they are and come back for reuse once it drops them.
+  void Hold(std::string head, std::unique_ptr<BlockSink> kvs, std::string tail,
+            grpc::ByteBuffer* out);
+
   size_t held_bytes() const;
+  // Sent blocks kept for reuse.
+  size_t kept_block_bytes() const;
 
  private:
   struct Budget;
   struct HeldPart;
+  struct SentBlock;
 
   void Loop();
 
@@ -73,6 +103,29 @@ class BulkReads {
   std::deque<std::function<void()>> queue_;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
+};
+
+// Appends into a chain of kBlockBytes blocks taken from a BulkReads. Blocks
+// not handed to gRPC go back to the BulkReads when the sink is destroyed.
+class BulkReads::BlockSink final : public mvcc::ByteSink {
+ public:
+  explicit BlockSink(std::shared_ptr<Budget> budget);
+  ~BlockSink() override;
+
+  BlockSink(const BlockSink&) = delete;
+  BlockSink& operator=(const BlockSink&) = delete;
+
+  void Append(std::string_view bytes) override;
+
+  // Bytes appended so far.
+  size_t size() const;
+
+ private:
+  friend class BulkReads;
+
+  const std::shared_ptr<Budget> budget_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  size_t last_used_ = 0;  // bytes used in blocks_.back()
 };
 
 }  // namespace capstan::server

@@ -1,9 +1,11 @@
 #include "server/bulk_reads.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,6 +74,91 @@ TEST(BulkReadsTest, ABufferMayOutliveThePool) {
     bulk.Hold(Parts(10), &buffer);
   }
   EXPECT_EQ(buffer.Length(), 14u);
+  buffer.Clear();
+}
+
+// A pattern that shows a misplaced or repeated byte at any block boundary.
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + i / 251) % 26);
+  return s;
+}
+
+TEST(BulkReadsTest, BlockSinkBytesGoOutInOrderAndTheBlocksComeBack) {
+  BulkReads::Options options;
+  options.kept_block_bytes = 8 * BulkReads::kBlockBytes;
+  BulkReads bulk(options);
+  const std::string kvs = Pattern(3 * BulkReads::kBlockBytes + 12345);
+  auto sink = bulk.NewSink();
+  // Appends of odd sizes, so that some straddle a block boundary.
+  for (size_t at = 0; at < kvs.size();) {
+    const size_t n = std::min<size_t>(kvs.size() - at, 1 + (at % 70001));
+    sink->Append(std::string_view(kvs).substr(at, n));
+    at += n;
+  }
+  EXPECT_EQ(sink->size(), kvs.size());
+
+  grpc::ByteBuffer buffer;
+  bulk.Hold("head", std::move(sink), "tail", &buffer);
+  EXPECT_EQ(bulk.held_bytes(), kvs.size() + 8);
+  EXPECT_EQ(bulk.kept_block_bytes(), 0u);
+  std::string flat;
+  ASSERT_TRUE(FlattenBuffer(buffer, &flat));
+  EXPECT_TRUE(flat == "head" + kvs + "tail") << "the message's bytes differ";
+
+  buffer.Clear();  // gRPC sent it
+  EXPECT_EQ(bulk.held_bytes(), 0u);
+  EXPECT_EQ(bulk.kept_block_bytes(), 4 * BulkReads::kBlockBytes);
+
+  // The next read takes the kept blocks rather than new ones.
+  auto again = bulk.NewSink();
+  again->Append(std::string(2 * BulkReads::kBlockBytes, 'y'));
+  EXPECT_EQ(bulk.kept_block_bytes(), 2 * BulkReads::kBlockBytes);
+  again.reset();  // an error: never sent, its blocks are kept
+  EXPECT_EQ(bulk.kept_block_bytes(), 4 * BulkReads::kBlockBytes);
+  EXPECT_EQ(bulk.held_bytes(), 0u);
+}
+
+TEST(BulkReadsTest, KeptBlocksAreBounded) {
+  BulkReads::Options options;
+  options.kept_block_bytes = 2 * BulkReads::kBlockBytes;
+  BulkReads bulk(options);
+  auto sink = bulk.NewSink();
+  sink->Append(std::string(5 * BulkReads::kBlockBytes, 'z'));
+  grpc::ByteBuffer buffer;
+  bulk.Hold("", std::move(sink), "", &buffer);
+  EXPECT_EQ(buffer.Length(), 5 * BulkReads::kBlockBytes);
+  buffer.Clear();
+  EXPECT_EQ(bulk.kept_block_bytes(), 2 * BulkReads::kBlockBytes);
+  EXPECT_EQ(bulk.held_bytes(), 0u);
+}
+
+TEST(BulkReadsTest, KeptBlocksAreFreedWhenNoBigReadComes) {
+  BulkReads::Options options;
+  options.keep_idle_blocks = std::chrono::milliseconds(50);
+  BulkReads bulk(options);
+  auto sink = bulk.NewSink();
+  sink->Append(std::string(BulkReads::kBlockBytes + 1, 'w'));
+  grpc::ByteBuffer buffer;
+  bulk.Hold("h", std::move(sink), "t", &buffer);
+  buffer.Clear();
+  EXPECT_EQ(bulk.kept_block_bytes(), 2 * BulkReads::kBlockBytes);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (bulk.kept_block_bytes() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(bulk.kept_block_bytes(), 0u);
+}
+
+TEST(BulkReadsTest, BlocksMayOutliveThePool) {
+  grpc::ByteBuffer buffer;
+  {
+    BulkReads bulk(BulkReads::Options{});
+    auto sink = bulk.NewSink();
+    sink->Append(std::string(BulkReads::kBlockBytes + 10, 'v'));
+    bulk.Hold("h", std::move(sink), "t", &buffer);
+  }
+  EXPECT_EQ(buffer.Length(), BulkReads::kBlockBytes + 12);
   buffer.Clear();
 }
 

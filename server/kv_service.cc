@@ -51,16 +51,23 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
     return reactor;
   }
   if (bulk_ != nullptr && IsBulkRange(*store_, *req)) {
-    bulk_->Run([this, req, response, reactor] { ServeRange(*req, response, reactor); });
+    bulk_->Run([this, req, response, reactor] {
+      ServeRange(*req, response, reactor, /*big=*/true);
+    });
   } else {
-    ServeRange(*req, response, reactor);
+    ServeRange(*req, response, reactor, /*big=*/false);
   }
   return reactor;
 }
 
 void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                           grpc::ServerUnaryReactor* reactor) {
+                           grpc::ServerUnaryReactor* reactor, bool big) {
   mvcc::RangeResult result;
+  std::unique_ptr<BulkReads::BlockSink> blocks;
+  if (big) {
+    blocks = bulk_->NewSink();
+    result.kvs_sink = blocks.get();
+  }
   if (auto s = store_->Range(req, &result); !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return;
@@ -75,7 +82,9 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   parts[1] = std::move(result.kvs_wire);
   if (result.more) mvcc::AppendVarintField(3, 1, &parts[2]);
   mvcc::AppendVarintField(4, static_cast<uint64_t>(result.count), &parts[2]);
-  if (bulk_ != nullptr) {
+  if (blocks != nullptr) {
+    bulk_->Hold(std::move(parts[0]), std::move(blocks), std::move(parts[2]), response);
+  } else if (bulk_ != nullptr) {
     bulk_->Hold(std::move(parts), response);
   } else {
     PartsToBuffer(std::move(parts), response);

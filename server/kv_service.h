@@ -59,9 +59,10 @@ class KvService final : public KvServiceBase {
                                     grpc::ByteBuffer* response) override;
 
  private:
-  // Reads the range and finishes the RPC with its response.
+  // Reads the range and finishes the RPC with its response. A big range
+  // (on a bulk-read thread) is built into the bulk reads' reusable blocks.
   void ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                  grpc::ServerUnaryReactor* reactor);
+                  grpc::ServerUnaryReactor* reactor, bool big);
 
   // Decodes a write request, checks it with `check` (null: an authenticated
   // user is enough) when auth is on, submits it and finishes the RPC with the
