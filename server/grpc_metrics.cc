@@ -1,5 +1,6 @@
 #include "server/grpc_metrics.h"
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -41,7 +42,7 @@ prometheus::Labels MethodLabels(const std::string& full, int type) {
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info)
-      : metrics_(metrics), info_(info) {
+      : metrics_(metrics), info_(info), start_(std::chrono::steady_clock::now()) {
     metrics_->Started(info_->method(), static_cast<RpcType>(info_->type()));
     if (unary()) metrics_->UnaryBegan();
   }
@@ -53,8 +54,9 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start_;
       metrics_->Handled(info_->method(), static_cast<RpcType>(info_->type()),
-                        methods->GetSendStatus().error_code());
+                        methods->GetSendStatus().error_code(), took.count());
     }
     methods->Proceed();
   }
@@ -66,6 +68,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
 
   GrpcMetrics* const metrics_;
   grpc::experimental::ServerRpcInfo* const info_;
+  const std::chrono::steady_clock::time_point start_;
 };
 
 class MetricsInterceptorFactory final
@@ -88,7 +91,7 @@ GrpcMetrics::NewInterceptorFactory() {
   return std::make_unique<MetricsInterceptorFactory>(this);
 }
 
-GrpcMetrics::GrpcMetrics(prometheus::Registry* registry)
+GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time)
     : started_(prometheus::BuildCounter()
                    .Name("grpc_server_started_total")
                    .Help("Total number of RPCs started on the server.")
@@ -98,6 +101,13 @@ GrpcMetrics::GrpcMetrics(prometheus::Registry* registry)
                    .Help("Total number of RPCs completed on the server, regardless of success or "
                          "failure.")
                    .Register(*registry)),
+      handling_(handling_time
+                    ? &prometheus::BuildHistogram()
+                           .Name("grpc_server_handling_seconds")
+                           .Help("Histogram of response latency (seconds) of gRPC that had been "
+                                 "application-level handled by the server.")
+                           .Register(*registry)
+                    : nullptr),
       lease_granted_(prometheus::BuildCounter()
                          .Name("etcd_debugging_lease_granted_total")
                          .Help("The total number of granted leases.")
@@ -108,8 +118,15 @@ void GrpcMetrics::Started(const char* method, RpcType type) {
   started_.Add(MethodLabels(method, static_cast<int>(type))).Increment();
 }
 
-void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode code) {
+void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode code,
+                          double seconds) {
   auto labels = MethodLabels(method, static_cast<int>(type));
+  if (handling_ != nullptr) {
+    // Prometheus's default buckets (prometheus.DefBuckets in Go).
+    static const prometheus::Histogram::BucketBoundaries kBuckets = {
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+    handling_->Add(labels, kBuckets).Observe(seconds);
+  }
   labels.emplace("grpc_code", CodeName(static_cast<int>(code)));
   handled_.Add(labels).Increment();
   if (code == grpc::StatusCode::OK && std::strcmp(method, "/etcdserverpb.Lease/LeaseGrant") == 0) {

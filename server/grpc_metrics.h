@@ -2,6 +2,9 @@
 // etcd exports: grpc_server_started_total and grpc_server_handled_total by
 // service, method, type (and code). Also etcd_debugging_lease_granted_total:
 // etcd's lessor counts grants; here every grant is a successful LeaseGrant RPC.
+// With --metrics=extensive, also grpc_server_handling_seconds: the histogram of
+// each RPC's time from its start to its status (a stream's whole life), with
+// Prometheus's default buckets, as etcd exports it then.
 
 #ifndef CAPSTAN_SERVER_GRPC_METRICS_H_
 #define CAPSTAN_SERVER_GRPC_METRICS_H_
@@ -13,6 +16,7 @@
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace capstan::server {
@@ -20,8 +24,9 @@ namespace capstan::server {
 // Counts RPCs into two counter families of a prometheus registry. Thread-safe.
 class GrpcMetrics {
  public:
-  // Registers the families in `registry`, which must outlive this object.
-  explicit GrpcMetrics(prometheus::Registry* registry);
+  // Registers the families in `registry`, which must outlive this object;
+  // the handling-time histogram only with `handling_time`.
+  GrpcMetrics(prometheus::Registry* registry, bool handling_time);
 
   // An interceptor factory to install with ServerBuilder; it records into
   // this object, which must outlive the server.
@@ -29,7 +34,8 @@ class GrpcMetrics {
 
   // `method` is gRPC's full name, "/etcdserverpb.KV/Range".
   void Started(const char* method, grpc::internal::RpcMethod::RpcType type);
-  void Handled(const char* method, grpc::internal::RpcMethod::RpcType type, grpc::StatusCode code);
+  void Handled(const char* method, grpc::internal::RpcMethod::RpcType type, grpc::StatusCode code,
+               double seconds);
 
   // Unary RPCs started and not yet over (streams are not counted: they end
   // when the server stops).
@@ -41,6 +47,7 @@ class GrpcMetrics {
   std::atomic<int64_t> unary_in_flight_{0};
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
+  prometheus::Family<prometheus::Histogram>* const handling_;  // null unless extensive
   prometheus::Counter& lease_granted_;
 };
 

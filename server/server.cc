@@ -253,7 +253,8 @@ absl::Status Server::Serve() {
   }
   for (auto& s : services_) builder.RegisterService(s.get());
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
-  grpc_metrics_ = std::make_unique<GrpcMetrics>(metrics_->registry());
+  grpc_metrics_ =
+      std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive");
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(grpc_metrics_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

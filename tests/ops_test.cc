@@ -352,6 +352,9 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
       EXPECT_EQ(type, it->second) << name;
     }
   }
+  // The handling-time histogram comes only with --metrics=extensive.
+  EXPECT_EQ(before.types.count("grpc_server_handling_seconds"), 0u);
+  EXPECT_EQ(etcd_metrics.types.count("grpc_server_handling_seconds"), 0u);
   EXPECT_EQ(before.Value("etcd_server_has_leader"), 1);
   EXPECT_EQ(before.Value(absl::StrCat("etcd_server_version{server_version=\"", CAPSTAN_ETCD_API_VERSION, "\"}")), 1);
   EXPECT_GT(before.Value("etcd_mvcc_db_total_size_in_bytes"), 0);
@@ -383,6 +386,34 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\","
                   "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
             1);
+}
+
+TEST(MetricsTest, ExtensiveAddsTheHandlingTimeHistogramAsEtcd) {
+  ServerOptions capstan_options = ServerOptions::Capstan();
+  capstan_options.extra_args.push_back("--metrics=extensive");
+  ServerOptions etcd_options = ServerOptions::Etcd();
+  etcd_options.extra_args.push_back("--metrics=extensive");
+  const std::string put = "{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"";
+  for (const auto& options : {capstan_options, etcd_options}) {
+    auto server = ServerProcess::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    ServerStubs s((*server)->NewChannel());
+    ASSERT_TRUE(Put(s, "/m/warm", "v").ok());
+    const Scrape before = ScrapeMetrics(**server);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put(s, absl::StrCat("/m/", i), "v").ok());
+    const Scrape after = ScrapeMetrics(**server);
+    EXPECT_EQ(after.types.count("grpc_server_handling_seconds"), 1u);
+    EXPECT_EQ(after.types.at("grpc_server_handling_seconds"), "histogram");
+    EXPECT_EQ(after.Value("grpc_server_handling_seconds_count" + put + "}") -
+                  before.Value("grpc_server_handling_seconds_count" + put + "}"),
+              4);
+    // Prometheus's default buckets; a local put takes well under 10 s.
+    EXPECT_EQ(after.Value("grpc_server_handling_seconds_bucket" + put + ",le=\"10\"}"),
+              after.Value("grpc_server_handling_seconds_count" + put + "}"));
+    EXPECT_EQ(after.samples.count("grpc_server_handling_seconds_bucket" + put + ",le=\"0.005\"}"),
+              1u);
+    EXPECT_GT(after.Value("grpc_server_handling_seconds_sum" + put + "}"), 0);
+  }
 }
 
 }  // namespace
