@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# put_during_lists.sh: put latency from one client while four full lists of a
+# large prefix run, seen from a separate process (so the lists' client does
+# not share the put's connection or threads), for one or more servers.
+#
+#   bench/put_during_lists.sh BINARY...           # each a capstan or etcd binary
+#   bench/put_during_lists.sh build/release/capstan /usr/bin/etcd
+#   OLD=/tmp/capstan-old; bench/put_during_lists.sh $OLD build/release/capstan $OLD build/release/capstan
+#
+# Every binary gets one data dir, filled once with OBJECTS (default 100,000)
+# values of VAL_SIZE (default 4,096) bytes under /large/ by `capstan-bench
+# fill`, then ROUNDS (default 3) rounds of: 12 full lists, 4 at a time, with
+# puts at 50/s from another process. One line per round: the puts' max and
+# p99, the lists' mean time, and the server's minor page faults and RSS.
+set -euo pipefail
+
+BENCH=${BENCH:-build/release/capstan-bench}
+OBJECTS=${OBJECTS:-100000}
+VAL_SIZE=${VAL_SIZE:-4096}
+ROUNDS=${ROUNDS:-3}
+PORT=${PORT:-23790}
+WORK=$(mktemp -d /tmp/capstan-putlists.XXXXXX)
+PID=
+
+cleanup() {
+  if [[ -n "${PID}" ]]; then kill -9 "${PID}" 2>/dev/null || true; fi
+  rm -rf "${WORK}"
+}
+trap cleanup EXIT
+
+bench() { "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
+
+start() {  # start BINARY DATA_DIR
+  "$1" --data-dir "$2" --listen-client-urls "http://127.0.0.1:${PORT}" \
+    --advertise-client-urls "http://127.0.0.1:${PORT}" \
+    --listen-peer-urls "http://127.0.0.1:$((PORT + 10))" > "$2.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 300); do
+    if bench range /large/none --total 1 > /dev/null 2>&1; then return; fi
+    sleep 0.1
+  done
+  echo "$1 did not start; log: $2.log" >&2
+  exit 1
+}
+
+n=0
+for bin in "$@"; do
+  n=$((n + 1))
+  dir="${WORK}/data-${n}"
+  start "${bin}" "${dir}"
+  bench --conns 4 --clients 16 fill --prefix /large/ --keys "${OBJECTS}" --val-size "${VAL_SIZE}" \
+    --load-batch 16 > /dev/null
+  # One warm-up round of lists (block cache, page cache, kept memory).
+  bench --conns 4 --clients 4 range /large/ --prefix --total 4 > /dev/null
+  for round in $(seq 1 "${ROUNDS}"); do
+    faults0=$(awk '{print $10}' "/proc/${PID}/stat")
+    bench --conns 4 --clients 4 range /large/ --prefix --total 12 > "${WORK}/lists" 2>&1 &
+    lists=$!
+    sleep 1
+    puts=$(bench --conns 1 --clients 1 put --rate 50 --total 250 --key-size 8 --val-size 256 2>&1)
+    wait "${lists}"
+    faults1=$(awk '{print $10}' "/proc/${PID}/stat")
+    max=$(awk '/Slowest:/ {print $2 * 1000}' <<< "${puts}")
+    p99=$(awk '/99% in/ {print $3 * 1000}' <<< "${puts}")
+    list=$(awk '/Average:/ {print $2}' "${WORK}/lists")
+    rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/${PID}/status")
+    printf '%s round %d: put max %s ms, p99 %s ms; full list mean %s s; minor faults %d; RSS %d MiB\n' \
+      "${bin}" "${round}" "${max}" "${p99}" "${list}" $((faults1 - faults0)) "${rss}"
+  done
+  kill "${PID}"
+  wait "${PID}" 2>/dev/null || true
+  PID=
+  rm -rf "${dir}"
+done
