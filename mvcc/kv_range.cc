@@ -1,7 +1,11 @@
 #include "mvcc/kv_range.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 #include "mvcc/errors.h"
 #include "mvcc/go_sort.h"
@@ -15,6 +19,66 @@ namespace {
 // Records are fetched from the backend in chunks so that a huge Range holds
 // one chunk of copies besides the response it builds.
 constexpr size_t kFetchChunk = 512;
+
+// The records at revs, read into parts of parallel.part_records by this
+// thread and any helper that comes. The shared state outlives the call for
+// helpers that start after it.
+absl::Status ReadInParts(std::vector<Revision> revs, const RecordVisitor& stream,
+                         const ParallelRead& parallel, bool keys_only,
+                         std::vector<std::unique_ptr<ByteSink>>* parts) {
+  struct Shared {
+    std::vector<Revision> revs;
+    RecordVisitor stream;
+    size_t part_records;
+    bool keys_only;
+    std::vector<std::unique_ptr<ByteSink>> sinks;
+    std::vector<absl::Status> status;
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;  // parts read (GUARDED_BY mu)
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->revs = std::move(revs);
+  shared->stream = stream;
+  shared->part_records = parallel.part_records;
+  shared->keys_only = keys_only;
+  const size_t total = shared->revs.size();
+  const size_t count = (total + parallel.part_records - 1) / parallel.part_records;
+  for (size_t p = 0; p < count; ++p) shared->sinks.push_back(parallel.new_sink());
+  shared->status.resize(count);
+
+  auto work = [shared, count] {
+    for (;;) {
+      const size_t p = shared->next.fetch_add(1);
+      if (p >= count) return;
+      const size_t begin = p * shared->part_records;
+      const size_t end = std::min(shared->revs.size(), begin + shared->part_records);
+      ByteSink* sink = shared->sinks[p].get();
+      absl::Status s;
+      for (size_t i = begin; i < end && s.ok(); i += kFetchChunk) {
+        std::vector<Revision> chunk(shared->revs.begin() + i,
+                                    shared->revs.begin() + std::min(end, i + kFetchChunk));
+        s = shared->stream(chunk, [&](std::string_view record) {
+          AppendRecordField(2, record, shared->keys_only, sink);
+        });
+      }
+      std::lock_guard<std::mutex> l(shared->mu);
+      shared->status[p] = std::move(s);
+      if (++shared->done == count) shared->cv.notify_all();
+    }
+  };
+  for (int h = 0; h < parallel.helpers; ++h) parallel.run(work);
+  work();
+  std::unique_lock<std::mutex> l(shared->mu);
+  shared->cv.wait(l, [&] { return shared->done == count; });
+  for (const auto& s : shared->status) {
+    if (!s.ok()) return s;
+  }
+  *parts = std::move(shared->sinks);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsFromKey(const std::string& range_end) { return range_end.size() == 1 && range_end[0] == 0; }
@@ -40,8 +104,10 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
                      int64_t header_rev, const RecordReader& read, RangeResult* result,
                      const RecordVisitor* stream) {
   ByteSink* const sink = result->kvs_sink;
+  const ParallelRead* const parallel = result->parallel;
   *result = RangeResult();
   result->kvs_sink = sink;
+  result->parallel = parallel;
   result->rev = header_rev;
 
   const bool filtered = req.min_mod_revision() != 0 || req.max_mod_revision() != 0 ||
@@ -88,6 +154,12 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
       n = static_cast<size_t>(limit);
       result->more = true;
     }
+    result->num_kvs = static_cast<int>(n);
+    if (stream != nullptr && parallel != nullptr && parallel->part_records > 0 &&
+        n > parallel->part_records) {
+      revs.resize(n);
+      return ReadInParts(std::move(revs), *stream, *parallel, req.keys_only(), &result->kvs_parts);
+    }
     std::vector<std::string> records;
     for (size_t i = 0; i < n; i += kFetchChunk) {
       std::vector<Revision> chunk(revs.begin() + i, revs.begin() + std::min(n, i + kFetchChunk));
@@ -104,7 +176,6 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
         result->kvs_wire.reserve(result->kvs_wire.size() / chunk.size() * n * 9 / 8);
       }
     }
-    result->num_kvs = static_cast<int>(n);
     return absl::OkStatus();
   }
 

@@ -86,6 +86,21 @@ struct ReadView {
   std::shared_ptr<const void> epoch;
 };
 
+// Lets a big Range read its records on more than one thread. The records
+// (of a Range that neither sorts nor filters, with more than part_records of
+// them) are cut into parts of part_records; each part is written into its own
+// sink from new_sink, and run(task) is called `helpers` times to offer the
+// work to other threads. The calling thread reads every part that no helper
+// has claimed, so a helper that starts late, or never, costs nothing; a task
+// that starts after the Range is over returns at once. Both functions must
+// be safe to call from any thread.
+struct ParallelRead {
+  std::function<std::unique_ptr<ByteSink>()> new_sink;
+  std::function<void(std::function<void()> task)> run;
+  int helpers = 1;
+  size_t part_records = 8192;
+};
+
 // The result of a Range: stored records ready to be sent.
 struct RangeResult {
   int64_t rev = 0;    // header revision: the store's current revision
@@ -99,6 +114,10 @@ struct RangeResult {
   // When the caller sets it, the kvs go here instead of kvs_wire, in the
   // same encoding (a big read writes them into reusable blocks).
   ByteSink* kvs_sink = nullptr;
+  // When the caller sets it and the Range is split into parts, the kvs are
+  // in kvs_parts instead, in order (the bytes of kvs_sink, if any, first).
+  const ParallelRead* parallel = nullptr;
+  std::vector<std::unique_ptr<ByteSink>> kvs_parts;
 };
 
 // A write applied by the committer. The request and response objects are

@@ -2,7 +2,9 @@
 
 #include <filesystem>
 #include <string>
+#include <functional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -278,6 +280,69 @@ TEST_F(KvStoreTest, RangeIntoASinkWritesTheSameBytes) {
     EXPECT_GT(plain.kvs_wire.size(), 0u);
     EXPECT_TRUE(sink.out == plain.kvs_wire) << req.ShortDebugString();
   }
+}
+
+// A big read split into parts: whatever thread reads a part, and whether a
+// helper comes at once, late (after the Range is over) or never, the parts
+// hold exactly kvs_wire's bytes, in order.
+TEST_F(KvStoreTest, RangeInPartsWritesTheSameBytes) {
+  struct StringSink : ByteSink {
+    void Append(std::string_view bytes) override { out.append(bytes); }
+    std::string out;
+  };
+  for (int i = 0; i < 1200; ++i) {
+    Put("key" + std::to_string(i), std::string(static_cast<size_t>(i % 97), 'v'));
+  }
+  std::vector<std::function<void()>> late;  // tasks run after the Range returned
+  std::vector<std::thread> helpers;
+  enum Helping { kAtOnce, kLate, kNever };
+  for (Helping helping : {kAtOnce, kLate, kNever}) {
+    ParallelRead parallel;
+    parallel.part_records = 100;
+    parallel.helpers = 2;
+    parallel.new_sink = [] { return std::make_unique<StringSink>(); };
+    parallel.run = [&](std::function<void()> task) {
+      if (helping == kAtOnce) helpers.emplace_back(std::move(task));
+      if (helping == kLate) late.push_back(std::move(task));
+    };
+    for (int variant = 0; variant < 3; ++variant) {
+      RangeRequest req;
+      req.set_key("key");
+      req.set_range_end("kez");
+      if (variant == 1) req.set_limit(777);
+      if (variant == 2) req.set_keys_only(true);
+      RangeResult plain;
+      ASSERT_TRUE(store_->Range(req, &plain).ok());
+      RangeResult split;
+      split.parallel = &parallel;
+      ASSERT_TRUE(store_->Range(req, &split).ok());
+      for (auto& t : helpers) t.join();
+      helpers.clear();
+      for (auto& task : late) task();  // finds no part left
+      late.clear();
+      EXPECT_TRUE(split.kvs_wire.empty());
+      EXPECT_EQ(split.kvs_parts.size(), variant == 1 ? 8u : 12u);
+      std::string joined;
+      for (const auto& part : split.kvs_parts) joined += static_cast<StringSink&>(*part).out;
+      EXPECT_TRUE(joined == plain.kvs_wire) << req.ShortDebugString() << " helping " << helping;
+      EXPECT_EQ(split.num_kvs, plain.num_kvs);
+      EXPECT_EQ(split.count, plain.count);
+      EXPECT_EQ(split.more, plain.more);
+    }
+  }
+  // At most part_records records: not split.
+  ParallelRead parallel;
+  parallel.part_records = 5000;
+  parallel.new_sink = [] { return std::make_unique<StringSink>(); };
+  parallel.run = [](std::function<void()> task) { task(); };
+  RangeRequest req;
+  req.set_key("key");
+  req.set_range_end("kez");
+  RangeResult whole;
+  whole.parallel = &parallel;
+  ASSERT_TRUE(store_->Range(req, &whole).ok());
+  EXPECT_TRUE(whole.kvs_parts.empty());
+  EXPECT_EQ(whole.num_kvs, 1200);
 }
 
 }  // namespace

@@ -114,6 +114,9 @@ struct BulkReads::HeldPart {
 BulkReads::BulkReads(Options options)
     : options_(options), budget_(std::make_shared<Budget>(options.kept_block_bytes)) {
   const int n = options_.threads > 0 ? options_.threads : 1;
+  parallel_.new_sink = [this]() -> std::unique_ptr<mvcc::ByteSink> { return NewSink(); };
+  parallel_.run = [this](std::function<void()> task) { RunHelper(std::move(task)); };
+  parallel_.helpers = n - 1;
   for (int i = 0; i < n; ++i) threads_.push_back(NamedThread("bulk-read", [this] { Loop(); }));
 }
 
@@ -134,7 +137,15 @@ BulkReads::~BulkReads() {
 void BulkReads::Run(std::function<void()> read) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(std::move(read));
+    queue_.push_back({std::move(read), /*helper=*/false});
+  }
+  cv_.notify_one();
+}
+
+void BulkReads::RunHelper(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_front({std::move(task), /*helper=*/true});
   }
   cv_.notify_one();
 }
@@ -168,11 +179,11 @@ std::unique_ptr<BulkReads::BlockSink> BulkReads::NewSink() {
   return std::make_unique<BlockSink>(budget_);
 }
 
-void BulkReads::Hold(std::string head, std::unique_ptr<BlockSink> kvs, std::string tail,
-                     grpc::ByteBuffer* out) {
+void BulkReads::Hold(std::string head, std::vector<std::unique_ptr<mvcc::ByteSink>> kvs,
+                     std::string tail, grpc::ByteBuffer* out) {
   std::vector<grpc::Slice> slices;
-  slices.reserve(kvs->blocks_.size() + 2);
-  const size_t total = head.size() + kvs->size() + tail.size();
+  size_t total = head.size() + tail.size();
+  for (const auto& sink : kvs) total += static_cast<const BlockSink&>(*sink).size();
   auto add_string = [&](std::string&& s) {
     if (s.empty()) return;
     auto* part = new HeldPart{std::move(s), budget_};
@@ -191,20 +202,23 @@ void BulkReads::Hold(std::string head, std::unique_ptr<BlockSink> kvs, std::stri
     budget_->held += total;
   }
   add_string(std::move(head));
-  for (size_t i = 0; i < kvs->blocks_.size(); ++i) {
-    const bool last = i + 1 == kvs->blocks_.size();
-    auto* sent = new SentBlock{std::move(kvs->blocks_[i]), last ? kvs->last_used_ : kBlockBytes,
-                               budget_};
-    slices.emplace_back(
-        sent->block.get(), sent->size,
-        [](void* arg) {
-          auto* s = static_cast<SentBlock*>(arg);
-          s->budget->Return(std::move(s->block), s->size);
-          delete s;
-        },
-        sent);
+  for (auto& base : kvs) {
+    auto& sink = static_cast<BlockSink&>(*base);
+    for (size_t i = 0; i < sink.blocks_.size(); ++i) {
+      const bool last = i + 1 == sink.blocks_.size();
+      auto* sent = new SentBlock{std::move(sink.blocks_[i]),
+                                 last ? sink.last_used_ : kBlockBytes, budget_};
+      slices.emplace_back(
+          sent->block.get(), sent->size,
+          [](void* arg) {
+            auto* s = static_cast<SentBlock*>(arg);
+            s->budget->Return(std::move(s->block), s->size);
+            delete s;
+          },
+          sent);
+    }
+    sink.blocks_.clear();
   }
-  kvs->blocks_.clear();
   add_string(std::move(tail));
   grpc::ByteBuffer buffer(slices.data(), slices.size());
   out->Swap(&buffer);
@@ -227,7 +241,7 @@ void BulkReads::Loop() {
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.nice);
   for (;;) {
-    std::function<void()> read;
+    Task task;
     {
       std::unique_lock<std::mutex> l(mu_);
       while (!stopping_ && queue_.empty()) {
@@ -239,10 +253,10 @@ void BulkReads::Loop() {
         }
       }
       if (queue_.empty()) return;
-      read = std::move(queue_.front());
+      task = std::move(queue_.front());
       queue_.pop_front();
     }
-    {
+    if (!task.helper) {
       // Wait while earlier responses hold the budget (a read starts whenever
       // less than the bound is held, so one read always may run).
       std::unique_lock<std::mutex> l(budget_->mu);
@@ -250,7 +264,7 @@ void BulkReads::Loop() {
         return budget_->held < options_.max_held_bytes || stopping_.load();
       });
     }
-    read();
+    task.fn();
   }
 }
 

@@ -42,6 +42,7 @@
 
 #include "grpcpp/support/byte_buffer.h"
 #include "mvcc/kv_codec.h"
+#include "mvcc/kv_store.h"
 
 namespace capstan::server {
 
@@ -72,6 +73,14 @@ class BulkReads {
   // Queues `read` to run on a bulk thread, in submission order.
   void Run(std::function<void()> read);
 
+  // Runs `task`, a helper of a read already running, on the next free bulk
+  // thread, before any queued read and without waiting for the budget.
+  void RunHelper(std::function<void()> task);
+
+  // A ParallelRead for a Range on a bulk thread: parts written into this
+  // BulkReads' blocks, one helper per other bulk thread.
+  const mvcc::ParallelRead& parallel_read() const { return parallel_; }
+
   // Moves `parts` into `out` without copying their bytes, as one message in
   // that order. The bytes count against max_held_bytes until gRPC has sent
   // them and dropped the buffer.
@@ -80,9 +89,10 @@ class BulkReads {
   // A sink that writes into this BulkReads' blocks. Use it on one thread.
   std::unique_ptr<BlockSink> NewSink();
 
-  // As Hold(parts), for `head`, the bytes of `kvs` and `tail`: the blocks
-  // go to gRPC as they are and come back for reuse once it drops them.
-  void Hold(std::string head, std::unique_ptr<BlockSink> kvs, std::string tail,
+  // As Hold(parts), for `head`, the bytes of each of `kvs` in order and
+  // `tail`: the blocks go to gRPC as they are and come back for reuse once
+  // it drops them. Every sink must come from this BulkReads.
+  void Hold(std::string head, std::vector<std::unique_ptr<mvcc::ByteSink>> kvs, std::string tail,
             grpc::ByteBuffer* out);
 
   size_t held_bytes() const;
@@ -98,9 +108,15 @@ class BulkReads {
 
   const Options options_;
   const std::shared_ptr<Budget> budget_;
+  struct Task {
+    std::function<void()> fn;
+    bool helper;  // part of a running read: never waits for the budget
+  };
+
+  mvcc::ParallelRead parallel_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Task> queue_;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -77,6 +79,12 @@ TEST(BulkReadsTest, ABufferMayOutliveThePool) {
   buffer.Clear();
 }
 
+std::vector<std::unique_ptr<mvcc::ByteSink>> Sinks(std::unique_ptr<BulkReads::BlockSink> sink) {
+  std::vector<std::unique_ptr<mvcc::ByteSink>> v;
+  v.push_back(std::move(sink));
+  return v;
+}
+
 // A pattern that shows a misplaced or repeated byte at any block boundary.
 std::string Pattern(size_t n) {
   std::string s(n, '\0');
@@ -99,7 +107,7 @@ TEST(BulkReadsTest, BlockSinkBytesGoOutInOrderAndTheBlocksComeBack) {
   EXPECT_EQ(sink->size(), kvs.size());
 
   grpc::ByteBuffer buffer;
-  bulk.Hold("head", std::move(sink), "tail", &buffer);
+  bulk.Hold("head", Sinks(std::move(sink)), "tail", &buffer);
   EXPECT_EQ(bulk.held_bytes(), kvs.size() + 8);
   EXPECT_EQ(bulk.kept_block_bytes(), 0u);
   std::string flat;
@@ -126,7 +134,7 @@ TEST(BulkReadsTest, KeptBlocksAreBounded) {
   auto sink = bulk.NewSink();
   sink->Append(std::string(5 * BulkReads::kBlockBytes, 'z'));
   grpc::ByteBuffer buffer;
-  bulk.Hold("", std::move(sink), "", &buffer);
+  bulk.Hold("", Sinks(std::move(sink)), "", &buffer);
   EXPECT_EQ(buffer.Length(), 5 * BulkReads::kBlockBytes);
   buffer.Clear();
   EXPECT_EQ(bulk.kept_block_bytes(), 2 * BulkReads::kBlockBytes);
@@ -140,7 +148,7 @@ TEST(BulkReadsTest, KeptBlocksAreFreedWhenNoBigReadComes) {
   auto sink = bulk.NewSink();
   sink->Append(std::string(BulkReads::kBlockBytes + 1, 'w'));
   grpc::ByteBuffer buffer;
-  bulk.Hold("h", std::move(sink), "t", &buffer);
+  bulk.Hold("h", Sinks(std::move(sink)), "t", &buffer);
   buffer.Clear();
   EXPECT_EQ(bulk.kept_block_bytes(), 2 * BulkReads::kBlockBytes);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -156,10 +164,78 @@ TEST(BulkReadsTest, BlocksMayOutliveThePool) {
     BulkReads bulk(BulkReads::Options{});
     auto sink = bulk.NewSink();
     sink->Append(std::string(BulkReads::kBlockBytes + 10, 'v'));
-    bulk.Hold("h", std::move(sink), "t", &buffer);
+    bulk.Hold("h", Sinks(std::move(sink)), "t", &buffer);
   }
   EXPECT_EQ(buffer.Length(), BulkReads::kBlockBytes + 12);
   buffer.Clear();
+}
+
+TEST(BulkReadsTest, AHelperRunsBeforeQueuedReadsAndOverTheBound) {
+  BulkReads::Options options;
+  options.threads = 1;
+  options.max_held_bytes = 100;
+  BulkReads bulk(options);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto record = [&](std::string what) {
+    std::lock_guard<std::mutex> l(mu);
+    order.push_back(std::move(what));
+  };
+  grpc::ByteBuffer held;
+  std::promise<void> started;
+  bulk.Run([&] {
+    bulk.Hold(Parts(1000), &held);  // over the bound until cleared
+    started.set_value();
+    released.wait();
+    record("first");
+  });
+  started.get_future().wait();  // the one thread is busy from here on
+  bulk.Run([&] { record("queued read"); });
+  std::promise<void> helped;
+  bulk.RunHelper([&] {
+    record("helper");
+    helped.set_value();
+  });
+  release.set_value();
+  // The helper runs although the budget is over its bound.
+  ASSERT_EQ(helped.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(order, (std::vector<std::string>{"first", "helper"}));
+  }
+  held.Clear();  // the queued read may start now
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (order.size() == 3 || std::chrono::steady_clock::now() > deadline) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "helper", "queued read"}));
+}
+
+TEST(BulkReadsTest, SeveralSinksGoOutAsOneMessageInOrder) {
+  BulkReads bulk(BulkReads::Options{});
+  const std::string a = Pattern(BulkReads::kBlockBytes + 3), b = Pattern(17), c = Pattern(5000);
+  std::vector<std::unique_ptr<mvcc::ByteSink>> sinks;
+  for (const std::string* s : {&a, &b, &c}) {
+    auto sink = bulk.NewSink();
+    sink->Append(*s);
+    sinks.push_back(std::move(sink));
+  }
+  sinks.push_back(bulk.NewSink());  // an empty part
+  grpc::ByteBuffer buffer;
+  bulk.Hold("head", std::move(sinks), "tail", &buffer);
+  EXPECT_EQ(bulk.held_bytes(), a.size() + b.size() + c.size() + 8);
+  std::string flat;
+  ASSERT_TRUE(FlattenBuffer(buffer, &flat));
+  EXPECT_TRUE(flat == "head" + a + b + c + "tail");
+  buffer.Clear();
+  EXPECT_EQ(bulk.held_bytes(), 0u);
 }
 
 TEST(BulkReadsTest, DestructionRunsQueuedReads) {

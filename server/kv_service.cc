@@ -63,10 +63,11 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
 void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
                            grpc::ServerUnaryReactor* reactor, bool big) {
   mvcc::RangeResult result;
-  std::unique_ptr<BulkReads::BlockSink> blocks;
+  std::unique_ptr<mvcc::ByteSink> blocks;
   if (big) {
     blocks = bulk_->NewSink();
     result.kvs_sink = blocks.get();
+    result.parallel = &bulk_->parallel_read();
   }
   if (auto s = store_->Range(req, &result); !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
@@ -83,7 +84,10 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   if (result.more) mvcc::AppendVarintField(3, 1, &parts[2]);
   mvcc::AppendVarintField(4, static_cast<uint64_t>(result.count), &parts[2]);
   if (blocks != nullptr) {
-    bulk_->Hold(std::move(parts[0]), std::move(blocks), std::move(parts[2]), response);
+    std::vector<std::unique_ptr<mvcc::ByteSink>> kvs;
+    kvs.push_back(std::move(blocks));
+    for (auto& part : result.kvs_parts) kvs.push_back(std::move(part));
+    bulk_->Hold(std::move(parts[0]), std::move(kvs), std::move(parts[2]), response);
   } else if (bulk_ != nullptr) {
     bulk_->Hold(std::move(parts), response);
   } else {
