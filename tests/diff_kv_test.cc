@@ -732,5 +732,36 @@ TEST_F(DiffRangeTest, BulkRangesMatch) {
   EXPECT_EQ(p.etcd.resp.count(), kKeys - 100);
 }
 
+// More than 8,192 keys: a big Range's records are read in parts, on both
+// bulk-read threads, and sent as the parts' blocks in order.
+TEST_F(DiffRangeTest, BulkRangesReadInPartsMatch) {
+  constexpr int kKeys = 20000;
+  for (int first = 0; first < kKeys; first += 100) {
+    std::vector<RequestOp> puts;
+    for (int i = first; i < first + 100; ++i) {
+      char key[16];
+      std::snprintf(key, sizeof(key), "p%05d", i);
+      puts.push_back(Op(PutR(K(key), std::string(20 + i % 90, 'a' + i % 26))));
+    }
+    EXPECT_SAME(Both(Txn({}, std::move(puts))));
+  }
+  const int64_t loaded = Revision();
+  DeleteBoth(K("p08000"), K("p08500"));
+  PutBoth(K("p16385"), "changed");
+
+  EXPECT_SAME(Both(GetAll(0)));
+  EXPECT_SAME(Both(GetAll(loaded)));
+  for (int64_t limit : {8193, 12345, 30000}) {
+    RangeRequest r = GetAll(0);
+    r.set_limit(limit);
+    EXPECT_SAME(Both(r)) << "limit " << limit;
+  }
+  RangeRequest keys_only = GetAll(0);
+  keys_only.set_keys_only(true);
+  EXPECT_SAME(Both(keys_only));
+  auto p = Both(GetAll(0));
+  EXPECT_EQ(p.etcd.resp.kvs_size(), kKeys - 500);
+}
+
 }  // namespace
 }  // namespace capstan::testing
