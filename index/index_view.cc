@@ -30,7 +30,16 @@ template <typename F>
 bool Walk(const Node* n, const Bounds& b, bool seek, F& f) {
   if (n->leaf) {
     const Leaf* leaf = static_cast<const Leaf*>(n);
-    for (int i = seek ? internal::LeafLowerBound(leaf, b.start) : 0; i < leaf->count; ++i) {
+    int i = seek ? internal::LeafLowerBound(leaf, b.start) : 0;
+    if (leaf->count > 0 && b.BeforeEnd(leaf->entries[leaf->count - 1]->key())) {
+      // The whole leaf is before the end: no key to compare (nor to load
+      // from memory, when f does not read it).
+      for (; i < leaf->count; ++i) {
+        if (!f(leaf->entries[i])) return false;
+      }
+      return true;
+    }
+    for (; i < leaf->count; ++i) {
       const Entry* e = leaf->entries[i];
       if (!b.BeforeEnd(e->key())) return false;
       if (!f(e)) return false;
@@ -93,8 +102,7 @@ int64_t IndexView::Count(std::string_view key, std::string_view range_end, int64
                          int64_t limit) const {
   int64_t total = 0;
   WalkRange(root_, key, range_end, [&](const Entry* e) {
-    RangeHit hit;
-    if (!e->index.Lookup(at_rev, &hit.modified, &hit.created, &hit.version)) return true;
+    if (!e->index.AliveAt(at_rev)) return true;
     ++total;
     return total != limit;
   });

@@ -108,6 +108,10 @@ class KeyIndex {
   // nothing. An empty index must not stay in a TreeIndex.
   bool IsEmpty() const { return revs_.empty(); }
 
+  // True when the key exists at at_rev: what Lookup(at_rev, ...) returns,
+  // without filling in its revisions (a Range's count).
+  bool AliveAt(int64_t at_rev) const { return FindGeneration(at_rev) >= 0; }
+
   // True when the key exists at its latest revision (the last generation is
   // not empty), i.e. Tombstone would succeed.
   bool IsLive() const { return !gens_.empty() && !GenerationIsEmpty(gens_.size() - 1); }

@@ -131,6 +131,28 @@ TEST(KeyIndexTest, FindGeneration) {
   }
 }
 
+// AliveAt answers what Lookup does, on dead and live keys and after a
+// compaction dropped old generations.
+TEST(KeyIndexTest, AliveAtIsLookup) {
+  KeyIndex live = NewTestKeyIndex();
+  live.Put(R(18));
+  KeyIndex compacted = NewTestKeyIndex();
+  compacted.Compact(9, nullptr);
+  for (const KeyIndex* ki : {&live, &compacted}) {
+    const KeyIndex dead = NewTestKeyIndex();
+    for (const KeyIndex* k : {ki, &dead}) {
+      for (int64_t rev = 0; rev <= 20; ++rev) {
+        Revision mod, creat;
+        int64_t ver;
+        EXPECT_EQ(k->AliveAt(rev), k->Lookup(rev, &mod, &creat, &ver))
+            << rev << " " << k->DebugString();
+      }
+    }
+  }
+  EXPECT_TRUE(live.AliveAt(18));
+  EXPECT_FALSE(NewTestKeyIndex().AliveAt(17));
+}
+
 TEST(KeyIndexTest, Since) {
   KeyIndex ki = NewTestKeyIndex();
   RevisionSet am;

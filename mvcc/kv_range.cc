@@ -134,18 +134,26 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     }
   };
 
-  std::vector<Revision> revs;
-  int64_t count = 0;
   const std::string_view end = req.range_end();
-  index.Range(req.key(), end, rev, [&](std::string_view, const index::RangeHit& hit) {
-    ++count;
-    if (!req.count_only() && (fetch == 0 || static_cast<int64_t>(revs.size()) < fetch)) {
-      revs.push_back(hit.modified);
+  if (req.count_only()) {
+    result->count = index.Count(req.key(), end, rev);
+    return absl::OkStatus();
+  }
+  // The revisions to fetch, then a count of the keys after them, which reads
+  // no revision (a page of a paginated list counts every key after it).
+  std::vector<Revision> revs;
+  std::string rest;  // the first key not fetched, when the walk stopped early
+  index.Range(req.key(), end, rev, [&](std::string_view key, const index::RangeHit& hit) {
+    if (fetch > 0 && static_cast<int64_t>(revs.size()) == fetch) {
+      rest.assign(key);
+      return false;
     }
+    revs.push_back(hit.modified);
     return true;
   });
+  int64_t count = static_cast<int64_t>(revs.size());
+  if (!rest.empty()) count += index.Count(rest, end, rev);
   result->count = count;
-  if (req.count_only()) return absl::OkStatus();
 
   const int64_t limit = req.limit();
   if (!filtered && !sorted) {
