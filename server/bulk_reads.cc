@@ -150,26 +150,30 @@ void BulkReads::RunHelper(std::function<void()> task) {
   cv_.notify_one();
 }
 
+grpc::Slice BulkReads::HeldSlice(std::string bytes) {
+  auto* part = new HeldPart{std::move(bytes), budget_};
+  return grpc::Slice(
+      part->bytes.data(), part->bytes.size(),
+      [](void* arg) {
+        auto* held = static_cast<HeldPart*>(arg);
+        held->budget->Release(held->bytes.size());
+        delete held;
+      },
+      part);
+}
+
 void BulkReads::Hold(std::vector<std::string> parts, grpc::ByteBuffer* out) {
-  std::vector<grpc::Slice> slices;
-  slices.reserve(parts.size());
   size_t total = 0;
-  for (auto& p : parts) {
-    if (p.empty()) continue;
-    total += p.size();
-    auto* part = new HeldPart{std::move(p), budget_};
-    slices.emplace_back(
-        part->bytes.data(), part->bytes.size(),
-        [](void* arg) {
-          auto* held = static_cast<HeldPart*>(arg);
-          held->budget->Release(held->bytes.size());
-          delete held;
-        },
-        part);
-  }
+  for (const auto& p : parts) total += p.size();
   {
+    // Counted before any slice exists, so a release never comes first.
     std::lock_guard<std::mutex> l(budget_->mu);
     budget_->held += total;
+  }
+  std::vector<grpc::Slice> slices;
+  slices.reserve(parts.size());
+  for (auto& p : parts) {
+    if (!p.empty()) slices.push_back(HeldSlice(std::move(p)));
   }
   grpc::ByteBuffer buffer(slices.data(), slices.size());
   out->Swap(&buffer);
@@ -185,16 +189,7 @@ void BulkReads::Hold(std::string head, std::vector<std::unique_ptr<mvcc::ByteSin
   size_t total = head.size() + tail.size();
   for (const auto& sink : kvs) total += static_cast<const BlockSink&>(*sink).size();
   auto add_string = [&](std::string&& s) {
-    if (s.empty()) return;
-    auto* part = new HeldPart{std::move(s), budget_};
-    slices.emplace_back(
-        part->bytes.data(), part->bytes.size(),
-        [](void* arg) {
-          auto* held = static_cast<HeldPart*>(arg);
-          held->budget->Release(held->bytes.size());
-          delete held;
-        },
-        part);
+    if (!s.empty()) slices.push_back(HeldSlice(std::move(s)));
   };
   {
     // Counted before any slice exists, so a release never comes first.

@@ -105,6 +105,9 @@ class BulkReads {
   struct SentBlock;
 
   void Loop();
+  // A slice owning `bytes`, released from the budget when gRPC drops it.
+  // REQUIRES: the bytes are already counted in the budget.
+  grpc::Slice HeldSlice(std::string bytes);
 
   const Options options_;
   const std::shared_ptr<Budget> budget_;
