@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace capstan::index {
 namespace {
 
@@ -69,6 +71,47 @@ void WalkRange(const Node* root, std::string_view key, std::string_view range_en
   Walk(root, b, /*seek=*/true, f);
 }
 
+// Adds to *total the keys under `n` alive at `at_rev` within `b`, stopping
+// once *total reaches `limit` (when limit > 0); returns false when the walk
+// must stop. `seek`: begin at b.start, not at the first key of `n`;
+// `before_end`: every key under `n` is known to be before b.end. A subtree
+// wholly inside the range and unchanged since `at_rev` is counted from its
+// aggregates without visiting it.
+bool CountIn(const Node* n, const Bounds& b, bool seek, bool before_end, int64_t at_rev,
+             int64_t limit, int64_t* total) {
+  if (!seek && before_end && n->max_modified <= at_rev &&
+      (limit <= 0 || *total + n->live < limit)) {
+    *total += n->live;
+    return true;
+  }
+  if (n->leaf) {
+    const Leaf* leaf = static_cast<const Leaf*>(n);
+    int i = seek ? internal::LeafLowerBound(leaf, b.start) : 0;
+    if (!before_end && leaf->count > 0 && b.BeforeEnd(leaf->entries[leaf->count - 1]->key())) {
+      before_end = true;
+    }
+    for (; i < leaf->count; ++i) {
+      const Entry* e = leaf->entries[i];
+      if (!before_end && !b.BeforeEnd(e->key())) return false;
+      if (e->index.AliveAt(at_rev) && ++*total == limit) return false;
+    }
+    return true;
+  }
+  const Inner* inner = static_cast<const Inner*>(n);
+  const int first = seek ? internal::ChildIndex(inner, b.start) : 0;
+  for (int i = first; i < inner->count; ++i) {
+    // Every key under children[i] is >= separators[i] and < separators[i + 1].
+    if (i > 0 && !before_end && !b.BeforeEnd(inner->separators[i]->key())) return false;
+    const bool child_before_end =
+        before_end || (i + 1 < inner->count && !(b.end < inner->separators[i + 1]->key()));
+    if (!CountIn(inner->children[i], b, seek && i == first, child_before_end, at_rev, limit,
+                 total)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status IndexView::Get(std::string_view key, int64_t at_rev, Revision* modified,
@@ -100,12 +143,15 @@ void IndexView::Range(
 
 int64_t IndexView::Count(std::string_view key, std::string_view range_end, int64_t at_rev,
                          int64_t limit) const {
+  if (root_ == nullptr) return 0;
+  if (range_end.empty()) {
+    const Entry* e = internal::FindEntry(root_, key);
+    return e != nullptr && e->index.AliveAt(at_rev) ? 1 : 0;
+  }
+  const Bounds b{key, range_end, range_end == kRangeEndAll};
+  if (!b.BeforeEnd(key)) return 0;
   int64_t total = 0;
-  WalkRange(root_, key, range_end, [&](const Entry* e) {
-    if (!e->index.AliveAt(at_rev)) return true;
-    ++total;
-    return total != limit;
-  });
+  CountIn(root_, b, /*seek=*/true, /*before_end=*/b.unbounded, at_rev, limit, &total);
   return total;
 }
 
@@ -158,6 +204,32 @@ int IndexView::TEST_Height() const { return internal::Height(root_); }
 
 namespace {
 
+// Checks the aggregates of `n` against its entries or (already validated)
+// children: `live` exact, `max_modified` an upper bound.
+absl::Status ValidateAggregates(const Node* n) {
+  int64_t live = 0;
+  int64_t max_modified = 0;
+  for (int i = 0; i < n->count; ++i) {
+    if (n->leaf) {
+      const KeyIndex& k = static_cast<const Leaf*>(n)->entries[i]->index;
+      live += k.IsLive() ? 1 : 0;
+      max_modified = std::max(max_modified, k.modified().main);
+    } else {
+      const Node* c = static_cast<const Inner*>(n)->children[i];
+      live += c->live;
+      max_modified = std::max(max_modified, c->max_modified);
+    }
+  }
+  if (n->live != live) {
+    return absl::InternalError(absl::StrCat("node counts ", n->live, " live keys, holds ", live));
+  }
+  if (n->max_modified < max_modified) {
+    return absl::InternalError(absl::StrCat("node's max_modified ", n->max_modified,
+                                            " below its keys' ", max_modified));
+  }
+  return absl::OkStatus();
+}
+
 // Validates the subtree `n` whose keys must lie in [lo, hi) (has_lo/has_hi
 // false: unbounded), at `depth`.
 absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, std::string_view lo,
@@ -192,7 +264,7 @@ absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, std::string_
       *prev = prev_storage;
       ++*entries;
     }
-    return absl::OkStatus();
+    return ValidateAggregates(n);
   }
   const Inner* inner = static_cast<const Inner*>(n);
   for (int i = 1; i < inner->count; ++i) {
@@ -218,7 +290,7 @@ absl::Status ValidateNode(const Node* n, bool is_root, bool has_lo, std::string_
                                   depth + 1, leaf_depth, entries, prev, prev_storage);
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  return ValidateAggregates(n);
 }
 
 }  // namespace

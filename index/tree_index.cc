@@ -53,33 +53,37 @@ Entry* TreeIndex::MakeMutable(Entry** slot) {
   return copy;
 }
 
-void TreeIndex::Put(std::string_view key, Revision rev) { FindOrInsert(key)->index.Put(rev); }
+void TreeIndex::Put(std::string_view key, Revision rev) {
+  FindOrInsert(key, [rev](KeyIndex* index) { index->Put(rev); });
+}
 
 absl::Status TreeIndex::Tombstone(std::string_view key, Revision rev) {
   // Check first, so that a failed tombstone copies nothing.
   const Entry* e = internal::FindEntry(root_.get(), key);
   if (e == nullptr || !e->index.IsLive()) return absl::NotFoundError("revision not found");
-  return FindMutable(key)->index.Tombstone(rev);
+  return FindMutable(key, KeyChange{-1, rev.main})->index.Tombstone(rev);
 }
 
 void TreeIndex::Restore(std::string_view key, Revision created, Revision modified,
                         int64_t version) {
-  Entry* e = FindOrInsert(key);
-  if (e->index.generation_count() == 0) {
-    e->index.Restore(created, modified, version);
-  } else {
-    e->index.Put(modified);
-  }
+  FindOrInsert(key, [&](KeyIndex* index) {
+    if (index->generation_count() == 0) {
+      index->Restore(created, modified, version);
+    } else {
+      index->Put(modified);
+    }
+  });
 }
 
-Entry* TreeIndex::FindOrInsert(std::string_view key) {
+void TreeIndex::FindOrInsert(std::string_view key, absl::FunctionRef<void(KeyIndex*)> edit) {
   if (root_.get() == nullptr) {
     root_ = NodeRef::Adopt(new Leaf(epoch_));
     ++stats_.nodes_created;
   }
   MakeMutable(root_.slot());
   Split split;
-  Entry* e = FindOrInsertIn(root_.get(), key, /*rightmost=*/true, &split);
+  KeyChange change;
+  FindOrInsertIn(root_.get(), key, /*rightmost=*/true, edit, &split, &change);
   if (split.right != nullptr) {
     Inner* root = new Inner(epoch_);
     ++stats_.nodes_created;
@@ -89,24 +93,38 @@ Entry* TreeIndex::FindOrInsert(std::string_view key) {
     root->separators[1] = split.separator;
     root->children[1] = split.right;
     internal::RecomputeHints(root);
+    internal::RecomputeAggregates(root);
     root_ = NodeRef::Adopt(root);
   }
-  return e;
 }
 
-Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmost, Split* split) {
+void TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmost,
+                               absl::FunctionRef<void(KeyIndex*)> edit, Split* split,
+                               KeyChange* change) {
+  // Applies the edit to `e` and the change it made to `n`'s aggregates.
+  auto apply = [&](Entry* e, Node* n) {
+    const bool was_live = e->index.IsLive();
+    edit(&e->index);
+    change->live_delta = (e->index.IsLive() ? 1 : 0) - (was_live ? 1 : 0);
+    change->modified = e->index.modified().main;
+    n->live += change->live_delta;
+    n->max_modified = std::max(n->max_modified, change->modified);
+  };
   if (node->leaf) {
     Leaf* leaf = static_cast<Leaf*>(node);
     const int pos = internal::LeafLowerBound(leaf, key);
     if (pos < leaf->count && leaf->entries[pos]->key() == key) {
-      return MakeMutable(&leaf->entries[pos]);
+      apply(MakeMutable(&leaf->entries[pos]), leaf);
+      return;
     }
     Entry* e = Entry::New(epoch_, key);
     ++size_;
     if (leaf->count < internal::kLeafCapacity) {
       internal::LeafInsertAt(leaf, pos, e);
-      return e;
+      apply(e, leaf);
+      return;
     }
+    apply(e, leaf);  // the split below recomputes both halves
     // Split a full leaf.
     constexpr int kTotal = internal::kLeafCapacity + 1;
     Entry* all[kTotal];
@@ -122,19 +140,24 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
     right->count = kTotal - left_count;
     internal::RecomputeHints(leaf);
     internal::RecomputeHints(right);
+    internal::RecomputeAggregates(leaf);
+    internal::RecomputeAggregates(right);
     split->separator = right->entries[0];
     internal::Ref(split->separator);
     split->right = right;
-    return e;
+    return;
   }
 
   Inner* inner = static_cast<Inner*>(node);
   const int i = internal::ChildIndex(inner, key);
   MakeMutable(&inner->children[i]);
   Split child_split;
-  Entry* e =
-      FindOrInsertIn(inner->children[i], key, rightmost && i == inner->count - 1, &child_split);
-  if (child_split.right == nullptr) return e;
+  FindOrInsertIn(inner->children[i], key, rightmost && i == inner->count - 1, edit, &child_split,
+                 change);
+  // A split only moves keys between children: the subtree changes as its key.
+  inner->live += change->live_delta;
+  inner->max_modified = std::max(inner->max_modified, change->modified);
+  if (child_split.right == nullptr) return;
 
   // Insert the new child at i + 1.
   const int pos = i + 1;
@@ -147,7 +170,7 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
     inner->children[pos] = child_split.right;
     ++inner->count;
     internal::RecomputeHints(inner);
-    return e;
+    return;
   }
   // Split a full inner node; the separator at the split point moves up.
   constexpr int kTotal = internal::kInnerCapacity + 1;
@@ -171,15 +194,19 @@ Entry* TreeIndex::FindOrInsertIn(Node* node, std::string_view key, bool rightmos
   right->count = kTotal - left_count;
   internal::RecomputeHints(inner);
   internal::RecomputeHints(right);
+  internal::RecomputeAggregates(inner);
+  internal::RecomputeAggregates(right);
   split->separator = seps[left_count];  // its reference moves up
   split->right = right;
-  return e;
 }
 
-Entry* TreeIndex::FindMutable(std::string_view key) {
+Entry* TreeIndex::FindMutable(std::string_view key, KeyChange change) {
   MakeMutable(root_.slot());
   Node* n = root_.get();
-  while (!n->leaf) {
+  for (;;) {
+    n->live += change.live_delta;
+    n->max_modified = std::max(n->max_modified, change.modified);
+    if (n->leaf) break;
     Inner* inner = static_cast<Inner*>(n);
     const int i = internal::ChildIndex(inner, key);
     MakeMutable(&inner->children[i]);
@@ -203,8 +230,14 @@ void TreeIndex::CompactKeys(std::span<const std::string> keys, int64_t at_rev,
       if (available != nullptr) e->index.Keep(at_rev, available);
       continue;
     }
-    Entry* m = FindMutable(key);  // makes the whole path mutable
+    // Compaction keeps a key's latest revision, so it changes neither
+    // whether the key is live nor its last revision: no aggregate changes.
+    Entry* m = FindMutable(key, KeyChange{});  // makes the whole path mutable
+    const bool was_live = m->index.IsLive();
     m->index.Compact(at_rev, available);
+    if (m->index.IsLive() != was_live) {
+      Panic(absl::StrCat("CompactKeys: compaction changed whether a key is live: ", key));
+    }
     if (!m->index.IsEmpty()) continue;
     EraseIn(root_.get(), key);
     --size_;
@@ -294,6 +327,8 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
       internal::RecomputeHints(ll);
       internal::RecomputeHints(rl);
       internal::RecomputeHints(inner);
+      internal::RecomputeAggregates(ll);
+      internal::RecomputeAggregates(rl);
       return;
     }
   } else {
@@ -333,12 +368,15 @@ void TreeIndex::Rebalance(Inner* inner, int i) {
       internal::RecomputeHints(li);
       internal::RecomputeHints(ri);
       internal::RecomputeHints(inner);
+      internal::RecomputeAggregates(li);
+      internal::RecomputeAggregates(ri);
       return;
     }
   }
 
   // Merged: drop the now empty right node and its separator.
   internal::RecomputeHints(left);
+  internal::RecomputeAggregates(left);
   if (inner->separators[r] != nullptr) internal::Unref(inner->separators[r]);
   internal::Unref(right);
   std::copy(inner->separators + r + 1, inner->separators + inner->count, inner->separators + r);
@@ -385,6 +423,7 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
     }
     leaf->count = static_cast<uint16_t>(count);
     internal::RecomputeHints(leaf);
+    internal::RecomputeAggregates(leaf);
     level.push_back(leaf);
     firsts.push_back(leaf->entries[0]);
   }
@@ -410,6 +449,7 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
       }
       inner->count = static_cast<uint16_t>(count);
       internal::RecomputeHints(inner);
+      internal::RecomputeAggregates(inner);
       up.push_back(inner);
       up_firsts.push_back(firsts[next - count]);
     }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "index/index_view.h"
 #include "index/key_index.h"
@@ -127,12 +128,22 @@ class TreeIndex {
   // Replaces *slot by a copy stamped with epoch_ unless it already is one.
   internal::Entry* MakeMutable(internal::Entry** slot);
 
-  // The entry of `key`, mutable, inserted (with an empty KeyIndex) if absent.
-  internal::Entry* FindOrInsert(std::string_view key);
-  internal::Entry* FindOrInsertIn(internal::Node* node, std::string_view key, bool rightmost,
-                                  Split* split);
-  // The entry of `key`, mutable. REQUIRES: `key` is in the tree.
-  internal::Entry* FindMutable(std::string_view key);
+  // What a write did to one key, for the aggregates of the nodes above it
+  // (internal::Node::live and max_modified).
+  struct KeyChange {
+    int live_delta = 0;        // -1, 0 or +1
+    int64_t modified = 0;      // the key's last main revision after the write
+  };
+
+  // Applies `edit` to the KeyIndex of `key`, inserting the key (with an empty
+  // KeyIndex) if absent, and keeps the aggregates of its path up to date.
+  void FindOrInsert(std::string_view key, absl::FunctionRef<void(KeyIndex*)> edit);
+  void FindOrInsertIn(internal::Node* node, std::string_view key, bool rightmost,
+                      absl::FunctionRef<void(KeyIndex*)> edit, Split* split, KeyChange* change);
+  // The entry of `key`, mutable, with `change` (which the caller is about to
+  // make) applied to the aggregates of its path. REQUIRES: `key` is in the
+  // tree.
+  internal::Entry* FindMutable(std::string_view key, KeyChange change);
 
   // Erases `key` from the subtree of the mutable `node`. REQUIRES: present.
   void EraseIn(internal::Node* node, std::string_view key);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -192,6 +193,40 @@ void BM_CountAll(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_CountAll)->ArgNames({"keys"})->Arg(1'000'000)->Unit(benchmark::kMillisecond);
+
+// Count over every key at an older revision, after `changed` of every 1,000
+// keys were put again (what a page of a paginated list counts: the keys
+// after it, at the revision of the first page). Subtrees with no later write
+// are counted from their aggregates; the others are walked.
+void BM_CountAtOlderRevision(benchmark::State& state) {
+  constexpr int64_t kKeys = 1'000'000;
+  static Fixture* f = new Fixture(kKeys);
+  // changed per mille -> the snapshot after those puts, all counted at the
+  // revision before them.
+  static std::map<int64_t, IndexSnapshot>* versions = [] {
+    auto* v = new std::map<int64_t, IndexSnapshot>();
+    std::mt19937_64 rng(3);
+    int64_t changed = 0;
+    for (int64_t per_mille : {0, 1, 10, 100}) {
+      for (; changed < kKeys * per_mille / 1000; ++changed) {
+        f->index.Put(f->keys[rng() % kKeys], Revision{++f->rev, 0});
+      }
+      f->index.Publish();
+      v->emplace(per_mille, f->index.Snapshot());
+    }
+    return v;
+  }();
+  const IndexSnapshot& snapshot = versions->at(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(snapshot.Count("", kRangeEndAll, kKeys));
+  state.SetItemsProcessed(state.iterations() * kKeys);
+}
+BENCHMARK(BM_CountAtOlderRevision)
+    ->ArgNames({"changed_per_mille"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(10)
+    ->Arg(100)
+    ->Unit(benchmark::kMillisecond);
 
 // Point lookups of random existing keys on a snapshot.
 void BM_Get(benchmark::State& state) {

@@ -126,6 +126,9 @@ class TreeIndexModelTest : public ::testing::TestWithParam<uint64_t> {
         const std::vector<Hit> want = HistoryRange(history_, key, end, at);
         ASSERT_EQ(ViewRange(v, key, end, at), want);
         ASSERT_EQ(v.Count(key, end, at), static_cast<int64_t>(want.size()));
+        const int64_t limit = 1 + static_cast<int64_t>(rng_() % 100);
+        ASSERT_EQ(v.Count(key, end, at, limit),
+                  std::min(limit, static_cast<int64_t>(want.size())));
         const int64_t since = floor + 1 + static_cast<int64_t>(rng_() % (rev - floor + 1));
         ASSERT_EQ(v.RangeSince(key, end, since), HistorySince(history_, key, end, since, rev));
       }

@@ -48,6 +48,8 @@ Node* CloneNode(const Node* n, uint64_t epoch) {
     Leaf* to = new Leaf(epoch);
     to->count = from->count;
     to->prefix_len = from->prefix_len;
+    to->live = from->live;
+    to->max_modified = from->max_modified;
     std::copy(from->hints, from->hints + from->count, to->hints);
     for (int i = 0; i < from->count; ++i) {
       to->entries[i] = from->entries[i];
@@ -59,6 +61,8 @@ Node* CloneNode(const Node* n, uint64_t epoch) {
   Inner* to = new Inner(epoch);
   to->count = from->count;
   to->prefix_len = from->prefix_len;
+  to->live = from->live;
+  to->max_modified = from->max_modified;
   std::copy(from->hints, from->hints + from->count, to->hints);
   to->separators[0] = nullptr;
   for (int i = 0; i < from->count; ++i) {
@@ -123,6 +127,27 @@ void RecomputeHints(Node* n) {
   for (int i = 1; i < inner->count; ++i) {
     inner->hints[i] = KeyHint(inner->separators[i]->key(), inner->prefix_len);
   }
+}
+
+void RecomputeAggregates(Node* n) {
+  uint32_t live = 0;
+  int64_t max_modified = 0;
+  if (n->leaf) {
+    const Leaf* leaf = static_cast<const Leaf*>(n);
+    for (int i = 0; i < leaf->count; ++i) {
+      const KeyIndex& k = leaf->entries[i]->index;
+      live += k.IsLive() ? 1 : 0;
+      max_modified = std::max(max_modified, k.modified().main);
+    }
+  } else {
+    const Inner* inner = static_cast<const Inner*>(n);
+    for (int i = 0; i < inner->count; ++i) {
+      live += inner->children[i]->live;
+      max_modified = std::max(max_modified, inner->children[i]->max_modified);
+    }
+  }
+  n->live = live;
+  n->max_modified = max_modified;
 }
 
 void LeafInsertAt(Leaf* leaf, int pos, Entry* e) {

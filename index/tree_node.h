@@ -70,6 +70,13 @@ struct Entry {
 // cache misses per node instead of one per probe. The prefix is that of the
 // node's first and last key when the hints were last recomputed; removing keys
 // keeps it valid.
+//
+// Subtree aggregates let a count skip whole subtrees: `live` is the number of
+// keys under the node that exist at their latest revision (KeyIndex::IsLive),
+// `max_modified` is at least the main revision of the last change of every key
+// under it (exact, except that keys erased by compaction may leave it higher).
+// A key whose last change is at or below revision R exists at R exactly when it
+// IsLive, so a subtree with max_modified <= R holds `live` keys alive at R.
 struct Node {
   Node(bool leaf_in, uint64_t epoch_in) : leaf(leaf_in), epoch(epoch_in) {}
 
@@ -77,7 +84,9 @@ struct Node {
   const bool leaf;
   uint16_t count = 0;       // entries in a leaf, children in an inner node
   uint32_t prefix_len = 0;  // bytes every key of the node starts with
+  uint32_t live = 0;        // keys under the node alive at their latest revision
   uint64_t epoch;
+  int64_t max_modified = 0;  // >= the last main revision of every key under it
 };
 
 struct Leaf : Node {
@@ -103,6 +112,10 @@ uint64_t KeyHint(std::string_view key, size_t prefix_len);
 // Recomputes the prefix and every hint of `n` from its keys (O(count) entry
 // reads). REQUIRES: `n` is mutable (stamped with the writer's epoch).
 void RecomputeHints(Node* n);
+
+// Recomputes `live` and `max_modified` of `n` from its entries or children
+// (O(count)). REQUIRES: `n` is mutable; a child's aggregates are up to date.
+void RecomputeAggregates(Node* n);
 
 // Inserts `e` at `pos` of the mutable, non-full `leaf`, keeping its hints.
 void LeafInsertAt(Leaf* leaf, int pos, Entry* e);
