@@ -140,10 +140,12 @@ class IndexSnapshot : public IndexView {
 
  private:
   friend class TreeIndex;
-  IndexSnapshot(internal::NodeRef ref, size_t size)
-      : IndexView(ref.get(), size), ref_(std::move(ref)) {}
+  explicit IndexSnapshot(internal::VersionRef ref)
+      : IndexView(ref.get() != nullptr ? ref.get()->root.get() : nullptr,
+                  ref.get() != nullptr ? ref.get()->size : 0),
+        ref_(std::move(ref)) {}
 
-  internal::NodeRef ref_;  // owns root_
+  internal::VersionRef ref_;  // owns the version of root_ and its entries
 };
 
 }  // namespace capstan::index

@@ -32,8 +32,38 @@ int SplitPoint(int total, bool append) { return append ? total - 1 : total / 2; 
 
 }  // namespace
 
-TreeIndex::TreeIndex() = default;
-TreeIndex::~TreeIndex() = default;
+TreeIndex::TreeIndex() : chain_(std::make_shared<internal::VersionChain>()) {}
+
+TreeIndex::~TreeIndex() {
+  // Entries still in the tree hold the tree's reference: published versions
+  // (snapshots may outlive the index) may reach them.
+  std::vector<Node*> stack;
+  if (root_.get() != nullptr) stack.push_back(root_.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->leaf) {
+      Leaf* leaf = static_cast<Leaf*>(n);
+      for (int i = 0; i < leaf->count; ++i) Retire(leaf->entries[i]);
+    } else {
+      Inner* inner = static_cast<Inner*>(n);
+      stack.insert(stack.end(), inner->children, inner->children + inner->count);
+    }
+  }
+  root_ = NodeRef();
+  mu_.Lock();
+  internal::VersionRef published = std::move(published_);
+  mu_.Unlock();
+}
+
+void TreeIndex::Retire(Entry* e) {
+  // Published versions reach only what was stamped before the current epoch.
+  if (e->epoch == epoch_ || latest_.get() == nullptr) {
+    internal::Unref(e);
+  } else {
+    latest_.get()->retired.push_back(e);
+  }
+}
 
 void TreeIndex::MakeMutable(Node** slot) {
   Node* n = *slot;
@@ -48,7 +78,7 @@ Entry* TreeIndex::MakeMutable(Entry** slot) {
   if (e->epoch == epoch_) return e;
   Entry* copy = Entry::Copy(epoch_, *e);
   *slot = copy;
-  internal::Unref(e);
+  Retire(e);
   ++stats_.entries_copied;
   return copy;
 }
@@ -259,7 +289,7 @@ void TreeIndex::EraseIn(Node* node, std::string_view key) {
     if (pos == leaf->count || leaf->entries[pos]->key() != key) {
       Panic(absl::StrCat("EraseIn: key not in the index: ", std::string(key)));
     }
-    internal::Unref(leaf->entries[pos]);
+    Retire(leaf->entries[pos]);
     internal::LeafEraseAt(leaf, pos);
     return;
   }
@@ -461,23 +491,21 @@ void TreeIndex::LoadSorted(std::vector<std::pair<std::string, KeyIndex>> entries
 }
 
 void TreeIndex::Publish() {
-  NodeRef old;  // released after the lock, so no node is freed under it
+  latest_ = internal::VersionRef::Adopt(internal::PublishVersion(chain_, root_, size_));
+  internal::VersionRef old;  // released after the lock, so nothing is freed under it
   mu_.Lock();
-  old = std::move(published_root_);
-  published_root_ = root_;
-  published_size_ = size_;
+  old = std::move(published_);
+  published_ = latest_;
   mu_.Unlock();
   ++epoch_;
 }
 
 IndexSnapshot TreeIndex::Snapshot() const {
-  NodeRef root;
-  size_t size;
+  internal::VersionRef version;
   mu_.Lock();
-  root = published_root_;
-  size = published_size_;
+  version = published_;
   mu_.Unlock();
-  return IndexSnapshot(std::move(root), size);
+  return IndexSnapshot(std::move(version));
 }
 
 }  // namespace capstan::index

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -169,11 +170,20 @@ class TreeIndex {
     std::mutex mu_;
   };
 
+  // Gives up the tree's reference to `e`, which the writer has just replaced
+  // or erased: at once if no published version can reach it, else once the
+  // published versions that may are gone.
+  void Retire(internal::Entry* e);
+
+  const std::shared_ptr<internal::VersionChain> chain_;
+  // The writer's reference to the last published version (the same as
+  // published_), to which Retire appends without taking mu_.
+  internal::VersionRef latest_;
+
   // Lock order: mu_ is a leaf lock, held only to copy or swap the published
-  // root; nothing is freed or called out under it.
+  // version; nothing is freed or called out under it.
   mutable RootMutex mu_;
-  internal::NodeRef published_root_ ABSL_GUARDED_BY(mu_);
-  size_t published_size_ ABSL_GUARDED_BY(mu_) = 0;
+  internal::VersionRef published_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace capstan::index

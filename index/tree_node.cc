@@ -29,9 +29,7 @@ void Entry::Delete(Entry* e) {
 
 void FreeNode(Node* n) {
   if (n->leaf) {
-    Leaf* leaf = static_cast<Leaf*>(n);
-    for (int i = 0; i < leaf->count; ++i) Unref(leaf->entries[i]);
-    delete leaf;
+    delete static_cast<Leaf*>(n);  // its entries are not its own
     return;
   }
   Inner* inner = static_cast<Inner*>(n);
@@ -51,10 +49,7 @@ Node* CloneNode(const Node* n, uint64_t epoch) {
     to->live = from->live;
     to->max_modified = from->max_modified;
     std::copy(from->hints, from->hints + from->count, to->hints);
-    for (int i = 0; i < from->count; ++i) {
-      to->entries[i] = from->entries[i];
-      Ref(to->entries[i]);
-    }
+    std::copy(from->entries, from->entries + from->count, to->entries);
     return to;
   }
   const Inner* from = static_cast<const Inner*>(n);
@@ -74,6 +69,46 @@ Node* CloneNode(const Node* n, uint64_t epoch) {
     Ref(to->children[i]);
   }
   return to;
+}
+
+Version* PublishVersion(const std::shared_ptr<VersionChain>& chain, NodeRef root, size_t size) {
+  Version* v = new Version(std::move(root), size, chain);
+  std::lock_guard<std::mutex> l(chain->mu);
+  if (chain->newest != nullptr) {
+    chain->newest->newer = v;
+  } else {
+    chain->oldest = v;
+  }
+  chain->newest = v;
+  return v;
+}
+
+void Unref(Version* v) {
+  if (v->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // Dead: nothing reads through it any more. Its nodes go now (leaves own no
+  // entries); entries retired after it was published wait for older versions.
+  NodeRef root = std::move(v->root);
+  const std::shared_ptr<VersionChain> chain = v->chain;  // may be the last owner
+  Version* reclaim = nullptr;  // a run of dead versions, oldest first
+  Version* last = nullptr;
+  {
+    std::lock_guard<std::mutex> l(chain->mu);
+    v->dead = true;
+    while (chain->oldest != nullptr && chain->oldest->dead) {
+      Version* d = chain->oldest;
+      chain->oldest = d->newer;
+      if (reclaim == nullptr) reclaim = d;
+      last = d;
+    }
+    if (chain->oldest == nullptr) chain->newest = nullptr;
+  }
+  for (Version* d = reclaim; d != nullptr;) {
+    // Versions in the run stay linked: the chain no longer points into it.
+    Version* next = d == last ? nullptr : d->newer;
+    for (Entry* e : d->retired) Unref(e);
+    delete d;
+    d = next;
+  }
 }
 
 namespace {

@@ -13,19 +13,28 @@
 // (path copying). Copying a leaf copies its entry pointers, not the entries, so
 // changing one key copies only that key's entry.
 //
-// Ownership: each pointer stored in a node owns one reference. Unref() of the
-// last reference frees the object and releases what it holds, on whatever
-// thread drops it.
+// Ownership: a child pointer of an inner node owns one reference to the child,
+// and a separator one reference to its entry. A leaf's entry pointers own
+// nothing: an entry holds one more reference, the tree's, which the writer
+// gives up when it replaces the entry by a copy or erases it (retires it), and
+// which is released once no published version that may reach the entry lives
+// (see Version). So copying or freeing a leaf touches none of its entries.
+// Unref() of the last reference frees the object and releases what it holds,
+// on whatever thread drops it.
 
 #ifndef CAPSTAN_INDEX_TREE_NODE_H_
 #define CAPSTAN_INDEX_TREE_NODE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "index/key_index.h"
 
 namespace capstan::index::internal {
@@ -175,6 +184,76 @@ class NodeRef {
 
  private:
   Node* node_ = nullptr;
+};
+
+struct VersionChain;
+
+// One published version of the tree: its root and size, plus the entries the
+// writer retired after publishing it. A retired entry is reachable only from
+// versions published before its retirement, so its tree reference is dropped
+// when this version and every older one are gone. Reference-counted by the
+// IndexSnapshots of it and, while it is the latest, by its TreeIndex. The
+// root is released as soon as the version dies; the retired entries wait for
+// the older versions (VersionChain).
+struct Version {
+  Version(NodeRef root_in, size_t size_in, std::shared_ptr<VersionChain> chain_in)
+      : root(std::move(root_in)), size(size_in), chain(std::move(chain_in)) {}
+
+  std::atomic<uint32_t> refs{1};
+  NodeRef root;
+  const size_t size;
+  // Appended to only by the writer, while this is the latest version and the
+  // TreeIndex holds a reference; read once the version is dead.
+  std::vector<Entry*> retired;
+  const std::shared_ptr<VersionChain> chain;
+  // Guarded by chain->mu.
+  Version* newer = nullptr;
+  bool dead = false;
+};
+
+// The versions of one TreeIndex, oldest first, until their retired entries
+// are released. Shared by the TreeIndex and its versions, so that snapshots
+// may outlive the index.
+struct VersionChain {
+  // A std::mutex: ThreadSanitizer sees it (Debian's absl::Mutex is not
+  // instrumented). A leaf lock: nothing is freed or called out under it.
+  std::mutex mu;
+  Version* oldest = nullptr;
+  Version* newest = nullptr;
+};
+
+// Links a new version (one reference, owned by the caller) after the newest.
+Version* PublishVersion(const std::shared_ptr<VersionChain>& chain, NodeRef root, size_t size);
+
+inline void Ref(Version* v) { v->refs.fetch_add(1, std::memory_order_relaxed); }
+// Drops a reference; the last one releases the version's root and, once no
+// older version lives, the retired entries of it and of every newer dead one.
+void Unref(Version* v);
+
+// An owning reference to a Version (null allowed). Copying adds a reference.
+class VersionRef {
+ public:
+  VersionRef() = default;
+  static VersionRef Adopt(Version* v) {
+    VersionRef r;
+    r.v_ = v;
+    return r;
+  }
+  VersionRef(const VersionRef& o) : v_(o.v_) {
+    if (v_ != nullptr) Ref(v_);
+  }
+  VersionRef(VersionRef&& o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
+  VersionRef& operator=(VersionRef o) noexcept {
+    std::swap(v_, o.v_);
+    return *this;
+  }
+  ~VersionRef() {
+    if (v_ != nullptr) Unref(v_);
+  }
+  Version* get() const { return v_; }
+
+ private:
+  Version* v_ = nullptr;
 };
 
 }  // namespace capstan::index::internal
