@@ -1,9 +1,11 @@
 // capstan cache-proxy: the watch cache in front of a remote etcd-compatible
 // endpoint, serving capstan.v1.Cache.
 //
-//   capstan cache-proxy --upstream http://10.0.0.5:2379 \
-//       [--listen-client-urls http://127.0.0.1:23790] \
+//   capstan cache-proxy --upstream http://10.0.0.5:2379
+//       [--listen-client-urls http://127.0.0.1:23790]
 //       [--watch-cache-prefixes /registry/pods/,/registry/minions/,/registry/leases/]
+//
+// (one command line).
 //
 // Each cached prefix is fed by a RemoteFeed (watchcache/remote_feed.h):
 // listed from the upstream in pages at one revision, then followed through

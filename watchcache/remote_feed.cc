@@ -215,6 +215,10 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
   WatchEnd end = WatchEnd::kBroken;
   etcdserverpb::WatchResponse resp;
   bool created = false;
+  // While the watch may still be catching up to the revision it was created
+  // at, an empty response proves nothing (see the header): until then.
+  int64_t catch_up_to = 0;
+  absl::Time catch_up_until;
   while (stream->Read(&resp)) {
     if (resp.canceled()) {
       if (resp.compact_revision() > 0) {
@@ -228,14 +232,22 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
     if (resp.created()) {
       if (!created) backoff_ = options_.min_backoff;  // connected again
       created = true;
+      if (resp.header().revision() > rev) {
+        // Events from rev + 1 up to the header's revision may follow.
+        catch_up_to = resp.header().revision();
+        catch_up_until = absl::Now() + options_.catch_up_grace;
+      }
       continue;
     }
     if (resp.events_size() == 0) {
+      if (catch_up_to > 0 && absl::Now() < catch_up_until) continue;
+      catch_up_to = 0;
       // A progress notification: every event up to its revision was sent.
       cache_->AdvanceTo(resp.header().revision());
       continue;
     }
     Apply(resp);
+    if (resp.events(resp.events_size() - 1).kv().mod_revision() >= catch_up_to) catch_up_to = 0;
   }
   {
     std::lock_guard<std::mutex> l(stream_mu_);

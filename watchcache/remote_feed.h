@@ -8,7 +8,8 @@
 //  - events: applied up to their own revision (a catch-up response's header
 //    revision may run ahead of the events it carries, so it is not used);
 //  - an empty response (a progress notification, sent only to a watcher
-//    that has every event up to it): the cache advances to its revision;
+//    that has every event up to it): the cache advances to its revision,
+//    except while a new watch may still be catching up (below);
 //  - canceled with a compact_revision ("required revision has been
 //    compacted"): the feed lists again, and the cache's watchers are cut
 //    off with CacheReinitialized as after any re-list.
@@ -21,6 +22,13 @@
 // Consistent reads (resourceVersion "") ask the upstream for its current
 // revision with a linearizable single-key Range and then request a
 // progress notification on the watch stream until the cache has reached it.
+// etcd before 3.4.31 and 3.5.13 (Debian 12 ships 3.4.23) answers a progress
+// request at once with its current revision, even to a watcher that has not
+// yet been sent the events below it (etcd#15220): a watch created from a
+// revision below the upstream's current one catches up in the background.
+// So for catch_up_grace after such a watch is created, unless an event at or
+// above the revision it was created at arrives first, empty responses are
+// not taken as progress (consistent reads keep asking meanwhile).
 //
 // Thread safety: Start and Stop from one thread; the feed runs on its own
 // thread. RequestProgress and CurrentRevision may be called from any thread.
@@ -53,6 +61,10 @@ struct RemoteFeedOptions {
   absl::Duration max_backoff = absl::Seconds(5);
   // Deadline of each List page and of each current-revision read.
   absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long after creating a watch that must catch up an empty response is
+  // not taken as progress (see above). etcd moves an unsynced watcher's
+  // events every 100 ms, up to 512 revisions' worth at a time.
+  absl::Duration catch_up_grace = absl::Seconds(1);
 };
 
 class RemoteFeed {
