@@ -121,8 +121,10 @@ class IndexView {
 // long as it lives. Copying is O(1) (one atomic increment).
 //
 // Thread-safety: thread-safe; a snapshot may be copied, read and destroyed on
-// any thread. Destroying the last snapshot of a version frees the nodes only
-// that version used, on the destroying thread.
+// any thread. Destroying the last snapshot of a version frees, on the
+// destroying thread, the nodes only that version used and, once no older
+// version lives, the entries the writer retired after publishing it and any
+// newer version already gone (internal::Version).
 class IndexSnapshot : public IndexView {
  public:
   IndexSnapshot() = default;

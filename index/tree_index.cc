@@ -91,7 +91,11 @@ absl::Status TreeIndex::Tombstone(std::string_view key, Revision rev) {
   // Check first, so that a failed tombstone copies nothing.
   const Entry* e = internal::FindEntry(root_.get(), key);
   if (e == nullptr || !e->index.IsLive()) return absl::NotFoundError("revision not found");
-  return FindMutable(key, KeyChange{-1, rev.main})->index.Tombstone(rev);
+  // The aggregates change on the way down, so the tombstone must not fail
+  // now; it cannot, the key being live.
+  absl::Status s = FindMutable(key, KeyChange{-1, rev.main})->index.Tombstone(rev);
+  if (!s.ok()) Panic(absl::StrCat("Tombstone of a live key failed: ", s.ToString()));
+  return s;
 }
 
 void TreeIndex::Restore(std::string_view key, Revision created, Revision modified,
@@ -260,8 +264,10 @@ void TreeIndex::CompactKeys(std::span<const std::string> keys, int64_t at_rev,
       if (available != nullptr) e->index.Keep(at_rev, available);
       continue;
     }
-    // Compaction keeps a key's latest revision, so it changes neither
-    // whether the key is live nor its last revision: no aggregate changes.
+    // Compaction keeps the latest revision of a live key, so it changes
+    // neither whether a key is live nor, for a live key, its last revision;
+    // a dead key compacted to nothing is erased, which may leave
+    // max_modified above the rest (allowed). No aggregate changes.
     Entry* m = FindMutable(key, KeyChange{});  // makes the whole path mutable
     const bool was_live = m->index.IsLive();
     m->index.Compact(at_rev, available);

@@ -105,8 +105,9 @@ class TreeIndex {
 
   // ---- Any thread. ----
 
-  // The last published version. O(1): one short mutex hold to copy the root
-  // pointer. The result stays valid and unchanged for as long as it lives.
+  // The last published version. O(1): one short mutex hold to take a
+  // reference to it (an atomic increment). The result stays valid and
+  // unchanged for as long as it lives.
   IndexSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Counters of the writer's copy-on-write work since construction.

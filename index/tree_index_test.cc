@@ -345,7 +345,9 @@ TEST(TreeIndexTest, RetiredEntriesLiveAsLongAsSnapshotsReachThem) {
   for (int i = 0; i < 2000; ++i) {
     const std::string key = absl::StrFormat("k%04d", i);
     ti->Put(key, R(++rev));
-    if (i % 2 == 0) ASSERT_TRUE(ti->Tombstone(key, R(++rev)).ok());
+    if (i % 2 == 0) {
+      ASSERT_TRUE(ti->Tombstone(key, R(++rev)).ok());
+    }
   }
   ti->Publish();
   IndexSnapshot middle = ti->Snapshot();
