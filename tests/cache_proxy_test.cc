@@ -217,6 +217,18 @@ TEST_F(CacheProxyTest, CompactionForcesRelistAndCacheStaysCorrect) {
   EXPECT_EQ(Records(l2), EtcdPods(l2.resource_version()));
 }
 
+TEST(RemoteFeedVersionTest, AnswersProgressEarlyBefore3431And3513) {
+  EXPECT_TRUE(watchcache::AnswersProgressEarly("3.4.23"));  // Debian 12's
+  EXPECT_TRUE(watchcache::AnswersProgressEarly("3.4.30"));
+  EXPECT_FALSE(watchcache::AnswersProgressEarly("3.4.31"));
+  EXPECT_TRUE(watchcache::AnswersProgressEarly("3.5.0"));
+  EXPECT_TRUE(watchcache::AnswersProgressEarly("3.5.12"));
+  EXPECT_FALSE(watchcache::AnswersProgressEarly("3.5.13"));
+  EXPECT_FALSE(watchcache::AnswersProgressEarly("3.6.0"));
+  EXPECT_TRUE(watchcache::AnswersProgressEarly("3.3.27"));
+  EXPECT_FALSE(watchcache::AnswersProgressEarly("not a version"));
+}
+
 TEST_F(CacheProxyTest, WatchesAgainAfterUpstreamRestart) {
   for (int i = 0; i < 5; ++i) PutPod(absl::StrCat("p", i), "node-0");
   StartProxy();

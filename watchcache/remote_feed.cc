@@ -1,6 +1,7 @@
 #include "watchcache/remote_feed.h"
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <utility>
@@ -30,12 +31,24 @@ absl::Status ToStatus(const grpc::Status& s) {
 
 }  // namespace
 
+bool AnswersProgressEarly(std::string_view version) {
+  int major = 0, minor = 0, patch = 0;
+  std::string v(version);
+  if (std::sscanf(v.c_str(), "%d.%d.%d", &major, &minor, &patch) != 3) return false;
+  if (major != 3) return false;
+  if (minor < 4) return true;
+  if (minor == 4) return patch < 31;
+  if (minor == 5) return patch < 13;
+  return false;
+}
+
 RemoteFeed::RemoteFeed(ResourceCache* cache, std::shared_ptr<grpc::Channel> channel,
                        RemoteFeedOptions options)
     : cache_(cache),
       options_(options),
       kv_(etcdserverpb::KV::NewStub(channel)),
       watch_(etcdserverpb::Watch::NewStub(channel)),
+      maintenance_(etcdserverpb::Maintenance::NewStub(channel)),
       backoff_(options.min_backoff) {
   cache_->SetRevisionSource([this] { return CurrentRevision(); }, [this] { RequestProgress(); });
 }
@@ -109,6 +122,21 @@ void RemoteFeed::RequestProgress() {
   if (stream_ != nullptr) stream_->Write(req);
 }
 
+void RemoteFeed::CheckUpstreamVersion() {
+  etcdserverpb::StatusResponse resp;
+  auto ctx = NewContext(true);
+  if (!maintenance_->Status(ctx.get(), etcdserverpb::StatusRequest(), &resp).ok()) return;
+  version_checked_ = true;
+  if (AnswersProgressEarly(resp.version())) {
+    SPDLOG_WARN(
+        "watch cache {}: upstream etcd {} answers watch progress requests ahead of events "
+        "(etcd#15220): after the feed starts a watch, consistent reads wait up to {} before "
+        "trusting progress, and a smaller window remains; etcd 3.4.31, 3.5.13 and later are not "
+        "affected",
+        cache_->spec().prefix, resp.version(), absl::FormatDuration(options_.catch_up_grace));
+  }
+}
+
 void RemoteFeed::Backoff() {
   std::unique_lock<std::mutex> l(mu_);
   // Jitter: 50% to 100% of the backoff.
@@ -127,6 +155,7 @@ void RemoteFeed::Run() {
       cv_.wait(l, [this] { return stopping_ || !paused_; });
       if (stopping_) return;
     }
+    if (!version_checked_) CheckUpstreamVersion();  // once it answers
     if (need_list) {
       absl::Status s = Load();
       if (!s.ok()) {

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -66,6 +67,12 @@ struct RemoteFeedOptions {
   // events every 100 ms, up to 512 revisions' worth at a time.
   absl::Duration catch_up_grace = absl::Seconds(1);
 };
+
+// True for the etcd versions that answer a watch progress request at once,
+// ahead of events still on their way (etcd#15220): before 3.4.31, and 3.5.0
+// to 3.5.12. `version` is Maintenance.Status's, e.g. "3.4.23"; false for
+// anything it cannot read.
+bool AnswersProgressEarly(std::string_view version);
 
 class RemoteFeed {
  public:
@@ -114,11 +121,16 @@ class RemoteFeed {
   // A ClientContext for one call, registered so that Stop can cancel it.
   std::shared_ptr<grpc::ClientContext> NewContext(bool deadline);
   void NoteHeader(const etcdserverpb::ResponseHeader& h);
+  // Reads the upstream's version once and warns if it answers progress
+  // requests early (see the header comment).
+  void CheckUpstreamVersion();
 
   ResourceCache* const cache_;
   const RemoteFeedOptions options_;
   const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
+  const std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance_;
+  bool version_checked_ = false;  // feed thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
