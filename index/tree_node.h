@@ -156,35 +156,42 @@ const Entry* FindEntry(const Node* root, std::string_view key);
 // Number of levels (0 for an empty tree).
 int Height(const Node* root);
 
-// An owning reference to a node (null allowed). Copying adds a reference.
-class NodeRef {
+// An owning reference to a reference-counted T (a Node or a Version; null
+// allowed), through the Ref(T*)/Unref(T*) of this namespace. Copying adds a
+// reference, destruction drops it.
+template <typename T>
+class RefPtr {
  public:
-  NodeRef() = default;
+  RefPtr() = default;
   // Adopts one reference already held by the caller.
-  static NodeRef Adopt(Node* n) {
-    NodeRef r;
-    r.node_ = n;
+  static RefPtr Adopt(T* p) {
+    RefPtr r;
+    r.p_ = p;
     return r;
   }
-  NodeRef(const NodeRef& o) : node_(o.node_) {
-    if (node_ != nullptr) Ref(node_);
+  RefPtr(const RefPtr& o) : p_(o.p_) {
+    if (p_ != nullptr) Ref(p_);
   }
-  NodeRef(NodeRef&& o) noexcept : node_(o.node_) { o.node_ = nullptr; }
-  NodeRef& operator=(NodeRef o) noexcept {
-    std::swap(node_, o.node_);
+  RefPtr(RefPtr&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  RefPtr& operator=(RefPtr o) noexcept {
+    std::swap(p_, o.p_);
     return *this;
   }
-  ~NodeRef() { Unref(node_); }
+  ~RefPtr() {
+    if (p_ != nullptr) Unref(p_);
+  }
 
-  Node* get() const { return node_; }
+  T* get() const { return p_; }
   // Gives up the reference to the caller.
-  Node* release() { return std::exchange(node_, nullptr); }
+  T* release() { return std::exchange(p_, nullptr); }
   // For the writer, which replaces the root it owns in place.
-  Node** slot() { return &node_; }
+  T** slot() { return &p_; }
 
  private:
-  Node* node_ = nullptr;
+  T* p_ = nullptr;
 };
+
+using NodeRef = RefPtr<Node>;
 
 struct VersionChain;
 
@@ -230,31 +237,7 @@ inline void Ref(Version* v) { v->refs.fetch_add(1, std::memory_order_relaxed); }
 // older version lives, the retired entries of it and of every newer dead one.
 void Unref(Version* v);
 
-// An owning reference to a Version (null allowed). Copying adds a reference.
-class VersionRef {
- public:
-  VersionRef() = default;
-  static VersionRef Adopt(Version* v) {
-    VersionRef r;
-    r.v_ = v;
-    return r;
-  }
-  VersionRef(const VersionRef& o) : v_(o.v_) {
-    if (v_ != nullptr) Ref(v_);
-  }
-  VersionRef(VersionRef&& o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
-  VersionRef& operator=(VersionRef o) noexcept {
-    std::swap(v_, o.v_);
-    return *this;
-  }
-  ~VersionRef() {
-    if (v_ != nullptr) Unref(v_);
-  }
-  Version* get() const { return v_; }
-
- private:
-  Version* v_ = nullptr;
-};
+using VersionRef = RefPtr<Version>;
 
 }  // namespace capstan::index::internal
 

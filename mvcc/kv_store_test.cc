@@ -48,6 +48,13 @@ class KvStoreTest : public ::testing::Test {
     return resp.ok() ? resp->header().revision() : -1;
   }
 
+  // Puts "key0".."key<n-1>", value i of i % 97 bytes, one revision each.
+  void PutNumberedKeys(int n) {
+    for (int i = 0; i < n; ++i) {
+      Put("key" + std::to_string(i), std::string(static_cast<size_t>(i % 97), 'v'));
+    }
+  }
+
   RangeResponse Get(const std::string& k, const std::string& end = "", int64_t rev = 0,
                     absl::Status* status = nullptr) {
     RangeRequest req;
@@ -245,16 +252,16 @@ TEST_F(KvStoreTest, LimitCountMoreAndSort) {
   EXPECT_TRUE(Is(store_->Range(req, &result), Error::kInvalidSortOption));
 }
 
+// A sink that keeps every byte it is given.
+struct StringSink : ByteSink {
+  void Append(std::string_view bytes) override { out.append(bytes); }
+  std::string out;
+};
+
 // A big read hands Range a sink; the bytes that reach it must be exactly the
 // kvs_wire that Range builds without one, for every shape of request.
 TEST_F(KvStoreTest, RangeIntoASinkWritesTheSameBytes) {
-  struct StringSink : ByteSink {
-    void Append(std::string_view bytes) override { out.append(bytes); }
-    std::string out;
-  };
-  for (int i = 0; i < 1200; ++i) {
-    Put("key" + std::to_string(i), std::string(static_cast<size_t>(i % 97), 'v'));
-  }
+  PutNumberedKeys(1200);
   std::vector<RangeRequest> requests(6);
   for (auto& r : requests) {
     r.set_key("key");
@@ -286,13 +293,7 @@ TEST_F(KvStoreTest, RangeIntoASinkWritesTheSameBytes) {
 // helper comes at once, late (after the Range is over) or never, the parts
 // hold exactly kvs_wire's bytes, in order.
 TEST_F(KvStoreTest, RangeInPartsWritesTheSameBytes) {
-  struct StringSink : ByteSink {
-    void Append(std::string_view bytes) override { out.append(bytes); }
-    std::string out;
-  };
-  for (int i = 0; i < 1200; ++i) {
-    Put("key" + std::to_string(i), std::string(static_cast<size_t>(i % 97), 'v'));
-  }
+  PutNumberedKeys(1200);
   std::vector<std::function<void()>> late;  // tasks run after the Range returned
   std::vector<std::thread> helpers;
   enum Helping { kAtOnce, kLate, kNever };

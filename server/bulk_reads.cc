@@ -29,6 +29,13 @@ struct BulkReads::Budget {
   std::vector<std::unique_ptr<char[]>> kept;
   Clock::time_point last_take = Clock::now();
 
+  // Counts `n` bytes about to be handed to gRPC: before any slice of them
+  // exists, so that a release never comes first.
+  void Hold(size_t n) {
+    std::lock_guard<std::mutex> l(mu);
+    held += n;
+  }
+
   void Release(size_t n) {
     {
       std::lock_guard<std::mutex> l(mu);
@@ -165,11 +172,7 @@ grpc::Slice BulkReads::HeldSlice(std::string bytes) {
 void BulkReads::Hold(std::vector<std::string> parts, grpc::ByteBuffer* out) {
   size_t total = 0;
   for (const auto& p : parts) total += p.size();
-  {
-    // Counted before any slice exists, so a release never comes first.
-    std::lock_guard<std::mutex> l(budget_->mu);
-    budget_->held += total;
-  }
+  budget_->Hold(total);
   std::vector<grpc::Slice> slices;
   slices.reserve(parts.size());
   for (auto& p : parts) {
@@ -191,11 +194,7 @@ void BulkReads::Hold(std::string head, std::vector<std::unique_ptr<mvcc::ByteSin
   auto add_string = [&](std::string&& s) {
     if (!s.empty()) slices.push_back(HeldSlice(std::move(s)));
   };
-  {
-    // Counted before any slice exists, so a release never comes first.
-    std::lock_guard<std::mutex> l(budget_->mu);
-    budget_->held += total;
-  }
+  budget_->Hold(total);
   add_string(std::move(head));
   for (auto& base : kvs) {
     auto& sink = static_cast<BlockSink&>(*base);

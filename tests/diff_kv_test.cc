@@ -16,6 +16,7 @@
 //     and panics on an invalid sort target (nil sorter), so it is never sent
 //     to etcd here.
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -30,7 +31,24 @@ namespace {
 // ===========================================================================
 // Range
 
-class DiffRangeTest : public DiffKvTest {};
+class DiffRangeTest : public DiffKvTest {
+ protected:
+  // Puts `count` keys "<letter>%05d" on both servers, 100 per txn (one
+  // revision each), value i of min_size + i % spread bytes; returns the
+  // revision after the last txn.
+  int64_t LoadNumberedKeys(char letter, int count, int min_size, int spread) {
+    for (int first = 0; first < count; first += 100) {
+      std::vector<RequestOp> puts;
+      for (int i = first; i < std::min(count, first + 100); ++i) {
+        char key[16];
+        std::snprintf(key, sizeof(key), "%c%05d", letter, i);
+        puts.push_back(Op(PutR(K(key), std::string(min_size + i % spread, 'a' + i % 26))));
+      }
+      EXPECT_SAME(Both(Txn({}, std::move(puts))));
+    }
+    return Revision();
+  }
+};
 
 TEST_F(DiffRangeTest, SingleKeyExists) {
   Seed({{"a", "1"}, {"b", "2"}});
@@ -686,16 +704,7 @@ TEST_F(DiffRangeTest, HeaderRevisionIsCurrentForPastReads) {
 // answers must not differ from the inline ones, nor from etcd's.
 TEST_F(DiffRangeTest, BulkRangesMatch) {
   constexpr int kKeys = 1500;
-  for (int first = 0; first < kKeys; first += 100) {
-    std::vector<RequestOp> puts;
-    for (int i = first; i < first + 100; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof(key), "k%05d", i);
-      puts.push_back(Op(PutR(K(key), std::string(64 + i % 50, 'a' + i % 26))));
-    }
-    EXPECT_SAME(Both(Txn({}, std::move(puts))));
-  }
-  const int64_t loaded = Revision();
+  const int64_t loaded = LoadNumberedKeys('k', kKeys, 64, 50);
   DeleteBoth(K("k00100"), K("k00200"));
   PutBoth(K("k00007"), "changed");
 
@@ -736,16 +745,7 @@ TEST_F(DiffRangeTest, BulkRangesMatch) {
 // bulk-read threads, and sent as the parts' blocks in order.
 TEST_F(DiffRangeTest, BulkRangesReadInPartsMatch) {
   constexpr int kKeys = 20000;
-  for (int first = 0; first < kKeys; first += 100) {
-    std::vector<RequestOp> puts;
-    for (int i = first; i < first + 100; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof(key), "p%05d", i);
-      puts.push_back(Op(PutR(K(key), std::string(20 + i % 90, 'a' + i % 26))));
-    }
-    EXPECT_SAME(Both(Txn({}, std::move(puts))));
-  }
-  const int64_t loaded = Revision();
+  const int64_t loaded = LoadNumberedKeys('p', kKeys, 20, 90);
   DeleteBoth(K("p08000"), K("p08500"));
   PutBoth(K("p16385"), "changed");
 
