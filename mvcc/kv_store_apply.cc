@@ -189,6 +189,13 @@ bool CompareKv(const Compare& c, const KeyValueView& kv) {
 // Applies one write request to the committer's live state. Every check that
 // can refuse a request runs before its first change, so a refused request
 // changes nothing.
+//
+// WrittenEarlier: a watcher's prev_kv is the key as it was before the whole
+// request (etcd reads it at the event's mod_revision - 1), while reads inside
+// a txn see the txn's own earlier writes (a put followed by a from-key delete
+// of the same key). An event on a key this request already wrote therefore
+// leaves prev_kv unknown, and the hub looks it up at rev - 1 once the
+// revision is published.
 class KvStore::Applier {
  public:
   explicit Applier(KvStore* store)
@@ -243,6 +250,8 @@ class KvStore::Applier {
       ev.kv = record;
       if (version == 0) {
         ev.prev_known = true;  // a create has no previous value
+      } else if (modified.main == main_) {
+        // Written earlier in this request: left to the hub (WrittenEarlier).
       } else if (!prev.empty()) {
         ev.prev_kv = prev[0];
         ev.has_prev = ev.prev_known = true;
@@ -300,10 +309,10 @@ class KvStore::Applier {
         del.key = key;
         del.mod_revision = main_;
         ev.kv = EncodeKeyValue(del);
-        if (!records.empty()) {
+        if (!records.empty() && keys[i].second.main != main_) {
           ev.prev_kv = records[i];
           ev.has_prev = ev.prev_known = true;
-        }
+        }  // else unread, or written earlier in this request (WrittenEarlier)
         s_->group_events_.push_back(std::move(ev));
       }
       s_->batch_.Put(Cf::kKey, RevisionKey(rev, /*tombstone=*/true), EncodeKeyValue(tomb));

@@ -297,6 +297,44 @@ TEST_F(WatchHubTest, TxnEventsOfOneRevisionArriveTogether) {
   EXPECT_EQ(evs[2].type(), Event::DELETE);
 }
 
+// A txn's reads see its own earlier writes, but a watcher's prev_kv is the
+// key before the txn, as etcd reads it at the event's revision - 1.
+TEST_F(WatchHubTest, PrevKvOfKeyWrittenEarlierInTxnIsFromBeforeTxn) {
+  Start();
+  const int64_t old_rev = Put("p/old", "before");
+  TestReader* r = NewReader();
+  auto req = CreateReq("p/", "p0");
+  req.set_prev_kv(true);
+  r->stream()->Create(req);
+  ExpectCreated(r, 0);
+  // Put both keys, then delete from "p/" on: a from-key delete is exempt from
+  // etcd's duplicate-key check, so it may follow the puts.
+  etcdserverpb::TxnRequest txn;
+  for (const char* key : {"p/new", "p/old"}) {
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(key);
+    put->set_value("in-txn");
+  }
+  auto* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key("p/");
+  del->set_range_end(std::string(1, '\0'));
+  auto resp = store_->Txn(txn);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+
+  std::vector<Event> evs = ReadEvents(r, 0, 4);
+  ASSERT_EQ(evs.size(), 4u);
+  EXPECT_EQ(Keys(evs), (std::vector<std::string>{"p/new", "p/old", "p/new", "p/old"}));
+  EXPECT_FALSE(evs[0].has_prev_kv()) << "a create has no previous value";
+  ASSERT_TRUE(evs[1].has_prev_kv());
+  EXPECT_EQ(evs[1].prev_kv().value(), "before");
+  EXPECT_EQ(evs[2].type(), Event::DELETE);
+  EXPECT_FALSE(evs[2].has_prev_kv()) << "p/new did not exist before the txn";
+  EXPECT_EQ(evs[3].type(), Event::DELETE);
+  ASSERT_TRUE(evs[3].has_prev_kv());
+  EXPECT_EQ(evs[3].prev_kv().value(), "before");
+  EXPECT_EQ(evs[3].prev_kv().mod_revision(), old_rev);
+}
+
 // ---------------------------------------------------------------------------
 // Start revisions, compaction, cancel.
 
