@@ -69,6 +69,15 @@ struct AnswerPair {
 //    raftIndex, raftTerm, raftAppliedIndex (their shape is tested apart).
 void Normalize(google::protobuf::Message* m, const ServerProcess& server);
 
+// The smallest key greater than every key with prefix `p` (etcd's
+// GetPrefixRangeEnd): "\0", from-key, when `p` is empty or all 0xff bytes.
+inline std::string PrefixEnd(std::string p) {
+  while (!p.empty() && static_cast<unsigned char>(p.back()) == 0xff) p.pop_back();
+  if (p.empty()) return std::string(1, '\0');
+  p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
+  return p;
+}
+
 // Replaces the server's client/peer/metrics ports in `s` by placeholders.
 std::string NormalizePorts(std::string s, const ServerProcess& server);
 

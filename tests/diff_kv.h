@@ -103,18 +103,6 @@ inline TxnRequest Txn(std::vector<Compare> cmps, std::vector<RequestOp> then,
   return t;
 }
 
-// The smallest key greater than every key with prefix `p` (etcd's GetPrefixRangeEnd).
-inline std::string PrefixEnd(std::string p) {
-  for (int i = static_cast<int>(p.size()) - 1; i >= 0; --i) {
-    if (static_cast<unsigned char>(p[i]) < 0xff) {
-      p[i] = static_cast<char>(static_cast<unsigned char>(p[i]) + 1);
-      p.resize(i + 1);
-      return p;
-    }
-  }
-  return "\0"s;
-}
-
 inline const std::string kFromKey = "\0"s;  // range_end meaning "to the end of the keyspace"
 
 class DiffKvTest : public DiffTest {

@@ -74,13 +74,6 @@ inline WatchRequest ProgressReq() {
   return r;
 }
 
-inline std::string PrefixEnd(std::string p) {
-  while (!p.empty() && static_cast<unsigned char>(p.back()) == 0xff) p.pop_back();
-  if (p.empty()) return std::string(1, '\0');
-  p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
-  return p;
-}
-
 inline bool IsProgress(const WatchResponse& r) {
   return !r.created() && !r.canceled() && r.events_size() == 0 && r.compact_revision() == 0;
 }
