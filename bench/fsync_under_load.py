@@ -4,12 +4,19 @@ CPUs saturated, without any server: the floor under a durable put's latency
 while big lists keep every core busy.
 
     bench/fsync_under_load.py [--dir DIR] [--hogs N] [--syncs N] [--nice N]
+                              [--fifo] [--idle-hogs]
 
 Appends 300-byte records to a file in DIR (default: the current directory,
 put it on the disk the data dir uses) and fdatasyncs each, 50 per second,
 first with nothing else running, then with N busy-looping processes (default
-3 per CPU) at nice 0. `--nice` runs the syncing process at that nice value
-(negative values need CAP_SYS_NICE). Prints p50/p90/p99/max per phase.
+3 per CPU) at nice 0. Prints p50/p90/p99/max per phase.
+
+Where the tail comes from, by changing who wins the CPU:
+  --nice N     the syncing process at nice N (negative needs CAP_SYS_NICE);
+  --fifo       the syncing process real-time (SCHED_FIFO 1, CAP_SYS_NICE):
+               it runs the moment its sync completes;
+  --idle-hogs  the busy processes as SCHED_IDLE: they run only when nothing
+               else wants the CPU.
 """
 
 import argparse
@@ -19,8 +26,10 @@ import tempfile
 import time
 
 
-def spin():
-    os.setpriority(os.PRIO_PROCESS, 0, 0)  # nice 0, whatever --nice set
+def spin(idle):
+    # Nice 0 and the normal policy, whatever --nice or --fifo set.
+    os.sched_setscheduler(0, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
     while True:
         pass
 
@@ -53,17 +62,23 @@ def main():
     parser.add_argument("--hogs", type=int, default=3 * os.cpu_count())
     parser.add_argument("--syncs", type=int, default=300)
     parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument("--fifo", action="store_true")
+    parser.add_argument("--idle-hogs", action="store_true")
     args = parser.parse_args()
     if args.nice:
         os.nice(args.nice)
+    if args.fifo:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
     print("idle:              " + measure(args.dir, args.syncs))
-    hogs = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.hogs)]
+    hogs = [multiprocessing.Process(target=spin, args=(args.idle_hogs,), daemon=True)
+            for _ in range(args.hogs)]
     for h in hogs:
         h.start()
     try:
         time.sleep(0.5)
-        print("%2d busy processes: %s" % (args.hogs, measure(args.dir, args.syncs)))
+        kind = "idle" if args.idle_hogs else "busy"
+        print("%2d %s processes: %s" % (args.hogs, kind, measure(args.dir, args.syncs)))
     finally:
         for h in hogs:
             h.kill()

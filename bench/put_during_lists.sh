@@ -12,6 +12,13 @@
 # fill`, then ROUNDS (default 3) rounds of: 12 full lists, 4 at a time, with
 # puts at 50/s from another process. One line per round: the puts' max and
 # p99, the lists' mean time, and the server's minor page faults and RSS.
+#
+# Who wins the CPU (to find where the put's tail comes from; the policies
+# need CAP_SYS_NICE):
+#   LIST_SCHED="chrt --idle 0"   prefix of the lists' client command
+#   PUT_SCHED="chrt -f 1"        prefix of the puts' client command
+#   FIFO_THREADS="committer answerer"   server threads (by name) made
+#                                       SCHED_FIFO 1 once it serves
 set -euo pipefail
 
 BENCH=${BENCH:-build/release/capstan-bench}
@@ -29,6 +36,15 @@ cleanup() {
 trap cleanup EXIT
 
 bench() { "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
+# bench with a command prefix (word-split on purpose: "chrt --idle 0").
+bench_as() { local prefix=$1; shift; ${prefix} "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
+
+fifo_threads() {  # SCHED_FIFO 1 for the server's threads named in FIFO_THREADS
+  local t
+  for t in /proc/"${PID}"/task/*; do
+    if [[ " ${FIFO_THREADS:-} " == *" $(cat "${t}/comm") "* ]]; then chrt -f -p 1 "${t##*/}"; fi
+  done
+}
 
 start() {  # start BINARY DATA_DIR
   "$1" --data-dir "$2" --listen-client-urls "http://127.0.0.1:${PORT}" \
@@ -48,16 +64,18 @@ for bin in "$@"; do
   n=$((n + 1))
   dir="${WORK}/data-${n}"
   start "${bin}" "${dir}"
+  fifo_threads
   bench --conns 4 --clients 16 fill --prefix /large/ --keys "${OBJECTS}" --val-size "${VAL_SIZE}" \
     --load-batch 16 > /dev/null
   # One warm-up round of lists (block cache, page cache, kept memory).
   bench --conns 4 --clients 4 range /large/ --prefix --total 4 > /dev/null
   for round in $(seq 1 "${ROUNDS}"); do
     faults0=$(awk '{print $10}' "/proc/${PID}/stat")
-    bench --conns 4 --clients 4 range /large/ --prefix --total 12 > "${WORK}/lists" 2>&1 &
+    bench_as "${LIST_SCHED:-}" --conns 4 --clients 4 range /large/ --prefix --total 12 \
+      > "${WORK}/lists" 2>&1 &
     lists=$!
     sleep 1
-    puts=$(bench --conns 1 --clients 1 put --rate 50 --total 250 --key-size 8 --val-size 256 2>&1)
+    puts=$(bench_as "${PUT_SCHED:-}" --conns 1 --clients 1 put --rate 50 --total 250 --key-size 8 --val-size 256 2>&1)
     wait "${lists}"
     faults1=$(awk '{print $10}' "/proc/${PID}/stat")
     max=$(awk '/Slowest:/ {print $2 * 1000}' <<< "${puts}")
