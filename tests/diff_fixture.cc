@@ -314,6 +314,16 @@ void DiffTest::SetUpTestSuite() {
   }
 }
 
+namespace {
+
+// How a server ends on SIGTERM when it shuts down cleanly: etcd re-raises
+// SIGTERM after its shutdown, capstan exits with 0.
+bool EndedCleanly(const ExitInfo& ex) {
+  return (ex.exited && ex.exit_code == 0) || (!ex.exited && ex.term_signal == SIGTERM);
+}
+
+}  // namespace
+
 void DiffTest::TearDownTestSuite() {
   etcd_stubs_.reset();
   capstan_stubs_.reset();
@@ -321,9 +331,7 @@ void DiffTest::TearDownTestSuite() {
     if (*s == nullptr) continue;
     if ((*s)->running()) {
       ExitInfo ex = (*s)->Stop();
-      // etcd re-raises SIGTERM after a clean shutdown.
-      const bool clean = (ex.exited && ex.exit_code == 0) || (!ex.exited && ex.term_signal == SIGTERM);
-      if (!clean) {
+      if (!EndedCleanly(ex)) {
         std::fprintf(stderr, "capstan-test: %s ended with %s on SIGTERM; log tail:\n%s\n",
                      FlavorName((*s)->flavor()), ex.ToString().c_str(),
                      (*s)->ReadLog(2000).c_str());
@@ -442,6 +450,36 @@ int64_t DiffTest::Revision() {
   EXPECT_EQ(p.etcd.resp.header().revision(), p.capstan.resp.header().revision())
       << "servers' revisions differ";
   return p.etcd.resp.header().revision();
+}
+
+absl::Status DiffTest::RestartBoth(bool crash) {
+  if (Verbose()) std::fprintf(stderr, "--- restart (%s)\n", crash ? "SIGKILL" : "SIGTERM");
+  struct Side {
+    const char* name;
+    ServerProcess* server;
+    ServerStubs* stubs;
+  };
+  const Side sides[] = {{"etcd", etcd_.get(), etcd_stubs_.get()},
+                        {"capstan", capstan_.get(), capstan_stubs_.get()}};
+  for (const Side& side : sides) {
+    const ExitInfo ex = crash ? side.server->Kill() : side.server->Stop();
+    if (!crash && !EndedCleanly(ex)) {
+      return absl::InternalError(absl::StrCat(side.name, " ended with ", ex.ToString(),
+                                              " on SIGTERM; log tail:\n",
+                                              side.server->ReadLog(4000)));
+    }
+  }
+  for (const Side& side : sides) {
+    if (absl::Status s = side.server->Restart(); !s.ok()) return s;
+  }
+  const auto deadline = std::chrono::system_clock::now() + kRpcDeadline;
+  for (const Side& side : sides) {
+    if (!side.stubs->channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(absl::StrCat("the fixture's channel to ", side.name,
+                                                 " did not reconnect after the restart"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 EtcdctlResult DiffTest::RunEtcdctl(const ServerProcess& server,

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/struct.pb.h"
@@ -217,6 +218,13 @@ class DiffTest : public ::testing::Test {
   int64_t GrantBoth(int64_t ttl, int64_t id = 0);
   // Both servers' current revision; fails the test if they differ.
   int64_t Revision();
+
+  // Restarts both servers on their data dirs and ports: stops them with
+  // SIGKILL (`crash`) or SIGTERM, starts them again, and waits until the
+  // fixture's channels to both are connected again (they reconnect by
+  // themselves on the next call; waiting makes sure the next request finds
+  // both serving). A SIGTERM that does not end a server cleanly is an error.
+  absl::Status RestartBoth(bool crash);
 
   // etcdctl <args> against both servers (with "-w json" appended if `json`).
   EtcdctlPair Etcdctl(const std::vector<std::string>& args, const std::string& stdin_data = "",

@@ -3,13 +3,16 @@
 //
 //   DiffRandomKvTest     Put, DeleteRange, Range, Txn (nested, duplicate
 //                        keys), Compact and the lease RPCs over a dozen keys,
-//                        so that operations collide.
+//                        so that operations collide; now and then a restart
+//                        of both servers, clean or a crash (see below).
 //   DiffRandomCachedKvTest  the same on keys under /registry/pods/, where
 //                        Capstan's watch cache answers Ranges it can.
 //   DiffRandomWatchTest  watchers with random ranges, start revisions,
-//                        prev_kv and filters, created before and during a
-//                        random write sequence; what each watcher sent is
-//                        compared as one event sequence.
+//                        prev_kv and filters, created, canceled and asked for
+//                        progress before and during a random write sequence;
+//                        what each watcher sent is compared as one event
+//                        sequence, and the canceled and progress responses
+//                        as they are.
 //
 // Each seed is one test (Seeds/DiffRandomKvTest.Run/Seed3) with its own key
 // prefix and lease IDs. Its requests depend only on the seed, on those names
@@ -27,20 +30,31 @@
 //   CAPSTAN_RANDOM_STEPS  steps per seed (default 600; the watch test takes
 //                         half as many)
 //
+// A restart (about one per thousand KV steps) stops both servers with
+// SIGTERM or SIGKILL, starts them again on their data, and reads back the
+// seed's keys, the compaction and the leases before the steps go on. etcd
+// 3.4 applies some log entries again when it starts, and a request it refused
+// may then succeed (see LeaveEtcdNothingToReapply): a put and a Hash before
+// each restart leave it none to apply again.
+//
 // The watch test waits for each Created response before it writes again, so
 // that a watcher from the current revision starts at the same revision on
-// both servers. Before a compaction and at the end it writes two sentinel
-// revisions (puts, then deletes, of every watcher's key) and reads until each
-// watcher has reported them: then every watcher has sent all it will, and no
-// compaction races a watcher that is still catching up.
+// both servers. Before a compaction, a cancel, a progress request and at the
+// end it writes two sentinel revisions (puts, then deletes, of every
+// watcher's key) and reads until each watcher has reported them: then every
+// watcher has sent all it will, no compaction races a watcher that is still
+// catching up, and both servers answer a progress request at once (see
+// RequestProgress).
 //
 // Never generated: a txn that deletes keys from a key on ("\0") and then puts
 // one of them with ignore_value or ignore_lease crashes etcd (see TxnOp).
 //
 // Compared after a normalization, because two etcds differ there too:
 //   - LeaseTimeToLive: TTL is the seconds left, truncated, read at two
-//     moments: a difference of one is taken as equal. Keys come in Go map
-//     order: sorted.
+//     moments: a difference of one is taken as equal. A lease that lived
+//     through a restart starts again with its full TTL on each server when
+//     that server comes back: each TTL has to fit that rule instead (see
+//     FitsRestart). Keys come in Go map order: sorted.
 //   - LeaseLeases: every lease of the server, in expiry order: only this
 //     seed's, sorted by ID.
 
@@ -111,8 +125,9 @@ struct Model {
   std::set<int64_t> live_leases;
 };
 
-// What one step sends: a request of one kind, or (the watch test) a new
-// watcher.
+// What one step does: send a request of one kind, restart both servers (the
+// KV tests), or (the watch test) create a watcher, cancel one or ask for
+// progress.
 enum class StepKind {
   kPut,
   kDelete,
@@ -123,16 +138,23 @@ enum class StepKind {
   kRevoke,
   kTimeToLive,
   kLeases,
-  kWatch
+  kRestart,
+  kWatch,
+  kCancelWatch,
+  kProgress
 };
-using Mix = std::vector<std::pair<StepKind, int>>;  // kinds with their weights
+using Mix = std::vector<std::pair<StepKind, double>>;  // kinds with their weights
 
-const Mix kKvMix = {{StepKind::kPut, 22},   {StepKind::kDelete, 8},     {StepKind::kRange, 25},
-                    {StepKind::kTxn, 25},   {StepKind::kCompact, 2},    {StepKind::kGrant, 5},
-                    {StepKind::kRevoke, 4}, {StepKind::kTimeToLive, 5}, {StepKind::kLeases, 2}};
-const Mix kWatchMix = {{StepKind::kPut, 35},    {StepKind::kDelete, 12}, {StepKind::kTxn, 30},
-                       {StepKind::kCompact, 2}, {StepKind::kGrant, 6},   {StepKind::kRevoke, 6},
-                       {StepKind::kWatch, 9}};
+// A restart costs one to two seconds (etcd's election): about one per
+// thousand steps.
+const Mix kKvMix = {{StepKind::kPut, 22},     {StepKind::kDelete, 8},     {StepKind::kRange, 25},
+                    {StepKind::kTxn, 25},     {StepKind::kCompact, 2},    {StepKind::kGrant, 5},
+                    {StepKind::kRevoke, 4},   {StepKind::kTimeToLive, 5}, {StepKind::kLeases, 2},
+                    {StepKind::kRestart, 0.1}};
+const Mix kWatchMix = {
+    {StepKind::kPut, 35},    {StepKind::kDelete, 12},     {StepKind::kTxn, 30},
+    {StepKind::kCompact, 2}, {StepKind::kGrant, 6},       {StepKind::kRevoke, 6},
+    {StepKind::kWatch, 9},   {StepKind::kCancelWatch, 3}, {StepKind::kProgress, 3}};
 
 // Random requests over one seed's keys and leases.
 class RequestGenerator {
@@ -145,11 +167,18 @@ class RequestGenerator {
         model_(*model) {}
 
   StepKind Kind(const Mix& mix) {
-    std::vector<int> weights;
+    std::vector<double> weights;
     for (const auto& [kind, weight] : mix) weights.push_back(weight);
     return mix[Weighted(weights)].first;
   }
   bool OneIn(int n) { return Uniform(1, n) == 1; }
+  // An element of a non-empty container.
+  template <typename Container>
+  typename Container::value_type Pick(const Container& c) {
+    auto it = c.begin();
+    std::advance(it, Uniform(0, static_cast<int64_t>(c.size()) - 1));
+    return *it;
+  }
 
   PutRequest Put() {
     PutRequest r;
@@ -290,18 +319,12 @@ class RequestGenerator {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
   }
   // An index, with probability weights[i] / sum(weights).
-  size_t Weighted(const std::vector<int>& weights) {
+  size_t Weighted(const std::vector<double>& weights) {
     std::discrete_distribution<size_t> d(weights.begin(), weights.end());
     return d(rng_);
   }
   size_t Weighted(std::initializer_list<int> weights) {
-    return Weighted(std::vector<int>(weights));
-  }
-  template <typename Container>
-  typename Container::value_type Pick(const Container& c) {
-    auto it = c.begin();
-    std::advance(it, Uniform(0, static_cast<int64_t>(c.size()) - 1));
-    return *it;
+    return Weighted(std::vector<double>(weights.begin(), weights.end()));
   }
 
   std::string Key() { return prefix_ + Pick(kKeys); }
@@ -466,7 +489,7 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     DropNondeterminism(&p);
     if (auto same = Same(p); !same) {
       ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": "
-                    << req.GetDescriptor()->name() << "\n"
+                    << req.GetDescriptor()->name() << AfterRestart() << "\n"
                     << Describe(req) << same.message();
       return false;
     }
@@ -506,7 +529,11 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
         return Step(gen_->TimeToLive());
       case StepKind::kLeases:
         return Step(LeaseLeasesRequest());
+      case StepKind::kRestart:
+        return Restart();
       case StepKind::kWatch:
+      case StepKind::kCancelWatch:
+      case StepKind::kProgress:
         break;
     }
     ADD_FAILURE() << "not a KV step";
@@ -518,11 +545,87 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
   int step_ = 0;
 
  private:
+  // The seed's last restart.
+  struct RestartInfo {
+    int step = 0;
+    bool crash = false;
+    Clock::time_point began;
+  };
+
+  // Restarts both servers, as a crash (SIGKILL) or cleanly (SIGTERM), and
+  // reads back from both what must have survived. Every later step is
+  // compared as before.
+  bool Restart() {
+    if (!LeaveEtcdNothingToReapply()) return false;
+    ++step_;
+    last_restart_ = RestartInfo{step_, gen_->OneIn(2), Clock::now()};
+    if (absl::Status s = RestartBoth(last_restart_->crash); !s.ok()) {
+      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": restart" << AfterRestart()
+                    << ": " << s;
+      return false;
+    }
+    restored_leases_ = model_.live_leases;
+    return CheckRestored();
+  }
+
+  // etcd 3.4 saves the index of the last log entry it applied only along
+  // with a change to the keys, and at start-up applies the entries after it
+  // again, where some no longer fail as they did: a txn refused for a
+  // range's revision (compacted or future) succeeds, since etcd drops the
+  // ranges of a txn that no client waits for (etcd-io/etcd#18667), and so
+  // does a put refused for a lease granted after it. Capstan keeps what it
+  // answered. So before a restart a put moves etcd's saved index past every
+  // entry, and a Hash (etcd's commits its backend first; Capstan's only
+  // reads) makes that durable before a SIGKILL.
+  bool LeaveEtcdNothingToReapply() {
+    PutRequest put;
+    put.set_key(RootKey("restart"));
+    return Step(put) && Step(HashRequest());
+  }
+
+  // Every key of the seed with its revisions, at the same revision; the
+  // compaction (a read just below it refused, one at it served); every lease
+  // with its keys.
+  bool CheckRestored() {
+    const int64_t rev = model_.rev;
+    RangeRequest all;
+    all.set_key(Root());
+    all.set_range_end(PrefixEnd(Root()));
+    if (!Step(all)) return false;
+    if (model_.rev != rev) {
+      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << AfterRestart()
+                    << ": etcd's revision went from " << rev << " to " << model_.rev;
+      return false;
+    }
+    RangeRequest below = all;
+    below.set_revision(model_.compacted - 1);
+    RangeRequest at = all;
+    at.set_revision(model_.compacted);
+    if (!Step(below) || !Step(at) || !Step(LeaseLeasesRequest())) return false;
+    for (int64_t id : model_.live_leases) {
+      LeaseTimeToLiveRequest ttl;
+      ttl.set_id(id);
+      ttl.set_keys(true);
+      if (!Step(ttl)) return false;
+    }
+    return true;
+  }
+
+  // For failure messages: the seed's last restart, if any.
+  std::string AfterRestart() const {
+    if (!last_restart_) return "";
+    return absl::StrCat(" (after the restart with ", last_restart_->crash ? "SIGKILL" : "SIGTERM",
+                        " at step ", last_restart_->step, ")");
+  }
+
   // What etcd's successful answer changed (the revision aside).
   template <typename Req>
   void Learn(const Req&) {}
   void Learn(const LeaseGrantRequest& r) { model_.live_leases.insert(r.id()); }
-  void Learn(const LeaseRevokeRequest& r) { model_.live_leases.erase(r.id()); }
+  void Learn(const LeaseRevokeRequest& r) {
+    model_.live_leases.erase(r.id());
+    restored_leases_.erase(r.id());
+  }
   void Learn(const CompactionRequest& r) { model_.compacted = r.revision(); }
 
   // See the file comment.
@@ -536,9 +639,22 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     // Only seconds left of a live lease (-1: not found; 0: expired).
     const int64_t etcd_ttl = p->etcd.resp.ttl();
     const int64_t capstan_ttl = p->capstan.resp.ttl();
-    if (etcd_ttl > 0 && capstan_ttl > 0 && std::abs(capstan_ttl - etcd_ttl) <= 1) {
-      p->capstan.resp.set_ttl(etcd_ttl);
-    }
+    if (etcd_ttl <= 0 || capstan_ttl <= 0) return;
+    const bool same = restored_leases_.contains(p->etcd.resp.id())
+                          ? FitsRestart(p->etcd.resp) && FitsRestart(p->capstan.resp)
+                          : std::abs(capstan_ttl - etcd_ttl) <= 1;
+    if (same) p->capstan.resp.set_ttl(etcd_ttl);
+  }
+  // A lease that lived through a restart starts again with its full granted
+  // TTL, on etcd and on Capstan (docs/MIGRATION.md, "Remaining lease TTLs";
+  // etcd 3.4 adds its election timeout, 1 s, and counts from its election,
+  // Capstan from its start). The servers come back at different moments, so
+  // each TTL only has to fit that rule: at most the granted TTL, at least
+  // that less the time since the restart began.
+  bool FitsRestart(const LeaseTimeToLiveResponse& r) const {
+    const int64_t since =
+        std::chrono::ceil<std::chrono::seconds>(Clock::now() - last_restart_->began).count();
+    return r.ttl() <= r.grantedttl() && r.ttl() >= r.grantedttl() - since;
   }
   void DropNondeterminism(AnswerPair<LeaseLeasesResponse>* p) {
     for (auto* a : {&p->etcd, &p->capstan}) {
@@ -555,6 +671,9 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
   }
 
   std::vector<int64_t> lease_pool_;
+  std::optional<RestartInfo> last_restart_;
+  // The leases that lived through the last restart, and live still.
+  std::set<int64_t> restored_leases_;
 };
 
 auto SeedName = [](const ::testing::TestParamInfo<uint64_t>& info) {
@@ -596,6 +715,7 @@ INSTANTIATE_TEST_SUITE_P(Seeds, DiffRandomCachedKvTest, ::testing::ValuesIn(Seed
 struct WatcherLog {
   WatchResponse merged;  // watch_id, events, canceled, cancel_reason, compact_revision
   int64_t last_event_rev = 0;
+  WatchResponse cancel;  // the response that canceled it, whole
 
   void Add(const WatchResponse& r) {
     merged.set_watch_id(r.watch_id());
@@ -606,6 +726,7 @@ struct WatcherLog {
     if (r.canceled()) {
       merged.set_canceled(true);
       merged.set_cancel_reason(r.cancel_reason());
+      cancel = r;
     }
     if (r.compact_revision() != 0) merged.set_compact_revision(r.compact_revision());
   }
@@ -620,13 +741,9 @@ class WatchLogs {
 
   // The next Created response (the answer to the last create request, since
   // each create waits for its answer), or nothing after kEventWait.
-  std::optional<WatchResponse> AwaitCreated() {
-    ReadUntil([this] { return !created_.empty(); }, Clock::now() + kEventWait);
-    if (created_.empty()) return std::nullopt;
-    WatchResponse r = std::move(created_.front());
-    created_.pop_front();
-    return r;
-  }
+  std::optional<WatchResponse> AwaitCreated() { return AwaitFirst(&created_); }
+  // The next answer to a progress request, or nothing after kEventWait.
+  std::optional<WatchResponse> AwaitProgress() { return AwaitFirst(&progress_); }
 
   // Reads responses until done() or the deadline. Returns done().
   template <typename Pred>
@@ -636,6 +753,8 @@ class WatchLogs {
       if (!r) return done();
       if (r->created()) {
         created_.push_back(std::move(*r));
+      } else if (IsProgress(*r)) {
+        progress_.push_back(std::move(*r));
       } else {
         logs_[r->watch_id()].Add(*r);
       }
@@ -646,8 +765,17 @@ class WatchLogs {
   const WatcherLog& log(int64_t id) { return logs_[id]; }
 
  private:
+  std::optional<WatchResponse> AwaitFirst(std::deque<WatchResponse>* queue) {
+    ReadUntil([queue] { return !queue->empty(); }, Clock::now() + kEventWait);
+    if (queue->empty()) return std::nullopt;
+    WatchResponse r = std::move(queue->front());
+    queue->pop_front();
+    return r;
+  }
+
   WatchClient client_;
   std::deque<WatchResponse> created_;
+  std::deque<WatchResponse> progress_;
   std::map<int64_t, WatcherLog> logs_;
 };
 
@@ -661,6 +789,7 @@ class DiffRandomWatchTest : public DiffRandomTest {
     bool puts = true;   // its filters let puts through
     bool deletes = true;
     bool compacted = false;  // starts below the compaction: to be canceled
+    bool canceled = false;   // by a cancel step
   };
 
   bool BeginWatchSeed() {
@@ -674,6 +803,10 @@ class DiffRandomWatchTest : public DiffRandomTest {
     switch (kind) {
       case StepKind::kWatch:
         return CreateWatcher();
+      case StepKind::kCancelWatch:
+        return CancelWatcher();
+      case StepKind::kProgress:
+        return RequestProgress();
       case StepKind::kCompact: {
         // A compaction cancels a watcher still catching up from below it,
         // and etcd reads an event's prev_kv when it sends the event: both
@@ -699,8 +832,7 @@ class DiffRandomWatchTest : public DiffRandomTest {
     *req.mutable_create_request() = gen_->Watch();
     // Client-chosen IDs from 100 on, so that they don't take the automatic ones.
     if (gen_->OneIn(2)) req.mutable_create_request()->set_watch_id(100 + step_);
-    EXPECT_TRUE(etcd_logs_->Send(req)) << "etcd stream broke";
-    EXPECT_TRUE(capstan_logs_->Send(req)) << "capstan stream broke";
+    SendBoth(req);
     const std::optional<WatchResponse> e = etcd_logs_->AwaitCreated();
     const std::optional<WatchResponse> c = capstan_logs_->AwaitCreated();
     auto what = [&] {
@@ -728,6 +860,76 @@ class DiffRandomWatchTest : public DiffRandomTest {
     }
     watchers_.push_back(w);
     return true;
+  }
+
+  // Cancels a random live watcher on both streams and compares the canceled
+  // responses. Every watcher catches up first, so that the events each
+  // server sends before the cancel are the same.
+  bool CancelWatcher() {
+    const std::vector<Watcher*> live = LiveWatchers();
+    if (live.empty()) return true;
+    if (!Quiesce()) return false;
+    Watcher& w = *gen_->Pick(live);
+    ++step_;
+    w.canceled = true;
+    const WatchRequest req = CancelReq(w.id);
+    SendBoth(req);
+    const auto deadline = Clock::now() + kEventWait;
+    for (WatchLogs* side : {etcd_logs_.get(), capstan_logs_.get()}) {
+      if (!side->ReadUntil([&] { return side->log(w.id).merged.canceled(); }, deadline)) {
+        ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": "
+                      << (side == etcd_logs_.get() ? "etcd" : "capstan")
+                      << " did not cancel watch id " << w.id;
+        return false;
+      }
+    }
+    if (auto same = SameResponse(etcd_logs_->log(w.id).cancel, capstan_logs_->log(w.id).cancel,
+                                 etcd(), capstan());
+        !same) {
+      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": watch cancel\n"
+                    << Describe(req) << same.message();
+      return false;
+    }
+    return true;
+  }
+
+  // Sends a progress request on both streams once every watcher caught up,
+  // and compares the answers. etcd 3.4 answers a progress request at once,
+  // etcd 3.5 and Capstan once every watcher of the stream is synced, and not
+  // at all on a stream without watchers (docs/COMPATIBILITY.md). So only a
+  // stream with a live watcher, every watcher synced, is asked: there both
+  // answer with the current revision.
+  bool RequestProgress() {
+    if (LiveWatchers().empty()) return true;
+    if (!Quiesce()) return false;
+    ++step_;
+    SendBoth(ProgressReq());
+    const std::optional<WatchResponse> e = etcd_logs_->AwaitProgress();
+    const std::optional<WatchResponse> c = capstan_logs_->AwaitProgress();
+    const std::string what = absl::StrCat("seed ", seed(), ", step ", step_, ": watch progress\n");
+    if (!e || !c) {
+      ADD_FAILURE() << what << "no progress response from " << (e ? "capstan" : "etcd");
+      return false;
+    }
+    if (auto same = SameResponse(*e, *c, etcd(), capstan()); !same) {
+      ADD_FAILURE() << what << same.message();
+      return false;
+    }
+    return true;
+  }
+
+  void SendBoth(const WatchRequest& req) {
+    EXPECT_TRUE(etcd_logs_->Send(req)) << "etcd stream broke";
+    EXPECT_TRUE(capstan_logs_->Send(req)) << "capstan stream broke";
+  }
+
+  // The watchers that neither a compaction nor a cancel step canceled.
+  std::vector<Watcher*> LiveWatchers() {
+    std::vector<Watcher*> live;
+    for (Watcher& w : watchers_) {
+      if (!w.compacted && !w.canceled) live.push_back(&w);
+    }
+    return live;
   }
 
   // Writes two revisions that every watcher sees (puts of the watchers' keys,
