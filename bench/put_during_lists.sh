@@ -35,9 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bench() { "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
-# bench with a command prefix (word-split on purpose: "chrt --idle 0").
+# capstan-bench against the server, run under a command prefix (word-split on
+# purpose: "chrt --idle 0"; empty for none).
 bench_as() { local prefix=$1; shift; ${prefix} "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
+bench() { bench_as "" "$@"; }
 
 fifo_threads() {  # SCHED_FIFO 1 for the server's threads named in FIFO_THREADS
   local t

@@ -34,7 +34,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "index/key_index.h"
 
 namespace capstan::index::internal {

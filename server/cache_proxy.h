@@ -5,7 +5,7 @@
 //       [--listen-client-urls http://127.0.0.1:23790]
 //       [--watch-cache-prefixes /registry/pods/,/registry/minions/,/registry/leases/]
 //
-// (one command line).
+// (one command, shown on three lines).
 //
 // Each cached prefix is fed by a RemoteFeed (watchcache/remote_feed.h):
 // listed from the upstream in pages at one revision, then followed through

@@ -458,6 +458,8 @@ class RequestGenerator {
 class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uint64_t> {
  protected:
   uint64_t seed() const { return GetParam(); }
+  // Where a failure happened, for its message: "seed N, step M".
+  std::string At() const { return absl::StrCat("seed ", seed(), ", step ", step_); }
   // Where the seed's keys live: the test's own prefix, unless a suite
   // places them elsewhere.
   virtual std::string Root() const { return prefix(); }
@@ -488,7 +490,7 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     auto p = Both(req);
     DropNondeterminism(&p);
     if (auto same = Same(p); !same) {
-      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": "
+      ADD_FAILURE() << At() << ": "
                     << req.GetDescriptor()->name() << AfterRestart() << "\n"
                     << Describe(req) << same.message();
       return false;
@@ -560,7 +562,7 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     ++step_;
     last_restart_ = RestartInfo{step_, gen_->OneIn(2), Clock::now()};
     if (absl::Status s = RestartBoth(last_restart_->crash); !s.ok()) {
-      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": restart" << AfterRestart()
+      ADD_FAILURE() << At() << ": restart" << AfterRestart()
                     << ": " << s;
       return false;
     }
@@ -593,7 +595,7 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     all.set_range_end(PrefixEnd(Root()));
     if (!Step(all)) return false;
     if (model_.rev != rev) {
-      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << AfterRestart()
+      ADD_FAILURE() << At() << AfterRestart()
                     << ": etcd's revision went from " << rev << " to " << model_.rev;
       return false;
     }
@@ -646,7 +648,7 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     if (same) p->capstan.resp.set_ttl(etcd_ttl);
   }
   // A lease that lived through a restart starts again with its full granted
-  // TTL, on etcd and on Capstan (docs/MIGRATION.md, "Remaining lease TTLs";
+  // TTL, on etcd and on Capstan (docs/RELIABILITY.md, "Leases after a restart";
   // etcd 3.4 adds its election timeout, 1 s, and counts from its election,
   // Capstan from its start). The servers come back at different moments, so
   // each TTL only has to fit that rule: at most the granted TTL, at least
@@ -836,7 +838,7 @@ class DiffRandomWatchTest : public DiffRandomTest {
     const std::optional<WatchResponse> e = etcd_logs_->AwaitCreated();
     const std::optional<WatchResponse> c = capstan_logs_->AwaitCreated();
     auto what = [&] {
-      return absl::StrCat("seed ", seed(), ", step ", step_, ": watch create\n", Describe(req));
+      return absl::StrCat(At(), ": watch create\n", Describe(req));
     };
     if (!e || !c) {
       ADD_FAILURE() << what() << "no Created response from " << (e ? "capstan" : "etcd");
@@ -877,8 +879,8 @@ class DiffRandomWatchTest : public DiffRandomTest {
     const auto deadline = Clock::now() + kEventWait;
     for (WatchLogs* side : {etcd_logs_.get(), capstan_logs_.get()}) {
       if (!side->ReadUntil([&] { return side->log(w.id).merged.canceled(); }, deadline)) {
-        ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": "
-                      << (side == etcd_logs_.get() ? "etcd" : "capstan")
+        ADD_FAILURE() << At() << ": "
+                      << Name(side)
                       << " did not cancel watch id " << w.id;
         return false;
       }
@@ -886,7 +888,7 @@ class DiffRandomWatchTest : public DiffRandomTest {
     if (auto same = SameResponse(etcd_logs_->log(w.id).cancel, capstan_logs_->log(w.id).cancel,
                                  etcd(), capstan());
         !same) {
-      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": watch cancel\n"
+      ADD_FAILURE() << At() << ": watch cancel\n"
                     << Describe(req) << same.message();
       return false;
     }
@@ -906,7 +908,7 @@ class DiffRandomWatchTest : public DiffRandomTest {
     SendBoth(ProgressReq());
     const std::optional<WatchResponse> e = etcd_logs_->AwaitProgress();
     const std::optional<WatchResponse> c = capstan_logs_->AwaitProgress();
-    const std::string what = absl::StrCat("seed ", seed(), ", step ", step_, ": watch progress\n");
+    const std::string what = absl::StrCat(At(), ": watch progress\n");
     if (!e || !c) {
       ADD_FAILURE() << what << "no progress response from " << (e ? "capstan" : "etcd");
       return false;
@@ -916,6 +918,10 @@ class DiffRandomWatchTest : public DiffRandomTest {
       return false;
     }
     return true;
+  }
+
+  const char* Name(const WatchLogs* side) const {
+    return side == etcd_logs_.get() ? "etcd" : "capstan";
   }
 
   void SendBoth(const WatchRequest& req) {
@@ -975,8 +981,8 @@ class DiffRandomWatchTest : public DiffRandomTest {
       for (const Watcher& w : watchers_) {
         if (!caught_up(w)) late << "\n  watch id " << w.id << ": " << Describe(w.req);
       }
-      ADD_FAILURE() << "seed " << seed() << ", step " << step_ << ": "
-                    << (side == etcd_logs_.get() ? "etcd" : "capstan")
+      ADD_FAILURE() << At() << ": "
+                    << Name(side)
                     << " did not send these watchers' events up to revision " << deletes_rev
                     << " within " << std::chrono::seconds(kEventWait).count() << " s:" << late;
       return false;
