@@ -146,6 +146,18 @@ struct WriteRequest {
   absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> apply_batch;
 };
 
+// A write request's shape, checked as etcd's gRPC layer checks it before
+// anything else, auth included (v3rpc's checkPutRequest, checkDeleteRequest,
+// checkTxnRequest and checkIntervals): a key, no value with ignore_value,
+// no lease with ignore_lease, the txn op limit, no key written twice in one
+// txn. The committer checks again when it applies the request; a service
+// calls these first so that a malformed request gets its own error rather
+// than an auth one. A compaction has nothing to check.
+absl::Status ValidateWrite(const etcdserverpb::PutRequest& r, int max_txn_ops);
+absl::Status ValidateWrite(const etcdserverpb::DeleteRangeRequest& r, int max_txn_ops);
+absl::Status ValidateWrite(const etcdserverpb::TxnRequest& r, int max_txn_ops);
+absl::Status ValidateWrite(const etcdserverpb::CompactionRequest& r, int max_txn_ops);
+
 class KvStore {
  public:
   // Opens the store on backend, rebuilding the key index from it and

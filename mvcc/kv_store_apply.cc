@@ -145,6 +145,12 @@ absl::Status CheckIntervals(const google::protobuf::RepeatedPtrField<RequestOp>&
   return absl::OkStatus();
 }
 
+absl::Status ValidateWholeTxn(const TxnRequest& r, int max_ops) {
+  if (auto s = ValidateTxn(r, max_ops); !s.ok()) return s;
+  if (auto s = CheckIntervals(r.success(), nullptr, nullptr); !s.ok()) return s;
+  return CheckIntervals(r.failure(), nullptr, nullptr);
+}
+
 int CompareInt(int64_t a, int64_t b) { return a < b ? -1 : (a > b ? 1 : 0); }
 
 // etcd's compareKV.
@@ -185,6 +191,15 @@ bool CompareKv(const Compare& c, const KeyValueView& kv) {
 }
 
 }  // namespace
+
+absl::Status ValidateWrite(const PutRequest& r, int) { return ValidatePut(r); }
+absl::Status ValidateWrite(const DeleteRangeRequest& r, int) { return ValidateDelete(r); }
+absl::Status ValidateWrite(const TxnRequest& r, int max_txn_ops) {
+  return ValidateWholeTxn(r, max_txn_ops);
+}
+absl::Status ValidateWrite(const etcdserverpb::CompactionRequest&, int) {
+  return absl::OkStatus();
+}
 
 // Applies one write request to the committer's live state. Every check that
 // can refuse a request runs before its first change, so a refused request
@@ -345,9 +360,7 @@ class KvStore::Applier {
   }
 
   absl::Status Txn(const TxnRequest& r, TxnResponse* resp) {
-    if (auto s = ValidateTxn(r, s_->options_.max_txn_ops); !s.ok()) return s;
-    if (auto s = CheckIntervals(r.success(), nullptr, nullptr); !s.ok()) return s;
-    if (auto s = CheckIntervals(r.failure(), nullptr, nullptr); !s.ok()) return s;
+    if (auto s = ValidateWholeTxn(r, s_->options_.max_txn_ops); !s.ok()) return s;
     // Every compare of the txn and its nested txns sees the state before it.
     std::vector<bool> path;
     if (auto s = CompareToPath(r, &path); !s.ok()) return s;

@@ -497,5 +497,55 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
   EXPECT_EQ(Txn("u", "txn put with an unknown lease", no_lease).message, kNoLease);
 }
 
+// etcd's gRPC layer checks a request's shape before the server looks at its
+// token or permissions: a malformed request gets its own error, whoever sends
+// it.
+TEST_F(AuthPermTest, MalformedRequestsGetTheirOwnErrorBeforeAuthErrors) {
+  TxnRequest twice;  // /b/ is not u's, and no one may put a key twice
+  *twice.add_success() = PutOp("/b/x", "1");
+  *twice.add_success() = PutOp("/b/x", "2");
+  TxnRequest empty_compare;
+  *empty_compare.add_compare() = Holds("");
+  *empty_compare.add_success() = PutOp("/b/x", "1");
+  for (const std::string who : {"u", "w", "", "bogus"}) {
+    EXPECT_EQ(Txn(who, "a key put twice", twice).message,
+              "etcdserver: duplicate key given in txn request")
+        << who;
+    EXPECT_EQ(Txn(who, "a compare without a key", empty_compare).message,
+              "etcdserver: key is not provided")
+        << who;
+    Reply put = Both(who, "Put without a key", [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::PutRequest req;
+      req.set_value("v");
+      etcdserverpb::PutResponse resp;
+      return Kv(i)->Put(ctx, req, &resp);
+    });
+    EXPECT_EQ(put.message, "etcdserver: key is not provided") << who;
+    Reply ignore = Both(who, "Put with ignore_value and a value",
+                        [&](int i, grpc::ClientContext* ctx) {
+                          etcdserverpb::PutRequest req;
+                          req.set_key("/b/x");
+                          req.set_value("v");
+                          req.set_ignore_value(true);
+                          etcdserverpb::PutResponse resp;
+                          return Kv(i)->Put(ctx, req, &resp);
+                        });
+    EXPECT_EQ(ignore.message, "etcdserver: value is provided") << who;
+    Reply del = Both(who, "DeleteRange without a key", [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::DeleteRangeRequest req;
+      etcdserverpb::DeleteRangeResponse resp;
+      return Kv(i)->DeleteRange(ctx, req, &resp);
+    });
+    EXPECT_EQ(del.message, "etcdserver: key is not provided") << who;
+    Reply range = Both(who, "Range without a key", [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::RangeRequest req;
+      req.set_range_end("/b0");
+      etcdserverpb::RangeResponse resp;
+      return Kv(i)->Range(ctx, req, &resp);
+    });
+    EXPECT_EQ(range.message, "etcdserver: key is not provided") << who;
+  }
+}
+
 }  // namespace
 }  // namespace capstan::testing
