@@ -271,11 +271,14 @@ void DiffTest::SetUpTestSuite() {
                                 "differential tests skipped");
     return;
   }
-  // Both servers get the same member name, so that names compare equal.
+  // Both servers get the same member name, so that names compare equal,
+  // and the cheapest bcrypt cost, so that auth cases hash passwords fast.
   ServerOptions eo = ServerOptions::Etcd();
   eo.name = "diff";
+  eo.extra_args = {"--bcrypt-cost=4"};
   ServerOptions co = BothEtcd() ? ServerOptions::Etcd() : ServerOptions::Capstan();
   co.name = "diff";
+  co.extra_args = eo.extra_args;
   if (!BothEtcd() && !IsExecutable(CapstanBinary())) {
     error_ = absl::StrCat("capstan binary not found: '", CapstanBinary(),
                           "' (build the `capstan` target or set CAPSTAN_BINARY)");

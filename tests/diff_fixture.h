@@ -194,8 +194,27 @@ class DiffTest : public ::testing::Test {
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserList, AuthUserList)
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleGet, AuthRoleGet)
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleList, AuthRoleList)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, AuthEnable, AuthEnable)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, AuthDisable, AuthDisable)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, Authenticate, Authenticate)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserAdd, AuthUserAdd)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserDelete, AuthUserDelete)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserChangePassword, AuthUserChangePassword)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserGrantRole, AuthUserGrantRole)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, UserRevokeRole, AuthUserRevokeRole)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleAdd, AuthRoleAdd)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleDelete, AuthRoleDelete)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleGrantPermission, AuthRoleGrantPermission)
+  CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleRevokePermission, AuthRoleRevokePermission)
 #undef CAPSTAN_DIFF_BOTH
 #undef CAPSTAN_DIFF_BOTH_MSG
+
+  // Every later Both() call carries these auth tokens, each server its own
+  // (tokens differ between servers); an empty token sends none.
+  void SetTokens(std::string etcd_token, std::string capstan_token) {
+    tokens_[0] = std::move(etcd_token);
+    tokens_[1] = std::move(capstan_token);
+  }
 
   // SameAnswer for a pair from Both().
   template <typename Resp>
@@ -236,8 +255,8 @@ class DiffTest : public ::testing::Test {
       const std::function<Stub*(ServerStubs&)>& pick,
       grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req) {
     AnswerPair<Resp> p;
-    p.etcd = CallUnary(pick(etcd_stubs()), method, req);
-    p.capstan = CallUnary(pick(capstan_stubs()), method, req);
+    p.etcd = CallUnary(pick(etcd_stubs()), method, req, tokens_[0]);
+    p.capstan = CallUnary(pick(capstan_stubs()), method, req, tokens_[1]);
     if (Verbose()) LogAnswer(req, p.etcd.status, p.etcd.resp);
     return p;
   }
@@ -245,10 +264,11 @@ class DiffTest : public ::testing::Test {
   static Answer<Resp> CallUnary(Stub* stub,
                                 grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&,
                                                              Resp*),
-                                const Req& req) {
+                                const Req& req, const std::string& token = "") {
     Answer<Resp> a;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+    if (!token.empty()) ctx.AddMetadata("token", token);
     a.status = (stub->*method)(&ctx, req, &a.resp);
     return a;
   }
@@ -261,6 +281,7 @@ class DiffTest : public ::testing::Test {
   void Resync(int64_t etcd_rev, int64_t capstan_rev);
 
   std::string prefix_;
+  std::string tokens_[2];  // etcd's, capstan's (SetTokens)
 
   static std::unique_ptr<ServerProcess> etcd_;
   static std::unique_ptr<ServerProcess> capstan_;
