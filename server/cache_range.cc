@@ -21,6 +21,11 @@ bool CacheRange::TryServeRange(const RangeRequest& req, grpc::ByteBuffer* respon
 }
 
 bool CacheRange::TryRange(const RangeRequest& req, CachedRange* out) {
+  if (req.key().empty()) return false;
+  // Ranges outside the cached prefixes are the store's, and not counted.
+  const std::string& start = req.key();
+  watchcache::ResourceCache* rc = cache_->ResourceFor(start);
+  if (rc == nullptr) return false;
   auto decline = [this] {
     declined_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -29,14 +34,11 @@ bool CacheRange::TryRange(const RangeRequest& req, CachedRange* out) {
                         req.min_create_revision() != 0 || req.max_create_revision() != 0;
   const bool key_order = req.sort_target() == RangeRequest::KEY &&
                          (req.sort_order() == RangeRequest::NONE || req.sort_order() == RangeRequest::ASCEND);
-  if (req.key().empty() || filtered || !key_order) return decline();
+  if (filtered || !key_order) return decline();
 
   // [start, end): a single key is [key, key + "\0").
-  const std::string& start = req.key();
   std::string end = req.range_end();
   if (end.empty()) end = start + std::string(1, '\0');
-  watchcache::ResourceCache* rc = cache_->ResourceFor(start);
-  if (rc == nullptr) return decline();
   const std::string prefix_end = watchcache::PrefixEnd(rc->spec().prefix);
   // "\0" (from key) and ranges past the prefix are not all cached.
   if (mvcc::IsFromKey(req.range_end()) || prefix_end.empty() || end > prefix_end || start >= end) {

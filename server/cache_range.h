@@ -66,6 +66,8 @@ class CacheRange {
   // The encoded RangeResponse for r.
   void Encode(const CachedRange& r, bool keys_only, grpc::ByteBuffer* response) const;
 
+  // Ranges whose key lies in a cached prefix: answered here, or left to the
+  // store.
   uint64_t served() const { return served_.load(std::memory_order_relaxed); }
   uint64_t declined() const { return declined_.load(std::memory_order_relaxed); }
 

@@ -11,6 +11,8 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/cache_range.h"
+#include "watchcache/cache.h"
 
 namespace capstan::server {
 namespace {
@@ -123,7 +125,85 @@ class StoreMetrics final : public prometheus::Collectable {
   const std::string server_version_;
 };
 
+// The watch cache's state per resource prefix, and the Ranges it answered.
+class WatchCacheMetrics final : public prometheus::Collectable {
+ public:
+  WatchCacheMetrics(const watchcache::Cache* cache, const CacheRange* ranges)
+      : cache_(cache), ranges_(ranges) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    MetricFamily ranges{"capstan_watch_cache_ranges_total",
+                        "Range requests within a cached prefix, by whether the watch cache "
+                        "answered them (served) or left them to the store (declined).",
+                        MetricType::Counter,
+                        {}};
+    for (const auto& [result, n] : {std::pair<const char*, uint64_t>{"served", ranges_->served()},
+                                    {"declined", ranges_->declined()}}) {
+      ClientMetric m;
+      m.label = {{"result", result}};
+      m.counter.value = static_cast<double>(n);
+      ranges.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(ranges));
+
+    struct Column {
+      const char* name;
+      const char* help;
+      MetricType type;
+      uint64_t (*get)(const watchcache::ResourceCache::Stats&);
+    };
+    static constexpr Column kColumns[] = {
+        {"capstan_watch_cache_revision", "The revision the cached prefix is at.",
+         MetricType::Gauge, [](const auto& s) { return static_cast<uint64_t>(s.rev); }},
+        {"capstan_watch_cache_objects", "Objects held for the cached prefix.", MetricType::Gauge,
+         [](const auto& s) { return s.objects; }},
+        {"capstan_watch_cache_object_bytes", "Bytes of the cached prefix's objects.",
+         MetricType::Gauge, [](const auto& s) { return s.object_bytes; }},
+        {"capstan_watch_cache_watchers", "Watchers of the cached prefix.", MetricType::Gauge,
+         [](const auto& s) { return s.watchers; }},
+        {"capstan_watch_cache_watchers_behind", "Watchers catching up from the event ring.",
+         MetricType::Gauge, [](const auto& s) { return s.watchers_behind; }},
+        {"capstan_watch_cache_watchers_cut_off_total",
+         "Watchers ended for falling too far behind.", MetricType::Counter,
+         [](const auto& s) { return s.watchers_cut_off; }},
+        {"capstan_watch_cache_events_total", "Changes applied to the cached prefix.",
+         MetricType::Counter, [](const auto& s) { return s.events_applied; }},
+    };
+    std::vector<std::pair<std::string, watchcache::ResourceCache::Stats>> stats;
+    for (const auto& rc : cache_->resources()) stats.emplace_back(rc->spec().prefix, rc->GetStats());
+    for (const Column& c : kColumns) {
+      MetricFamily f{c.name, c.help, c.type, {}};
+      for (const auto& [prefix, st] : stats) {
+        ClientMetric m;
+        m.label = {{"prefix", prefix}};
+        const auto v = static_cast<double>(c.get(st));
+        if (c.type == MetricType::Counter) {
+          m.counter.value = v;
+        } else {
+          m.gauge.value = v;
+        }
+        f.metric.push_back(std::move(m));
+      }
+      out.push_back(std::move(f));
+    }
+    const auto slab = cache_->allocator()->GetStats();
+    out.push_back(Single("capstan_watch_cache_memory_bytes", MetricType::Gauge,
+                         "Memory the watch cache's allocator holds for objects.",
+                         static_cast<double>(slab.footprint_bytes)));
+    return out;
+  }
+
+ private:
+  const watchcache::Cache* const cache_;
+  const CacheRange* const ranges_;
+};
+
 }  // namespace
+
+void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges) {
+  cache_metrics_ = std::make_unique<WatchCacheMetrics>(cache, ranges);
+}
 
 Metrics::Metrics(mvcc::KvStore* store, std::string server_version)
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -133,6 +213,9 @@ Metrics::~Metrics() = default;
 
 std::string Metrics::Render() const {
   std::vector<MetricFamily> families = store_metrics_->Collect();
+  if (cache_metrics_) {
+    for (auto& f : cache_metrics_->Collect()) families.push_back(std::move(f));
+  }
   for (auto& f : registry_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }

@@ -7,8 +7,9 @@
 // Two kinds of metric live here:
 //  - gRPC counters, incremented by the interceptor (server/grpc_metrics.h)
 //    as RPCs start and finish;
-//  - the store's state (sizes, revisions, operation counts, commit latency),
-//    read from the KvStore when /metrics is scraped, like etcd's GaugeFuncs.
+//  - the store's state (sizes, revisions, operation counts, commit latency)
+//    and the watch cache's, read when /metrics is scraped, like etcd's
+//    GaugeFuncs.
 
 #ifndef CAPSTAN_SERVER_METRICS_H_
 #define CAPSTAN_SERVER_METRICS_H_
@@ -23,7 +24,13 @@ class Collectable;
 class Registry;
 }  // namespace prometheus
 
+namespace capstan::watchcache {
+class Cache;
+}  // namespace capstan::watchcache
+
 namespace capstan::server {
+
+class CacheRange;
 
 // Thread-safe. `store` must outlive the Metrics.
 class Metrics {
@@ -37,12 +44,18 @@ class Metrics {
   // Valid as long as this object.
   prometheus::Registry* registry() { return registry_.get(); }
 
+  // Adds the watch cache's state per cached prefix and how many Ranges on
+  // those prefixes it answered (capstan_watch_cache_*), read at each scrape.
+  // Call before the first Render. cache and ranges must outlive the Metrics.
+  void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
+
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string Render() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Collectable> store_metrics_;
+  std::unique_ptr<prometheus::Collectable> cache_metrics_;  // null without a watch cache
 };
 
 }  // namespace capstan::server

@@ -190,7 +190,11 @@ absl::Status Server::Init() {
   const AuthGate* gate = auth->gate();
   bulk_reads_ = std::make_unique<BulkReads>(BulkReads::Options{});
   auto kv = std::make_unique<KvService>(store_.get(), member_.get(), gate, bulk_reads_.get());
-  if (cache_) kv->ServeCachedRanges(std::make_unique<CacheRange>(store_.get(), cache_.get(), member_.get()));
+  if (cache_) {
+    auto ranges = std::make_unique<CacheRange>(store_.get(), cache_.get(), member_.get());
+    cache_range_ = ranges.get();
+    kv->ServeCachedRanges(std::move(ranges));
+  }
   services_.push_back(std::move(kv));
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
@@ -253,6 +257,7 @@ absl::Status Server::Serve() {
   }
   for (auto& s : services_) builder.RegisterService(s.get());
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
+  if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   grpc_metrics_ =
       std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive");
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -28,6 +28,7 @@ class Cache;
 namespace capstan::server {
 
 class AutoCompactor;
+class CacheRange;
 class BulkReads;
 class GrpcMetrics;
 class Metrics;
@@ -71,6 +72,7 @@ class Server {
   std::unique_ptr<mvcc::WatchHub> hub_;
   // The Kubernetes watch cache, fed by the store and the hub.
   std::unique_ptr<watchcache::Cache> cache_;
+  const CacheRange* cache_range_ = nullptr;  // owned by the KV service
   // Where big Ranges run; outlives the gRPC server, not the store.
   std::unique_ptr<BulkReads> bulk_reads_;
   std::vector<std::unique_ptr<grpc::Service>> services_;

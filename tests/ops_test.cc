@@ -10,6 +10,7 @@
 #include <ostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -386,6 +387,55 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\","
                   "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
             1);
+}
+
+TEST(MetricsTest, WatchCacheStateAndTheRangesItAnswered) {
+  ServerOptions options = ServerOptions::Capstan();
+  options.extra_args.push_back("--watch-cache-prefixes=/registry/pods/,/registry/nodes/");
+  auto server = ServerProcess::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs s((*server)->NewChannel());
+  int64_t rev = 0;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(Put(s, absl::StrCat("/registry/pods/default/p", i), "{}", 0, &rev).ok());
+  }
+  const std::string pods = "{prefix=\"/registry/pods/\"}";
+  const std::string nodes = "{prefix=\"/registry/nodes/\"}";
+  // The cache follows the store a moment later.
+  Scrape before;
+  for (int i = 0; i < 500; ++i) {
+    before = ScrapeMetrics(**server);
+    if (before.Value("capstan_watch_cache_revision" + pods) >= rev) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(before.Value("capstan_watch_cache_revision" + pods), rev);
+  EXPECT_EQ(before.types.at("capstan_watch_cache_ranges_total"), "counter");
+  EXPECT_EQ(before.types.at("capstan_watch_cache_objects"), "gauge");
+  EXPECT_EQ(before.Value("capstan_watch_cache_objects" + pods), 5);
+  EXPECT_EQ(before.samples.count("capstan_watch_cache_objects" + nodes), 1u);
+  EXPECT_EQ(before.Value("capstan_watch_cache_objects" + nodes), 0);
+  EXPECT_GT(before.Value("capstan_watch_cache_object_bytes" + pods), 0);
+  EXPECT_GT(before.Value("capstan_watch_cache_memory_bytes"), 0);
+
+  auto range = [&](const std::string& key, const std::string& end, bool by_value) {
+    etcdserverpb::RangeRequest req;
+    req.set_key(key);
+    req.set_range_end(end);
+    if (by_value) req.set_sort_target(etcdserverpb::RangeRequest::VALUE);
+    etcdserverpb::RangeResponse resp;
+    EXPECT_TRUE(s.kv->Range(Deadline().get(), req, &resp).ok());
+    return resp.count();
+  };
+  EXPECT_EQ(range("/registry/pods/", "/registry/pods0", false), 5);  // served
+  EXPECT_EQ(range("/registry/pods/default/p1", "", false), 1);      // served
+  EXPECT_EQ(range("/registry/pods/", "/registry/pods0", true), 5);   // sorted by value: declined
+  EXPECT_EQ(range("/m/", "/m0", false), 0);                          // not cached: not counted
+  const Scrape after = ScrapeMetrics(**server);
+  auto delta = [&](const std::string& sample) {
+    return after.Value(sample) - before.Value(sample);
+  };
+  EXPECT_EQ(delta("capstan_watch_cache_ranges_total{result=\"served\"}"), 2);
+  EXPECT_EQ(delta("capstan_watch_cache_ranges_total{result=\"declined\"}"), 1);
 }
 
 TEST(MetricsTest, ExtensiveAddsTheHandlingTimeHistogramAsEtcd) {
