@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
+#include "mvcc/go_sort.h"
 #include "storage/backend.h"
 
 namespace capstan::mvcc {
@@ -443,12 +444,13 @@ void AuthStore::RoleGrantPermission(const std::string& role, const authpb::Permi
             pos->range_end() == perm.range_end()) {
           pos->set_permtype(perm.permtype());
         } else {
+          // Appended, then sorted by key with Go's sort.Sort as etcd does:
+          // not stable, so permissions on one key (a point and a range from
+          // it) keep the order that algorithm leaves (GoSort).
           *perms->Add() = perm;
-          std::vector<authpb::Permission> sorted(perms->begin(), perms->end());
-          std::stable_sort(sorted.begin(), sorted.end(),
-                           [](const auto& a, const auto& b) { return a.key() < b.key(); });
-          perms->Clear();
-          for (auto& p : sorted) *perms->Add() = std::move(p);
+          GoSort(
+              perms->size(), [&](int i, int j) { return perms->Get(i).key() < perms->Get(j).key(); },
+              [&](int i, int j) { perms->SwapElements(i, j); });
         }
         c->roles.push_back(role);
         return absl::OkStatus();

@@ -497,6 +497,49 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
   EXPECT_EQ(Txn("u", "txn put with an unknown lease", no_lease).message, kNoLease);
 }
 
+// etcd keeps a role's permissions sorted by key with Go's sort.Sort, which
+// is not stable: past 12 permissions, those on one key (a point and ranges
+// from it) come out in the order its pattern-defeating quicksort leaves.
+TEST_F(AuthPermTest, RoleGetListsPermissionsInEtcdsOrder) {
+  auto auth = [&](int i) { return etcdserverpb::Auth::NewStub(channels_[i]); };
+  ASSERT_EQ(Both("root", "RoleAdd many", [&](int i, grpc::ClientContext* ctx) {
+              etcdserverpb::AuthRoleAddRequest req;
+              req.set_name("many");
+              etcdserverpb::AuthRoleAddResponse resp;
+              return auth(i)->RoleAdd(ctx, req, &resp);
+            }).code,
+            grpc::OK);
+  // 30 grants over 8 keys, each key as a point, up to "\0" and as a prefix,
+  // in an order that is neither sorted nor reversed.
+  const std::vector<std::string> keys = {"/p/d", "/p/a", "/p/g", "/p/b", "/p/h", "/p/c", "/p/f", "/p/e"};
+  const std::vector<std::string> ends = {"", std::string(1, '\0'), "prefix"};
+  for (int n = 0; n < 30; ++n) {
+    const std::string& key = keys[(n * 5) % keys.size()];
+    std::string end = ends[(n * 7 / 3) % ends.size()];
+    if (end == "prefix") end = key + "0";
+    Reply r = Both("root", absl::StrCat("RoleGrantPermission ", n), [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::AuthRoleGrantPermissionRequest req;
+      req.set_name("many");
+      req.mutable_perm()->set_key(key);
+      req.mutable_perm()->set_range_end(end);
+      req.mutable_perm()->set_permtype(static_cast<authpb::Permission::Type>(n % 3));
+      etcdserverpb::AuthRoleGrantPermissionResponse resp;
+      return auth(i)->RoleGrantPermission(ctx, req, &resp);
+    });
+    ASSERT_EQ(r.code, grpc::OK) << r.message;
+  }
+  etcdserverpb::AuthRoleGetResponse got[2];
+  Both("root", "RoleGet many", [&](int i, grpc::ClientContext* ctx) {
+    etcdserverpb::AuthRoleGetRequest req;
+    req.set_role("many");
+    return auth(i)->RoleGet(ctx, req, &got[i]);
+  });
+  got[0].clear_header();
+  got[1].clear_header();
+  EXPECT_GT(got[1].perm_size(), 12);
+  EXPECT_EQ(got[0].DebugString(), got[1].DebugString());
+}
+
 // etcd's gRPC layer checks a request's shape before the server looks at its
 // token or permissions: a malformed request gets its own error, whoever sends
 // it.
