@@ -805,6 +805,7 @@ class DiffRandomAuthTest : public DiffRandomTest {
   bool BeginAuthSeed() {
     if (!BeginSeed()) return false;
     users_ = {Name("u1"), Name("u2")};
+    // The seed's roles, then the special role root.
     roles_ = {Name("r1"), Name("r2"), Name("r3"), "root"};
     AuthUserAddRequest root;
     root.set_name("root");
@@ -837,15 +838,14 @@ class DiffRandomAuthTest : public DiffRandomTest {
     switch (kind) {
       case StepKind::kAuthAdmin:
         return AdminStep();
-      case StepKind::kAuthenticate:
-      {
+      case StepKind::kAuthenticate: {
         const std::string user = gen_->Pick(AllUsers());
         return Authenticate(user, gen_->OneIn(6) ? "wrong" : passwords_[user]);
       }
       case StepKind::kRestart:
-        // What the restart writes and reads back, root writes and reads,
-        // with a fresh token (a refused write would leave etcd entries to
-        // apply again: LeaveEtcdNothingToReapply).
+        // Root, with a fresh token, makes the writes and reads a restart
+        // needs (a refused write would leave etcd entries to apply again:
+        // LeaveEtcdNothingToReapply).
         if (auth_enabled_ && !Authenticate("root", kRootPassword)) return false;
         ActAs(auth_enabled_ ? "root" : "");
         return KvStep(kind);
