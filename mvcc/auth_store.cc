@@ -125,6 +125,9 @@ bool RangeSet::ContainsKey(std::string_view key) const {
 bool RangeSet::Covers(std::string_view key, std::string_view range_end) const {
   if (range_end.empty()) return ContainsKey(key);
   if (range_end == std::string_view("\0", 1)) return ContainsInterval(key, {});
+  // A reversed range holds no keys; etcd's interval tree has no defined
+  // answer for it (docs/COMPATIBILITY.md): allowed where key itself is.
+  if (range_end <= key) return ContainsKey(key);
   return ContainsInterval(key, range_end);
 }
 

@@ -71,7 +71,7 @@ class RangeSet {
   // last Add and before any query.
   void Seal();
   // True if the union covers the request range [key, range_end) (range_end
-  // "\0": unbounded; empty: the single key).
+  // "\0": unbounded; empty: the single key; at or below key: as key alone).
   bool Covers(std::string_view key, std::string_view range_end) const;
 
   struct Interval {

@@ -45,6 +45,20 @@ TEST(RangeSetTest, MergesAdjacentAndOverlapping) {
   EXPECT_FALSE(s.Covers("a", kNul));  // from-key: unbounded
 }
 
+TEST(RangeSetTest, ReversedRangeIsCoveredWhereItsKeyIs) {
+  // A reversed range ([c, a0): no keys) is allowed where its key is
+  // readable, and only there.
+  RangeSet s;
+  s.Add("a", "b");
+  s.Add("c", "");
+  s.Seal();
+  EXPECT_TRUE(s.Covers("c", "a0"));
+  EXPECT_TRUE(s.Covers("a/1", "a"));
+  EXPECT_FALSE(s.Covers("d", "a0"));
+  EXPECT_FALSE(s.Covers("b", "b"));  // empty, and b is not readable
+  EXPECT_TRUE(s.Covers("a", "a"));
+}
+
 TEST(RangeSetTest, FromKeyPermission) {
   RangeSet s;
   s.Add("m", kNul);

@@ -131,12 +131,8 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
   }
   if (auth_ != nullptr) {
     // A malformed request gets its own error first, as from etcd's gRPC
-    // layer, then the auth checks. (With auth off, the committer's own
-    // validation answers the same.)
-    absl::Status s;
-    if (auth_->store()->Enabled()) {
-      s = mvcc::ValidateWrite(call->request, store_->options().max_txn_ops);
-    }
+    // layer, then the auth checks.
+    absl::Status s = mvcc::ValidateWrite(call->request, store_->options().max_txn_ops);
     if (s.ok()) {
       s = check != nullptr ? (auth_->*check)(*ctx, call->request) : auth_->CheckIdentity(*ctx);
     }

@@ -164,14 +164,16 @@ class WatchCacheMetrics final : public prometheus::Collectable {
          [](const auto& s) { return s.watchers; }},
         {"capstan_watch_cache_watchers_behind", "Watchers catching up from the event ring.",
          MetricType::Gauge, [](const auto& s) { return s.watchers_behind; }},
-        {"capstan_watch_cache_watchers_cut_off_total",
-         "Watchers ended for falling too far behind.", MetricType::Counter,
-         [](const auto& s) { return s.watchers_cut_off; }},
+        {"capstan_watch_cache_watchers_ended_total",
+         "Watchers the cache ended with an error: too far behind, or the cache relisted.",
+         MetricType::Counter, [](const auto& s) { return s.watchers_cut_off; }},
         {"capstan_watch_cache_events_total", "Changes applied to the cached prefix.",
          MetricType::Counter, [](const auto& s) { return s.events_applied; }},
     };
     std::vector<std::pair<std::string, watchcache::ResourceCache::Stats>> stats;
-    for (const auto& rc : cache_->resources()) stats.emplace_back(rc->spec().prefix, rc->GetStats());
+    for (const auto& rc : cache_->resources()) {
+      stats.emplace_back(rc->spec().prefix, rc->GetStats(/*estimate_indexes=*/false));
+    }
     for (const Column& c : kColumns) {
       MetricFamily f{c.name, c.help, c.type, {}};
       for (const auto& [prefix, st] : stats) {

@@ -46,7 +46,8 @@ class Metrics {
 
   // Adds the watch cache's state per cached prefix and how many Ranges on
   // those prefixes it answered (capstan_watch_cache_*), read at each scrape.
-  // Call before the first Render. cache and ranges must outlive the Metrics.
+  // Call before the first Render; cache and ranges must stay valid while
+  // Render may be called.
   void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
 
   // The Prometheus text exposition format (version 0.0.4) of every metric.

@@ -243,6 +243,7 @@ std::string DiffTest::skip_reason_;
 std::string DiffTest::error_;
 int DiffTest::sequence_ = 0;
 bool DiffTest::resync_failed_ = false;
+bool DiffTest::resynced_ = false;
 
 bool DiffTest::BothEtcd() {
   const char* v = std::getenv("CAPSTAN_DIFF_BOTH_ETCD");
@@ -265,6 +266,7 @@ void DiffTest::SetUpTestSuite() {
   skip_reason_.clear();
   error_.clear();
   resync_failed_ = false;
+  resynced_ = false;
   if (!IsExecutable(EtcdBinary())) {
     skip_reason_ = absl::StrCat("real etcd not found at '", EtcdBinary(),
                                 "' (install etcd-server or set CAPSTAN_ETCD_BINARY): "
@@ -390,6 +392,7 @@ void DiffTest::TearDown() {
 }
 
 void DiffTest::Resync(int64_t etcd_rev, int64_t capstan_rev) {
+  resynced_ = true;
   ServerStubs& lagging = etcd_rev < capstan_rev ? etcd_stubs() : capstan_stubs();
   int64_t gap = std::abs(etcd_rev - capstan_rev);
   for (int64_t i = 0; i < gap && i < 100000; ++i) {

@@ -149,6 +149,9 @@ class DiffTest : public ::testing::Test {
 
   // True if CAPSTAN_DIFF_BOTH_ETCD is set: the "capstan" side is an etcd.
   static bool BothEtcd();
+  // True once a test of this suite left the servers at different revisions
+  // (TearDown brought them level): their key histories differ from then on.
+  static bool Resynced() { return resynced_; }
 
  protected:
   void SetUp() override;
@@ -293,6 +296,7 @@ class DiffTest : public ::testing::Test {
   static int sequence_;
   // A Resync() write failed: don't try again in this suite.
   static bool resync_failed_;
+  static bool resynced_;  // see Resynced()
 };
 
 }  // namespace capstan::testing

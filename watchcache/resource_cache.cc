@@ -264,7 +264,7 @@ void ResourceCache::Stop() {
   RunNotifications(&notify);
 }
 
-ResourceCache::Stats ResourceCache::GetStats() const {
+ResourceCache::Stats ResourceCache::GetStats(bool estimate_indexes) const {
   Stats s;
   ReaderMutexLock l(&mu_);
   s.rev = rev_;
@@ -287,6 +287,7 @@ ResourceCache::Stats ResourceCache::GetStats() const {
   s.events_dispatched = events_dispatched_.load(std::memory_order_relaxed);
   s.dispatch_candidates = dispatch_candidates_.load(std::memory_order_relaxed);
   s.feed_mismatches = feed_mismatches_.load(std::memory_order_relaxed);
+  if (!estimate_indexes) return s;
   // flat_hash_set slots (8 bytes + 1 control byte, at ~7/8 load) per entry,
   // and the value strings.
   uint64_t idx = 0;

@@ -130,7 +130,9 @@ class ResourceCache {
     uint64_t index_bytes_estimate = 0;
     uint64_t feed_mismatches = 0;  // prev_kv disagreed with the cache's previous object
   };
-  Stats GetStats() const;
+  // estimate_indexes: also walk the secondary indexes for
+  // index_bytes_estimate (proportional to their values; left 0 otherwise).
+  Stats GetStats(bool estimate_indexes = true) const;
 
   // Lists by scanning the snapshot only (no index), whatever the options;
   // for benchmarks and tests.
