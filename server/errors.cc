@@ -101,4 +101,40 @@ grpc::Status ToUnconvertedAuthStatus(const absl::Status& s) {
   }
 }
 
+const char* GoCodeName(grpc::StatusCode code) {
+  static const char* kNames[] = {"OK",
+                                 "Canceled",
+                                 "Unknown",
+                                 "InvalidArgument",
+                                 "DeadlineExceeded",
+                                 "NotFound",
+                                 "AlreadyExists",
+                                 "PermissionDenied",
+                                 "ResourceExhausted",
+                                 "FailedPrecondition",
+                                 "Aborted",
+                                 "OutOfRange",
+                                 "Unimplemented",
+                                 "Internal",
+                                 "Unavailable",
+                                 "DataLoss",
+                                 "Unauthenticated"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i <= 16 ? kNames[i] : "Unknown";
+}
+
+std::string GoErrorText(const grpc::Status& s) {
+  return std::string("rpc error: code = ") + GoCodeName(s.error_code()) +
+         " desc = " + s.error_message();
+}
+
+std::string WatchRefusalReason(const absl::Status& s) {
+  using mvcc::Error;
+  if (!mvcc::Is(s, Error::kInvalidAuthToken) && !mvcc::Is(s, Error::kAuthOldRevision) &&
+      !mvcc::Is(s, Error::kUserEmpty)) {
+    return GoErrorText(ToGrpcStatus(mvcc::MakeError(Error::kPermissionDenied)));
+  }
+  return GoErrorText(ToGrpcStatus(s));
+}
+
 }  // namespace capstan::server

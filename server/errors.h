@@ -3,6 +3,8 @@
 #ifndef CAPSTAN_SERVER_ERRORS_H_
 #define CAPSTAN_SERVER_ERRORS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 
@@ -17,6 +19,18 @@ grpc::Status ToGrpcStatus(const absl::Status& s);
 // clients see code Unknown with the auth package's text ("auth: permission
 // denied"). Maps an auth error that way; anything else as ToGrpcStatus.
 grpc::Status ToUnconvertedAuthStatus(const absl::Status& s);
+
+// Go gRPC's name of a status code ("InvalidArgument", "Unauthenticated").
+const char* GoCodeName(grpc::StatusCode code);
+
+// A status as a Go client prints it, which etcd puts in texts such as a
+// watch's cancel reason: "rpc error: code = PermissionDenied desc = ...".
+std::string GoErrorText(const grpc::Status& s);
+
+// The cancel reason etcd gives a watcher it refuses to create (its watch
+// server's isWatchPermitted): a bad token, an old auth revision and no user
+// keep their own error; anything else reads as "permission denied".
+std::string WatchRefusalReason(const absl::Status& s);
 
 }  // namespace capstan::server
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "server/errors.h"
+
 namespace capstan::server {
 namespace {
 
@@ -16,16 +18,6 @@ const char* TypeName(int type) {
     case RpcType::SERVER_STREAMING: return "server_stream";
     default: return "bidi_stream";
   }
-}
-
-const char* CodeName(int code) {
-  static const char* kNames[] = {"OK",           "Canceled",          "Unknown",
-                                 "InvalidArgument", "DeadlineExceeded", "NotFound",
-                                 "AlreadyExists", "PermissionDenied",  "ResourceExhausted",
-                                 "FailedPrecondition", "Aborted",      "OutOfRange",
-                                 "Unimplemented", "Internal",          "Unavailable",
-                                 "DataLoss",     "Unauthenticated"};
-  return code >= 0 && code <= 16 ? kNames[code] : "Unknown";
 }
 
 // "/etcdserverpb.KV/Range" -> go-grpc-prometheus's labels (grpc_code added
@@ -127,7 +119,7 @@ void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode cod
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
     handling_->Add(labels, kBuckets).Observe(seconds);
   }
-  labels.emplace("grpc_code", CodeName(static_cast<int>(code)));
+  labels.emplace("grpc_code", GoCodeName(code));
   handled_.Add(labels).Increment();
   if (code == grpc::StatusCode::OK && std::strcmp(method, "/etcdserverpb.Lease/LeaseGrant") == 0) {
     lease_granted_.Increment();

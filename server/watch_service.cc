@@ -7,6 +7,7 @@
 #include <string>
 
 #include "server/auth_service.h"
+#include "server/errors.h"
 #include "server/grpc_buffers.h"
 
 namespace capstan::server {
@@ -42,8 +43,8 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       case etcdserverpb::WatchRequest::kCreateRequest:
         if (auth_ != nullptr) {
           const auto& c = req.create_request();
-          if (!auth_->CheckWatch(*ctx_, c.key(), c.range_end()).ok()) {
-            SendPermissionDenied(c.watch_id());
+          if (absl::Status s = auth_->CheckWatch(*ctx_, c.key(), c.range_end()); !s.ok()) {
+            SendRefused(s);
             break;
           }
         }
@@ -107,16 +108,17 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     Write(std::move(message), more);
   }
 
-  // etcd's answer to a watch on a range the user may not read: created and
-  // canceled at once.
-  void SendPermissionDenied(int64_t watch_id) {
+  // etcd's answer to a watch it refuses (a range the user may not read, no
+  // user, a bad token): created and canceled at once, with watch id -1
+  // (clientv3.InvalidWatchID) whatever id was asked for.
+  void SendRefused(const absl::Status& why) {
     etcdserverpb::WatchResponse resp;
     *resp.mutable_header() = header_;
     resp.mutable_header()->set_revision(auth_->store()->kv()->Rev());
-    resp.set_watch_id(watch_id);
+    resp.set_watch_id(-1);
     resp.set_created(true);
     resp.set_canceled(true);
-    resp.set_cancel_reason("rpc error: code = PermissionDenied desc = etcdserver: permission denied");
+    resp.set_cancel_reason(WatchRefusalReason(why));
     Send(resp.SerializeAsString());
   }
 

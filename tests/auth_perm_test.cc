@@ -540,6 +540,54 @@ TEST_F(AuthPermTest, RoleGetListsPermissionsInEtcdsOrder) {
   EXPECT_EQ(got[0].DebugString(), got[1].DebugString());
 }
 
+// A watch etcd refuses is created and canceled at once, with watch id -1
+// whatever id was asked for, and a reason naming its own error for no user
+// or a bad token, "permission denied" for the rest.
+TEST_F(AuthPermTest, RefusedWatchesAsEtcd) {
+  struct Case {
+    std::string who, key, end;
+    int64_t watch_id;
+    std::string reason;  // empty: the watch is created
+  };
+  const std::string denied = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+  for (const Case& c : std::vector<Case>{
+           {"u", "/b/", "/b0", 0, denied},
+           {"u", "/b/", "/b0", 7, denied},
+           {"w", "/w/", "/w0", 0, denied},  // w may write /w/, not read it
+           {"", "/a/", "/a0", 0,
+            "rpc error: code = InvalidArgument desc = etcdserver: user name is empty"},
+           {"bogus", "/a/", "/a0", 3,
+            "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"},
+           {"u", "/a/", "/a0", 5, ""}}) {
+    SCOPED_TRACE(c.who + " " + c.key + " id " + std::to_string(c.watch_id));
+    etcdserverpb::WatchResponse got[2];
+    for (int i = 0; i < 2; ++i) {
+      auto stub = etcdserverpb::Watch::NewStub(channels_[i]);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      if (c.who == "bogus") {
+        ctx.AddMetadata("token", "bogus.7");
+      } else if (!c.who.empty()) {
+        ctx.AddMetadata("token", tokens_[i].at(c.who));
+      }
+      auto stream = stub->Watch(&ctx);
+      etcdserverpb::WatchRequest req;
+      req.mutable_create_request()->set_key(c.key);
+      req.mutable_create_request()->set_range_end(c.end);
+      req.mutable_create_request()->set_watch_id(c.watch_id);
+      ASSERT_TRUE(stream->Write(req));
+      ASSERT_TRUE(stream->Read(&got[i]));
+      ctx.TryCancel();
+      got[i].clear_header();
+    }
+    EXPECT_EQ(got[0].DebugString(), got[1].DebugString());
+    EXPECT_TRUE(got[1].created());
+    EXPECT_EQ(got[1].canceled(), !c.reason.empty());
+    EXPECT_EQ(got[1].cancel_reason(), c.reason);
+    EXPECT_EQ(got[1].watch_id(), c.reason.empty() ? c.watch_id : -1);
+  }
+}
+
 // etcd's gRPC layer checks a request's shape before the server looks at its
 // token or permissions: a malformed request gets its own error, whoever sends
 // it.

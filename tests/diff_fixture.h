@@ -218,6 +218,8 @@ class DiffTest : public ::testing::Test {
     tokens_[0] = std::move(etcd_token);
     tokens_[1] = std::move(capstan_token);
   }
+  // The token Both() sends to etcd (false) or capstan (true).
+  const std::string& token(bool capstan) const { return tokens_[capstan ? 1 : 0]; }
 
   // SameAnswer for a pair from Both().
   template <typename Resp>

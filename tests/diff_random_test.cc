@@ -8,10 +8,11 @@
 //                        (see below).
 //   DiffRandomCachedKvTest  the same on keys under /registry/pods/, where
 //                        Capstan's watch cache answers Ranges it can.
-//   DiffRandomAuthTest   the KV and lease steps as random identities (root,
-//                        two users, no token, a bogus or dropped token) among
-//                        random changes to users, roles, permissions and
-//                        passwords, and auth turned off and on.
+//   DiffRandomAuthTest   the KV and lease steps, and watcher creation, as
+//                        random identities (root, two users, no token, a
+//                        bogus or dropped token) among random changes to
+//                        users, roles, permissions and passwords, and auth
+//                        turned off and on.
 //   DiffRandomWatchTest  watchers with random ranges, start revisions,
 //                        prev_kv and filters, created, canceled and asked for
 //                        progress before and during a random write sequence;
@@ -819,11 +820,12 @@ INSTANTIATE_TEST_SUITE_P(Seeds, DiffRandomCachedKvTest, ::testing::ValuesIn(Seed
 // stays in use after its user was deleted, its password changed, auth was
 // disabled or the servers restarted, until an Authenticate step replaces it:
 // both servers must then refuse it alike.
-constexpr double kAuthAdminWeight = 30, kAuthenticateWeight = 6;
+constexpr double kAuthAdminWeight = 30, kAuthenticateWeight = 6, kAuthWatchWeight = 6;
 const Mix kAuthMix = [] {
   Mix m = kKvMix;
   m.push_back({StepKind::kAuthAdmin, kAuthAdminWeight});
   m.push_back({StepKind::kAuthenticate, kAuthenticateWeight});
+  m.push_back({StepKind::kWatch, kAuthWatchWeight});
   return m;
 }();
 
@@ -884,6 +886,8 @@ class DiffRandomAuthTest : public DiffRandomTest {
         const std::string user = gen_->Pick(AllUsers());
         return Authenticate(user, gen_->OneIn(6) ? "wrong" : passwords_[user]);
       }
+      case StepKind::kWatch:
+        return WatchOnce();
       case StepKind::kRestart:
         // Root, with a fresh token, makes the writes and reads a restart
         // needs (a refused write would leave etcd entries to apply again:
@@ -944,6 +948,32 @@ class DiffRandomAuthTest : public DiffRandomTest {
     } else {
       SetTokens(it->second.token[0], it->second.token[1]);
     }
+  }
+
+  // A watcher made as a random identity, on a stream of its own on each
+  // server: its first answer is compared (Created; created and canceled,
+  // "permission denied", for an identity that may not read the range or
+  // a bad token), then both streams close.
+  bool WatchOnce() {
+    ActAs(Identity());
+    ++step_;
+    WatchRequest req;
+    *req.mutable_create_request() = gen_->Watch();
+    WatchClient e(etcd_stubs().watch.get(), token(false));
+    WatchClient c(capstan_stubs().watch.get(), token(true));
+    EXPECT_TRUE(e.Send(req) && c.Send(req)) << At() << ": a watch stream broke";
+    const std::optional<WatchResponse> first[2] = {e.Next(kEventWait), c.Next(kEventWait)};
+    if (!first[0] || !first[1]) {
+      ADD_FAILURE() << At() << ": watch" << acting_as_ << ": no answer from "
+                    << (!first[0] ? "etcd" : "capstan") << "\n"
+                    << Describe(req);
+      return false;
+    }
+    if (auto same = SameResponse(*first[0], *first[1], etcd(), capstan()); !same) {
+      ADD_FAILURE() << At() << ": watch" << acting_as_ << "\n" << Describe(req) << same.message();
+      return false;
+    }
+    return true;
   }
 
   // Authenticate as user; on success the steps' tokens for user are the new

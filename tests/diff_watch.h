@@ -83,7 +83,9 @@ inline bool IsProgress(const WatchResponse& r) {
 
 class WatchClient {
  public:
-  explicit WatchClient(etcdserverpb::Watch::Stub* stub) {
+  // token: sent as the stream's auth token, if not empty.
+  explicit WatchClient(etcdserverpb::Watch::Stub* stub, const std::string& token = "") {
+    if (!token.empty()) ctx_.AddMetadata("token", token);
     stream_ = stub->Watch(&ctx_);
     reader_ = std::thread([this] {
       WatchResponse r;
