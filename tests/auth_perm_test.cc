@@ -581,6 +581,37 @@ TEST_F(AuthPermTest, RefusedWatchesAsEtcd) {
   }
 }
 
+// A watch from a key on needs read permission on every key from there, as
+// a Range from that key does. etcd checks only the key itself (its watch
+// server turns "\0" into an empty range end first): Capstan does not copy
+// that (docs/COMPATIBILITY.md).
+TEST_F(AuthPermTest, WatchFromKeyNeedsEveryKeyFromThere) {
+  etcdserverpb::WatchResponse got[2];
+  Each("u", [&](int i, grpc::ClientContext* ctx) {
+    auto stream = etcdserverpb::Watch::NewStub(channels_[i])->Watch(ctx);
+    etcdserverpb::WatchRequest req;
+    req.mutable_create_request()->set_key("/a/x");
+    req.mutable_create_request()->set_range_end(std::string(1, '\0'));
+    EXPECT_TRUE(stream->Write(req) && stream->Read(&got[i])) << i;
+    ctx->TryCancel();
+    return grpc::Status::OK;
+  });
+  EXPECT_FALSE(got[0].canceled()) << "etcd 3.4 lets u watch /b/ and beyond";
+  EXPECT_TRUE(got[1].created());
+  EXPECT_TRUE(got[1].canceled());
+  EXPECT_EQ(got[1].cancel_reason(),
+            "rpc error: code = PermissionDenied desc = etcdserver: permission denied");
+  // The Range over the same keys is refused by both.
+  Reply range = Both("u", "Range from /a/x on", [&](int i, grpc::ClientContext* ctx) {
+    etcdserverpb::RangeRequest req;
+    req.set_key("/a/x");
+    req.set_range_end(std::string(1, '\0'));
+    etcdserverpb::RangeResponse resp;
+    return Kv(i)->Range(ctx, req, &resp);
+  });
+  EXPECT_EQ(range.message, kDenied);
+}
+
 // etcd's gRPC layer checks a request's shape before the server looks at its
 // token or permissions: a malformed request gets its own error, whoever sends
 // it.
