@@ -612,6 +612,44 @@ TEST_F(AuthPermTest, WatchFromKeyNeedsEveryKeyFromThere) {
   EXPECT_EQ(range.message, kDenied);
 }
 
+// Permissions are checked when a watcher is created, not on each event: a
+// watcher whose user loses the permission afterwards still gets the events,
+// in etcd as in Capstan.
+TEST_F(AuthPermTest, WatcherKeepsItsEventsAfterThePermissionGoes) {
+  std::unique_ptr<grpc::ClientContext> ctx[2];
+  std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>>
+      stream[2];
+  for (int i = 0; i < 2; ++i) {
+    ctx[i] = std::make_unique<grpc::ClientContext>();
+    ctx[i]->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx[i]->AddMetadata("token", tokens_[i].at("u"));
+    stream[i] = etcdserverpb::Watch::NewStub(channels_[i])->Watch(ctx[i].get());
+    etcdserverpb::WatchRequest req;
+    req.mutable_create_request()->set_key("/a/");
+    req.mutable_create_request()->set_range_end("/a0");
+    etcdserverpb::WatchResponse created;
+    ASSERT_TRUE(stream[i]->Write(req) && stream[i]->Read(&created)) << i;
+    ASSERT_TRUE(created.created() && !created.canceled()) << i;
+  }
+  Reply revoke = Both("root", "UserRevokeRole u ra", [&](int i, grpc::ClientContext* c) {
+    etcdserverpb::AuthUserRevokeRoleRequest req;
+    req.set_name("u");
+    req.set_role("ra");
+    etcdserverpb::AuthUserRevokeRoleResponse resp;
+    return etcdserverpb::Auth::NewStub(channels_[i])->UserRevokeRole(c, req, &resp);
+  });
+  ASSERT_EQ(revoke.code, grpc::OK) << revoke.message;
+  EXPECT_EQ(Put("u", "/a/k", 0).message, kDenied);  // u's requests are refused now
+  ASSERT_EQ(Put("root", "/a/k", 0).code, grpc::OK);
+  for (int i = 0; i < 2; ++i) {
+    etcdserverpb::WatchResponse event;
+    ASSERT_TRUE(stream[i]->Read(&event)) << i;
+    ASSERT_EQ(event.events_size(), 1) << i;
+    EXPECT_EQ(event.events(0).kv().key(), "/a/k") << i;
+    ctx[i]->TryCancel();
+  }
+}
+
 // etcd's gRPC layer checks a request's shape before the server looks at its
 // token or permissions: a malformed request gets its own error, whoever sends
 // it.
