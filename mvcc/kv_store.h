@@ -142,6 +142,10 @@ struct WriteRequest {
   const google::protobuf::Message* request = nullptr;
   google::protobuf::Message* response = nullptr;
   absl::AnyInvocable<void(absl::Status)> done;
+  // The caller already checked the request with ValidateWrite (the KV
+  // service does, before its auth checks): the committer skips the txn
+  // checks that cost (the duplicate-key walk), off its serial path.
+  bool validated = false;
   absl::AnyInvocable<void()> apply;
   absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> apply_batch;
 };
@@ -150,9 +154,10 @@ struct WriteRequest {
 // anything else, auth included (v3rpc's checkPutRequest, checkDeleteRequest,
 // checkTxnRequest and checkIntervals): a key, no value with ignore_value,
 // no lease with ignore_lease, the txn op limit, no key written twice in one
-// txn. The committer checks again when it applies the request; a service
-// calls these first so that a malformed request gets its own error rather
-// than an auth one. A compaction has nothing to check.
+// txn. A service calls these first so that a malformed request gets its own
+// error rather than an auth one, and marks the write validated; the committer
+// checks every other write when it applies it. A compaction has nothing to
+// check.
 absl::Status ValidateWrite(const etcdserverpb::PutRequest& r, int max_txn_ops);
 absl::Status ValidateWrite(const etcdserverpb::DeleteRangeRequest& r, int max_txn_ops);
 absl::Status ValidateWrite(const etcdserverpb::TxnRequest& r, int max_txn_ops);

@@ -359,8 +359,11 @@ class KvStore::Applier {
     return absl::OkStatus();
   }
 
-  absl::Status Txn(const TxnRequest& r, TxnResponse* resp) {
-    if (auto s = ValidateWholeTxn(r, s_->options_.max_txn_ops); !s.ok()) return s;
+  // validated: the caller already ran ValidateWrite on r.
+  absl::Status Txn(const TxnRequest& r, TxnResponse* resp, bool validated) {
+    if (!validated) {
+      if (auto s = ValidateWholeTxn(r, s_->options_.max_txn_ops); !s.ok()) return s;
+    }
     // Every compare of the txn and its nested txns sees the state before it.
     std::vector<bool> path;
     if (auto s = CompareToPath(r, &path); !s.ok()) return s;
@@ -665,7 +668,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
         break;
       case WriteRequest::Kind::kTxn:
         results[i] = applier.Txn(static_cast<const TxnRequest&>(*w.request),
-                                 static_cast<TxnResponse*>(w.response));
+                                 static_cast<TxnResponse*>(w.response), w.validated);
         break;
       case WriteRequest::Kind::kLeaseGrant:
         results[i] = ApplyLeaseGrant(static_cast<const etcdserverpb::LeaseGrantRequest&>(*w.request),

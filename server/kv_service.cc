@@ -129,21 +129,20 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
     return reactor;
   }
-  if (auth_ != nullptr) {
-    // A malformed request gets its own error first, as from etcd's gRPC
-    // layer, then the auth checks.
-    absl::Status s = mvcc::ValidateWrite(call->request, store_->options().max_txn_ops);
-    if (s.ok()) {
-      s = check != nullptr ? (auth_->*check)(*ctx, call->request) : auth_->CheckIdentity(*ctx);
-    }
-    if (!s.ok()) {
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
+  // A malformed request gets its own error first, as from etcd's gRPC layer,
+  // then the auth checks; the committer need not check its shape again.
+  absl::Status refused = mvcc::ValidateWrite(call->request, store_->options().max_txn_ops);
+  if (refused.ok() && auth_ != nullptr) {
+    refused = check != nullptr ? (auth_->*check)(*ctx, call->request) : auth_->CheckIdentity(*ctx);
+  }
+  if (!refused.ok()) {
+    reactor->Finish(ToGrpcStatus(refused));
+    return reactor;
   }
   auto* c = call.release();
   mvcc::WriteRequest w;
   w.kind = kind;
+  w.validated = true;
   w.request = &c->request;
   w.response = &c->response;
   w.done = [c, reactor, out, member = member_](absl::Status s) {

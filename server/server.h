@@ -28,8 +28,8 @@ class Cache;
 namespace capstan::server {
 
 class AutoCompactor;
-class CacheRange;
 class BulkReads;
+class CacheRange;
 class GrpcMetrics;
 class Metrics;
 class HttpEndpoints;

@@ -186,16 +186,18 @@ class AuthPermTest : public ::testing::Test {
   }
 
   Reply Put(const std::string& who, const std::string& key, int64_t lease, bool prev_kv = false) {
-    return Both(who, absl::StrCat("Put ", key, " lease ", lease),
-                [&](int i, grpc::ClientContext* ctx) {
-                  etcdserverpb::PutRequest req;
-                  req.set_key(key);
-                  req.set_value("v");
-                  req.set_lease(lease);
-                  req.set_prev_kv(prev_kv);
-                  etcdserverpb::PutResponse resp;
-                  return Kv(i)->Put(ctx, req, &resp);
-                });
+    etcdserverpb::PutRequest req;
+    req.set_key(key);
+    req.set_value("v");
+    req.set_lease(lease);
+    req.set_prev_kv(prev_kv);
+    return Put(who, absl::StrCat("Put ", key, " lease ", lease), req);
+  }
+  Reply Put(const std::string& who, const std::string& what, const etcdserverpb::PutRequest& req) {
+    return Both(who, what, [&](int i, grpc::ClientContext* ctx) {
+      etcdserverpb::PutResponse resp;
+      return Kv(i)->Put(ctx, req, &resp);
+    });
   }
 
   // LeaseTimeToLive on each server; the responses (headers cleared) in out.
@@ -660,6 +662,12 @@ TEST_F(AuthPermTest, MalformedRequestsGetTheirOwnErrorBeforeAuthErrors) {
   TxnRequest empty_compare;
   *empty_compare.add_compare() = Holds("");
   *empty_compare.add_success() = PutOp("/b/x", "1");
+  etcdserverpb::PutRequest no_key;
+  no_key.set_value("v");
+  etcdserverpb::PutRequest value_and_ignore;
+  value_and_ignore.set_key("/b/x");
+  value_and_ignore.set_value("v");
+  value_and_ignore.set_ignore_value(true);
   for (const std::string who : {"u", "w", "", "bogus"}) {
     EXPECT_EQ(Txn(who, "a key put twice", twice).message,
               "etcdserver: duplicate key given in txn request")
@@ -667,23 +675,11 @@ TEST_F(AuthPermTest, MalformedRequestsGetTheirOwnErrorBeforeAuthErrors) {
     EXPECT_EQ(Txn(who, "a compare without a key", empty_compare).message,
               "etcdserver: key is not provided")
         << who;
-    Reply put = Both(who, "Put without a key", [&](int i, grpc::ClientContext* ctx) {
-      etcdserverpb::PutRequest req;
-      req.set_value("v");
-      etcdserverpb::PutResponse resp;
-      return Kv(i)->Put(ctx, req, &resp);
-    });
-    EXPECT_EQ(put.message, "etcdserver: key is not provided") << who;
-    Reply ignore = Both(who, "Put with ignore_value and a value",
-                        [&](int i, grpc::ClientContext* ctx) {
-                          etcdserverpb::PutRequest req;
-                          req.set_key("/b/x");
-                          req.set_value("v");
-                          req.set_ignore_value(true);
-                          etcdserverpb::PutResponse resp;
-                          return Kv(i)->Put(ctx, req, &resp);
-                        });
-    EXPECT_EQ(ignore.message, "etcdserver: value is provided") << who;
+    EXPECT_EQ(Put(who, "Put without a key", no_key).message, "etcdserver: key is not provided")
+        << who;
+    EXPECT_EQ(Put(who, "Put with ignore_value and a value", value_and_ignore).message,
+              "etcdserver: value is provided")
+        << who;
     Reply del = Both(who, "DeleteRange without a key", [&](int i, grpc::ClientContext* ctx) {
       etcdserverpb::DeleteRangeRequest req;
       etcdserverpb::DeleteRangeResponse resp;

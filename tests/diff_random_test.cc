@@ -904,13 +904,13 @@ class DiffRandomAuthTest : public DiffRandomTest {
 
  private:
   static constexpr char kRootPassword[] = "rootpw";
-  static constexpr const char* kPasswords[] = {"pw1", "pw2"};
+  static constexpr std::array<const char*, 2> kPasswords = {"pw1", "pw2"};
 
   // name.<seed>: the seed's own, and OwnName's.
   std::string Name(const char* base) const { return absl::StrCat(base, ".", seed()); }
   std::vector<std::string> AllUsers() const { return {"root", users_[0], users_[1]}; }
   // A password the user may have (a seed user's is one of kPasswords).
-  std::string Password() { return gen_->Pick(std::vector<std::string>{kPasswords[0], kPasswords[1]}); }
+  std::string Password() { return gen_->Pick(kPasswords); }
 
   // Who a KV or lease step runs as: root, a user of the seed, no one, or a
   // token neither server issued.
