@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "mvcc/key_range.h"
 #include "mvcc/kv_codec.h"
 #include "server/auth_service.h"
 #include "server/errors.h"
@@ -221,40 +222,7 @@ void ResponseSlices::Flush() {
 
 CacheService::CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads,
                            const AuthGate* auth)
-    : cache_(cache), member_(member), auth_(auth) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Worker(); });
-}
-
-CacheService::~CacheService() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  for (auto& t : threads_) t.join();
-}
-
-void CacheService::Run(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    work_.push_back(std::move(fn));
-  }
-  cv_.notify_one();
-}
-
-void CacheService::Worker() {
-  for (;;) {
-    std::function<void()> fn;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return stopping_ || !work_.empty(); });
-      if (work_.empty()) return;  // stopping, and nothing left to run
-      fn = std::move(work_.front());
-      work_.pop_front();
-    }
-    fn();
-  }
-}
+    : cache_(cache), member_(member), auth_(auth), work_(threads, "cache-service") {}
 
 grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* request,
@@ -315,24 +283,12 @@ class RefusedWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   void OnDone() override { delete this; }
 };
 
-// The end of the range of keys starting with prefix (etcd's prefix end).
-std::string PrefixEnd(std::string prefix) {
-  while (!prefix.empty()) {
-    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
-      prefix.back() = static_cast<char>(prefix.back() + 1);
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return std::string(1, '\0');  // every key
-}
-
 }  // namespace
 
 absl::Status CacheService::CheckPrefix(const grpc::ServerContextBase& ctx,
                                        const std::string& prefix) const {
   if (auth_ == nullptr) return absl::OkStatus();
-  return auth_->CheckWatch(ctx, prefix, PrefixEnd(prefix));
+  return auth_->CheckWatch(ctx, prefix, mvcc::PrefixEnd(prefix));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CacheService::Watch(grpc::CallbackServerContext* ctx,

@@ -20,16 +20,13 @@
 #ifndef CAPSTAN_SERVER_CACHE_SERVICE_H_
 #define CAPSTAN_SERVER_CACHE_SERVICE_H_
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "capstan/v1/cache.grpc.pb.h"
 #include "server/member.h"
+#include "server/work_queue.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
@@ -64,7 +61,7 @@ class CacheService final : public CacheServiceBase {
   CacheService(watchcache::Cache* cache, const MemberInfo* member, int threads = 4,
                const AuthGate* auth = nullptr);
   // Runs the work already queued, then stops the pool.
-  ~CacheService() override;
+  ~CacheService() override = default;
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
@@ -72,26 +69,19 @@ class CacheService final : public CacheServiceBase {
                                                     const grpc::ByteBuffer* request) override;
 
   // Runs fn on the service's pool (for work that may wait).
-  void Run(std::function<void()> fn);
+  void Run(std::function<void()> fn) { work_.Run(std::move(fn)); }
 
   watchcache::Cache* cache() const { return cache_; }
   const MemberInfo* member() const { return member_; }
 
  private:
-  void Worker();
-
   // Read permission on [prefix, prefix end) for the caller.
   absl::Status CheckPrefix(const grpc::ServerContextBase& ctx, const std::string& prefix) const;
 
   watchcache::Cache* const cache_;
   const MemberInfo* const member_;
   const AuthGate* const auth_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> work_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  WorkQueue work_;
 };
 
 }  // namespace capstan::server

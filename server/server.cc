@@ -25,8 +25,10 @@
 #include "server/grpc_metrics.h"
 #include "server/metrics.h"
 #include "server/http_endpoints.h"
+#include "server/election_service.h"
 #include "server/kv_service.h"
 #include "server/lease_service.h"
+#include "server/lock_service.h"
 #include "server/maintenance_service.h"
 #include "server/member.h"
 #include "server/tls.h"
@@ -201,6 +203,9 @@ absl::Status Server::Init() {
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
   services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get(), gate));
+  recipes_ = std::make_unique<Recipes>(store_.get(), hub_.get(), member_.get(), gate);
+  services_.push_back(std::make_unique<LockService>(recipes_.get()));
+  services_.push_back(std::make_unique<ElectionService>(recipes_.get()));
   if (cache_) {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }
@@ -334,6 +339,8 @@ void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (grpc_server_) {
+    // Locks and campaigns may wait indefinitely: answer them now.
+    if (recipes_) recipes_->EndCalls();
     // Let unary requests in flight finish (up to 5 s), then stop at once:
     // a deadline would also be spent waiting for idle client connections to
     // close, and streams (watches, keep-alives) end with the server anyway.
@@ -346,6 +353,8 @@ void Server::Shutdown() {
     grpc_server_->Wait();
   }
   if (http_) http_->Stop();
+  // Its calls' steps use the hub and the store.
+  recipes_.reset();
   auto_compactor_.reset();
   grpc_server_.reset();
   bulk_reads_.reset();

@@ -33,6 +33,7 @@ class CacheRange;
 class GrpcMetrics;
 class Metrics;
 class HttpEndpoints;
+class Recipes;
 struct MemberInfo;
 
 class Server {
@@ -75,6 +76,9 @@ class Server {
   const CacheRange* cache_range_ = nullptr;  // owned by the KV service
   // Where big Ranges run; outlives the gRPC server, not the store.
   std::unique_ptr<BulkReads> bulk_reads_;
+  // The Lock and Election services' calls (a Lock may wait for as long as
+  // another holds the lock).
+  std::unique_ptr<Recipes> recipes_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<Metrics> metrics_;

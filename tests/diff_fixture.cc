@@ -233,7 +233,9 @@ ServerStubs::ServerStubs(std::shared_ptr<grpc::Channel> ch)
       lease(etcdserverpb::Lease::NewStub(channel)),
       maintenance(etcdserverpb::Maintenance::NewStub(channel)),
       cluster(etcdserverpb::Cluster::NewStub(channel)),
-      auth(etcdserverpb::Auth::NewStub(channel)) {}
+      auth(etcdserverpb::Auth::NewStub(channel)),
+      lock(v3lockpb::Lock::NewStub(channel)),
+      election(v3electionpb::Election::NewStub(channel)) {}
 
 std::unique_ptr<ServerProcess> DiffTest::etcd_;
 std::unique_ptr<ServerProcess> DiffTest::capstan_;

@@ -44,6 +44,8 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/struct.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "v3electionpb/v3election.grpc.pb.h"
+#include "v3lockpb/v3lock.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "process_fixture.h"
 
@@ -130,6 +132,8 @@ struct ServerStubs {
   std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
   std::unique_ptr<etcdserverpb::Cluster::Stub> cluster;
   std::unique_ptr<etcdserverpb::Auth::Stub> auth;
+  std::unique_ptr<v3lockpb::Lock::Stub> lock;
+  std::unique_ptr<v3electionpb::Election::Stub> election;
 
   explicit ServerStubs(std::shared_ptr<grpc::Channel> ch);
 };
@@ -169,11 +173,13 @@ class DiffTest : public ::testing::Test {
 
   // One unary RPC on both servers, etcd first.
   // Msg: the request/response message names without "Request"/"Response".
-#define CAPSTAN_DIFF_BOTH_MSG(Svc, member, Method, Msg)                                   \
-  AnswerPair<etcdserverpb::Msg##Response> Both(const etcdserverpb::Msg##Request& req) {  \
-    return BothUnary<etcdserverpb::Svc::Stub>(                                          \
-        [](ServerStubs& s) { return s.member.get(); }, &etcdserverpb::Svc::Stub::Method, req); \
+#define CAPSTAN_DIFF_BOTH_IN(Pkg, Svc, member, Method, Msg)                                 \
+  AnswerPair<Pkg::Msg##Response> Both(const Pkg::Msg##Request& req) {                      \
+    return BothUnary<Pkg::Svc::Stub>([](ServerStubs& s) { return s.member.get(); },         \
+                                     &Pkg::Svc::Stub::Method, req);                         \
   }
+#define CAPSTAN_DIFF_BOTH_MSG(Svc, member, Method, Msg) \
+  CAPSTAN_DIFF_BOTH_IN(etcdserverpb, Svc, member, Method, Msg)
 #define CAPSTAN_DIFF_BOTH(Svc, member, Method) CAPSTAN_DIFF_BOTH_MSG(Svc, member, Method, Method)
   CAPSTAN_DIFF_BOTH(KV, kv, Range)
   CAPSTAN_DIFF_BOTH(KV, kv, Put)
@@ -209,8 +215,15 @@ class DiffTest : public ::testing::Test {
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleDelete, AuthRoleDelete)
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleGrantPermission, AuthRoleGrantPermission)
   CAPSTAN_DIFF_BOTH_MSG(Auth, auth, RoleRevokePermission, AuthRoleRevokePermission)
+  CAPSTAN_DIFF_BOTH_IN(v3lockpb, Lock, lock, Lock, Lock)
+  CAPSTAN_DIFF_BOTH_IN(v3lockpb, Lock, lock, Unlock, Unlock)
+  CAPSTAN_DIFF_BOTH_IN(v3electionpb, Election, election, Campaign, Campaign)
+  CAPSTAN_DIFF_BOTH_IN(v3electionpb, Election, election, Proclaim, Proclaim)
+  CAPSTAN_DIFF_BOTH_IN(v3electionpb, Election, election, Leader, Leader)
+  CAPSTAN_DIFF_BOTH_IN(v3electionpb, Election, election, Resign, Resign)
 #undef CAPSTAN_DIFF_BOTH
 #undef CAPSTAN_DIFF_BOTH_MSG
+#undef CAPSTAN_DIFF_BOTH_IN
 
   // Every later Both() call carries these auth tokens, each server its own
   // (tokens differ between servers); an empty token sends none.

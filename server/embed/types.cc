@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capstan/capstan.h"
+#include "mvcc/key_range.h"
 #include "server/server.h"
 
 namespace capstan {
@@ -47,18 +48,7 @@ std::string Status::ToString() const {
   return absl::StrCat(CodeName(code_), ": ", message_);
 }
 
-std::string PrefixEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty()) {
-    if (static_cast<unsigned char>(end.back()) < 0xff) {
-      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  // Every byte was 0xff (or the prefix was empty): the range runs to the end.
-  return std::string(1, '\0');
-}
+std::string PrefixEnd(std::string_view prefix) { return mvcc::PrefixEnd(prefix); }
 
 Compare Compare::Value(std::string key, Result r, std::string value) {
   Compare c = MakeCompare(std::move(key), Target::kValue, r);

@@ -1,0 +1,658 @@
+// Differential tests of etcd's Lock and Election services (v3lockpb.Lock,
+// v3electionpb.Election): uncontended and contended locks, waiters that give
+// up or lose their lease, campaigns, proclamations, resignations and the
+// Observe stream, compared with etcd's answers.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "diff_fixture.h"
+
+namespace capstan::testing {
+namespace {
+
+using v3electionpb::CampaignRequest;
+using v3electionpb::CampaignResponse;
+using v3electionpb::LeaderKey;
+using v3electionpb::LeaderRequest;
+using v3electionpb::LeaderResponse;
+using v3electionpb::ProclaimRequest;
+using v3electionpb::ResignRequest;
+using v3lockpb::LockRequest;
+using v3lockpb::LockResponse;
+using v3lockpb::UnlockRequest;
+
+// A lease ID as Go's %x prints it, as etcd names a lock's or a candidate's
+// key: lower-case hex, a minus sign before negative ones.
+std::string GoHex(int64_t id) {
+  char buf[32];
+  uint64_t magnitude = id < 0 ? 0 - static_cast<uint64_t>(id) : static_cast<uint64_t>(id);
+  std::snprintf(buf, sizeof(buf), "%s%llx", id < 0 ? "-" : "",
+                static_cast<unsigned long long>(magnitude));
+  return buf;
+}
+
+// A unary call left waiting on its own thread (a contended Lock, a Campaign
+// behind a leader) until it is answered or cancelled.
+template <typename Resp>
+class Waiting {
+ public:
+  template <typename Stub, typename Req>
+  Waiting(Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+          const Req& req) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    thread_ = std::thread([this, stub, method, req] {
+      answer_.status = (stub->*method)(&ctx_, req, &answer_.resp);
+      done_.store(true);
+    });
+  }
+  ~Waiting() {
+    if (thread_.joinable()) {
+      ctx_.TryCancel();
+      thread_.join();
+    }
+  }
+  bool done() const { return done_.load(); }
+  void Cancel() { ctx_.TryCancel(); }
+  Answer<Resp> Wait() {
+    thread_.join();
+    return answer_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  Answer<Resp> answer_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+class DiffConcurrencyTest : public DiffTest {
+ protected:
+  static LockRequest LockR(const std::string& name, int64_t lease) {
+    LockRequest r;
+    r.set_name(name);
+    r.set_lease(lease);
+    return r;
+  }
+  static UnlockRequest UnlockR(const std::string& key) {
+    UnlockRequest r;
+    r.set_key(key);
+    return r;
+  }
+  static CampaignRequest CampaignR(const std::string& name, int64_t lease,
+                                   const std::string& value) {
+    CampaignRequest r;
+    r.set_name(name);
+    r.set_lease(lease);
+    r.set_value(value);
+    return r;
+  }
+  static LeaderRequest LeaderR(const std::string& name) {
+    LeaderRequest r;
+    r.set_name(name);
+    return r;
+  }
+  static ProclaimRequest ProclaimR(const LeaderKey& leader, const std::string& value) {
+    ProclaimRequest r;
+    *r.mutable_leader() = leader;
+    r.set_value(value);
+    return r;
+  }
+  static ResignRequest ResignR(const LeaderKey& leader) {
+    ResignRequest r;
+    *r.mutable_leader() = leader;
+    return r;
+  }
+  static etcdserverpb::RangeRequest PrefixR(const std::string& prefix) {
+    etcdserverpb::RangeRequest r;
+    r.set_key(prefix);
+    r.set_range_end(PrefixEnd(prefix));
+    return r;
+  }
+
+  // A Lock left waiting on each server, etcd's first.
+  struct WaitingPair {
+    std::unique_ptr<Waiting<LockResponse>> etcd, capstan;
+  };
+  WaitingPair LockInBackground(const LockRequest& r) {
+    WaitingPair w;
+    w.etcd = std::make_unique<Waiting<LockResponse>>(etcd_stubs().lock.get(),
+                                                     &v3lockpb::Lock::Stub::Lock, r);
+    w.capstan = std::make_unique<Waiting<LockResponse>>(capstan_stubs().lock.get(),
+                                                        &v3lockpb::Lock::Stub::Lock, r);
+    return w;
+  }
+  struct CampaignPair {
+    std::unique_ptr<Waiting<CampaignResponse>> etcd, capstan;
+  };
+  CampaignPair CampaignInBackground(const CampaignRequest& r) {
+    CampaignPair w;
+    w.etcd = std::make_unique<Waiting<CampaignResponse>>(
+        etcd_stubs().election.get(), &v3electionpb::Election::Stub::Campaign, r);
+    w.capstan = std::make_unique<Waiting<CampaignResponse>>(
+        capstan_stubs().election.get(), &v3electionpb::Election::Stub::Campaign, r);
+    return w;
+  }
+
+  // Waits until `key` exists on both servers (a waiter's key is put before
+  // it starts waiting). Both servers then have applied the same writes.
+  void AwaitKeyOnBoth(const std::string& key) {
+    etcdserverpb::RangeRequest r;
+    r.set_key(key);
+    for (int i = 0; i < 500; ++i) {
+      auto p = Both(r);
+      if (p.etcd.resp.kvs_size() == 1 && p.capstan.resp.kvs_size() == 1) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "key " << key << " did not appear on both servers";
+  }
+  // Waits until `key` is gone from both servers.
+  void AwaitNoKeyOnBoth(const std::string& key) {
+    etcdserverpb::RangeRequest r;
+    r.set_key(key);
+    for (int i = 0; i < 500; ++i) {
+      auto p = Both(r);
+      if (p.etcd.resp.kvs_size() == 0 && p.capstan.resp.kvs_size() == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "key " << key << " is still on a server";
+  }
+};
+
+// ===========================================================================
+// Lock
+
+TEST_F(DiffConcurrencyTest, LockUncontended) {
+  int64_t lease = GrantBoth(60);
+  auto p = Both(LockR(K("lock"), lease));
+  EXPECT_SAME(p);
+  ASSERT_TRUE(p.etcd.status.ok()) << Describe(p.etcd.status);
+  EXPECT_EQ(p.etcd.resp.key(), K("lock/") + GoHex(lease));
+  // The lock's key: empty, attached to the lease.
+  auto keys = Both(PrefixR(K("lock/")));
+  EXPECT_SAME(keys);
+  ASSERT_EQ(keys.etcd.resp.kvs_size(), 1);
+  EXPECT_EQ(keys.etcd.resp.kvs(0).lease(), lease);
+}
+
+TEST_F(DiffConcurrencyTest, LockAgainWithTheSameLeaseReusesTheKey) {
+  int64_t lease = GrantBoth(60);
+  EXPECT_SAME(Both(LockR(K("lock"), lease)));
+  auto again = Both(LockR(K("lock"), lease));
+  EXPECT_SAME(again);
+  EXPECT_SAME(Both(PrefixR(K("lock/"))));
+}
+
+TEST_F(DiffConcurrencyTest, LockWithAnUnknownLease) {
+  auto p = Both(LockR(K("lock"), 0x7eadbeef));
+  EXPECT_SAME(p);
+  EXPECT_FALSE(p.etcd.status.ok());
+  EXPECT_SAME(Both(PrefixR(K("lock/"))));
+}
+
+
+// Without a lease, the server grants one of 60 s (etcd's session TTL) and
+// names the key after it; the IDs differ between the servers.
+TEST_F(DiffConcurrencyTest, LockWithoutALeaseGrantsOne) {
+  auto p = Both(LockR(K("lock"), 0));
+  ASSERT_TRUE(p.etcd.status.ok()) << Describe(p.etcd.status);
+  ASSERT_TRUE(p.capstan.status.ok()) << Describe(p.capstan.status);
+  EXPECT_EQ(p.etcd.resp.header().revision(), p.capstan.resp.header().revision());
+  const std::string prefix = K("lock/");
+  for (bool on_capstan : {false, true}) {
+    const std::string& key = on_capstan ? p.capstan.resp.key() : p.etcd.resp.key();
+    SCOPED_TRACE(on_capstan ? "capstan" : "etcd");
+    ASSERT_EQ(key.substr(0, prefix.size()), prefix);
+    uint64_t id = 0;
+    ASSERT_TRUE(absl::SimpleHexAtoi(key.substr(prefix.size()), &id)) << key;
+    ServerStubs& stubs = on_capstan ? capstan_stubs() : etcd_stubs();
+    {
+      grpc::ClientContext ctx;
+      etcdserverpb::LeaseTimeToLiveRequest r;
+      r.set_id(static_cast<int64_t>(id));
+      r.set_keys(true);
+      etcdserverpb::LeaseTimeToLiveResponse out;
+      ASSERT_TRUE(stubs.lease->LeaseTimeToLive(&ctx, r, &out).ok());
+      EXPECT_EQ(out.grantedttl(), 60);
+      EXPECT_GT(out.ttl(), 50);
+      ASSERT_EQ(out.keys_size(), 1);
+      EXPECT_EQ(out.keys(0), key);
+    }
+    // Revoke the granted lease so that it does not outlive the test.
+    grpc::ClientContext ctx;
+    etcdserverpb::LeaseRevokeRequest r;
+    r.set_id(static_cast<int64_t>(id));
+    etcdserverpb::LeaseRevokeResponse out;
+    ASSERT_TRUE(stubs.lease->LeaseRevoke(&ctx, r, &out).ok());
+  }
+}
+
+TEST_F(DiffConcurrencyTest, Unlock) {
+  int64_t lease = GrantBoth(60);
+  auto lock = Both(LockR(K("lock"), lease));
+  ASSERT_SAME(lock);
+  EXPECT_SAME(Both(UnlockR(lock.etcd.resp.key())));
+  EXPECT_SAME(Both(PrefixR(K("lock/"))));
+  // Unlocking what is not held deletes nothing and still answers a header.
+  EXPECT_SAME(Both(UnlockR(lock.etcd.resp.key())));
+  EXPECT_SAME(Both(UnlockR(K("never-locked"))));
+}
+
+TEST_F(DiffConcurrencyTest, UnlockWithoutAKey) {
+  auto p = Both(UnlockR(""));
+  EXPECT_SAME(p);
+  EXPECT_FALSE(p.etcd.status.ok());
+}
+
+// The second locker waits until the first unlocks, then holds the lock; the
+// answer's header is the revision of the unlock.
+TEST_F(DiffConcurrencyTest, ContendedLockWaitsForTheHolder) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  auto first = Both(LockR(K("lock"), a));
+  ASSERT_SAME(first);
+  auto second = LockInBackground(LockR(K("lock"), b));
+  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(second.etcd->done());
+  EXPECT_FALSE(second.capstan->done());
+  EXPECT_SAME(Both(UnlockR(first.etcd.resp.key())));
+  auto e = second.etcd->Wait();
+  auto c = second.capstan->Wait();
+  ExpectSame(e, c);
+  EXPECT_EQ(e.resp.key(), K("lock/") + GoHex(b));
+  EXPECT_SAME(Both(PrefixR(K("lock/"))));
+}
+
+// Three waiters queue in the order they asked.
+TEST_F(DiffConcurrencyTest, WaitersGetTheLockInTurn) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  int64_t c = GrantBoth(60);
+  auto first = Both(LockR(K("lock"), a));
+  ASSERT_SAME(first);
+  auto second = LockInBackground(LockR(K("lock"), b));
+  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  auto third = LockInBackground(LockR(K("lock"), c));
+  AwaitKeyOnBoth(K("lock/") + GoHex(c));
+  EXPECT_SAME(Both(UnlockR(first.etcd.resp.key())));
+  auto e2 = second.etcd->Wait();
+  auto c2 = second.capstan->Wait();
+  ExpectSame(e2, c2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(third.etcd->done());
+  EXPECT_FALSE(third.capstan->done());
+  EXPECT_SAME(Both(UnlockR(e2.resp.key())));
+  ExpectSame(third.etcd->Wait(), third.capstan->Wait());
+}
+
+// A waiter that gives up (its client cancels the call) takes its key away,
+// and the next waiter is not held up by it.
+TEST_F(DiffConcurrencyTest, CancelledWaiterRemovesItsKey) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  auto first = Both(LockR(K("lock"), a));
+  ASSERT_SAME(first);
+  auto second = LockInBackground(LockR(K("lock"), b));
+  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  second.etcd->Cancel();
+  second.capstan->Cancel();
+  EXPECT_EQ(second.etcd->Wait().status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(second.capstan->Wait().status.error_code(), grpc::StatusCode::CANCELLED);
+  AwaitNoKeyOnBoth(K("lock/") + GoHex(b));
+  EXPECT_SAME(Both(PrefixR(K("lock/"))));
+}
+
+// A holder whose lease is revoked loses its key, and so the lock.
+TEST_F(DiffConcurrencyTest, RevokedHolderReleasesTheLock) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  ASSERT_SAME(Both(LockR(K("lock"), a)));
+  auto second = LockInBackground(LockR(K("lock"), b));
+  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(a);
+  EXPECT_SAME(Both(revoke));
+  ExpectSame(second.etcd->Wait(), second.capstan->Wait());
+}
+
+// A waiter whose own lease ends while it waits has lost its place. etcd 3.5
+// answers "mutex: session is expired" once the holder lets go; etcd 3.4's
+// mutex did not look and answered the lock held, with a key that no longer
+// exists. Capstan follows 3.5 (docs/COMPATIBILITY.md).
+TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSoAsIn35) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  auto first = Both(LockR(K("lock"), a));
+  ASSERT_SAME(first);
+  auto second = LockInBackground(LockR(K("lock"), b));
+  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(b);
+  EXPECT_SAME(Both(revoke));
+  EXPECT_SAME(Both(UnlockR(first.etcd.resp.key())));
+  auto e = second.etcd->Wait();
+  auto c = second.capstan->Wait();
+  if (!BothEtcd()) {
+    EXPECT_TRUE(e.status.ok()) << "etcd 3.4: " << Describe(e.status);
+    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNKNOWN);
+    EXPECT_EQ(c.status.error_message(), "mutex: session is expired");
+  }
+  // Nobody holds the lock on either server.
+  auto keys = Both(PrefixR(K("lock/")));
+  EXPECT_SAME(keys);
+  EXPECT_EQ(keys.etcd.resp.kvs_size(), 0);
+}
+
+// ===========================================================================
+// Election
+
+TEST_F(DiffConcurrencyTest, LeaderOfAnEmptyElection) {
+  auto p = Both(LeaderR(K("election")));
+  EXPECT_SAME(p);
+  EXPECT_FALSE(p.etcd.status.ok());
+}
+
+TEST_F(DiffConcurrencyTest, CampaignUncontendedThenLeaderProclaimResign) {
+  int64_t lease = GrantBoth(60);
+  auto c = Both(CampaignR(K("election"), lease, "first"));
+  EXPECT_SAME(c);
+  ASSERT_TRUE(c.etcd.status.ok()) << Describe(c.etcd.status);
+  const LeaderKey leader = c.etcd.resp.leader();
+  EXPECT_EQ(leader.key(), K("election/") + GoHex(lease));
+  EXPECT_SAME(Both(LeaderR(K("election"))));
+  EXPECT_SAME(Both(ProclaimR(leader, "second")));
+  auto l = Both(LeaderR(K("election")));
+  EXPECT_SAME(l);
+  EXPECT_EQ(l.etcd.resp.kv().value(), "second");
+  EXPECT_SAME(Both(ResignR(leader)));
+  EXPECT_SAME(Both(LeaderR(K("election"))));
+  // A resigned leader can neither proclaim nor resign again.
+  EXPECT_SAME(Both(ProclaimR(leader, "third")));
+  EXPECT_SAME(Both(ResignR(leader)));
+}
+
+TEST_F(DiffConcurrencyTest, CampaignAgainWithAnotherValueProclaimsIt) {
+  int64_t lease = GrantBoth(60);
+  ASSERT_SAME(Both(CampaignR(K("election"), lease, "one")));
+  auto again = Both(CampaignR(K("election"), lease, "two"));
+  EXPECT_SAME(again);
+  auto l = Both(LeaderR(K("election")));
+  EXPECT_SAME(l);
+  EXPECT_EQ(l.etcd.resp.kv().value(), "two");
+}
+
+TEST_F(DiffConcurrencyTest, CampaignWithAnUnknownLease) {
+  EXPECT_SAME(Both(CampaignR(K("election"), 0x5eadbeef, "v")));
+  EXPECT_SAME(Both(PrefixR(K("election/"))));
+}
+
+TEST_F(DiffConcurrencyTest, ProclaimOrResignWithoutALeader) {
+  ProclaimRequest p;
+  p.set_value("v");
+  EXPECT_SAME(Both(p));
+  EXPECT_SAME(Both(ResignRequest()));
+}
+
+TEST_F(DiffConcurrencyTest, ProclaimWithTheWrongRevision) {
+  int64_t lease = GrantBoth(60);
+  auto c = Both(CampaignR(K("election"), lease, "v"));
+  ASSERT_SAME(c);
+  LeaderKey wrong = c.etcd.resp.leader();
+  wrong.set_rev(wrong.rev() + 1000);
+  EXPECT_SAME(Both(ProclaimR(wrong, "x")));
+  EXPECT_SAME(Both(ResignR(wrong)));
+  EXPECT_SAME(Both(LeaderR(K("election"))));
+}
+
+// The next candidate leads once the leader resigns; the answer's header is
+// the revision of its own campaign put, as in etcd.
+TEST_F(DiffConcurrencyTest, SecondCandidateLeadsAfterTheFirstResigns) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  auto first = Both(CampaignR(K("election"), a, "a"));
+  ASSERT_SAME(first);
+  auto second = CampaignInBackground(CampaignR(K("election"), b, "b"));
+  AwaitKeyOnBoth(K("election/") + GoHex(b));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(second.etcd->done());
+  EXPECT_FALSE(second.capstan->done());
+  EXPECT_SAME(Both(LeaderR(K("election"))));
+  EXPECT_SAME(Both(ResignR(first.etcd.resp.leader())));
+  auto e = second.etcd->Wait();
+  auto c = second.capstan->Wait();
+  ExpectSame(e, c);
+  EXPECT_EQ(e.resp.leader().key(), K("election/") + GoHex(b));
+  EXPECT_SAME(Both(LeaderR(K("election"))));
+}
+
+TEST_F(DiffConcurrencyTest, CancelledCandidateResigns) {
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  ASSERT_SAME(Both(CampaignR(K("election"), a, "a")));
+  auto second = CampaignInBackground(CampaignR(K("election"), b, "b"));
+  AwaitKeyOnBoth(K("election/") + GoHex(b));
+  second.etcd->Cancel();
+  second.capstan->Cancel();
+  second.etcd->Wait();
+  second.capstan->Wait();
+  AwaitNoKeyOnBoth(K("election/") + GoHex(b));
+  EXPECT_SAME(Both(PrefixR(K("election/"))));
+}
+
+// ===========================================================================
+// Observe
+
+// Reads an Observe stream on its own thread.
+class Observer {
+ public:
+  Observer(v3electionpb::Election::Stub* stub, const std::string& name) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    LeaderRequest r;
+    r.set_name(name);
+    reader_ = stub->Observe(&ctx_, r);
+    thread_ = std::thread([this] {
+      LeaderResponse resp;
+      while (reader_->Read(&resp)) {
+        std::lock_guard<std::mutex> l(mu_);
+        got_.push_back(resp);
+      }
+    });
+  }
+  ~Observer() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> l(mu_);
+    return got_.size();
+  }
+  std::vector<LeaderResponse> got() {
+    std::lock_guard<std::mutex> l(mu_);
+    return got_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<LeaderResponse>> reader_;
+  std::mutex mu_;
+  std::vector<LeaderResponse> got_;
+  std::thread thread_;
+};
+
+TEST_F(DiffConcurrencyTest, ObserveFollowsTheLeader) {
+  Observer on_etcd(etcd_stubs().election.get(), K("election"));
+  Observer on_capstan(capstan_stubs().election.get(), K("election"));
+  auto await = [&](size_t n) {
+    for (int i = 0; i < 300 && (on_etcd.size() < n || on_capstan.size() < n); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int64_t a = GrantBoth(60);
+  int64_t b = GrantBoth(60);
+  auto first = Both(CampaignR(K("election"), a, "a1"));
+  ASSERT_SAME(first);
+  await(1);
+  ASSERT_SAME(Both(ProclaimR(first.etcd.resp.leader(), "a2")));
+  await(2);
+  auto second = CampaignInBackground(CampaignR(K("election"), b, "b1"));
+  AwaitKeyOnBoth(K("election/") + GoHex(b));
+  ASSERT_SAME(Both(ResignR(first.etcd.resp.leader())));
+  ExpectSame(second.etcd->Wait(), second.capstan->Wait());
+  await(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto e = on_etcd.got();
+  auto c = on_capstan.got();
+  ASSERT_EQ(e.size(), 3u);
+  ASSERT_EQ(c.size(), e.size());
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_TRUE(SameAnswer(grpc::Status::OK, e[i], etcd(), grpc::Status::OK, c[i], capstan()))
+        << "observed answer " << i;
+  }
+}
+
+// An observer that starts while there is a leader gets it first.
+TEST_F(DiffConcurrencyTest, ObserveStartsWithTheCurrentLeader) {
+  int64_t a = GrantBoth(60);
+  ASSERT_SAME(Both(CampaignR(K("election"), a, "a")));
+  Observer on_etcd(etcd_stubs().election.get(), K("election"));
+  Observer on_capstan(capstan_stubs().election.get(), K("election"));
+  for (int i = 0; i < 300 && (on_etcd.size() < 1 || on_capstan.size() < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto e = on_etcd.got();
+  auto c = on_capstan.got();
+  ASSERT_EQ(e.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(SameAnswer(grpc::Status::OK, e[0], etcd(), grpc::Status::OK, c[0], capstan()));
+}
+
+// An observer that does not read while the leader proclaims many values
+// (more than the stream's flow-control window holds, so that the server
+// must hold them back) still gets every one of them, in order, once it
+// reads.
+TEST_F(DiffConcurrencyTest, ObserverThatReadsLateMissesNothing) {
+  constexpr int kProclaims = 400;
+  const std::string padding(32 * 1024, 'x');
+  int64_t a = GrantBoth(60);
+  auto leader = Both(CampaignR(K("election"), a, "v0"));
+  ASSERT_SAME(leader);
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<LeaderResponse>> reader;
+  } on_etcd, on_capstan;
+  for (auto* s : {&on_etcd, &on_capstan}) {
+    s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  }
+  on_etcd.reader = etcd_stubs().election->Observe(&on_etcd.ctx, LeaderR(K("election")));
+  on_capstan.reader = capstan_stubs().election->Observe(&on_capstan.ctx, LeaderR(K("election")));
+  for (int i = 1; i <= kProclaims; ++i) {
+    ASSERT_SAME(Both(ProclaimR(leader.etcd.resp.leader(), absl::StrCat("v", i, padding))));
+  }
+  for (auto* s : {&on_etcd, &on_capstan}) {
+    SCOPED_TRACE(s == &on_etcd ? "etcd" : "capstan");
+    LeaderResponse resp;
+    int64_t last_rev = 0;
+    for (int i = 0; i <= kProclaims; ++i) {
+      ASSERT_TRUE(s->reader->Read(&resp)) << "answer " << i;
+      EXPECT_EQ(resp.kv().value(), i == 0 ? "v0" : absl::StrCat("v", i, padding));
+      EXPECT_GT(resp.kv().mod_revision(), last_rev);
+      EXPECT_GE(resp.header().revision(), resp.kv().mod_revision());
+      last_rev = resp.kv().mod_revision();
+    }
+    s->ctx.TryCancel();
+  }
+}
+
+// ===========================================================================
+// Shutdown
+
+// A Lock behind a holder, a Campaign behind a leader and an Observe stream
+// may wait forever: stopping the server answers them at once instead of
+// waiting for them, and their keys stay under their leases.
+TEST(RecipeShutdownTest, ServerStopsWithoutWaitingForWaitingCalls) {
+  auto server = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs stubs((*server)->NewChannel());
+  auto grant = [&] {
+    grpc::ClientContext ctx;
+    etcdserverpb::LeaseGrantRequest r;
+    r.set_ttl(60);
+    etcdserverpb::LeaseGrantResponse out;
+    EXPECT_TRUE(stubs.lease->LeaseGrant(&ctx, r, &out).ok());
+    return out.id();
+  };
+  const int64_t a = grant(), b = grant();
+  LockRequest lock;
+  lock.set_name("/shutdown/lock");
+  lock.set_lease(a);
+  {
+    grpc::ClientContext ctx;
+    LockResponse out;
+    ASSERT_TRUE(stubs.lock->Lock(&ctx, lock, &out).ok());
+  }
+  CampaignRequest campaign;
+  campaign.set_name("/shutdown/election");
+  campaign.set_lease(a);
+  campaign.set_value("a");
+  {
+    grpc::ClientContext ctx;
+    CampaignResponse out;
+    ASSERT_TRUE(stubs.election->Campaign(&ctx, campaign, &out).ok());
+  }
+  lock.set_lease(b);
+  campaign.set_lease(b);
+  Waiting<LockResponse> waiting_lock(stubs.lock.get(), &v3lockpb::Lock::Stub::Lock, lock);
+  Waiting<CampaignResponse> waiting_campaign(stubs.election.get(),
+                                             &v3electionpb::Election::Stub::Campaign, campaign);
+  Observer observer(stubs.election.get(), "/shutdown/election");
+  // Both waiters' keys are in: they wait.
+  for (int i = 0; i < 500; ++i) {
+    grpc::ClientContext ctx;
+    etcdserverpb::RangeRequest r;
+    r.set_key("/shutdown/");
+    r.set_range_end("/shutdown0");
+    r.set_count_only(true);
+    etcdserverpb::RangeResponse out;
+    ASSERT_TRUE(stubs.kv->Range(&ctx, r, &out).ok());
+    if (out.count() == 4 && observer.size() == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(observer.size(), 1u);
+  ASSERT_FALSE(waiting_lock.done());
+  ASSERT_FALSE(waiting_campaign.done());
+
+  const auto start = std::chrono::steady_clock::now();
+  ExitInfo exit = (*server)->Stop();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(exit.exited && exit.exit_code == 0) << exit.ToString();
+  EXPECT_LT(took, std::chrono::seconds(3));
+  Answer<LockResponse> l = waiting_lock.Wait();
+  Answer<CampaignResponse> c = waiting_campaign.Wait();
+  EXPECT_EQ(l.status.error_code(), grpc::StatusCode::UNAVAILABLE) << Describe(l.status);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << Describe(c.status);
+
+  // After a restart every key is still there, each under its lease.
+  ASSERT_TRUE((*server)->Restart().ok());
+  ServerStubs again((*server)->NewChannel());
+  grpc::ClientContext ctx;
+  etcdserverpb::RangeRequest r;
+  r.set_key("/shutdown/");
+  r.set_range_end("/shutdown0");
+  etcdserverpb::RangeResponse out;
+  ASSERT_TRUE(again.kv->Range(&ctx, r, &out).ok());
+  ASSERT_EQ(out.kvs_size(), 4);
+  for (const auto& kv : out.kvs()) EXPECT_NE(kv.lease(), 0) << kv.key();
+}
+
+}  // namespace
+}  // namespace capstan::testing
