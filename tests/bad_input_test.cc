@@ -27,6 +27,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "process_fixture.h"
+#include "v3electionpb/v3election.pb.h"
+#include "v3lockpb/v3lock.pb.h"
 
 namespace capstan::testing {
 namespace {
@@ -248,6 +250,34 @@ std::vector<Case> Cases() {
   // etcd (3.4 and 3.5) dereferences the nil response it applies for an
   // unknown action and the process dies; Capstan answers with no alarms.
   add("Alarm: action 9 (no such action)", kAlarm, Bytes(alarm), Check::kCapstan, "OK");
+
+  // The Lock and Election services: their requests are decoded by Capstan
+  // (raw methods), and their steps' errors come back as code Unknown.
+  const std::string kLock = "/v3lockpb.Lock/Lock", kUnlock = "/v3lockpb.Lock/Unlock",
+                    kCampaign = "/v3electionpb.Election/Campaign",
+                    kLeader = "/v3electionpb.Election/Leader";
+  add("Lock: bytes that are not protobuf (ff ff ff)", kLock, "\xff\xff\xff", Check::kCode);
+  add("Campaign: truncated length-delimited field", kCampaign, std::string("\x0a\x10\x61", 3),
+      Check::kCode);
+  add("Leader: bytes that are not protobuf (ff ff ff)", kLeader, "\xff\xff\xff", Check::kCode);
+  v3lockpb::LockRequest lock;
+  lock.set_name(std::string(kMaxRequestBytes + 100, 'n'));
+  lock.set_lease(0x7eadbeef);
+  add("Lock: name longer than --max-request-bytes", kLock, Bytes(lock));
+  lock.set_name("bad-input/lock");
+  add("Lock: lease that does not exist", kLock, Bytes(lock));
+  lock.set_lease(-1);
+  add("Lock: lease -1", kLock, Bytes(lock));
+  v3lockpb::UnlockRequest unlock;
+  add("Unlock: empty key", kUnlock, Bytes(unlock));
+  v3electionpb::CampaignRequest campaign;
+  campaign.set_name("bad-input/election");
+  campaign.set_lease(0x7eadbeef);
+  campaign.set_value(std::string(kMaxRequestBytes + 100, 'v'));
+  add("Campaign: value longer than --max-request-bytes", kCampaign, Bytes(campaign));
+  v3electionpb::LeaderRequest leader;
+  leader.set_name("bad-input/no-such-election");
+  add("Leader: an election without candidates", kLeader, Bytes(leader));
   return cases;
 }
 
