@@ -429,6 +429,7 @@ KvStore::Stats KvStore::GetStats() const {
   s.ranges = stat_ranges_.load(std::memory_order_relaxed);
   s.groups = stat_groups_.load(std::memory_order_relaxed);
   s.group_writes = stat_group_writes_.load(std::memory_order_relaxed);
+  s.lease_grants = stat_lease_grants_.load(std::memory_order_relaxed);
   s.keys = View()->index.size();
   return s;
 }

@@ -244,6 +244,7 @@ class KvStore {
   // Statistics for metrics.
   struct Stats {
     uint64_t puts = 0, deletes = 0, txns = 0, ranges = 0, groups = 0, group_writes = 0;
+    uint64_t lease_grants = 0;  // leases granted since the store opened
     uint64_t keys = 0;
   };
   Stats GetStats() const;
@@ -364,7 +365,7 @@ class KvStore {
 
   LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
-      stat_groups_{0}, stat_group_writes_{0};
+      stat_groups_{0}, stat_group_writes_{0}, stat_lease_grants_{0};
 
   Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only

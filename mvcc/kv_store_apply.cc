@@ -557,6 +557,7 @@ absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req
   const int64_t ttl = std::max(req.ttl(), Lessor::kMinTtlSeconds);
   batch_.Put(Cf::kLease, LeaseKey(id), EncodeLeaseRecord(id, ttl));
   lessor_.Grant(id, ttl);
+  stat_lease_grants_.fetch_add(1, std::memory_order_relaxed);
   resp->set_id(id);
   resp->set_ttl(ttl);
   resp->mutable_header()->set_revision(current_rev_);

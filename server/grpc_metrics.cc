@@ -1,7 +1,6 @@
 #include "server/grpc_metrics.h"
 
 #include <chrono>
-#include <cstring>
 #include <string>
 
 #include "server/errors.h"
@@ -99,12 +98,7 @@ GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time)
                            .Help("Histogram of response latency (seconds) of gRPC that had been "
                                  "application-level handled by the server.")
                            .Register(*registry)
-                    : nullptr),
-      lease_granted_(prometheus::BuildCounter()
-                         .Name("etcd_debugging_lease_granted_total")
-                         .Help("The total number of granted leases.")
-                         .Register(*registry)
-                         .Add({})) {}
+                    : nullptr) {}
 
 void GrpcMetrics::Started(const char* method, RpcType type) {
   started_.Add(MethodLabels(method, static_cast<int>(type))).Increment();
@@ -121,9 +115,6 @@ void GrpcMetrics::Handled(const char* method, RpcType type, grpc::StatusCode cod
   }
   labels.emplace("grpc_code", GoCodeName(code));
   handled_.Add(labels).Increment();
-  if (code == grpc::StatusCode::OK && std::strcmp(method, "/etcdserverpb.Lease/LeaseGrant") == 0) {
-    lease_granted_.Increment();
-  }
 }
 
 }  // namespace capstan::server

@@ -1,8 +1,6 @@
 // gRPC server metrics with the names and labels of go-grpc-prometheus, which
 // etcd exports: grpc_server_started_total and grpc_server_handled_total by
-// service, method, type (and code). Also etcd_debugging_lease_granted_total:
-// etcd's lessor counts grants; here every grant is a successful LeaseGrant RPC.
-// With --metrics=extensive, also grpc_server_handling_seconds: the histogram of
+// service, method, type (and code). With --metrics=extensive, also grpc_server_handling_seconds: the histogram of
 // each RPC's time from its start to its status (a stream's whole life), with
 // Prometheus's default buckets, as etcd exports it then.
 
@@ -48,7 +46,6 @@ class GrpcMetrics {
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>* const handling_;  // null unless extensive
-  prometheus::Counter& lease_granted_;
 };
 
 }  // namespace capstan::server

@@ -111,8 +111,10 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Single("etcd_server_quota_backend_bytes", MetricType::Gauge,
                          "Current backend storage quota size in bytes.",
                          d(store_->options().quota_bytes)));
-    // etcd_debugging_lease_granted_total (a counter of grants) is counted by
-    // GrpcMetrics.
+    // As etcd's lessor counts them: every grant, those of the Lock and
+    // Election services' sessions included.
+    out.push_back(Single("etcd_debugging_lease_granted_total", MetricType::Counter,
+                         "The total number of granted leases.", d(stats.lease_grants)));
     out.push_back(Single("capstan_leases", MetricType::Gauge, "Leases held.",
                          d(store_->lessor()->size())));
     out.push_back(Single("process_resident_memory_bytes", MetricType::Gauge,

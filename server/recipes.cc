@@ -166,7 +166,8 @@ void RecipeCall::Write(mvcc::WriteRequest::Kind kind, Req req,
   }
   Recipes* recipes = recipes_;
   w.done = [self = shared_from_this(), recipes, p, then = std::move(then)](absl::Status s) {
-    recipes->Run([self, p, s, then] {
+    // s moves to the recipes' thread: only that thread touches it from here.
+    recipes->Run([self, p, s = std::move(s), then] {
       if (self->over_ || !then) return;
       if (s.ok()) {
         then(std::move(p->resp));

@@ -713,7 +713,9 @@ TEST_F(AuthPermTest, LockAndElectionStepsAsTheCaller) {
                      req.set_lease(lease);
                      return v3lockpb::Lock::NewStub(channels_[i])->Lock(ctx, req, &resp[i]);
                    });
-    if (lease != 0) EXPECT_EQ(resp[0].key(), resp[1].key());
+    if (lease != 0) {
+      EXPECT_EQ(resp[0].key(), resp[1].key());
+    }
     return r;
   };
   EXPECT_EQ(lock("u", "/a/l", 0x100).code, grpc::OK);
@@ -752,7 +754,7 @@ TEST_F(AuthPermTest, LockAndElectionStepsAsTheCaller) {
   });
   ASSERT_EQ(campaign.code, grpc::OK);
   EXPECT_EQ(leader[0].DebugString(), leader[1].DebugString());
-  for (const std::string& who : {"u", "w", "", "bogus"}) {
+  for (const std::string who : {"u", "w", "", "bogus"}) {
     Both(who, "Leader /a/e", [&](int i, grpc::ClientContext* ctx) {
       v3electionpb::LeaderRequest req;
       req.set_name("/a/e");
@@ -769,7 +771,7 @@ TEST_F(AuthPermTest, LockAndElectionStepsAsTheCaller) {
   }
   // An observer that may not read the election ends at once, with OK and
   // nothing sent, as in etcd.
-  for (const std::string& who : {"w", ""}) {
+  for (const std::string who : {"w", ""}) {
     auto [e, c] = Each(who, [&](int i, grpc::ClientContext* ctx) {
       v3electionpb::LeaderRequest req;
       req.set_name("/a/e");

@@ -387,6 +387,17 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\","
                   "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
             1);
+
+  // A Lock without a lease grants one for its session, and etcd's lessor
+  // counts that grant too.
+  v3lockpb::LockRequest lock;
+  lock.set_name("/m/lock");
+  v3lockpb::LockResponse locked;
+  ASSERT_TRUE(s.lock->Lock(Deadline().get(), lock, &locked).ok());
+  const Scrape locked_scrape = ScrapeMetrics(**capstan);
+  EXPECT_EQ(locked_scrape.Value("etcd_debugging_lease_granted_total") -
+                after.Value("etcd_debugging_lease_granted_total"),
+            1);
 }
 
 TEST(MetricsTest, WatchCacheStateAndTheRangesItAnswered) {
