@@ -95,6 +95,8 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
     run_compare watch-prefix --conns 10 --clients 100 watch-prefix --total 20000 --put-rate 20000
     run_compare lease-keepalive --conns 10 --clients 100 lease-keepalive --total 10000
     run_compare lease-keepalive-stream --conns 10 --clients 100 lease-keepalive --total 20000 --stream
+    run_compare lock --conns 10 --clients 100 lock --total 10000
+    run_compare lock-contended --conns 10 --clients 100 lock --total 3000 --names 1
     run_compare lease-storm --conns 10 --clients 50 \
       lease-storm --leases 20000 --expiring 2000 --ttl 30 --expiring-ttl 5 --idle 3s
     echo "bench/run.sh: summary in $summary" >&2

@@ -139,6 +139,14 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     result->count = index.Count(req.key(), end, rev);
     return absl::OkStatus();
   }
+  // Filters and every sort target but the value need only what the index
+  // holds for each key (its revisions and version): then only the records
+  // returned are read, not every record in the range (a lock's waiters ask
+  // for the oldest key under a prefix).
+  const bool by_index = (filtered || sorted) && req.sort_target() != RangeRequest::VALUE;
+  const bool by_key = by_index && sorted && req.sort_target() == RangeRequest::KEY;
+  std::vector<index::RangeHit> hits;  // by_index: each key's, in key order
+  std::vector<std::string> keys;      // by_key: each key
   // The revisions to fetch, then a count of the keys after them, which reads
   // no revision (a page of a paginated list counts every key after it).
   std::vector<Revision> revs;
@@ -149,6 +157,8 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
       return false;
     }
     revs.push_back(hit.modified);
+    if (by_index) hits.push_back(hit);
+    if (by_key) keys.emplace_back(key);
     return true;
   });
   int64_t count = static_cast<int64_t>(revs.size());
@@ -187,7 +197,52 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     return absl::OkStatus();
   }
 
-  // Filtered or sorted: decode what is needed to filter and order.
+  if (by_index) {
+    std::vector<size_t> items;  // positions in hits that pass the filters
+    items.reserve(hits.size());
+    for (size_t i = 0; i < hits.size(); ++i) {
+      const int64_t mod = hits[i].modified.main, create = hits[i].created.main;
+      if (req.max_mod_revision() != 0 && mod > req.max_mod_revision()) continue;
+      if (req.min_mod_revision() != 0 && mod < req.min_mod_revision()) continue;
+      if (req.max_create_revision() != 0 && create > req.max_create_revision()) continue;
+      if (req.min_create_revision() != 0 && create < req.min_create_revision()) continue;
+      items.push_back(i);
+    }
+    if (sorted) {
+      // The same items in the same order as the records would give, so
+      // GoSort leaves equal ones where etcd's sort.Sort does.
+      auto less = [&, target = req.sort_target()](size_t a, size_t b) {
+        switch (target) {
+          case RangeRequest::KEY: return keys[a] < keys[b];
+          case RangeRequest::VERSION: return hits[a].version < hits[b].version;
+          case RangeRequest::CREATE: return hits[a].created.main < hits[b].created.main;
+          case RangeRequest::MOD: return hits[a].modified.main < hits[b].modified.main;
+          default: return false;
+        }
+      };
+      auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
+      const int n = static_cast<int>(items.size());
+      if (order == RangeRequest::ASCEND) {
+        GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
+      } else {
+        GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
+      }
+    }
+    size_t n = items.size();
+    if (limit > 0 && static_cast<int64_t>(n) > limit) {
+      n = static_cast<size_t>(limit);
+      result->more = true;
+    }
+    std::vector<Revision> chosen(n);
+    for (size_t i = 0; i < n; ++i) chosen[i] = revs[items[i]];
+    std::vector<std::string> records;
+    if (auto s = read(chosen, &records); !s.ok()) return s;
+    for (const auto& r : records) emit(r);
+    result->num_kvs = static_cast<int>(n);
+    return absl::OkStatus();
+  }
+
+  // Sorted by value: decode what is needed to filter and order.
   std::vector<std::string> records;
   if (auto s = read(revs, &records); !s.ok()) return s;
   struct Item {

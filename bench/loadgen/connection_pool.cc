@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
     c.lease = etcdserverpb::Lease::NewStub(c.channel);
     c.maintenance = etcdserverpb::Maintenance::NewStub(c.channel);
     c.cache = capstan::v1::Cache::NewStub(c.channel);
+    c.lock = v3lockpb::Lock::NewStub(c.channel);
     pool->conns_.push_back(std::move(c));
   }
   return pool;

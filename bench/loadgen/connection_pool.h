@@ -19,6 +19,7 @@
 #include "bench/loadgen/client_security.h"
 #include "capstan/v1/cache.grpc.pb.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "v3lockpb/v3lock.grpc.pb.h"
 
 namespace capstan::bench {
 
@@ -37,6 +38,7 @@ class ConnectionPool {
   etcdserverpb::Maintenance::Stub& Maintenance(size_t client) { return *At(client).maintenance; }
   // Capstan's watch cache; etcd answers its calls UNIMPLEMENTED.
   capstan::v1::Cache::Stub& Cache(size_t client) { return *At(client).cache; }
+  v3lockpb::Lock::Stub& Lock(size_t client) { return *At(client).lock; }
 
   // "http://127.0.0.1:2379" -> "127.0.0.1:2379".
   static std::string TargetOf(const std::string& endpoint);
@@ -49,6 +51,7 @@ class ConnectionPool {
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
     std::unique_ptr<capstan::v1::Cache::Stub> cache;
+    std::unique_ptr<v3lockpb::Lock::Stub> lock;
   };
   Conn& At(size_t client) { return conns_[client % conns_.size()]; }
 

@@ -27,19 +27,9 @@ class LeaseKeepaliveWorkload final : public Workload {
 
   absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
     const int clients = std::max(1, ctx.global->clients);
-    std::vector<int64_t> leases(clients);
-    for (int i = 0; i < clients; ++i) {
-      grpc::ClientContext c;
-      SetDeadline(&c);
-      etcdserverpb::LeaseGrantRequest req;
-      req.set_ttl(100);
-      etcdserverpb::LeaseGrantResponse resp;
-      grpc::Status s = ctx.pool->Lease(i).LeaseGrant(&c, req, &resp);
-      if (!s.ok()) {
-        return absl::UnavailableError(absl::StrCat("LeaseGrant: ", s.error_message()));
-      }
-      leases[i] = resp.id();
-    }
+    absl::StatusOr<std::vector<int64_t>> granted = GrantClientLeases(ctx, clients, 100);
+    if (!granted.ok()) return granted.status();
+    const std::vector<int64_t>& leases = *granted;
     LoopOptions o{"lease-keepalive", static_cast<uint64_t>(total_), absl::ZeroDuration(), clients,
                   0};
     // --stream: client i's stream and the completion of its request in flight.
@@ -101,14 +91,7 @@ class LeaseKeepaliveWorkload final : public Workload {
       }
       cs->stream->Finish();
     }
-    for (int i = 0; i < clients; ++i) {
-      grpc::ClientContext c;
-      SetDeadline(&c);
-      etcdserverpb::LeaseRevokeRequest req;
-      req.set_id(leases[i]);
-      etcdserverpb::LeaseRevokeResponse resp;
-      ctx.pool->Lease(i).LeaseRevoke(&c, req, &resp);  // best effort clean-up
-    }
+    RevokeClientLeases(ctx, leases);
     return r;
   }
 

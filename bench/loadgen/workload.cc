@@ -1,5 +1,8 @@
 #include "bench/loadgen/workload.h"
 
+#include "absl/strings/str_cat.h"
+#include "bench/loadgen/async_call.h"
+
 namespace capstan::bench {
 
 std::unique_ptr<Workload> NewWatchStalledWorkload();  // watch_stalled.cc
@@ -22,6 +25,33 @@ void GlobalOptions::Register(FlagSet& f) {
   f.String("user", &security.user, "username:password: authenticate (etcd auth) and send the token with every request");
 }
 
+absl::StatusOr<std::vector<int64_t>> GrantClientLeases(BenchContext& ctx, int clients,
+                                                       int64_t ttl) {
+  std::vector<int64_t> leases(clients);
+  for (int i = 0; i < clients; ++i) {
+    grpc::ClientContext c;
+    SetDeadline(&c);
+    etcdserverpb::LeaseGrantRequest req;
+    req.set_ttl(ttl);
+    etcdserverpb::LeaseGrantResponse resp;
+    grpc::Status s = ctx.pool->Lease(i).LeaseGrant(&c, req, &resp);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("LeaseGrant: ", s.error_message()));
+    leases[i] = resp.id();
+  }
+  return leases;
+}
+
+void RevokeClientLeases(BenchContext& ctx, const std::vector<int64_t>& leases) {
+  for (size_t i = 0; i < leases.size(); ++i) {
+    grpc::ClientContext c;
+    SetDeadline(&c);
+    etcdserverpb::LeaseRevokeRequest req;
+    req.set_id(leases[i]);
+    etcdserverpb::LeaseRevokeResponse resp;
+    ctx.pool->Lease(i).LeaseRevoke(&c, req, &resp);
+  }
+}
+
 const std::vector<WorkloadInfo>& Workloads() {
   static const auto* all = new std::vector<WorkloadInfo>{
       {"put", "put", "Benchmark put", NewPutWorkload},
@@ -39,6 +69,10 @@ const std::vector<WorkloadInfo>& Workloads() {
        NewWatchStalledWorkload},
       {"lease-keepalive", "lease-keepalive", "Benchmark lease keepalive",
        NewLeaseKeepaliveWorkload},
+      {"lock", "lock",
+       "Lock and unlock through etcd's Lock service, each client with its own lease, on its "
+       "own lock or (--names) on a few shared ones",
+       NewLockWorkload},
       {"lease-storm", "lease-storm",
        "Hold many leases with keep-alives, let a burst of them expire at once, measure revocation "
        "and put latency",

@@ -46,6 +46,13 @@ struct BenchContext {
   std::string target;    // "capstan", "etcd" or the endpoint
 };
 
+// One lease of ttl seconds per client, each granted on that client's
+// connection; the first failure ends it with the error.
+absl::StatusOr<std::vector<int64_t>> GrantClientLeases(BenchContext& ctx, int clients,
+                                                       int64_t ttl);
+// Revokes the leases of GrantClientLeases, best effort (a run's clean-up).
+void RevokeClientLeases(BenchContext& ctx, const std::vector<int64_t>& leases);
+
 // Not thread-safe; one run at a time.
 class Workload {
  public:
@@ -78,6 +85,7 @@ std::unique_ptr<Workload> NewWatchWorkload();
 std::unique_ptr<Workload> NewWatchLatencyWorkload();
 std::unique_ptr<Workload> NewWatchPrefixWorkload();
 std::unique_ptr<Workload> NewLeaseKeepaliveWorkload();
+std::unique_ptr<Workload> NewLockWorkload();  // lock_workload.cc
 std::unique_ptr<Workload> NewLeaseStormWorkload();
 std::unique_ptr<Workload> NewLargeListWorkload();
 std::unique_ptr<Workload> NewCompactionWorkload();
