@@ -352,6 +352,17 @@ TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSoAsIn35) {
   EXPECT_EQ(keys.etcd.resp.kvs_size(), 0);
 }
 
+// etcdctl's lock runs the mutex recipe itself, over KV, Lease and Watch:
+// both servers run the command under the lock, and release it after.
+TEST_F(DiffConcurrencyTest, EtcdctlLockRunsTheCommandHoldingTheLock) {
+  auto p = Etcdctl({"lock", K("ctl"), "echo", "held"}, "", /*json=*/false);
+  EXPECT_SAME_CTL(p);
+  EXPECT_EQ(p.etcd.out, "held\n");
+  auto keys = Both(PrefixR(K("ctl/")));
+  EXPECT_SAME(keys);
+  EXPECT_EQ(keys.etcd.resp.kvs_size(), 0);
+}
+
 // ===========================================================================
 // Election
 
