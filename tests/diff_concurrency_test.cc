@@ -550,38 +550,32 @@ TEST_F(DiffConcurrencyTest, ObserveStartsWithTheCurrentLeader) {
 // An observer that does not read while the leader proclaims many values
 // (more than the stream's flow-control window holds, so that the server
 // must hold them back) still gets every one of them, in order, once it
-// reads.
+// reads. Checked on Capstan only: etcd 3.4's observer, this far behind,
+// now and then starts over from an older value and then stops short (in 3
+// of 33 runs), so its stream is not a reference here.
 TEST_F(DiffConcurrencyTest, ObserverThatReadsLateMissesNothing) {
   constexpr int kProclaims = 400;
   const std::string padding(32 * 1024, 'x');
   int64_t a = GrantBoth(60);
   auto leader = Both(CampaignR(K("election"), a, "v0"));
   ASSERT_SAME(leader);
-  struct Stream {
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReader<LeaderResponse>> reader;
-  } on_etcd, on_capstan;
-  for (auto* s : {&on_etcd, &on_capstan}) {
-    s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  }
-  on_etcd.reader = etcd_stubs().election->Observe(&on_etcd.ctx, LeaderR(K("election")));
-  on_capstan.reader = capstan_stubs().election->Observe(&on_capstan.ctx, LeaderR(K("election")));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = capstan_stubs().election->Observe(&ctx, LeaderR(K("election")));
   for (int i = 1; i <= kProclaims; ++i) {
     ASSERT_SAME(Both(ProclaimR(leader.etcd.resp.leader(), absl::StrCat("v", i, padding))));
   }
-  for (auto* s : {&on_etcd, &on_capstan}) {
-    SCOPED_TRACE(s == &on_etcd ? "etcd" : "capstan");
-    LeaderResponse resp;
-    int64_t last_rev = 0;
-    for (int i = 0; i <= kProclaims; ++i) {
-      ASSERT_TRUE(s->reader->Read(&resp)) << "answer " << i;
-      EXPECT_EQ(resp.kv().value(), i == 0 ? "v0" : absl::StrCat("v", i, padding));
-      EXPECT_GT(resp.kv().mod_revision(), last_rev);
-      EXPECT_GE(resp.header().revision(), resp.kv().mod_revision());
-      last_rev = resp.kv().mod_revision();
-    }
-    s->ctx.TryCancel();
+  LeaderResponse resp;
+  int64_t last_rev = 0;
+  for (int i = 0; i <= kProclaims; ++i) {
+    ASSERT_TRUE(reader->Read(&resp)) << "answer " << i;
+    ASSERT_EQ(resp.kv().value(), i == 0 ? "v0" : absl::StrCat("v", i, padding))
+        << "answer " << i;
+    EXPECT_GT(resp.kv().mod_revision(), last_rev);
+    EXPECT_GE(resp.header().revision(), resp.kv().mod_revision());
+    last_rev = resp.kv().mod_revision();
   }
+  ctx.TryCancel();
 }
 
 // ===========================================================================
