@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "mvcc/errors.h"
 #include "mvcc/key_range.h"
 
 namespace capstan::server {
@@ -184,7 +185,8 @@ class LeaderCall final
 // At most kMaxQueued responses wait for the client: past that the watch on
 // the leader's key is closed and opened again, from the revision after the
 // last one sent, once the client has read them, so a client that does not
-// read costs bounded memory.
+// read costs bounded memory. If a compaction removed those revisions in
+// between, the observer goes on from the current leader.
 class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public RecipeCall {
  public:
   static constexpr size_t kMaxQueued = 64;
@@ -277,7 +279,14 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
             paused_ = true;
           }
         },
-        [this](absl::Status) { End(grpc::Status::OK); });
+        [this](absl::Status s) {
+          // Only a watch reopened after a pause can start at a compacted
+          // revision: the values in between are gone, so go on from the
+          // current leader (etcd's observer promises the latest value, not
+          // every one).
+          if (mvcc::Is(s, mvcc::Error::kCompacted)) return Loop();
+          End(grpc::Status::OK);
+        });
   }
 
   void Send(int64_t header_rev, const mvccpb::KeyValue& kv) {

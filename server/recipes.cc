@@ -118,6 +118,11 @@ RecipeCall::~RecipeCall() = default;
 
 void RecipeCall::Begin(std::function<void()> first) {
   recipes_->Run([self = shared_from_this(), first = std::move(first)] {
+    if (self->recipes_->stopping_) {
+      self->over_ = true;
+      self->Answer(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
+      return;
+    }
     self->recipes_->calls_.insert(self.get());
     first();
   });
@@ -261,7 +266,7 @@ void RecipeCall::Watch(const WatchCreateRequest& req,
       recipes_, [this, self = shared_from_this(), on_response = std::move(on_response),
                  on_error = std::move(on_error)](const WatchResponse& resp) {
         if (over_) return;
-        if (resp.created()) return;
+        // A refused watcher is answered created and canceled at once.
         if (resp.canceled()) {
           CloseWatch();
           // As the Go client reports a cancelled watcher: a compacted start
@@ -270,6 +275,7 @@ void RecipeCall::Watch(const WatchCreateRequest& req,
                                                : absl::UnknownError(resp.cancel_reason()));
           return;
         }
+        if (resp.created()) return;
         on_response(resp);
       });
   watch_->Open(Header(0), req);
@@ -344,6 +350,7 @@ Recipes::~Recipes() {
 
 void Recipes::EndCalls() {
   Run([this] {
+    stopping_ = true;
     std::vector<RecipeCall*> calls(calls_.begin(), calls_.end());
     for (RecipeCall* c : calls) c->End(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
   });

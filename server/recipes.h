@@ -202,8 +202,9 @@ class Recipes {
   Recipes& operator=(const Recipes&) = delete;
 
   // Answers every call still waiting (a Lock behind another holder, a
-  // Campaign, an Observe stream) with "server stopped", so that the server
-  // can stop without waiting for them. Their keys stay, under their leases.
+  // Campaign, an Observe stream), and every call that begins afterwards,
+  // with "server stopped", so that the server can stop without waiting for
+  // them. Their keys stay, under their leases.
   void EndCalls();
 
   mvcc::KvStore* store() const { return store_; }
@@ -220,8 +221,11 @@ class Recipes {
   const MemberInfo* const member_;
   const AuthGate* const auth_;
 
-  // Calls begun and not yet over (recipes' thread only).
+  // Calls begun and not yet over, and whether EndCalls ran: calls that
+  // begin after it are answered "server stopped" at once (recipes' thread
+  // only).
   std::set<RecipeCall*> calls_;
+  bool stopping_ = false;
 
   // Writes submitted whose completion has not been queued yet.
   std::mutex writes_mu_;

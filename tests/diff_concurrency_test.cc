@@ -578,6 +578,45 @@ TEST_F(DiffConcurrencyTest, ObserverThatReadsLateMissesNothing) {
   ctx.TryCancel();
 }
 
+// An observer held back (it does not read) while the revisions it has not
+// been sent are compacted goes on from the current leader's value: it
+// skips what is gone, and never goes back.
+TEST_F(DiffConcurrencyTest, ObserverHeldBackPastACompactionGoesOnFromTheLatestValue) {
+  constexpr int kProclaims = 400;
+  const std::string padding(32 * 1024, 'x');
+  int64_t a = GrantBoth(60);
+  auto leader = Both(CampaignR(K("election"), a, "v0"));
+  ASSERT_SAME(leader);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = capstan_stubs().election->Observe(&ctx, LeaderR(K("election")));
+  int64_t rev = 0;
+  for (int i = 1; i <= kProclaims; ++i) {
+    auto p = Both(ProclaimR(leader.etcd.resp.leader(), absl::StrCat(i, "/", padding)));
+    ASSERT_SAME(p);
+    rev = p.capstan.resp.header().revision();
+  }
+  etcdserverpb::CompactionRequest compact;
+  compact.set_revision(rev);
+  compact.set_physical(true);
+  ASSERT_SAME(Both(compact));
+  LeaderResponse resp;
+  int last = -1;
+  while (last < kProclaims) {
+    ASSERT_TRUE(reader->Read(&resp)) << "after value " << last;
+    int value = 0;
+    const std::string number = resp.kv().value().substr(0, resp.kv().value().find('/'));
+    ASSERT_TRUE(number == "v0" || absl::SimpleAtoi(number, &value)) << number;
+    EXPECT_GT(value, last) << "values go forward";
+    last = value;
+  }
+  // Caught up: the next proclamation arrives as usual.
+  ASSERT_SAME(Both(ProclaimR(leader.etcd.resp.leader(), "after")));
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.kv().value(), "after");
+  ctx.TryCancel();
+}
+
 // ===========================================================================
 // Shutdown
 
@@ -621,6 +660,7 @@ TEST(RecipeShutdownTest, ServerStopsWithoutWaitingForWaitingCalls) {
                                              &v3electionpb::Election::Stub::Campaign, campaign);
   Observer observer(stubs.election.get(), "/shutdown/election");
   // Both waiters' keys are in: they wait.
+  int64_t keys = 0;
   for (int i = 0; i < 500; ++i) {
     grpc::ClientContext ctx;
     etcdserverpb::RangeRequest r;
@@ -629,9 +669,11 @@ TEST(RecipeShutdownTest, ServerStopsWithoutWaitingForWaitingCalls) {
     r.set_count_only(true);
     etcdserverpb::RangeResponse out;
     ASSERT_TRUE(stubs.kv->Range(&ctx, r, &out).ok());
-    if (out.count() == 4 && observer.size() == 1) break;
+    keys = out.count();
+    if (keys == 4 && observer.size() == 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_EQ(keys, 4);
   ASSERT_EQ(observer.size(), 1u);
   ASSERT_FALSE(waiting_lock.done());
   ASSERT_FALSE(waiting_campaign.done());
