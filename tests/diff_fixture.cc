@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/text_format.h"
@@ -225,6 +226,12 @@ std::string JsonText(const pb::Value& v) {
 
 // ---------------------------------------------------------------------------
 // DiffTest
+
+int EnvCount(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  int n = 0;
+  return v != nullptr && absl::SimpleAtoi(v, &n) && n > 0 ? n : fallback;
+}
 
 ServerStubs::ServerStubs(std::shared_ptr<grpc::Channel> ch)
     : channel(std::move(ch)),

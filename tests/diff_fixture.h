@@ -138,6 +138,10 @@ struct ServerStubs {
   explicit ServerStubs(std::shared_ptr<grpc::Channel> ch);
 };
 
+// A positive count from the environment variable `name`, or `fallback`
+// (CAPSTAN_RANDOM_SEEDS, CAPSTAN_RANDOM_STEPS).
+int EnvCount(const char* name, int fallback);
+
 // Deadline of every unary call made by the fixture.
 inline constexpr std::chrono::seconds kRpcDeadline{15};
 

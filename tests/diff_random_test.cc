@@ -94,12 +94,6 @@ namespace {
 using namespace etcdserverpb;  // NOLINT: the messages are the vocabulary here
 using namespace std::string_literals;
 
-int EnvCount(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  int n = 0;
-  return v != nullptr && absl::SimpleAtoi(v, &n) && n > 0 ? n : fallback;
-}
-
 std::vector<uint64_t> Seeds() {
   std::vector<uint64_t> seeds;
   for (int i = 1; i <= EnvCount("CAPSTAN_RANDOM_SEEDS", 6); ++i) seeds.push_back(i);
