@@ -26,6 +26,7 @@
 #include "server/metrics.h"
 #include "server/http_endpoints.h"
 #include "server/election_service.h"
+#include "server/health_service.h"
 #include "server/kv_service.h"
 #include "server/lease_service.h"
 #include "server/lock_service.h"
@@ -206,6 +207,7 @@ absl::Status Server::Init() {
   recipes_ = std::make_unique<Recipes>(store_.get(), hub_.get(), member_.get(), gate);
   services_.push_back(std::make_unique<LockService>(recipes_.get()));
   services_.push_back(std::make_unique<ElectionService>(recipes_.get()));
+  services_.push_back(std::make_unique<HealthService>());
   if (cache_) {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }

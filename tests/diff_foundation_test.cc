@@ -1,6 +1,6 @@
 // Differential tests of the foundation: Maintenance.Status, Cluster.MemberList,
-// Alarm, their etcdctl views, and the list of RPCs Capstan still answers
-// UNIMPLEMENTED.
+// Alarm, their etcdctl views, gRPC's health service, and the list of RPCs
+// Capstan still answers UNIMPLEMENTED.
 //
 // Status and MemberList differ between servers by design in their values
 // (ids, versions, sizes, raft indexes, ports), so these cases compare shape:
@@ -16,6 +16,7 @@
 #include "diff_fixture.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace capstan::testing {
 namespace {
@@ -465,6 +466,37 @@ TEST_F(DiffFoundationTest, StillUnimplementedRpcsAnswerUnimplemented) {
         << rpc.name << " answers " << Describe(s)
         << ": if it is now implemented, remove its row from StillUnimplemented() and add "
            "differential cases for it";
+  }
+}
+
+// gRPC's health service, as grpc_health_probe asks it: the empty name is
+// SERVING; any other is unknown to Check (NOT_FOUND) and to Watch
+// (SERVICE_UNKNOWN, the stream left open).
+TEST_F(DiffFoundationTest, GrpcHealthService) {
+  using grpc::health::v1::Health;
+  using grpc::health::v1::HealthCheckRequest;
+  using grpc::health::v1::HealthCheckResponse;
+  for (const std::string service : {"", "etcdserverpb.KV", "no.such.Service"}) {
+    SCOPED_TRACE("service '" + service + "'");
+    HealthCheckRequest req;
+    req.set_service(service);
+    Answer<HealthCheckResponse> check[2], watch[2];
+    for (int i = 0; i < 2; ++i) {
+      auto stub = Health::NewStub(i == 0 ? etcd_stubs().channel : capstan_stubs().channel);
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+      check[i].status = stub->Check(&c, req, &check[i].resp);
+      grpc::ClientContext w;
+      w.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+      auto reader = stub->Watch(&w, req);
+      EXPECT_TRUE(reader->Read(&watch[i].resp)) << i;
+      w.TryCancel();
+    }
+    ExpectSame(check[0], check[1]);
+    ExpectSame(watch[0], watch[1]);
+    EXPECT_EQ(check[0].status.ok(), service.empty());
+    EXPECT_EQ(watch[1].resp.status(), service.empty() ? HealthCheckResponse::SERVING
+                                                      : HealthCheckResponse::SERVICE_UNKNOWN);
   }
 }
 
