@@ -1,6 +1,6 @@
 #include "server/health_service.h"
 
-#include <atomic>
+#include <mutex>
 #include <string>
 
 namespace capstan::server {
@@ -24,22 +24,30 @@ class WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> 
     StartWrite(&status_);
   }
   void OnWriteDone(bool ok) override {
-    if (!ok) End();
+    std::lock_guard<std::mutex> l(mu_);
+    writing_ = false;
+    if (!ok || cancelled_) FinishLocked();
   }
-  void OnCancel() override { End(); }
+  // Finish waits for the write in flight: gRPC allows no Finish while one is.
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked();
+  }
   void OnDone() override { delete this; }
 
  private:
-  // Both a failed write and the cancel may report the client gone, on
-  // different threads: finish once.
-  void End() {
-    if (!ended_.exchange(true)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Stream has ended."));
-    }
+  void FinishLocked() {
+    if (finished_) return;
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Stream has ended."));
   }
 
   HealthCheckResponse status_;
-  std::atomic<bool> ended_{false};
+  std::mutex mu_;
+  bool writing_ = true;     // the status is being written; guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+  bool finished_ = false;   // guarded by mu_
 };
 
 }  // namespace
