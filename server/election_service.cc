@@ -277,6 +277,7 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
           if (queued_.size() >= kMaxQueued) {
             CloseWatch();
             paused_ = true;
+            recipes_->CountObservePause();
           }
         },
         [this](absl::Status s) {

@@ -12,6 +12,7 @@
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/cache_range.h"
+#include "server/recipes.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
@@ -219,6 +220,16 @@ std::string Metrics::Render() const {
   std::vector<MetricFamily> families = store_metrics_->Collect();
   if (cache_metrics_) {
     for (auto& f : cache_metrics_->Collect()) families.push_back(std::move(f));
+  }
+  if (recipes_ != nullptr) {
+    families.push_back(Single("capstan_lock_election_calls", MetricType::Gauge,
+                              "Lock and Election service calls in progress: locks and campaigns "
+                              "waiting, Observe streams open.",
+                              static_cast<double>(recipes_->calls_in_progress())));
+    families.push_back(Single("capstan_lock_election_observe_pauses_total", MetricType::Counter,
+                              "Times an Observe stream held its watch back because its client "
+                              "read too slowly.",
+                              static_cast<double>(recipes_->observe_pauses())));
   }
   for (auto& f : registry_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);

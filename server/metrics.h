@@ -31,6 +31,7 @@ class Cache;
 namespace capstan::server {
 
 class CacheRange;
+class Recipes;
 
 // Thread-safe. `store` must outlive the Metrics.
 class Metrics {
@@ -50,6 +51,11 @@ class Metrics {
   // Render may be called.
   void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
 
+  // Adds the Lock and Election services' calls in progress and Observe
+  // pauses (capstan_lock_election_*), read at each scrape. recipes must stay
+  // valid while Render may be called.
+  void AddRecipes(const Recipes* recipes) { recipes_ = recipes; }
+
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string Render() const;
 
@@ -57,6 +63,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Collectable> store_metrics_;
   std::unique_ptr<prometheus::Collectable> cache_metrics_;  // null without a watch cache
+  const Recipes* recipes_ = nullptr;
 };
 
 }  // namespace capstan::server

@@ -124,6 +124,8 @@ void RecipeCall::Begin(std::function<void()> first) {
       return;
     }
     self->recipes_->calls_.insert(self.get());
+    self->recipes_->calls_in_progress_.store(static_cast<int64_t>(self->recipes_->calls_.size()),
+                                             std::memory_order_relaxed);
     first();
   });
 }
@@ -133,6 +135,8 @@ void RecipeCall::End(const grpc::Status& status) {
   over_ = true;
   CloseWatch();
   recipes_->calls_.erase(this);
+  recipes_->calls_in_progress_.store(static_cast<int64_t>(recipes_->calls_.size()),
+                                     std::memory_order_relaxed);
   Answer(status);
 }
 

@@ -21,6 +21,7 @@
 #ifndef CAPSTAN_SERVER_RECIPES_H_
 #define CAPSTAN_SERVER_RECIPES_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -207,6 +208,13 @@ class Recipes {
   // them. Their keys stay, under their leases.
   void EndCalls();
 
+  // For metrics (any thread): calls begun and not yet answered (a Lock or
+  // Campaign waiting, an Observe stream open), and how often an Observe
+  // stream held its watch back for a client that read too slowly.
+  int64_t calls_in_progress() const { return calls_in_progress_.load(std::memory_order_relaxed); }
+  uint64_t observe_pauses() const { return observe_pauses_.load(std::memory_order_relaxed); }
+  void CountObservePause() { observe_pauses_.fetch_add(1, std::memory_order_relaxed); }
+
   mvcc::KvStore* store() const { return store_; }
   mvcc::WatchHub* hub() const { return hub_; }
   const MemberInfo* member() const { return member_; }
@@ -226,6 +234,8 @@ class Recipes {
   // only).
   std::set<RecipeCall*> calls_;
   bool stopping_ = false;
+  std::atomic<int64_t> calls_in_progress_{0};  // calls_.size(), for other threads
+  std::atomic<uint64_t> observe_pauses_{0};
 
   // Writes submitted whose completion has not been queued yet.
   std::mutex writes_mu_;

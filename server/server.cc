@@ -265,6 +265,7 @@ absl::Status Server::Serve() {
   for (auto& s : services_) builder.RegisterService(s.get());
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
+  metrics_->AddRecipes(recipes_.get());
   grpc_metrics_ =
       std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive");
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -449,6 +449,68 @@ TEST(MetricsTest, WatchCacheStateAndTheRangesItAnswered) {
   EXPECT_EQ(delta("capstan_watch_cache_ranges_total{result=\"declined\"}"), 1);
 }
 
+// The Lock and Election services' calls in progress, and the Observe
+// streams held back for a client that reads too slowly.
+TEST(MetricsTest, LockElectionCallsAndObservePauses) {
+  auto server = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs s((*server)->NewChannel());
+  auto value = [&](const std::string& sample) { return ScrapeMetrics(**server).Value(sample); };
+  auto await = [&](const std::string& sample, double want) {
+    for (int i = 0; i < 500 && value(sample) != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return value(sample);
+  };
+  EXPECT_EQ(ScrapeMetrics(**server).types.at("capstan_lock_election_calls"), "gauge");
+  EXPECT_EQ(value("capstan_lock_election_calls"), 0);
+
+  // A Lock waits behind the holder: one call in progress until it gives up.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  etcdserverpb::LeaseGrantResponse a, b;
+  ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &a).ok());
+  ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &b).ok());
+  v3lockpb::LockRequest lock;
+  lock.set_name("/m/lock");
+  lock.set_lease(a.id());
+  v3lockpb::LockResponse held;
+  ASSERT_TRUE(s.lock->Lock(Deadline().get(), lock, &held).ok());
+  lock.set_lease(b.id());
+  grpc::ClientContext waiting;
+  std::thread waiter([&] {
+    v3lockpb::LockResponse r;
+    s.lock->Lock(&waiting, lock, &r);
+  });
+  EXPECT_EQ(await("capstan_lock_election_calls", 1), 1);
+  waiting.TryCancel();
+  waiter.join();
+  EXPECT_EQ(await("capstan_lock_election_calls", 0), 0);
+
+  // An observer that does not read while the leader proclaims more than
+  // the stream's flow-control window holds.
+  v3electionpb::CampaignRequest campaign;
+  campaign.set_name("/m/election");
+  campaign.set_lease(a.id());
+  v3electionpb::CampaignResponse leader;
+  ASSERT_TRUE(s.election->Campaign(Deadline().get(), campaign, &leader).ok());
+  grpc::ClientContext observing;
+  v3electionpb::LeaderRequest observe;
+  observe.set_name("/m/election");
+  auto reader = s.election->Observe(&observing, observe);
+  v3electionpb::ProclaimRequest proclaim;
+  *proclaim.mutable_leader() = leader.leader();
+  proclaim.set_value(std::string(32 * 1024, 'x'));
+  for (int i = 0; i < 400; ++i) {
+    v3electionpb::ProclaimResponse r;
+    ASSERT_TRUE(s.election->Proclaim(Deadline().get(), proclaim, &r).ok());
+  }
+  EXPECT_GE(value("capstan_lock_election_observe_pauses_total"), 1);
+  EXPECT_EQ(value("capstan_lock_election_calls"), 1);  // the Observe stream
+  observing.TryCancel();
+  EXPECT_EQ(await("capstan_lock_election_calls", 0), 0);
+}
+
 TEST(MetricsTest, ExtensiveAddsTheHandlingTimeHistogramAsEtcd) {
   ServerOptions capstan_options = ServerOptions::Capstan();
   capstan_options.extra_args.push_back("--metrics=extensive");
