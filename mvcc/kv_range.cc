@@ -140,9 +140,9 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     return absl::OkStatus();
   }
   // Filters and every sort target but the value need only what the index
-  // holds for each key (its revisions and version): then only the records
-  // returned are read, not every record in the range (a lock's waiters ask
-  // for the oldest key under a prefix).
+  // holds for each key (the key, its revisions and version): then only the
+  // records returned are read, not every record in the range (a lock's
+  // waiters ask for the oldest key under a prefix).
   const bool by_index = (filtered || sorted) && req.sort_target() != RangeRequest::VALUE;
   const bool by_key = by_index && sorted && req.sort_target() == RangeRequest::KEY;
   std::vector<index::RangeHit> hits;  // by_index: each key's, in key order
@@ -197,82 +197,50 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     return absl::OkStatus();
   }
 
-  if (by_index) {
-    std::vector<size_t> items;  // positions in hits that pass the filters
-    items.reserve(hits.size());
-    for (size_t i = 0; i < hits.size(); ++i) {
-      const int64_t mod = hits[i].modified.main, create = hits[i].created.main;
-      if (req.max_mod_revision() != 0 && mod > req.max_mod_revision()) continue;
-      if (req.min_mod_revision() != 0 && mod < req.min_mod_revision()) continue;
-      if (req.max_create_revision() != 0 && create > req.max_create_revision()) continue;
-      if (req.min_create_revision() != 0 && create < req.min_create_revision()) continue;
-      items.push_back(i);
-    }
-    if (sorted) {
-      // The same items in the same order as the records would give, so
-      // GoSort leaves equal ones where etcd's sort.Sort does.
-      auto less = [&, target = req.sort_target()](size_t a, size_t b) {
-        switch (target) {
-          case RangeRequest::KEY: return keys[a] < keys[b];
-          case RangeRequest::VERSION: return hits[a].version < hits[b].version;
-          case RangeRequest::CREATE: return hits[a].created.main < hits[b].created.main;
-          case RangeRequest::MOD: return hits[a].modified.main < hits[b].modified.main;
-          default: return false;
-        }
-      };
-      auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
-      const int n = static_cast<int>(items.size());
-      if (order == RangeRequest::ASCEND) {
-        GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
-      } else {
-        GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
+  // Filtered or sorted: each key's fields to filter and order by (for
+  // revs[i]), from the index (by_index), else from its decoded record.
+  std::vector<KeyValueView> decoded;
+  std::vector<std::string> records;  // !by_index: every record, in key order
+  if (!by_index) {
+    if (auto s = read(revs, &records); !s.ok()) return s;
+    decoded.resize(records.size());
+    for (size_t i = 0; i < records.size(); ++i) {
+      if (!DecodeKeyValue(records[i], &decoded[i])) {
+        return absl::DataLossError("stored record is not a KeyValue");
       }
     }
-    size_t n = items.size();
-    if (limit > 0 && static_cast<int64_t>(n) > limit) {
-      n = static_cast<size_t>(limit);
-      result->more = true;
-    }
-    std::vector<Revision> chosen(n);
-    for (size_t i = 0; i < n; ++i) chosen[i] = revs[items[i]];
-    std::vector<std::string> records;
-    if (auto s = read(chosen, &records); !s.ok()) return s;
-    for (const auto& r : records) emit(r);
-    result->num_kvs = static_cast<int>(n);
-    return absl::OkStatus();
   }
-
-  // Sorted by value: decode what is needed to filter and order.
-  std::vector<std::string> records;
-  if (auto s = read(revs, &records); !s.ok()) return s;
-  struct Item {
+  auto fields = [&](size_t i) {
+    if (!by_index) return decoded[i];
     KeyValueView kv;
-    size_t index;
+    if (by_key) kv.key = keys[i];
+    kv.create_revision = hits[i].created.main;
+    kv.mod_revision = hits[i].modified.main;
+    kv.version = hits[i].version;
+    return kv;
   };
-  std::vector<Item> items;
-  items.reserve(records.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    Item item{{}, i};
-    if (!DecodeKeyValue(records[i], &item.kv)) {
-      return absl::DataLossError("stored record is not a KeyValue");
-    }
-    const auto& kv = item.kv;
+  std::vector<size_t> items;  // positions in revs that pass the filters
+  items.reserve(revs.size());
+  for (size_t i = 0; i < revs.size(); ++i) {
+    const KeyValueView kv = fields(i);
     if (req.max_mod_revision() != 0 && kv.mod_revision > req.max_mod_revision()) continue;
     if (req.min_mod_revision() != 0 && kv.mod_revision < req.min_mod_revision()) continue;
     if (req.max_create_revision() != 0 && kv.create_revision > req.max_create_revision()) continue;
     if (req.min_create_revision() != 0 && kv.create_revision < req.min_create_revision()) continue;
-    items.push_back(item);
+    items.push_back(i);
   }
   if (sorted) {
     // etcd sorts with Go's sort.Sort, which is not stable: GoSort leaves
-    // equal elements in the same order it does.
-    auto less = [target = req.sort_target()](const Item& a, const Item& b) {
+    // equal elements in the same order it does (the items are the same, in
+    // the same order, whether their fields come from the index or records).
+    auto less = [&fields, target = req.sort_target()](size_t a, size_t b) {
+      const KeyValueView x = fields(a), y = fields(b);
       switch (target) {
-        case RangeRequest::KEY: return a.kv.key < b.kv.key;
-        case RangeRequest::VERSION: return a.kv.version < b.kv.version;
-        case RangeRequest::CREATE: return a.kv.create_revision < b.kv.create_revision;
-        case RangeRequest::MOD: return a.kv.mod_revision < b.kv.mod_revision;
-        case RangeRequest::VALUE: return a.kv.value < b.kv.value;
+        case RangeRequest::KEY: return x.key < y.key;
+        case RangeRequest::VERSION: return x.version < y.version;
+        case RangeRequest::CREATE: return x.create_revision < y.create_revision;
+        case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
+        case RangeRequest::VALUE: return x.value < y.value;
         default: return false;
       }
     };
@@ -289,10 +257,16 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     n = static_cast<size_t>(limit);
     result->more = true;
   }
-  for (size_t i = 0; i < n; ++i) {
-    emit(records[items[i].index]);
-  }
   result->num_kvs = static_cast<int>(n);
+  if (by_index) {
+    // Only now read the records returned.
+    std::vector<Revision> chosen(n);
+    for (size_t i = 0; i < n; ++i) chosen[i] = revs[items[i]];
+    if (auto s = read(chosen, &records); !s.ok()) return s;
+    for (const auto& r : records) emit(r);
+  } else {
+    for (size_t i = 0; i < n; ++i) emit(records[items[i]]);
+  }
   return absl::OkStatus();
 }
 

@@ -92,13 +92,12 @@ class CampaignCall final
   void Wait() {
     WaitDeletes(prefix_, leader_rev_ - 1, [this](absl::StatusOr<ResponseHeader> h) {
       if (!h.ok()) return End(RecipeStatus(h.status()));
-      *response_.mutable_header() = Header(header_rev_);
       LeaderKey* leader = response_.mutable_leader();
       leader->set_name(request_.name());
       leader->set_key(key_);
       leader->set_rev(leader_rev_);
       leader->set_lease(lease_);
-      End(grpc::Status::OK);
+      Succeed(header_rev_);
     });
   }
 
@@ -132,8 +131,7 @@ class ProclaimCall final
           [this](absl::StatusOr<TxnResponse> r) {
             if (!r.ok()) return End(RecipeStatus(r.status()));
             if (!r->succeeded()) return End(RecipeStatus(absl::UnknownError(kNotLeader)));
-            *response_.mutable_header() = Header(r->header().revision());
-            End(grpc::Status::OK);
+            Succeed(r->header().revision());
           });
     });
   }
@@ -152,8 +150,7 @@ class ResignCall final
       Txn(ResignTxn(request_.leader().key(), request_.leader().rev()),
           [this](absl::StatusOr<TxnResponse> r) {
             if (!r.ok()) return End(RecipeStatus(r.status()));
-            *response_.mutable_header() = Header(r->header().revision());
-            End(grpc::Status::OK);
+            Succeed(r->header().revision());
           });
     });
   }
@@ -197,15 +194,11 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
                                                            grpc::CallbackServerContext* ctx,
                                                            const grpc::ByteBuffer* in) {
     auto call = std::make_shared<ObserveCall>(recipes, ctx);
-    call->self_ = call;
-    std::string bytes;
     ObserveCall* c = call.get();
-    if (!FlattenBuffer(*in, &bytes) || !c->request_.ParseFromString(bytes)) {
-      c->Begin([c] { c->End(grpc::Status(grpc::StatusCode::INTERNAL, kUnmarshalError)); });
-    } else {
+    c->BeginRequest(*in, &c->request_, [c] {
       c->prefix_ = c->request_.name() + "/";
-      c->Begin([c] { c->Loop(); });
-    }
+      c->Loop();
+    });
     return c;
   }
 
@@ -223,7 +216,7 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
     });
   }
   void OnCancel() override { Cancelled(); }
-  void OnDone() override { self_.reset(); }
+  void OnDone() override { Release(); }
 
  private:
   void Answer(const grpc::Status& status) override { Finish(status); }
@@ -313,7 +306,6 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   bool writing_ = false;        // out_ is being written
   std::deque<std::string> queued_;
   grpc::ByteBuffer out_;
-  std::shared_ptr<RecipeCall> self_;  // until gRPC is done with the reactor
 };
 
 }  // namespace

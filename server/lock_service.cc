@@ -72,9 +72,8 @@ class LockCall final : public UnaryRecipe<v3lockpb::LockRequest, v3lockpb::LockR
   }
 
   void Held(int64_t revision) {
-    *response_.mutable_header() = Header(revision);
     response_.set_key(key_);
-    End(grpc::Status::OK);
+    Succeed(revision);
   }
 
   // A waiter that gives up takes its key away, as etcd's mutex does.
@@ -96,8 +95,7 @@ class UnlockCall final : public UnaryRecipe<v3lockpb::UnlockRequest, v3lockpb::U
   void Run() override {
     Delete(request_.key(), [this](absl::StatusOr<etcdserverpb::DeleteRangeResponse> r) {
       if (!r.ok()) return End(RecipeStatus(r.status()));
-      *response_.mutable_header() = Header(r->header().revision());
-      End(grpc::Status::OK);
+      Succeed(r->header().revision());
     });
   }
 };

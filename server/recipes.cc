@@ -158,7 +158,7 @@ ResponseHeader RecipeCall::Header(int64_t revision) const {
 
 template <typename Req, typename Resp>
 void RecipeCall::Write(mvcc::WriteRequest::Kind kind, Req req,
-                       std::function<void(absl::StatusOr<Resp>)> then) {
+                       std::function<void(absl::StatusOr<Resp>)> then, bool validated) {
   struct Pending {
     Req req;
     Resp resp;
@@ -167,6 +167,7 @@ void RecipeCall::Write(mvcc::WriteRequest::Kind kind, Req req,
   p->req = std::move(req);
   mvcc::WriteRequest w;
   w.kind = kind;
+  w.validated = validated;
   w.request = &p->req;
   w.response = &p->resp;
   {
@@ -205,17 +206,26 @@ void RecipeCall::Session(int64_t lease, std::function<void(int64_t)> then) {
       });
 }
 
-void RecipeCall::Txn(TxnRequest req, std::function<void(absl::StatusOr<TxnResponse>)> then) {
+template <typename Req, typename Resp>
+void RecipeCall::CheckedWrite(
+    mvcc::WriteRequest::Kind kind, Req req,
+    absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Req&) const,
+    std::function<void(absl::StatusOr<Resp>)> then) {
+  // Its shape first, then the caller's permission, as the KV service checks.
   absl::Status s = mvcc::ValidateWrite(req, recipes_->store()->options().max_txn_ops);
   if (const AuthGate* auth = recipes_->auth(); s.ok() && auth != nullptr) {
-    s = auth->CheckTxn(*ctx_, req);
+    s = (auth->*check)(*ctx_, req);
   }
   if (!s.ok()) {
     if (then) then(s);
     return;
   }
-  Write<TxnRequest, TxnResponse>(mvcc::WriteRequest::Kind::kTxn, std::move(req),
-                                 std::move(then));
+  Write<Req, Resp>(kind, std::move(req), std::move(then), /*validated=*/true);
+}
+
+void RecipeCall::Txn(TxnRequest req, std::function<void(absl::StatusOr<TxnResponse>)> then) {
+  CheckedWrite<TxnRequest, TxnResponse>(mvcc::WriteRequest::Kind::kTxn, std::move(req),
+                                        &AuthGate::CheckTxn, std::move(then));
 }
 
 void RecipeCall::TxnDetached(TxnRequest req) { Txn(std::move(req), nullptr); }
@@ -225,16 +235,9 @@ void RecipeCall::Delete(
     std::function<void(absl::StatusOr<etcdserverpb::DeleteRangeResponse>)> then) {
   etcdserverpb::DeleteRangeRequest req;
   req.set_key(key);
-  absl::Status s = mvcc::ValidateWrite(req, recipes_->store()->options().max_txn_ops);
-  if (const AuthGate* auth = recipes_->auth(); s.ok() && auth != nullptr) {
-    s = auth->CheckDeleteRange(*ctx_, req);
-  }
-  if (!s.ok()) {
-    if (then) then(s);
-    return;
-  }
-  Write<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
-      mvcc::WriteRequest::Kind::kDeleteRange, std::move(req), std::move(then));
+  CheckedWrite<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
+      mvcc::WriteRequest::Kind::kDeleteRange, std::move(req), &AuthGate::CheckDeleteRange,
+      std::move(then));
 }
 
 void RecipeCall::DeleteDetached(const std::string& key) { Delete(key, nullptr); }

@@ -84,6 +84,22 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
   // Registers the call (so that Recipes can end it at shutdown) and runs
   // `first` on the recipes' thread.
   void Begin(std::function<void()> first);
+  // The start of an RPC: keeps the call alive until Release (its reactor's
+  // OnDone), parses the received bytes into *request and begins with
+  // `first`; a request that does not parse is answered with Go gRPC's
+  // unmarshal error, as by etcd.
+  template <typename Request>
+  void BeginRequest(const grpc::ByteBuffer& in, Request* request, std::function<void()> first) {
+    self_ = shared_from_this();
+    std::string bytes;
+    if (!FlattenBuffer(in, &bytes) || !request->ParseFromString(bytes)) {
+      Begin([this] { End(grpc::Status(grpc::StatusCode::INTERNAL, kUnmarshalError)); });
+    } else {
+      Begin(std::move(first));
+    }
+  }
+  // gRPC is done with the call's reactor.
+  void Release() { self_.reset(); }
   // Answers the RPC with status (a subclass's own response, if OK). Called
   // once, on the recipes' thread.
   virtual void Answer(const grpc::Status& status) = 0;
@@ -133,12 +149,24 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
  private:
   friend class Recipes;
 
+  // Submits a write; then gets its outcome (unless null). validated: the
+  // caller ran ValidateWrite on it (WriteRequest::validated).
   template <typename Req, typename Resp>
-  void Write(mvcc::WriteRequest::Kind kind, Req req, std::function<void(absl::StatusOr<Resp>)> then);
+  void Write(mvcc::WriteRequest::Kind kind, Req req, std::function<void(absl::StatusOr<Resp>)> then,
+             bool validated = false);
+  // Checks the write's shape, then the caller's permission with check, and
+  // submits it; a refusal goes to then (unless null).
+  template <typename Req, typename Resp>
+  void CheckedWrite(
+      mvcc::WriteRequest::Kind kind, Req req,
+      absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Req&) const,
+      std::function<void(absl::StatusOr<Resp>)> then);
   void WaitDelete(const std::string& key, int64_t rev, std::function<void(absl::Status)> then);
 
   bool over_ = false;
   std::shared_ptr<HubWatch> watch_;
+  // Set by BeginRequest and reset by Release, on gRPC threads only.
+  std::shared_ptr<RecipeCall> self_;
 };
 
 // A unary RPC of the Lock or Election service run as a recipe call: its
@@ -153,25 +181,26 @@ class UnaryRecipe : public grpc::ServerUnaryReactor, public RecipeCall {
   static grpc::ServerUnaryReactor* Start(Recipes* recipes, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
     std::shared_ptr<UnaryRecipe> call = std::make_shared<Call>(recipes, ctx, out);
-    call->self_ = call;
-    std::string bytes;
     UnaryRecipe* c = call.get();
-    if (!FlattenBuffer(*in, &bytes) || !c->request_.ParseFromString(bytes)) {
-      c->Begin([c] { c->End(grpc::Status(grpc::StatusCode::INTERNAL, kUnmarshalError)); });
-    } else {
-      c->Begin([c] { c->Run(); });
-    }
+    c->BeginRequest(*in, &c->request_, [c] { c->Run(); });
     return c;
   }
 
   void OnCancel() override { Cancelled(); }
-  void OnDone() override { self_.reset(); }
+  void OnDone() override { Release(); }
 
  protected:
   UnaryRecipe(Recipes* recipes, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out)
       : RecipeCall(recipes, ctx), out_(out) {}
 
   virtual void Run() = 0;
+
+  // Answers OK: the response filled so far, with the member's header at
+  // revision.
+  void Succeed(int64_t revision) {
+    *response_.mutable_header() = Header(revision);
+    End(grpc::Status::OK);
+  }
 
   void Answer(const grpc::Status& status) override {
     if (status.ok()) StringToBuffer(response_.SerializeAsString(), out_);
@@ -183,7 +212,6 @@ class UnaryRecipe : public grpc::ServerUnaryReactor, public RecipeCall {
 
  private:
   grpc::ByteBuffer* const out_;
-  std::shared_ptr<RecipeCall> self_;  // until gRPC is done with the reactor
 };
 
 // What the Lock and Election services share: the store, the hub, the

@@ -417,8 +417,12 @@ TEST(CrashTest, AcknowledgedWritesSurviveSigkill) {
     auto b = value_rev.find(w->kvs[1].second);
     const bool has_a = a != value_rev.end(), has_b = b != value_rev.end();
     EXPECT_EQ(has_a, has_b) << "txn " << w->kvs[0].second << " partly applied";
-    if (has_a && has_b) EXPECT_EQ(a->second, b->second);
-    if (w->acked) EXPECT_TRUE(has_a) << "acknowledged txn missing from history";
+    if (has_a && has_b) {
+      EXPECT_EQ(a->second, b->second);
+    }
+    if (w->acked) {
+      EXPECT_TRUE(has_a) << "acknowledged txn missing from history";
+    }
   }
 
   // The watcher that resumed after every kill saw exactly this history: no

@@ -133,6 +133,24 @@ class DiffConcurrencyTest : public DiffTest {
                                                         &v3lockpb::Lock::Stub::Lock, r);
     return w;
   }
+  // Lock K("lock") held with lease a, and a second Lock with lease b
+  // waiting behind it on both servers (its key is in).
+  struct Contention {
+    int64_t a = 0, b = 0;
+    AnswerPair<LockResponse> first;
+    WaitingPair second;
+  };
+  Contention LockBehindAHolder() {
+    Contention c;
+    c.a = GrantBoth(60);
+    c.b = GrantBoth(60);
+    c.first = Both(LockR(K("lock"), c.a));
+    EXPECT_SAME(c.first);
+    c.second = LockInBackground(LockR(K("lock"), c.b));
+    AwaitKeyOnBoth(K("lock/") + GoHex(c.b));
+    return c;
+  }
+
   struct CampaignPair {
     std::unique_ptr<Waiting<CampaignResponse>> etcd, capstan;
   };
@@ -147,26 +165,22 @@ class DiffConcurrencyTest : public DiffTest {
 
   // Waits until `key` exists on both servers (a waiter's key is put before
   // it starts waiting). Both servers then have applied the same writes.
-  void AwaitKeyOnBoth(const std::string& key) {
-    etcdserverpb::RangeRequest r;
-    r.set_key(key);
-    for (int i = 0; i < 500; ++i) {
-      auto p = Both(r);
-      if (p.etcd.resp.kvs_size() == 1 && p.capstan.resp.kvs_size() == 1) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "key " << key << " did not appear on both servers";
-  }
+  void AwaitKeyOnBoth(const std::string& key) { AwaitOnBoth(key, true); }
   // Waits until `key` is gone from both servers.
-  void AwaitNoKeyOnBoth(const std::string& key) {
+  void AwaitNoKeyOnBoth(const std::string& key) { AwaitOnBoth(key, false); }
+
+ private:
+  void AwaitOnBoth(const std::string& key, bool present) {
     etcdserverpb::RangeRequest r;
     r.set_key(key);
+    const int want = present ? 1 : 0;
     for (int i = 0; i < 500; ++i) {
       auto p = Both(r);
-      if (p.etcd.resp.kvs_size() == 0 && p.capstan.resp.kvs_size() == 0) return;
+      if (p.etcd.resp.kvs_size() == want && p.capstan.resp.kvs_size() == want) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    ADD_FAILURE() << "key " << key << " is still on a server";
+    ADD_FAILURE() << "key " << key << (present ? " did not appear on both servers"
+                                               : " is still on a server");
   }
 };
 
@@ -258,12 +272,8 @@ TEST_F(DiffConcurrencyTest, UnlockWithoutAKey) {
 // The second locker waits until the first unlocks, then holds the lock; the
 // answer's header is the revision of the unlock.
 TEST_F(DiffConcurrencyTest, ContendedLockWaitsForTheHolder) {
-  int64_t a = GrantBoth(60);
-  int64_t b = GrantBoth(60);
-  auto first = Both(LockR(K("lock"), a));
-  ASSERT_SAME(first);
-  auto second = LockInBackground(LockR(K("lock"), b));
-  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  auto [a, b, first, second] = LockBehindAHolder();
+  ASSERT_FALSE(HasFailure());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(second.etcd->done());
   EXPECT_FALSE(second.capstan->done());
@@ -300,12 +310,8 @@ TEST_F(DiffConcurrencyTest, WaitersGetTheLockInTurn) {
 // A waiter that gives up (its client cancels the call) takes its key away,
 // and the next waiter is not held up by it.
 TEST_F(DiffConcurrencyTest, CancelledWaiterRemovesItsKey) {
-  int64_t a = GrantBoth(60);
-  int64_t b = GrantBoth(60);
-  auto first = Both(LockR(K("lock"), a));
-  ASSERT_SAME(first);
-  auto second = LockInBackground(LockR(K("lock"), b));
-  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  auto [a, b, first, second] = LockBehindAHolder();
+  ASSERT_FALSE(HasFailure());
   second.etcd->Cancel();
   second.capstan->Cancel();
   EXPECT_EQ(second.etcd->Wait().status.error_code(), grpc::StatusCode::CANCELLED);
@@ -316,11 +322,8 @@ TEST_F(DiffConcurrencyTest, CancelledWaiterRemovesItsKey) {
 
 // A holder whose lease is revoked loses its key, and so the lock.
 TEST_F(DiffConcurrencyTest, RevokedHolderReleasesTheLock) {
-  int64_t a = GrantBoth(60);
-  int64_t b = GrantBoth(60);
-  ASSERT_SAME(Both(LockR(K("lock"), a)));
-  auto second = LockInBackground(LockR(K("lock"), b));
-  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  auto [a, b, first, second] = LockBehindAHolder();
+  ASSERT_FALSE(HasFailure());
   etcdserverpb::LeaseRevokeRequest revoke;
   revoke.set_id(a);
   EXPECT_SAME(Both(revoke));
@@ -332,12 +335,8 @@ TEST_F(DiffConcurrencyTest, RevokedHolderReleasesTheLock) {
 // mutex did not look and answered the lock held, with a key that no longer
 // exists. Capstan follows 3.5 (docs/COMPATIBILITY.md).
 TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSoAsIn35) {
-  int64_t a = GrantBoth(60);
-  int64_t b = GrantBoth(60);
-  auto first = Both(LockR(K("lock"), a));
-  ASSERT_SAME(first);
-  auto second = LockInBackground(LockR(K("lock"), b));
-  AwaitKeyOnBoth(K("lock/") + GoHex(b));
+  auto [a, b, first, second] = LockBehindAHolder();
+  ASSERT_FALSE(HasFailure());
   etcdserverpb::LeaseRevokeRequest revoke;
   revoke.set_id(b);
   EXPECT_SAME(Both(revoke));

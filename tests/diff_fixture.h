@@ -44,10 +44,11 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/struct.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "mvcc/key_range.h"
+#include "process_fixture.h"
 #include "v3electionpb/v3election.grpc.pb.h"
 #include "v3lockpb/v3lock.grpc.pb.h"
-#include "gtest/gtest.h"
-#include "process_fixture.h"
 
 namespace capstan::testing {
 
@@ -74,12 +75,7 @@ void Normalize(google::protobuf::Message* m, const ServerProcess& server);
 
 // The smallest key greater than every key with prefix `p` (etcd's
 // GetPrefixRangeEnd): "\0", from-key, when `p` is empty or all 0xff bytes.
-inline std::string PrefixEnd(std::string p) {
-  while (!p.empty() && static_cast<unsigned char>(p.back()) == 0xff) p.pop_back();
-  if (p.empty()) return std::string(1, '\0');
-  p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
-  return p;
-}
+using mvcc::PrefixEnd;
 
 // Replaces the server's client/peer/metrics ports in `s` by placeholders.
 std::string NormalizePorts(std::string s, const ServerProcess& server);

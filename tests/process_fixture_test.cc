@@ -156,7 +156,9 @@ TEST_F(ProcessFixtureTest, DestructorKillsServerAndRemovesDir) {
     dir = (*s)->dir();
   }
   EXPECT_TRUE(WaitGone(pid, std::chrono::seconds(5)));
-  if (std::getenv("CAPSTAN_KEEP_TEST_DIRS") == nullptr) EXPECT_NE(access(dir.c_str(), F_OK), 0);
+  if (std::getenv("CAPSTAN_KEEP_TEST_DIRS") == nullptr) {
+    EXPECT_NE(access(dir.c_str(), F_OK), 0);
+  }
 }
 
 // Helper mode: started as a child of the test below, starts etcd, prints its

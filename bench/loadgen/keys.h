@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 
+#include "mvcc/key_range.h"
+
 namespace capstan::bench {
 
 inline std::string EtcdBenchKey(int64_t index, int key_size) {
@@ -47,17 +49,7 @@ inline int64_t RandomIndex(int64_t n) {
 }
 
 // The smallest key greater than every key with this prefix ("\0" if none).
-inline std::string PrefixEnd(std::string prefix) {
-  while (!prefix.empty()) {
-    unsigned char c = static_cast<unsigned char>(prefix.back());
-    if (c < 0xff) {
-      prefix.back() = static_cast<char>(c + 1);
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return std::string(1, '\0');
-}
+using mvcc::PrefixEnd;
 
 }  // namespace capstan::bench
 
