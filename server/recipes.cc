@@ -65,7 +65,7 @@ class HubWatch : public std::enable_shared_from_this<HubWatch> {
   using OnResponse = std::function<void(const WatchResponse&)>;
 
   HubWatch(Recipes* recipes, OnResponse on_response)
-      : recipes_(recipes), on_response_(std::move(on_response)) {}
+      : recipes_(recipes), on_response_(std::make_shared<OnResponse>(std::move(on_response))) {}
   ~HubWatch() { Close(); }
 
   void Open(const ResponseHeader& header, const WatchCreateRequest& req) {
@@ -96,15 +96,15 @@ class HubWatch : public std::enable_shared_from_this<HubWatch> {
     for (;;) {
       if (stream_ == nullptr) return;
       WatchResponse resp;
-      // A copy: the handler may close the watch, which drops on_response_.
-      OnResponse handler = on_response_;
-      if (resp.ParseFromString(message) && handler) handler(resp);
+      // Held here: the handler may close the watch, which drops on_response_.
+      std::shared_ptr<OnResponse> handler = on_response_;
+      if (handler != nullptr && resp.ParseFromString(message)) (*handler)(resp);
       if (stream_ == nullptr || !stream_->Pop(&message)) return;
     }
   }
 
   Recipes* const recipes_;
-  OnResponse on_response_;
+  std::shared_ptr<OnResponse> on_response_;  // null once closed
   std::shared_ptr<mvcc::WatchStream> stream_;
 };
 

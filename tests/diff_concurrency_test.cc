@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -75,6 +76,15 @@ class Waiting {
   Answer<Resp> answer_;
   std::atomic<bool> done_{false};
   std::thread thread_;
+};
+
+// An observer on Capstan that reads nothing while the leader proclaims
+// (ProclaimToAnObserverThatDoesNotRead).
+struct HeldBackObserver {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<LeaderResponse>> reader;
+  LeaderKey leader;
+  int64_t last_rev = 0;  // of the last proclamation
 };
 
 class DiffConcurrencyTest : public DiffTest {
@@ -161,6 +171,25 @@ class DiffConcurrencyTest : public DiffTest {
     w.capstan = std::make_unique<Waiting<CampaignResponse>>(
         capstan_stubs().election.get(), &v3electionpb::Election::Stub::Campaign, r);
     return w;
+  }
+
+  // A leader of K("election") (first value "v0") that proclaims `count`
+  // values value(1..count) while an observer on Capstan, opened before,
+  // reads nothing. Values of 32 KiB or more make that more than the
+  // stream's flow-control window, so the server must hold them back.
+  void ProclaimToAnObserverThatDoesNotRead(int count, const std::function<std::string(int)>& value,
+                                           HeldBackObserver* out) {
+    int64_t a = GrantBoth(60);
+    auto leader = Both(CampaignR(K("election"), a, "v0"));
+    ASSERT_SAME(leader);
+    out->leader = leader.etcd.resp.leader();
+    out->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    out->reader = capstan_stubs().election->Observe(&out->ctx, LeaderR(K("election")));
+    for (int i = 1; i <= count; ++i) {
+      auto p = Both(ProclaimR(out->leader, value(i)));
+      ASSERT_SAME(p);
+      out->last_rev = p.capstan.resp.header().revision();
+    }
   }
 
   // Waits until `key` exists on both servers (a waiter's key is put before
@@ -558,15 +587,12 @@ TEST_F(DiffConcurrencyTest, ObserveStartsWithTheCurrentLeader) {
 TEST_F(DiffConcurrencyTest, ObserverThatReadsLateMissesNothing) {
   constexpr int kProclaims = 400;
   const std::string padding(32 * 1024, 'x');
-  int64_t a = GrantBoth(60);
-  auto leader = Both(CampaignR(K("election"), a, "v0"));
-  ASSERT_SAME(leader);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto reader = capstan_stubs().election->Observe(&ctx, LeaderR(K("election")));
-  for (int i = 1; i <= kProclaims; ++i) {
-    ASSERT_SAME(Both(ProclaimR(leader.etcd.resp.leader(), absl::StrCat("v", i, padding))));
-  }
+  HeldBackObserver observer;
+  ProclaimToAnObserverThatDoesNotRead(
+      kProclaims, [&](int i) { return absl::StrCat("v", i, padding); }, &observer);
+  ASSERT_FALSE(HasFailure());
+  auto& reader = observer.reader;
+  auto& ctx = observer.ctx;
   LeaderResponse resp;
   int64_t last_rev = 0;
   for (int i = 0; i <= kProclaims; ++i) {
@@ -586,18 +612,13 @@ TEST_F(DiffConcurrencyTest, ObserverThatReadsLateMissesNothing) {
 TEST_F(DiffConcurrencyTest, ObserverHeldBackPastACompactionGoesOnFromTheLatestValue) {
   constexpr int kProclaims = 400;
   const std::string padding(32 * 1024, 'x');
-  int64_t a = GrantBoth(60);
-  auto leader = Both(CampaignR(K("election"), a, "v0"));
-  ASSERT_SAME(leader);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto reader = capstan_stubs().election->Observe(&ctx, LeaderR(K("election")));
-  int64_t rev = 0;
-  for (int i = 1; i <= kProclaims; ++i) {
-    auto p = Both(ProclaimR(leader.etcd.resp.leader(), absl::StrCat(i, "/", padding)));
-    ASSERT_SAME(p);
-    rev = p.capstan.resp.header().revision();
-  }
+  HeldBackObserver observer;
+  ProclaimToAnObserverThatDoesNotRead(
+      kProclaims, [&](int i) { return absl::StrCat(i, "/", padding); }, &observer);
+  ASSERT_FALSE(HasFailure());
+  auto& reader = observer.reader;
+  auto& ctx = observer.ctx;
+  const int64_t rev = observer.last_rev;
   etcdserverpb::CompactionRequest compact;
   compact.set_revision(rev);
   compact.set_physical(true);
@@ -613,7 +634,7 @@ TEST_F(DiffConcurrencyTest, ObserverHeldBackPastACompactionGoesOnFromTheLatestVa
     last = value;
   }
   // Caught up: the next proclamation arrives as usual.
-  ASSERT_SAME(Both(ProclaimR(leader.etcd.resp.leader(), "after")));
+  ASSERT_SAME(Both(ProclaimR(observer.leader, "after")));
   ASSERT_TRUE(reader->Read(&resp));
   EXPECT_EQ(resp.kv().value(), "after");
   ctx.TryCancel();
