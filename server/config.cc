@@ -358,7 +358,7 @@ std::vector<FlagSpec> BuildFlags() {
        "--listen-client-http-urls is not specified."},
       {"listen-client-http-urls", Section::kMember, Urls(&S::listen_client_http_urls), "''",
        "List of URLs to listen on for http only client traffic. Enabling this flag\n"
-       "removes http services from --listen-client-urls."},
+       "removes http services from --listen-client-urls. http:// URLs only."},
       {"max-snapshots", Section::kMember, Uint(&S::max_snapshots), "'5'",
        "Maximum number of snapshot files to retain (0 is unlimited). No effect in Capstan.",
        kNoEffect},
@@ -402,9 +402,7 @@ std::vector<FlagSpec> BuildFlags() {
        "address in TIME_WAIT state."},
 
       {"enable-grpc-gateway", Section::kMember, Bool(&S::enable_grpc_gateway), "'true'",
-       "Enable GRPC gateway. No effect in Capstan, which does not serve etcd's JSON gateway\n"
-       "(/v3/...) yet.",
-       kNoEffect},
+       "Enable GRPC gateway: etcd's JSON API (/v3/kv/range, ...) on the http client URLs."},
 
       // ---- Clustering ----
       {"initial-advertise-peer-urls", Section::kClustering, Urls(&S::initial_advertise_peer_urls),

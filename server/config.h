@@ -114,7 +114,7 @@ struct ServerConfig {
   absl::Duration grpc_keepalive_timeout = absl::Seconds(20);  // --grpc-keepalive-timeout
   bool socket_reuse_port = false;                             // --socket-reuse-port
   bool socket_reuse_address = false;                          // --socket-reuse-address
-  bool enable_grpc_gateway = true;                            // --enable-grpc-gateway (no effect)
+  bool enable_grpc_gateway = true;                            // --enable-grpc-gateway
 
   // ---- Clustering ---------------------------------------------------------
   std::vector<Url> initial_advertise_peer_urls = {{"http", "localhost:2380"}};  // (no effect)

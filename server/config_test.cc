@@ -641,8 +641,8 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "listen-peer-urls", "enable-grpc-gateway", "pre-vote",
-                          "peer-cert-file", "enable-pprof", "force-new-cluster", "v"));
+              ElementsAre("snapshot-count", "listen-peer-urls", "pre-vote", "peer-cert-file",
+                          "enable-pprof", "force-new-cluster", "v"));
 }
 
 TEST(ServerConfigTest, AutoCompaction) {

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -22,73 +23,99 @@ HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const MemberInfo* member, Ver
 
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
-void HttpEndpoints::Install(httplib::Server* server) {
-  // etcd 3.5's /health (etcdhttp/metrics.go): an active alarm makes the
-  // member unhealthy unless its type is excluded (`?exclude=NOSPACE`, as
-  // kubeadm's liveness probe asks; every alarm of that type is excluded, as
-  // from 3.5.2). `serializable=true` asks etcd for a local rather than a
-  // quorum read; a single member answers both alike, so it is accepted and
-  // changes nothing here.
-  auto health = [this](const httplib::Request& req, httplib::Response& res) {
-    std::string reason;
-    for (const auto& a : store_->Alarms()) {
-      const std::string name = etcdserverpb::AlarmType_Name(a.alarm());
-      const std::string text = absl::StrCat("memberID:", a.memberid(), " alarm:", name, " ");
-      bool excluded = false;
-      for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
-        excluded |= req.get_param_value("exclude", i) == name;
-      }
-      if (excluded) {
-        SPDLOG_DEBUG("/health excluded alarm: {}", text);
-        continue;
-      }
-      SPDLOG_WARN("serving /health false due to an alarm: {}", text);
-      reason = a.alarm() == etcdserverpb::NOSPACE || a.alarm() == etcdserverpb::CORRUPT
-                   ? "ALARM " + name
-                   : "ALARM UNKNOWN";
-      break;
+std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl::string_view path,
+                                                  const std::vector<std::string>& exclude) const {
+  HttpResponse res;
+  auto content = [&res](std::string body, std::string type) {
+    res.body = std::move(body);
+    res.headers.emplace_back("Content-Type", std::move(type));
+    return res;
+  };
+  if (path == "/health") {
+    // Other methods: 405 with Allow, as Go's http.Error writes it.
+    if (method != "GET") {
+      res = PlainError(405, "Method Not Allowed");
+      res.headers.emplace_back("Allow", "GET");
+      return res;
     }
-    // A store that stopped accepting writes after a storage failure is
-    // unhealthy whatever is excluded.
-    if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
-    if (!reason.empty()) {
-      // Go's http.Error: the body plus a newline, and nosniff.
-      const std::string body = "{\"health\":\"false\",\"reason\":\"" + reason + "\"}";
-      SPDLOG_WARN("/health error: output {}, status-code 503", body);
-      res.status = 503;
-      res.set_header("X-Content-Type-Options", "nosniff");
-      res.set_content(body + "\n", "text/plain; charset=utf-8");
+    return Health(exclude);
+  }
+  if (method != "GET") return std::nullopt;
+  if (path == "/livez" || path == "/readyz") return content("ok", "text/plain; charset=utf-8");
+  if (path == "/version") {
+    return content(absl::StrCat("{\"etcdserver\":\"", versions_.server, "\",\"etcdcluster\":\"",
+                                versions_.cluster, "\"}"),
+                   "application/json");
+  }
+  if (path == "/metrics") return content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
+  return std::nullopt;
+}
+
+// etcd 3.5's /health (etcdhttp/metrics.go): an active alarm makes the member
+// unhealthy unless its type is excluded (`?exclude=NOSPACE`, as kubeadm's
+// liveness probe asks; every alarm of that type is excluded, as from
+// 3.5.2). `serializable=true` asks etcd for a local rather than a quorum
+// read; a single member answers both alike, so it is accepted and changes
+// nothing here.
+HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) const {
+  std::string reason;
+  for (const auto& a : store_->Alarms()) {
+    const std::string name = etcdserverpb::AlarmType_Name(a.alarm());
+    const std::string text = absl::StrCat("memberID:", a.memberid(), " alarm:", name, " ");
+    if (std::find(exclude.begin(), exclude.end(), name) != exclude.end()) {
+      SPDLOG_DEBUG("/health excluded alarm: {}", text);
+      continue;
+    }
+    SPDLOG_WARN("serving /health false due to an alarm: {}", text);
+    reason = a.alarm() == etcdserverpb::NOSPACE || a.alarm() == etcdserverpb::CORRUPT
+                 ? "ALARM " + name
+                 : "ALARM UNKNOWN";
+    break;
+  }
+  // A store that stopped accepting writes after a storage failure is
+  // unhealthy whatever is excluded.
+  if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
+  if (!reason.empty()) {
+    const std::string body = "{\"health\":\"false\",\"reason\":\"" + reason + "\"}";
+    SPDLOG_WARN("/health error: output {}, status-code 503", body);
+    return PlainError(503, body);
+  }
+  SPDLOG_DEBUG("/health OK: status-code 200");
+  HttpResponse res;
+  res.headers.emplace_back("Content-Type", "text/plain; charset=utf-8");
+  res.body = "{\"health\":\"true\",\"reason\":\"\"}";
+  return res;
+}
+
+void HttpEndpoints::Install(httplib::Server* server) {
+  auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+    std::vector<std::string> exclude;
+    for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
+      exclude.push_back(req.get_param_value("exclude", i));
+    }
+    std::optional<HttpResponse> answer = Answer(req.method, req.path, exclude);
+    if (!answer) {
+      res.status = 404;
       return;
     }
-    SPDLOG_DEBUG("/health OK: status-code 200");
-    res.set_content("{\"health\":\"true\",\"reason\":\"\"}", "text/plain; charset=utf-8");
+    res.status = answer->status;
+    std::string type;
+    for (const auto& [name, value] : answer->headers) {
+      if (name == "Content-Type") {
+        type = value;
+      } else {
+        res.set_header(name, value);
+      }
+    }
+    res.set_content(std::move(answer->body), type);
   };
-  server->Get("/health", health);
-  // Other methods: 405 with Allow, as Go's http.Error writes it.
-  auto only_get = [](const httplib::Request&, httplib::Response& res) {
-    res.status = 405;
-    res.set_header("Allow", "GET");
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_content("Method Not Allowed\n", "text/plain; charset=utf-8");
-  };
-  server->Post("/health", only_get);
-  server->Put("/health", only_get);
-  server->Delete("/health", only_get);
-  server->Patch("/health", only_get);
-  server->Get("/livez", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok", "text/plain; charset=utf-8");
-  });
-  server->Get("/readyz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok", "text/plain; charset=utf-8");
-  });
-  server->Get("/version", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(absl::StrCat("{\"etcdserver\":\"", versions_.server, "\",\"etcdcluster\":\"",
-                                 versions_.cluster, "\"}"),
-                    "application/json");
-  });
-  server->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  for (const char* path : {"/health", "/livez", "/readyz", "/version", "/metrics"}) {
+    server->Get(path, handler);
+  }
+  server->Post("/health", handler);
+  server->Put("/health", handler);
+  server->Delete("/health", handler);
+  server->Patch("/health", handler);
 }
 
 absl::Status HttpEndpoints::Listen(const std::string& host, int port, const ClientTls* tls) {

@@ -1,17 +1,21 @@
 // HTTP endpoints on the metrics URLs (--listen-metrics-urls): /health,
 // /livez, /readyz, /version and /metrics (Prometheus text format), over
-// http or, for https URLs, TLS with the client TLS settings.
+// http or, for https URLs, TLS with the client TLS settings. The http
+// client URLs answer them too (see client_http.h).
 
 #ifndef CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
 #define CAPSTAN_SERVER_HTTP_ENDPOINTS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
+#include "absl/strings/string_view.h"
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "mvcc/kv_store.h"
+#include "server/http1.h"
 #include "server/member.h"
 
 namespace httplib {
@@ -48,7 +52,14 @@ class HttpEndpoints {
   // The Prometheus exposition served at /metrics.
   std::string RenderMetrics() const;
 
+  // The answer to method on path if path is one of the endpoints (the
+  // client URLs serve them too); nullopt if it is not, or not for that
+  // method. exclude: the values of /health's `exclude` parameter.
+  std::optional<HttpResponse> Answer(absl::string_view method, absl::string_view path,
+                                     const std::vector<std::string>& exclude) const;
+
  private:
+  HttpResponse Health(const std::vector<std::string>& exclude) const;
   void Install(httplib::Server* server);
 
   mvcc::KvStore* const store_;

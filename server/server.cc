@@ -21,12 +21,15 @@
 #include "server/auto_compactor.h"
 #include "server/bulk_reads.h"
 #include "server/cache_service.h"
+#include "server/client_http.h"
+#include "server/client_listener.h"
 #include "server/data_dir.h"
 #include "server/grpc_metrics.h"
 #include "server/metrics.h"
 #include "server/http_endpoints.h"
 #include "server/election_service.h"
 #include "server/health_service.h"
+#include "server/json_gateway.h"
 #include "server/kv_service.h"
 #include "server/lease_service.h"
 #include "server/lock_service.h"
@@ -55,6 +58,15 @@ std::string GrpcAddress(const Url& url) {
 }
 
 bool IsTls(const Url& url) { return url.scheme == "https" || url.scheme == "unixs"; }
+
+absl::StatusOr<std::unique_ptr<ClientListener>> BindClientListener(const Url& url,
+                                                                   bool reuse_port) {
+  int port = 0;
+  if (!absl::SimpleAtoi(url.Port(), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("client URL ", url.String(), " has no port"));
+  }
+  return ClientListener::Bind(url.Hostname(), port, reuse_port);
+}
 
 // Why a TCP client URL cannot be listened on, worded like the Go net.Listen
 // error etcd prints ("listen tcp 127.0.0.1:2379: bind: address already in
@@ -244,8 +256,21 @@ absl::Status Server::Serve() {
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
   std::shared_ptr<grpc::ServerCredentials> tls;
+  // http:// client URLs serve gRPC and HTTP/1.1 on one port unless
+  // --listen-client-http-urls takes HTTP elsewhere; gRPC alone listens on
+  // the others.
+  const bool shared_ports = config_.listen_client_http_urls.empty();
+  std::vector<ClientListener*> shared(config_.listen_client_urls.size(), nullptr);
   for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
     const Url& url = config_.listen_client_urls[i];
+    if (shared_ports && url.scheme == "http") {
+      auto listener = BindClientListener(url, config_.socket_reuse_port);
+      if (!listener.ok()) return listener.status();
+      shared[i] = listener->get();
+      bound[i] = (*listener)->port();
+      client_listeners_.push_back(*std::move(listener));
+      continue;
+    }
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (IsTls(url)) {
       if (!client_tls) {
@@ -289,6 +314,16 @@ absl::Status Server::Serve() {
   // server bind a port this one serves and split its clients between them.
   // etcd sets it only with --socket-reuse-port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, config_.socket_reuse_port ? 1 : 0);
+  std::vector<std::unique_ptr<ClientListener>> http_only;
+  for (const Url& url : config_.listen_client_http_urls) {
+    if (url.scheme != "http") {
+      return absl::UnimplementedError(absl::StrCat(
+          "client HTTP URL ", url.String(), ": only http is supported (https is not yet)"));
+    }
+    auto listener = BindClientListener(url, config_.socket_reuse_port);
+    if (!listener.ok()) return listener.status();
+    http_only.push_back(*std::move(listener));
+  }
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_) {
     for (const auto& url : config_.listen_client_urls) {
@@ -312,6 +347,23 @@ absl::Status Server::Serve() {
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
                                           metrics_.get());
+  if (config_.enable_grpc_gateway) json_gateway_ = std::make_unique<JsonGateway>(grpc_server_.get());
+  ClientHttpOptions http_options;
+  http_options.cors = config_.cors;
+  http_options.host_whitelist = config_.host_whitelist;
+  // A JSON body carries bytes in base64: room for a request at the limit.
+  http_options.max_body = 2 * config_.max_request_bytes + kGrpcOverheadBytes;
+  client_http_ = std::make_unique<ClientHttp>(http_.get(), json_gateway_.get(), http_options);
+  auto adopt = [http = client_http_.get()](int fd) { http->Adopt(fd); };
+  for (ClientListener* listener : shared) {
+    if (listener != nullptr) listener->Start(grpc_server_.get(), adopt);
+  }
+  for (size_t i = 0; i < http_only.size(); ++i) {
+    http_only[i]->Start(nullptr, adopt);
+    SPDLOG_INFO("serving client HTTP traffic insecurely on {}",
+                config_.listen_client_http_urls[i].String());
+    client_listeners_.push_back(std::move(http_only[i]));
+  }
   for (const auto& url : config_.listen_metrics_urls) {
     if (url.scheme != "http" && url.scheme != "https") {
       return absl::UnimplementedError(
@@ -341,6 +393,8 @@ absl::Status Server::Serve() {
 void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  // No new connections, for gRPC or HTTP.
+  for (auto& l : client_listeners_) l->Stop();
   if (grpc_server_) {
     // Locks and campaigns may wait indefinitely: answer them now.
     if (recipes_) recipes_->EndCalls();
@@ -352,9 +406,13 @@ void Server::Shutdown() {
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    // HTTP clients' calls run through the gRPC server: end them first.
+    if (client_http_) client_http_->Stop();
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
   }
+  client_http_.reset();
+  json_gateway_.reset();
   if (http_) http_->Stop();
   // Its calls' steps use the hub and the store.
   recipes_.reset();

@@ -29,6 +29,9 @@ namespace capstan::server {
 
 class AutoCompactor;
 class BulkReads;
+class ClientHttp;
+class ClientListener;
+class JsonGateway;
 class CacheRange;
 class GrpcMetrics;
 class Metrics;
@@ -84,6 +87,12 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
   std::unique_ptr<HttpEndpoints> http_;
+  // HTTP/1.1 on the client URLs: the JSON gateway and the endpoints above.
+  std::unique_ptr<JsonGateway> json_gateway_;
+  std::unique_ptr<ClientHttp> client_http_;
+  // The plain-http client URLs (and --listen-client-http-urls), whose
+  // connections are sorted between gRPC and HTTP.
+  std::vector<std::unique_ptr<ClientListener>> client_listeners_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;

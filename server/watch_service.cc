@@ -29,8 +29,8 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      // The client closed its side (or the call broke): end the stream.
-      End(grpc::Status::OK);
+      // The client closed its side: as etcd's, the stream goes on sending
+      // until the client cancels it (OnCancel), which a broken call does too.
       return;
     }
     std::string bytes;
@@ -83,7 +83,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     if (stream_->Pop(&message, &more)) Send(std::move(message), more);
   }
 
-  void OnCancel() override { stream_->Close(); }
+  void OnCancel() override { End(grpc::Status::CANCELLED); }
 
   void OnDone() override {
     stream_->Close();

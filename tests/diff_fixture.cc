@@ -140,8 +140,6 @@ bool ParseJson(const std::string& text, pb::Value* out) {
   return pb::util::JsonStringToMessage(std::string(t), out, opts).ok();
 }
 
-namespace {
-
 void NormalizeJson(pb::Value* v, const ServerProcess& server, bool in_members) {
   switch (v->kind_case()) {
     case pb::Value::kStructValue: {
@@ -165,6 +163,8 @@ void NormalizeJson(pb::Value* v, const ServerProcess& server, bool in_members) {
       break;
   }
 }
+
+namespace {
 
 // etcdctl 3.4 logs failed retries to stderr as JSON lines with timestamps
 // and client ids; they are noise, not output.

@@ -119,6 +119,12 @@ struct EtcdctlPair {
 // Parses JSON text into a Value. Returns false if it is not JSON.
 bool ParseJson(const std::string& text, google::protobuf::Value* out);
 
+// Normalizes JSON answers in place as etcdctl's are: cluster_id, member_id
+// and raft_term removed everywhere, "ID" removed inside "members", the
+// server's ports replaced in strings.
+void NormalizeJson(google::protobuf::Value* v, const ServerProcess& server,
+                   bool in_members = false);
+
 // Serves both servers' gRPC stubs.
 struct ServerStubs {
   std::shared_ptr<grpc::Channel> channel;

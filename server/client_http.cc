@@ -1,0 +1,153 @@
+#include "server/client_http.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/http_endpoints.h"
+#include "server/json_gateway.h"
+#include "spdlog/spdlog.h"
+
+namespace capstan::server {
+namespace {
+
+// etcd's client http.Server reads a request within 5 minutes; an idle
+// kept-alive connection is closed after as long.
+constexpr int kIdleTimeoutMs = 5 * 60 * 1000;
+// A peer that stops reading a response is dropped after this long.
+constexpr int kSendTimeoutSeconds = 60;
+
+// The host of a Host header, without its port (Go's httputil.GetHostname).
+std::string HostName(const std::string& host) {
+  if (!host.empty() && host[0] == '[') {
+    const size_t end = host.find(']');
+    return end == std::string::npos ? host : host.substr(1, end - 1);
+  }
+  const size_t colon = host.rfind(':');
+  if (colon != std::string::npos && host.find(':') == colon) return host.substr(0, colon);
+  return host;
+}
+
+// etcd's answer to a Host outside --host-whitelist (embed/serve.go).
+std::string DnsRebindingText(const std::string& host) {
+  return absl::StrFormat(
+      "\netcd received your request, but the Host header was unrecognized.\n\n"
+      "To fix this, choose one of the following options:\n"
+      "- Enable TLS, then any HTTPS request will be allowed.\n"
+      "- Add the hostname you want to use to the whitelist in settings.\n"
+      "  - e.g. etcd --host-whitelist \"%s\"\n\n"
+      "This requirement has been added to help prevent \"DNS Rebinding\" attacks "
+      "(CVE-2018-5702).\n",
+      host);
+}
+
+}  // namespace
+
+ClientHttp::ClientHttp(const HttpEndpoints* endpoints, const JsonGateway* gateway,
+                       ClientHttpOptions options)
+    : endpoints_(endpoints), gateway_(gateway), options_(std::move(options)) {}
+
+ClientHttp::~ClientHttp() { Stop(); }
+
+void ClientHttp::Adopt(int fd) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || fds_.size() >= kMaxConnections) {
+      close(fd);
+      return;
+    }
+    fds_.insert(fd);
+  }
+  timeval send_timeout{kSendTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+  std::thread([this, fd] {
+    ServeConnection(fd);
+    close(fd);
+    absl::MutexLock lock(&mu_);
+    fds_.erase(fd);
+  }).detach();
+}
+
+void ClientHttp::Stop() {
+  stopping_ = true;
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+  mu_.Await(absl::Condition(
+      +[](std::set<int>* fds) { return fds->empty(); }, &fds_));
+}
+
+void ClientHttp::ServeConnection(int fd) {
+  HttpConnection connection(fd, kIdleTimeoutMs, options_.max_body);
+  for (;;) {
+    HttpRequest request;
+    const HttpConnection::ReadResult result = connection.Read(&request);
+    switch (result) {
+      case HttpConnection::ReadResult::kRequest:
+        break;
+      case HttpConnection::ReadResult::kClosed:
+        return;
+      case HttpConnection::ReadResult::kBad:
+      case HttpConnection::ReadResult::kTooLarge: {
+        // As Go's server answers what it cannot read, and closes.
+        HttpResponse r;
+        r.status = result == HttpConnection::ReadResult::kBad ? 400 : 413;
+        r.headers = {{"Content-Type", "text/plain; charset=utf-8"}};
+        r.body = absl::StrCat(r.status, " ", HttpStatusText(r.status));
+        connection.Write(r, false);
+        return;
+      }
+    }
+    if (!Answer(request, &connection) || !request.keep_alive || stopping_) return;
+  }
+}
+
+bool ClientHttp::Answer(const HttpRequest& request, HttpConnection* connection) {
+  auto reply = [&](HttpResponse response, const HttpHeaders& first) {
+    response.headers.insert(response.headers.begin(), first.begin(), first.end());
+    return connection->Write(response, request.keep_alive);
+  };
+  // The client URLs are plain http here, so etcd's DNS-rebinding check
+  // applies to every request.
+  if (options_.host_whitelist.count("*") == 0) {
+    const std::string* host_header = request.Header("host");
+    const std::string host = HostName(host_header ? *host_header : "");
+    if (options_.host_whitelist.count(host) == 0) {
+      SPDLOG_WARN("rejecting HTTP request from \"{}\" to prevent DNS rebinding attacks", host);
+      return reply(PlainError(421, DnsRebindingText(host)), {});
+    }
+  }
+  HttpHeaders cors;
+  std::string origin;
+  if (options_.cors.count("*") > 0) {
+    origin = "*";
+  } else if (const std::string* o = request.Header("origin");
+             o != nullptr && options_.cors.count(*o) > 0) {
+    origin = *o;
+  }
+  if (!origin.empty()) {
+    cors = {{"Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE"},
+            {"Access-Control-Allow-Origin", origin},
+            {"Access-Control-Allow-Headers", "accept, content-type, authorization"}};
+  }
+  if (request.method == "OPTIONS") return reply(HttpResponse{}, cors);
+
+  if (gateway_ != nullptr && absl::StartsWith(request.path, "/v3/")) {
+    const auto* method = gateway_->Route(request.path);
+    if (method == nullptr) return reply(PlainError(404, "Not Found"), cors);
+    if (request.method != "POST") return reply(PlainError(405, "Method Not Allowed"), cors);
+    return gateway_->Serve(method, request, cors, stopping_, connection);
+  }
+  if (std::optional<HttpResponse> answer =
+          endpoints_->Answer(request.method, request.path, request.QueryValues("exclude"))) {
+    return reply(*std::move(answer), cors);
+  }
+  return reply(PlainError(404, "404 page not found"), cors);
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,214 @@
+#include "server/client_listener.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_posix.h"
+#include "spdlog/spdlog.h"
+
+namespace capstan::server {
+namespace {
+
+// A client that connects and sends nothing is dropped after this long.
+constexpr auto kFirstBytesTimeout = std::chrono::seconds(10);
+// Connections accepted but not yet told apart; past this, new ones wait in
+// the kernel's backlog.
+constexpr size_t kMaxUnsorted = 1024;
+// HTTP/2's client connection preface starts with these bytes; no HTTP/1.x
+// method does ("PUT", "PATCH" and "POST" part from it at the second byte).
+constexpr std::string_view kHttp2Preface = "PRI ";
+
+void SetBlocking(int fd, bool blocking) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
+}
+
+enum class Kind { kUnknown, kGrpc, kHttp, kGone };
+
+// Peeks at a new connection's first bytes without consuming them.
+Kind Classify(int fd) {
+  char head[4];
+  const ssize_t n = recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return Kind::kGone;
+  if (n < 0) return errno == EAGAIN || errno == EINTR ? Kind::kUnknown : Kind::kGone;
+  const std::string_view got(head, static_cast<size_t>(n));
+  if (kHttp2Preface.substr(0, got.size()) != got) return Kind::kHttp;
+  return got.size() == kHttp2Preface.size() ? Kind::kGrpc : Kind::kUnknown;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClientListener>> ClientListener::Bind(const std::string& host,
+                                                                     int port, bool reuse_port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string port_text = std::to_string(port);
+  if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints,
+                                 &found);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("listen tcp ", host, ":", port, ": ", gai_strerror(rc)));
+  }
+  // Every address the host resolves to (both loopbacks for "localhost", as
+  // gRPC's own listener binds them), all on one port: the first one bound
+  // picks it when port is 0. An address family the machine lacks is skipped.
+  std::vector<int> fds;
+  int bound_port = port;
+  int err = 0;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    // Go's net.Listen sets SO_REUSEADDR on every listener.
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (a->ai_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(static_cast<uint16_t>(bound_port));
+    } else {
+      reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(static_cast<uint16_t>(bound_port));
+    }
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      const int e = errno;
+      close(fd);
+      if (e == EADDRNOTAVAIL || e == EAFNOSUPPORT) continue;
+      err = e;
+      break;
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    bound_port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                            : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    fds.push_back(fd);
+  }
+  freeaddrinfo(found);
+  if (err != 0 || fds.empty()) {
+    for (int fd : fds) close(fd);
+    if (err == 0) err = EADDRNOTAVAIL;
+    return absl::UnavailableError(absl::StrCat("listen tcp ", host, ":", port, ": bind: ",
+                                               err == EADDRINUSE ? "address already in use"
+                                                                 : std::strerror(err)));
+  }
+  return std::unique_ptr<ClientListener>(new ClientListener(std::move(fds), bound_port));
+}
+
+ClientListener::ClientListener(std::vector<int> fds, int port)
+    : listen_fds_(std::move(fds)), port_(port) {}
+
+ClientListener::~ClientListener() {
+  Stop();
+  for (int fd : listen_fds_) close(fd);
+}
+
+void ClientListener::Start(grpc::Server* grpc_server, HttpHandler http) {
+  grpc_server_ = grpc_server;
+  http_ = std::move(http);
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    SPDLOG_ERROR("client listener on port {}: pipe: {}", port_, std::strerror(errno));
+    return;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ClientListener::Stop() {
+  if (!thread_.joinable()) return;
+  const char byte = 0;
+  (void)!write(wake_[1], &byte, 1);
+  thread_.join();
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+void ClientListener::Run() {
+  struct Unsorted {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;
+    bool partial;  // some preface bytes seen: more are awaited by timer, not poll
+  };
+  std::vector<Unsorted> unsorted;
+  std::vector<pollfd> polled;
+  auto hand_over = [this](int fd, Kind kind) {
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (kind == Kind::kGrpc) {
+      // gRPC reads the preface itself: only peeked at so far.
+      grpc::AddInsecureChannelFromFd(grpc_server_, fd);
+    } else {
+      SetBlocking(fd, true);
+      http_(fd);
+    }
+  };
+  for (;;) {
+    polled.clear();
+    polled.push_back({wake_[0], POLLIN, 0});
+    if (unsorted.size() < kMaxUnsorted) {
+      for (int fd : listen_fds_) polled.push_back({fd, POLLIN, 0});
+    }
+    bool any_partial = false;
+    for (const Unsorted& u : unsorted) {
+      if (u.partial) {
+        any_partial = true;
+      } else {
+        polled.push_back({u.fd, POLLIN, 0});
+      }
+    }
+    const int timeout_ms = any_partial ? 5 : unsorted.empty() ? -1 : 1000;
+    if (poll(polled.data(), polled.size(), timeout_ms) < 0 && errno != EINTR) {
+      SPDLOG_ERROR("client listener on port {}: poll: {}", port_, std::strerror(errno));
+      break;
+    }
+    if (polled[0].revents != 0) break;
+    for (int listen_fd : listen_fds_) {
+      while (unsorted.size() < kMaxUnsorted) {
+        const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        if (grpc_server_ == nullptr) {
+          hand_over(fd, Kind::kHttp);
+        } else {
+          unsorted.push_back({fd, std::chrono::steady_clock::now() + kFirstBytesTimeout, false});
+        }
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < unsorted.size();) {
+      Unsorted& u = unsorted[i];
+      Kind kind = Classify(u.fd);
+      if (kind == Kind::kUnknown && now >= u.deadline) kind = Kind::kGone;
+      if (kind == Kind::kUnknown) {
+        // Bytes that may yet become the preface stay readable; wait for the
+        // rest on a timer rather than on poll, which would not block.
+        char c;
+        u.partial = recv(u.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+        ++i;
+        continue;
+      }
+      if (kind == Kind::kGone) {
+        close(u.fd);
+      } else {
+        hand_over(u.fd, kind);
+      }
+      unsorted[i] = unsorted.back();
+      unsorted.pop_back();
+    }
+  }
+  for (const Unsorted& u : unsorted) close(u.fd);
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,64 @@
+// A TCP listener for an http:// client URL, shared by gRPC and HTTP/1.1 as
+// etcd shares its client port (cmux). Each accepted connection is told
+// apart by its first bytes: HTTP/2's connection preface ("PRI * HTTP/2.0")
+// goes to the gRPC server, any other connection to the HTTP handler. With
+// --listen-client-http-urls a listener serves HTTP only and gRPC keeps its
+// own listeners.
+
+#ifndef CAPSTAN_SERVER_CLIENT_LISTENER_H_
+#define CAPSTAN_SERVER_CLIENT_LISTENER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace capstan::server {
+
+// Thread-safe. One thread accepts and sorts connections.
+class ClientListener {
+ public:
+  // Takes a connected socket (blocking mode) and must close it.
+  using HttpHandler = std::function<void(int fd)>;
+
+  // Binds every address host resolves to, on port (0 picks a free one),
+  // with SO_REUSEADDR, as Go listens, and SO_REUSEPORT if asked
+  // (--socket-reuse-port). Errors are worded like the Go net.Listen errors
+  // etcd prints.
+  static absl::StatusOr<std::unique_ptr<ClientListener>> Bind(const std::string& host, int port,
+                                                              bool reuse_port);
+  ~ClientListener();
+
+  int port() const { return port_; }
+
+  // Starts accepting. grpc_server null: every connection is HTTP's.
+  // REQUIRES: grpc_server (if any) is started and outlives Stop(); called
+  // at most once.
+  void Start(grpc::Server* grpc_server, HttpHandler http);
+
+  // Stops accepting and closes connections not yet handed over. After it
+  // returns nothing more reaches the gRPC server or the handler. Idempotent.
+  void Stop();
+
+ private:
+  ClientListener(std::vector<int> fds, int port);
+  void Run();
+
+  const std::vector<int> listen_fds_;
+  const int port_;
+  int wake_[2] = {-1, -1};  // a pipe: a byte ends Run()
+  grpc::Server* grpc_server_ = nullptr;
+  HttpHandler http_;
+  std::thread thread_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_CLIENT_LISTENER_H_

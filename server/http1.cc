@@ -1,0 +1,281 @@
+#include "server/http1.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace capstan::server {
+namespace {
+
+// Go's net/http refuses request headers over 1 MB (DefaultMaxHeaderBytes).
+constexpr size_t kMaxHeaderBytes = 1 << 20;
+
+// RFC 7231's IMF-fixdate, as Go writes the Date header.
+std::string HttpDate() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Query unescaping as Go's url.QueryUnescape: %XX and '+' for a space.
+std::string QueryUnescape(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%' && i + 2 < s.size() && HexDigit(s[i + 1]) >= 0 &&
+               HexDigit(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexDigit(s[i + 1]) * 16 + HexDigit(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+std::string Head(int status, const HttpHeaders& headers) {
+  std::string head = absl::StrCat("HTTP/1.1 ", status, " ", HttpStatusText(status), "\r\n");
+  for (const auto& [name, value] : headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
+  absl::StrAppend(&head, "Date: ", HttpDate(), "\r\n");
+  return head;
+}
+
+}  // namespace
+
+const std::string* HttpRequest::Header(absl::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> HttpRequest::QueryValues(absl::string_view name) const {
+  std::vector<std::string> values;
+  for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
+    const size_t eq = pair.find('=');
+    if (QueryUnescape(pair.substr(0, eq)) != name) continue;
+    values.push_back(eq == absl::string_view::npos ? "" : QueryUnescape(pair.substr(eq + 1)));
+  }
+  return values;
+}
+
+absl::string_view HttpStatusText(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 412: return "Precondition Failed";
+    case 413: return "Request Entity Too Large";
+    case 421: return "Misdirected Request";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+  }
+}
+
+HttpResponse PlainError(int status, absl::string_view text) {
+  HttpResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
+  r.body = absl::StrCat(text, "\n");
+  return r;
+}
+
+HttpConnection::HttpConnection(int fd, int idle_timeout_ms, size_t max_body)
+    : fd_(fd), idle_timeout_ms_(idle_timeout_ms), max_body_(max_body) {}
+
+bool HttpConnection::Fill() {
+  if (consumed_ > 0) {
+    buffer_.erase(0, consumed_);
+    consumed_ = 0;
+  }
+  pollfd p{fd_, POLLIN, 0};
+  int ready;
+  do {
+    ready = poll(&p, 1, idle_timeout_ms_);
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) return false;
+  char chunk[16384];
+  ssize_t n;
+  do {
+    n = recv(fd_, chunk, sizeof(chunk), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  buffer_.append(chunk, static_cast<size_t>(n));
+  return true;
+}
+
+bool HttpConnection::ReadLine(std::string* line, size_t max_line) {
+  size_t scanned = 0;  // bytes past consumed_ known to hold no CRLF start
+  for (;;) {
+    const size_t eol = buffer_.find("\r\n", consumed_ + scanned);
+    if (eol != std::string::npos) {
+      if (eol - consumed_ > max_line) return false;
+      line->assign(buffer_, consumed_, eol - consumed_);
+      consumed_ = eol + 2;
+      return true;
+    }
+    const size_t pending = buffer_.size() - consumed_;
+    if (pending > max_line + 1) return false;
+    scanned = pending == 0 ? 0 : pending - 1;
+    if (!Fill()) return false;  // keeps the pending bytes, now from offset 0
+  }
+}
+
+bool HttpConnection::ReadExactly(size_t n, std::string* out) {
+  while (buffer_.size() - consumed_ < n) {
+    if (!Fill()) return false;
+  }
+  out->append(buffer_, consumed_, n);
+  consumed_ += n;
+  return true;
+}
+
+HttpConnection::ReadResult HttpConnection::ReadChunkedBody(std::string* body) {
+  for (;;) {
+    std::string size_line;
+    if (!ReadLine(&size_line, 1024)) return ReadResult::kBad;
+    const absl::string_view hex = absl::StripAsciiWhitespace(
+        absl::string_view(size_line).substr(0, size_line.find(';')));
+    uint64_t size = 0;
+    if (hex.empty() || hex.size() > 15) return ReadResult::kBad;
+    for (char c : hex) {
+      if (HexDigit(c) < 0) return ReadResult::kBad;
+      size = size * 16 + static_cast<uint64_t>(HexDigit(c));
+    }
+    if (size == 0) break;
+    if (body->size() + size > max_body_) return ReadResult::kTooLarge;
+    std::string crlf;
+    if (!ReadExactly(size, body) || !ReadExactly(2, &crlf) || crlf != "\r\n") return ReadResult::kBad;
+  }
+  // Trailers, up to the empty line.
+  for (std::string trailer;;) {
+    if (!ReadLine(&trailer, kMaxHeaderBytes)) return ReadResult::kBad;
+    if (trailer.empty()) return ReadResult::kRequest;
+  }
+}
+
+HttpConnection::ReadResult HttpConnection::Read(HttpRequest* request) {
+  *request = HttpRequest();
+  std::string line;
+  // Go's server skips empty lines before a request line.
+  do {
+    if (!ReadLine(&line, kMaxHeaderBytes)) {
+      return buffer_.size() - consumed_ > kMaxHeaderBytes ? ReadResult::kTooLarge
+                                                          : ReadResult::kClosed;
+    }
+  } while (line.empty());
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  if (parts.size() != 3 || parts[0].empty() || parts[1].empty() ||
+      !absl::StartsWith(parts[2], "HTTP/1.")) {
+    return ReadResult::kBad;
+  }
+  request->method = parts[0];
+  const size_t q = parts[1].find('?');
+  request->path = parts[1].substr(0, q);
+  if (q != std::string::npos) request->query = parts[1].substr(q + 1);
+  request->keep_alive = parts[2] != "HTTP/1.0";
+
+  size_t header_bytes = line.size();
+  for (;;) {
+    if (!ReadLine(&line, kMaxHeaderBytes)) return ReadResult::kBad;
+    if (line.empty()) break;
+    header_bytes += line.size();
+    if (header_bytes > kMaxHeaderBytes) return ReadResult::kTooLarge;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) return ReadResult::kBad;
+    request->headers.emplace_back(
+        absl::AsciiStrToLower(line.substr(0, colon)),
+        std::string(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1))));
+  }
+  if (const std::string* c = request->Header("connection")) {
+    const std::string v = absl::AsciiStrToLower(*c);
+    if (v == "close") request->keep_alive = false;
+    if (v == "keep-alive") request->keep_alive = true;
+  }
+  if (const std::string* e = request->Header("expect");
+      e != nullptr && absl::EqualsIgnoreCase(*e, "100-continue")) {
+    if (!SendAll("HTTP/1.1 100 Continue\r\n\r\n")) return ReadResult::kClosed;
+  }
+  if (const std::string* te = request->Header("transfer-encoding")) {
+    if (!absl::EqualsIgnoreCase(*te, "chunked")) return ReadResult::kBad;
+    return ReadChunkedBody(&request->body);
+  }
+  if (const std::string* cl = request->Header("content-length")) {
+    uint64_t length = 0;
+    if (!absl::SimpleAtoi(*cl, &length)) return ReadResult::kBad;
+    if (length > max_body_) return ReadResult::kTooLarge;
+    if (!ReadExactly(length, &request->body)) return ReadResult::kClosed;
+  }
+  return ReadResult::kRequest;
+}
+
+bool HttpConnection::SendAll(absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+bool HttpConnection::Write(const HttpResponse& response, bool keep_alive) {
+  std::string out = Head(response.status, response.headers);
+  absl::StrAppend(&out, "Content-Length: ", response.body.size(), "\r\n");
+  if (!keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+  out += response.body;
+  return SendAll(out);
+}
+
+bool HttpConnection::BeginChunked(int status, const HttpHeaders& headers) {
+  return SendAll(absl::StrCat(Head(status, headers), "Transfer-Encoding: chunked\r\n\r\n"));
+}
+
+bool HttpConnection::WriteChunk(absl::string_view data) {
+  if (data.empty()) return true;  // an empty chunk would end the body
+  return SendAll(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+}
+
+bool HttpConnection::EndChunked() { return SendAll("0\r\n\r\n"); }
+
+bool HttpConnection::PeerClosed(int timeout_ms) {
+  pollfd p{fd_, static_cast<short>(peer_sent_more_ ? POLLRDHUP : POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, timeout_ms) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+  char c;
+  const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  if (n > 0) peer_sent_more_ = true;
+  return n < 0 && errno != EAGAIN && errno != EINTR;
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,98 @@
+// The server's side of one HTTP/1.1 connection on a plain socket: requests
+// with Content-Length or chunked bodies, one after another on a kept-alive
+// connection; responses whole (Content-Length) or streamed (chunked). Enough
+// of HTTP/1.1 for etcd's client-port endpoints (the JSON gateway, /health,
+// /version, /metrics), which clients reach with curl or an HTTP library.
+// No TLS, no pipelining (a request is answered before the next is read).
+
+#ifndef CAPSTAN_SERVER_HTTP1_H_
+#define CAPSTAN_SERVER_HTTP1_H_
+
+#include <cstddef>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+namespace capstan::server {
+
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+struct HttpRequest {
+  std::string method;
+  std::string path;   // the target up to '?', not unescaped
+  std::string query;  // after '?', raw
+  HttpHeaders headers;  // names lower-cased, in arrival order
+  std::string body;
+  bool keep_alive = true;
+
+  // The first header of that (lower-case) name, or null.
+  const std::string* Header(absl::string_view name) const;
+  // The first value of a query parameter, unescaped; "" if absent.
+  std::vector<std::string> QueryValues(absl::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  HttpHeaders headers;  // Content-Length, Date and Connection are added
+  std::string body;
+};
+
+// Go's http.Error: text/plain, nosniff, the text and a newline.
+HttpResponse PlainError(int status, absl::string_view text);
+// The reason phrase Go writes for a status ("Not Found").
+absl::string_view HttpStatusText(int status);
+
+// Not thread-safe: one thread reads and writes a connection; another may
+// shutdown(2) the socket to end a blocked read or write. Does not own the
+// socket.
+class HttpConnection {
+ public:
+  // idle_timeout_ms bounds the wait for a request's first byte and between
+  // reads of one request; max_body bounds a request body.
+  HttpConnection(int fd, int idle_timeout_ms, size_t max_body);
+
+  enum class ReadResult {
+    kRequest,   // *request holds the next request
+    kClosed,    // the peer closed, timed out or the connection failed
+    kBad,       // malformed: answer 400 and close
+    kTooLarge,  // headers or body over their limits: answer 413 and close
+  };
+  ReadResult Read(HttpRequest* request);
+
+  // Writes a whole response. False if the peer is gone.
+  bool Write(const HttpResponse& response, bool keep_alive);
+
+  // A streamed response: the status line and headers, then chunks, then
+  // the last chunk. Each returns false once the peer is gone.
+  bool BeginChunked(int status, const HttpHeaders& headers);
+  bool WriteChunk(absl::string_view data);
+  bool EndChunked();
+
+  // Waits up to timeout_ms for the peer to close its end; true once it has.
+  // Bytes the peer sends meanwhile (a next request) are left unread, and are
+  // not waited on again.
+  bool PeerClosed(int timeout_ms);
+
+ private:
+  // Reads more bytes into buffer_; false at end of stream, on error or
+  // after idle_timeout_ms without a byte.
+  bool Fill();
+  // The next line (without CRLF) from buffer_, reading as needed; false if
+  // the connection ends first or the line is over max_line.
+  bool ReadLine(std::string* line, size_t max_line);
+  bool ReadExactly(size_t n, std::string* out);
+  ReadResult ReadChunkedBody(std::string* body);
+  bool SendAll(absl::string_view data);
+
+  const int fd_;
+  const int idle_timeout_ms_;
+  const size_t max_body_;
+  std::string buffer_;  // read, not yet consumed
+  size_t consumed_ = 0;
+  bool peer_sent_more_ = false;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_HTTP1_H_

@@ -1,0 +1,214 @@
+// The client URLs' HTTP side with non-default flags, and the connection
+// handling behind it: --host-whitelist, --enable-grpc-gateway=false and
+// malformed requests compared with etcd; --listen-client-http-urls, a
+// client hanging up on a waiting Lock, shutdown with open HTTP streams, and
+// connections that send nothing or half a preface.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "http_client.h"
+#include "process_fixture.h"
+#include "v3lockpb/v3lock.grpc.pb.h"
+
+namespace capstan::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+ServerOptions Options(ServerFlavor flavor, std::vector<std::string> extra) {
+  ServerOptions o = flavor == ServerFlavor::kEtcd ? ServerOptions::Etcd() : ServerOptions::Capstan();
+  o.extra_args = std::move(extra);
+  return o;
+}
+
+
+class ClientHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "etcd not found at " << EtcdBinary();
+  }
+};
+
+// etcd's DNS-rebinding check: on a plain-http client URL, a Host outside
+// --host-whitelist gets 421 and etcd's explanation, on both servers alike.
+TEST_F(ClientHttpTest, HostWhitelist) {
+  HttpAnswer refused[2], allowed[2];
+  for (ServerFlavor f : {ServerFlavor::kEtcd, ServerFlavor::kCapstan}) {
+    auto server = ServerProcess::Start(Options(f, {"--host-whitelist", "allowed.test"}));
+    ASSERT_TRUE(server.ok()) << server.status();
+    const int i = f == ServerFlavor::kEtcd ? 0 : 1;
+    refused[i] = HttpRequestTo((*server)->client_port(), "GET", "/version", "",
+                               {{"Host", "evil.test:2379"}});
+    allowed[i] = HttpRequestTo((*server)->client_port(), "POST", "/v3/kv/range", R"({"key":"YQ=="})",
+                               {{"Host", "allowed.test:2379"}});
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(refused[i].status, 421) << i;
+    EXPECT_EQ(allowed[i].status, 200) << i << allowed[i].body;
+  }
+  EXPECT_EQ(refused[0].body, refused[1].body);
+  EXPECT_TRUE(absl::StrContains(refused[1].body, "--host-whitelist \"evil.test\""))
+      << refused[1].body;
+}
+
+// --enable-grpc-gateway=false takes /v3/ away and leaves the rest.
+TEST_F(ClientHttpTest, GatewayDisabled) {
+  for (ServerFlavor f : {ServerFlavor::kEtcd, ServerFlavor::kCapstan}) {
+    auto server = ServerProcess::Start(Options(f, {"--enable-grpc-gateway=false"}));
+    ASSERT_TRUE(server.ok()) << server.status();
+    HttpAnswer range = HttpRequestTo((*server)->client_port(), "POST", "/v3/kv/range", "{}");
+    EXPECT_EQ(range.status, 404) << FlavorName(f);
+    EXPECT_EQ(range.body, "404 page not found\n") << FlavorName(f);
+    HttpAnswer health = HttpRequestTo((*server)->client_port(), "GET", "/health");
+    EXPECT_EQ(health.status, 200) << FlavorName(f);
+  }
+}
+
+// A request whose headers do not parse gets 400 and the connection closes.
+TEST_F(ClientHttpTest, MalformedRequest) {
+  for (ServerFlavor f : {ServerFlavor::kEtcd, ServerFlavor::kCapstan}) {
+    auto server = ServerProcess::Start(Options(f, {}));
+    ASSERT_TRUE(server.ok()) << server.status();
+    HttpClient client((*server)->client_port());
+    ASSERT_TRUE(client.connected());
+    HttpAnswer answer;
+    ASSERT_TRUE(client.SendRaw("GET /version HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n"));
+    ASSERT_TRUE(client.ReadHead(&answer, 10s)) << FlavorName(f);
+    EXPECT_EQ(answer.status, 400) << FlavorName(f);
+    EXPECT_EQ(answer.headers["connection"], "close") << FlavorName(f);
+  }
+}
+
+// With --listen-client-http-urls, HTTP is served there and the client URL
+// speaks gRPC only.
+TEST_F(ClientHttpTest, SeparateHttpUrls) {
+  const int http_port = PickFreePort();
+  auto server = ServerProcess::Start(Options(
+      ServerFlavor::kCapstan,
+      {"--listen-client-http-urls", absl::StrCat("http://127.0.0.1:", http_port)}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  HttpAnswer put = HttpRequestTo(http_port, "POST", "/v3/kv/put", R"({"key":"YQ==","value":"Yg=="})");
+  EXPECT_EQ(put.status, 200) << put.body;
+  // The put is there through gRPC on the client URL.
+  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  etcdserverpb::RangeRequest req;
+  req.set_key("a");
+  etcdserverpb::RangeResponse resp;
+  ASSERT_TRUE(kv->Range(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.kvs_size(), 1);
+  EXPECT_EQ(resp.kvs(0).value(), "b");
+  // gRPC's own listener does not speak HTTP/1.1.
+  HttpClient client((*server)->client_port());
+  HttpAnswer answer;
+  EXPECT_TRUE(!client.Send("GET", "/health", "") || !client.ReadHead(&answer, 3s) ||
+              answer.status != 200);
+  HttpAnswer health = HttpRequestTo(http_port, "GET", "/health");
+  EXPECT_EQ(health.status, 200);
+}
+
+// An HTTP client that hangs up on a Lock still waiting cancels it: its key
+// is deleted (etcd's gateway cancels the call's context, and so does
+// Capstan's).
+TEST_F(ClientHttpTest, HangingUpCancelsAWaitingLock) {
+  for (ServerFlavor f : {ServerFlavor::kEtcd, ServerFlavor::kCapstan}) {
+    auto server = ServerProcess::Start(Options(f, {}));
+    ASSERT_TRUE(server.ok()) << server.status();
+    const int port = (*server)->client_port();
+    HttpAnswer held = HttpRequestTo(port, "POST", "/v3/lock/lock", R"({"name":"bA=="})");
+    ASSERT_EQ(held.status, 200) << held.body;
+    const std::string count_body = absl::StrCat(R"({"key":"bA==","range_end":")",
+                                                absl::Base64Escape("m"), R"(","count_only":true})");
+    auto count = [&] {
+      HttpAnswer a = HttpRequestTo(port, "POST", "/v3/kv/range", count_body);
+      return a.body;
+    };
+    {
+      HttpClient waiter(port);
+      ASSERT_TRUE(waiter.Send("POST", "/v3/lock/lock", R"({"name":"bA=="})"));
+      auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (!absl::StrContains(count(), R"("count":"2")") &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(20ms);
+      }
+      ASSERT_TRUE(absl::StrContains(count(), R"("count":"2")")) << FlavorName(f) << count();
+    }  // hangs up
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!absl::StrContains(count(), R"("count":"1")") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(absl::StrContains(count(), R"("count":"1")")) << FlavorName(f) << count();
+  }
+}
+
+// Shutdown ends HTTP streams (a watch, an observer) as it ends gRPC ones,
+// without waiting for their clients.
+TEST_F(ClientHttpTest, ShutdownEndsHttpStreams) {
+  auto server = ServerProcess::Start(Options(ServerFlavor::kCapstan, {}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  HttpClient watch((*server)->client_port());
+  ASSERT_TRUE(watch.Send("POST", "/v3/watch", R"({"create_request":{"key":"YQ=="}})"));
+  HttpAnswer head;
+  ASSERT_TRUE(watch.ReadHead(&head, 10s));
+  std::vector<std::string> lines;
+  ASSERT_TRUE(watch.ReadLines(1, &lines, 10s));
+  HttpClient quiet((*server)->client_port());  // connected, never asks
+  ASSERT_TRUE(quiet.connected());
+  const auto start = std::chrono::steady_clock::now();
+  ExitInfo exit = (*server)->Stop();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(exit.exited && exit.exit_code == 0) << exit.ToString();
+  EXPECT_LT(took, 3s);
+  EXPECT_FALSE(watch.ReadLines(1, &lines, 2s));  // the stream ended
+}
+
+// Connections that send nothing, half of HTTP/2's preface or garbage
+// neither hold up nor break the others.
+TEST_F(ClientHttpTest, QuietAndPartialConnectionsDoNotBlockOthers) {
+  auto server = ServerProcess::Start(Options(ServerFlavor::kCapstan, {}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> fds;
+  for (const std::string& first : std::vector<std::string>{"", "P", "PR", std::string("\0\1\2", 3)}) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>((*server)->client_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    if (!first.empty()) ASSERT_EQ(send(fd, first.data(), first.size(), 0), ssize_t(first.size()));
+    fds.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    etcdserverpb::PutRequest put;
+    put.set_key("k" + std::to_string(i));
+    etcdserverpb::PutResponse resp;
+    EXPECT_TRUE(kv->Put(&ctx, put, &resp).ok());
+    HttpAnswer version = HttpRequestTo((*server)->client_port(), "GET", "/version");
+    EXPECT_EQ(version.status, 200);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  for (int fd : fds) close(fd);
+  EXPECT_TRUE((*server)->running());
+}
+
+}  // namespace
+}  // namespace capstan::testing
