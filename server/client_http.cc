@@ -56,7 +56,7 @@ ClientHttp::~ClientHttp() { Stop(); }
 
 void ClientHttp::Adopt(int fd) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (stopped_ || fds_.size() >= kMaxConnections) {
       close(fd);
       return;
@@ -68,18 +68,18 @@ void ClientHttp::Adopt(int fd) {
   std::thread([this, fd] {
     ServeConnection(fd);
     close(fd);
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     fds_.erase(fd);
+    served_.notify_all();
   }).detach();
 }
 
 void ClientHttp::Stop() {
   stopping_ = true;
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   stopped_ = true;
   for (int fd : fds_) shutdown(fd, SHUT_RDWR);
-  mu_.Await(absl::Condition(
-      +[](std::set<int>* fds) { return fds->empty(); }, &fds_));
+  served_.wait(lock, [this] { return fds_.empty(); });
 }
 
 void ClientHttp::ServeConnection(int fd) {
