@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/go_text.h"
 #include "server/http_endpoints.h"
 #include "server/json_gateway.h"
 #include "spdlog/spdlog.h"
@@ -22,15 +23,11 @@ constexpr int kIdleTimeoutMs = 5 * 60 * 1000;
 // A peer that stops reading a response is dropped after this long.
 constexpr int kSendTimeoutSeconds = 60;
 
-// The host of a Host header, without its port (Go's httputil.GetHostname).
+// The host of a Host header, without its port (etcd's
+// httputil.GetHostname: the header as it is if it has no port).
 std::string HostName(const std::string& host) {
-  if (!host.empty() && host[0] == '[') {
-    const size_t end = host.find(']');
-    return end == std::string::npos ? host : host.substr(1, end - 1);
-  }
-  const size_t colon = host.rfind(':');
-  if (colon != std::string::npos && host.find(':') == colon) return host.substr(0, colon);
-  return host;
+  std::string name, port;
+  return gotext::SplitHostPort(host, &name, &port).ok() ? name : host;
 }
 
 // etcd's answer to a Host outside --host-whitelist (embed/serve.go).
@@ -40,10 +37,10 @@ std::string DnsRebindingText(const std::string& host) {
       "To fix this, choose one of the following options:\n"
       "- Enable TLS, then any HTTPS request will be allowed.\n"
       "- Add the hostname you want to use to the whitelist in settings.\n"
-      "  - e.g. etcd --host-whitelist \"%s\"\n\n"
+      "  - e.g. etcd --host-whitelist %s\n\n"
       "This requirement has been added to help prevent \"DNS Rebinding\" attacks "
       "(CVE-2018-5702).\n",
-      host);
+      gotext::GoQuote(host));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -315,6 +316,11 @@ absl::StatusOr<std::string> UrlUnescape(absl::string_view s, bool is_host) {
     out += c;
   }
   return out;
+}
+
+absl::StatusOr<std::string> QueryUnescape(absl::string_view s) {
+  // A literal '+' is a space; an escaped one ("%2B") stays a '+'.
+  return UrlUnescape(absl::StrReplaceAll(s, {{"+", " "}}), /*is_host=*/false);
 }
 
 // url.Parse, for the absolute URLs etcd flags take. Errors read like Go's

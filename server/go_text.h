@@ -40,6 +40,8 @@ std::optional<bool> ParseGoBool(absl::string_view s);
 absl::Status SplitHostPort(absl::string_view hostport, std::string* host, std::string* port);
 // True if host is an IPv4 or IPv6 address literal (net.ParseIP != nil).
 bool IsIp(const std::string& host);
+// url.QueryUnescape: %XX escapes, and '+' for a space.
+absl::StatusOr<std::string> QueryUnescape(absl::string_view s);
 // url.Parse, for the absolute URLs etcd flags take.
 absl::StatusOr<Url> ParseGoUrl(absl::string_view raw);
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/go_text.h"
 
 namespace capstan::server {
 namespace {
@@ -26,30 +27,6 @@ std::string HttpDate() {
   char buf[64];
   std::strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm);
   return buf;
-}
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Query unescaping as Go's url.QueryUnescape: %XX and '+' for a space.
-std::string QueryUnescape(absl::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && HexDigit(s[i + 1]) >= 0 &&
-               HexDigit(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(HexDigit(s[i + 1]) * 16 + HexDigit(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
 }
 
 std::string Head(int status, const HttpHeaders& headers) {
@@ -69,11 +46,14 @@ const std::string* HttpRequest::Header(absl::string_view name) const {
 }
 
 std::vector<std::string> HttpRequest::QueryValues(absl::string_view name) const {
+  // As Go's url.ParseQuery: a pair that does not unescape is skipped.
   std::vector<std::string> values;
   for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
     const size_t eq = pair.find('=');
-    if (QueryUnescape(pair.substr(0, eq)) != name) continue;
-    values.push_back(eq == absl::string_view::npos ? "" : QueryUnescape(pair.substr(eq + 1)));
+    absl::StatusOr<std::string> key = gotext::QueryUnescape(pair.substr(0, eq));
+    absl::StatusOr<std::string> value =
+        gotext::QueryUnescape(eq == absl::string_view::npos ? "" : pair.substr(eq + 1));
+    if (key.ok() && value.ok() && *key == name) values.push_back(*std::move(value));
   }
   return values;
 }
@@ -165,10 +145,11 @@ HttpConnection::ReadResult HttpConnection::ReadChunkedBody(std::string* body) {
     const absl::string_view hex = absl::StripAsciiWhitespace(
         absl::string_view(size_line).substr(0, size_line.find(';')));
     uint64_t size = 0;
-    if (hex.empty() || hex.size() > 15) return ReadResult::kBad;
-    for (char c : hex) {
-      if (HexDigit(c) < 0) return ReadResult::kBad;
-      size = size * 16 + static_cast<uint64_t>(HexDigit(c));
+    // Digits only: SimpleHexAtoi would also take a sign or "0x".
+    if (hex.empty() || hex.size() > 15 ||
+        hex.find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos ||
+        !absl::SimpleHexAtoi(hex, &size)) {
+      return ReadResult::kBad;
     }
     if (size == 0) break;
     if (body->size() + size > max_body_) return ReadResult::kTooLarge;

@@ -296,11 +296,11 @@ TEST_F(DiffHttpTest, Watch) {
   ReadBoth(s.get(), 4);
   ExpectSameLinesInAnyOrder(*s);
   EXPECT_TRUE(absl::StrContains(absl::StrJoin(s->lines[1], "\n"), R"("type":"DELETE")"));
-  // A write now reaches both watchers, in the order they were created.
+  // A write now reaches both watchers (in no set order on etcd).
   PutBoth(K("w"), "3");
   for (auto& l : s->lines) l.clear();
   ReadBoth(s.get(), 2);
-  ExpectSameLines(*s);
+  ExpectSameLinesInAnyOrder(*s);
 }
 
 TEST_F(DiffHttpTest, WatchFromCompactedRevision) {
