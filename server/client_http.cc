@@ -17,9 +17,11 @@
 namespace capstan::server {
 namespace {
 
-// etcd's client http.Server reads a request within 5 minutes; an idle
-// kept-alive connection is closed after as long.
-constexpr int kIdleTimeoutMs = 5 * 60 * 1000;
+// A kept-alive connection may idle this long between requests; a request
+// must arrive whole within kRequestTimeoutMs of its first byte. (etcd's
+// server sets neither; Capstan bounds what a connection can hold.)
+constexpr int kIdleTimeoutMs = 2 * 60 * 1000;
+constexpr int kRequestTimeoutMs = 60 * 1000;
 // A peer that stops reading a response is dropped after this long.
 constexpr int kSendTimeoutSeconds = 60;
 
@@ -55,6 +57,14 @@ void ClientHttp::Adopt(int fd) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_ || fds_.size() >= kMaxConnections) {
+      if (!stopped_) {
+        // Told, not left to guess; the socket's buffer is empty, so this
+        // does not block.
+        static constexpr char kBusy[] =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Connection: close\r\nContent-Length: 20\r\n\r\ntoo many connections";
+        (void)!send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
       close(fd);
       return;
     }
@@ -64,9 +74,12 @@ void ClientHttp::Adopt(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   std::thread([this, fd] {
     ServeConnection(fd);
-    close(fd);
+    // Closed under the lock: once closed, the number may be reused by a new
+    // connection, which must not find it still in fds_ (nor Stop() shut
+    // down a stranger's socket).
     std::lock_guard<std::mutex> lock(mu_);
     fds_.erase(fd);
+    close(fd);
     served_.notify_all();
   }).detach();
 }
@@ -80,7 +93,7 @@ void ClientHttp::Stop() {
 }
 
 void ClientHttp::ServeConnection(int fd) {
-  HttpConnection connection(fd, kIdleTimeoutMs, options_.max_body);
+  HttpConnection connection(fd, kIdleTimeoutMs, kRequestTimeoutMs, options_.max_body);
   for (;;) {
     HttpRequest request;
     const HttpConnection::ReadResult result = connection.Read(&request);
@@ -90,10 +103,13 @@ void ClientHttp::ServeConnection(int fd) {
       case HttpConnection::ReadResult::kClosed:
         return;
       case HttpConnection::ReadResult::kBad:
+      case HttpConnection::ReadResult::kHeadersTooLarge:
       case HttpConnection::ReadResult::kTooLarge: {
         // As Go's server answers what it cannot read, and closes.
         HttpResponse r;
-        r.status = result == HttpConnection::ReadResult::kBad ? 400 : 413;
+        r.status = result == HttpConnection::ReadResult::kBad               ? 400
+                   : result == HttpConnection::ReadResult::kHeadersTooLarge ? 431
+                                                                            : 413;
         r.headers = {{"Content-Type", "text/plain; charset=utf-8"}};
         r.body = absl::StrCat(r.status, " ", HttpStatusText(r.status));
         connection.Write(r, false);
@@ -107,7 +123,7 @@ void ClientHttp::ServeConnection(int fd) {
 bool ClientHttp::Answer(const HttpRequest& request, HttpConnection* connection) {
   auto reply = [&](HttpResponse response, const HttpHeaders& first) {
     response.headers.insert(response.headers.begin(), first.begin(), first.end());
-    return connection->Write(response, request.keep_alive);
+    return connection->Write(response, request.keep_alive, request.method == "HEAD");
   };
   // The client URLs are plain http here, so etcd's DNS-rebinding check
   // applies to every request.
@@ -134,8 +150,11 @@ bool ClientHttp::Answer(const HttpRequest& request, HttpConnection* connection) 
   }
   if (request.method == "OPTIONS") return reply(HttpResponse{}, cors);
 
-  if (gateway_ != nullptr && absl::StartsWith(request.path, "/v3/")) {
-    const auto* method = gateway_->Route(request.path);
+  // etcd (3.4 and 3.5) still answers the /v3beta/ paths as /v3/ ones.
+  std::string path = request.path;
+  if (absl::StartsWith(path, "/v3beta/")) path.replace(0, 8, "/v3/");
+  if (gateway_ != nullptr && absl::StartsWith(path, "/v3/")) {
+    const auto* method = gateway_->Route(path);
     if (method == nullptr) return reply(PlainError(404, "Not Found"), cors);
     if (request.method != "POST") return reply(PlainError(405, "Method Not Allowed"), cors);
     return gateway_->Serve(method, request, cors, stopping_, connection);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -23,8 +24,8 @@ namespace {
 
 // A client that connects and sends nothing is dropped after this long.
 constexpr auto kFirstBytesTimeout = std::chrono::seconds(10);
-// Connections accepted but not yet told apart; past this, new ones wait in
-// the kernel's backlog.
+// Connections accepted but not yet told apart; past this, the one waiting
+// longest is dropped for each new one.
 constexpr size_t kMaxUnsorted = 1024;
 // HTTP/2's client connection preface starts with these bytes; no HTTP/1.x
 // method does ("PUT", "PATCH" and "POST" part from it at the second byte).
@@ -144,6 +145,7 @@ void ClientListener::Run() {
   };
   std::vector<Unsorted> unsorted;
   std::vector<pollfd> polled;
+  std::chrono::milliseconds backoff(0);
   auto hand_over = [this](int fd, Kind kind) {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -158,9 +160,7 @@ void ClientListener::Run() {
   for (;;) {
     polled.clear();
     polled.push_back({wake_[0], POLLIN, 0});
-    if (unsorted.size() < kMaxUnsorted) {
-      for (int fd : listen_fds_) polled.push_back({fd, POLLIN, 0});
-    }
+    for (int fd : listen_fds_) polled.push_back({fd, POLLIN, 0});
     bool any_partial = false;
     for (const Unsorted& u : unsorted) {
       if (u.partial) {
@@ -176,14 +176,39 @@ void ClientListener::Run() {
     }
     if (polled[0].revents != 0) break;
     for (int listen_fd : listen_fds_) {
-      while (unsorted.size() < kMaxUnsorted) {
+      for (;;) {
         const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            // Out of descriptors or memory: the connection stays queued and
+            // the socket readable. Back off as Go's accept loop does (5 ms,
+            // doubling up to 1 s) rather than spin.
+            backoff = std::min(backoff == std::chrono::milliseconds(0) ? std::chrono::milliseconds(5)
+                                                                        : backoff * 2,
+                               std::chrono::milliseconds(1000));
+            SPDLOG_WARN("client listener on port {}: accept: {}; retrying in {} ms", port_,
+                        std::strerror(errno), backoff.count());
+            std::this_thread::sleep_for(backoff);
+          }
+          break;
+        }
+        backoff = std::chrono::milliseconds(0);
         if (grpc_server_ == nullptr) {
           hand_over(fd, Kind::kHttp);
-        } else {
-          unsorted.push_back({fd, std::chrono::steady_clock::now() + kFirstBytesTimeout, false});
+          continue;
         }
+        if (unsorted.size() >= kMaxUnsorted) {
+          // Full of connections that have not spoken: the one waiting longest
+          // makes room, so silent clients cannot lock the port.
+          auto oldest = std::min_element(unsorted.begin(), unsorted.end(),
+                                         [](const Unsorted& a, const Unsorted& b) {
+                                           return a.deadline < b.deadline;
+                                         });
+          close(oldest->fd);
+          *oldest = unsorted.back();
+          unsorted.pop_back();
+        }
+        unsorted.push_back({fd, std::chrono::steady_clock::now() + kFirstBytesTimeout, false});
       }
     }
     const auto now = std::chrono::steady_clock::now();

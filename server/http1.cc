@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -18,6 +19,8 @@ namespace {
 
 // Go's net/http refuses request headers over 1 MB (DefaultMaxHeaderBytes).
 constexpr size_t kMaxHeaderBytes = 1 << 20;
+// And Capstan more than this many header lines (each costs two strings).
+constexpr size_t kMaxHeaders = 1000;
 
 // RFC 7231's IMF-fixdate, as Go writes the Date header.
 std::string HttpDate() {
@@ -70,6 +73,7 @@ absl::string_view HttpStatusText(int status) {
     case 409: return "Conflict";
     case 412: return "Precondition Failed";
     case 413: return "Request Entity Too Large";
+    case 431: return "Request Header Fields Too Large";
     case 421: return "Misdirected Request";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
@@ -88,8 +92,12 @@ HttpResponse PlainError(int status, absl::string_view text) {
   return r;
 }
 
-HttpConnection::HttpConnection(int fd, int idle_timeout_ms, size_t max_body)
-    : fd_(fd), idle_timeout_ms_(idle_timeout_ms), max_body_(max_body) {}
+HttpConnection::HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms,
+                               size_t max_body)
+    : fd_(fd),
+      idle_timeout_ms_(idle_timeout_ms),
+      request_timeout_(std::chrono::milliseconds(request_timeout_ms)),
+      max_body_(max_body) {}
 
 bool HttpConnection::Fill() {
   if (consumed_ > 0) {
@@ -99,7 +107,16 @@ bool HttpConnection::Fill() {
   pollfd p{fd_, POLLIN, 0};
   int ready;
   do {
-    ready = poll(&p, 1, idle_timeout_ms_);
+    // Waiting for a request's first byte takes up to idle_timeout_ms_; the
+    // rest of the request must come before its deadline.
+    int timeout = idle_timeout_ms_;
+    if (deadline_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *deadline_ - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;  // late, however fast bytes come now
+      timeout = static_cast<int>(left.count());
+    }
+    ready = poll(&p, 1, timeout);
   } while (ready < 0 && errno == EINTR);
   if (ready <= 0) return false;
   char chunk[16384];
@@ -109,6 +126,7 @@ bool HttpConnection::Fill() {
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return false;
   buffer_.append(chunk, static_cast<size_t>(n));
+  if (reading_ && !deadline_) deadline_ = std::chrono::steady_clock::now() + request_timeout_;
   return true;
 }
 
@@ -165,33 +183,49 @@ HttpConnection::ReadResult HttpConnection::ReadChunkedBody(std::string* body) {
 
 HttpConnection::ReadResult HttpConnection::Read(HttpRequest* request) {
   *request = HttpRequest();
+  // The deadline starts with the request's first byte (see Fill).
+  deadline_.reset();
+  reading_ = true;
+  if (buffer_.size() > consumed_) deadline_ = std::chrono::steady_clock::now() + request_timeout_;
   std::string line;
   // Go's server skips empty lines before a request line.
   do {
     if (!ReadLine(&line, kMaxHeaderBytes)) {
-      return buffer_.size() - consumed_ > kMaxHeaderBytes ? ReadResult::kTooLarge
+      return buffer_.size() - consumed_ > kMaxHeaderBytes ? ReadResult::kHeadersTooLarge
                                                           : ReadResult::kClosed;
     }
   } while (line.empty());
   std::vector<std::string> parts = absl::StrSplit(line, ' ');
   if (parts.size() != 3 || parts[0].empty() || parts[1].empty() ||
-      !absl::StartsWith(parts[2], "HTTP/1.")) {
+      (parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0")) {
     return ReadResult::kBad;
   }
   request->method = parts[0];
   const size_t q = parts[1].find('?');
   request->path = parts[1].substr(0, q);
   if (q != std::string::npos) request->query = parts[1].substr(q + 1);
-  request->keep_alive = parts[2] != "HTTP/1.0";
+  request->http10 = parts[2] == "HTTP/1.0";
+  request->keep_alive = !request->http10;
 
-  size_t header_bytes = line.size();
+  // Go counts a header block's bytes with their line ends.
+  size_t header_bytes = line.size() + 2;
   for (;;) {
-    if (!ReadLine(&line, kMaxHeaderBytes)) return ReadResult::kBad;
+    if (!ReadLine(&line, kMaxHeaderBytes)) {
+      return buffer_.size() - consumed_ > kMaxHeaderBytes ? ReadResult::kHeadersTooLarge
+                                                          : ReadResult::kBad;
+    }
     if (line.empty()) break;
-    header_bytes += line.size();
-    if (header_bytes > kMaxHeaderBytes) return ReadResult::kTooLarge;
+    header_bytes += line.size() + 2;
+    if (header_bytes > kMaxHeaderBytes || request->headers.size() >= kMaxHeaders) {
+      return ReadResult::kHeadersTooLarge;
+    }
+    // A name is a token: no spaces (a "Name :" would hide a header), and
+    // no folded continuation lines.
     const size_t colon = line.find(':');
-    if (colon == std::string::npos || colon == 0) return ReadResult::kBad;
+    if (colon == std::string::npos || colon == 0 ||
+        line.find_first_of(" \t") < colon) {
+      return ReadResult::kBad;
+    }
     request->headers.emplace_back(
         absl::AsciiStrToLower(line.substr(0, colon)),
         std::string(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1))));
@@ -201,20 +235,41 @@ HttpConnection::ReadResult HttpConnection::Read(HttpRequest* request) {
     if (v == "close") request->keep_alive = false;
     if (v == "keep-alive") request->keep_alive = true;
   }
+  // As Go's server: HTTP/1.1 needs a Host; one body length, stated once.
+  int host = 0, lengths = 0, encodings = 0;
+  const std::string* length = nullptr;
+  for (const auto& [name, value] : request->headers) {
+    host += name == "host";
+    if (name == "content-length") {
+      if (length != nullptr && *length != value) return ReadResult::kBad;
+      length = &value;
+      ++lengths;
+    }
+    encodings += name == "transfer-encoding";
+  }
+  if ((!request->http10 && host != 1) || host > 1 || encodings > 1 ||
+      (encodings == 1 && lengths > 0)) {
+    return ReadResult::kBad;
+  }
   if (const std::string* e = request->Header("expect");
       e != nullptr && absl::EqualsIgnoreCase(*e, "100-continue")) {
     if (!SendAll("HTTP/1.1 100 Continue\r\n\r\n")) return ReadResult::kClosed;
   }
   if (const std::string* te = request->Header("transfer-encoding")) {
-    if (!absl::EqualsIgnoreCase(*te, "chunked")) return ReadResult::kBad;
+    if (!absl::EqualsIgnoreCase(*te, "chunked") || request->http10) return ReadResult::kBad;
     return ReadChunkedBody(&request->body);
   }
-  if (const std::string* cl = request->Header("content-length")) {
-    uint64_t length = 0;
-    if (!absl::SimpleAtoi(*cl, &length)) return ReadResult::kBad;
-    if (length > max_body_) return ReadResult::kTooLarge;
-    if (!ReadExactly(length, &request->body)) return ReadResult::kClosed;
+  if (length != nullptr) {
+    uint64_t n = 0;
+    if (length->empty() || length->find_first_not_of("0123456789") != std::string::npos ||
+        !absl::SimpleAtoi(*length, &n)) {
+      return ReadResult::kBad;
+    }
+    if (n > max_body_) return ReadResult::kTooLarge;
+    if (!ReadExactly(n, &request->body)) return ReadResult::kClosed;
   }
+  deadline_.reset();
+  reading_ = false;
   return ReadResult::kRequest;
 }
 
@@ -228,25 +283,30 @@ bool HttpConnection::SendAll(absl::string_view data) {
   return true;
 }
 
-bool HttpConnection::Write(const HttpResponse& response, bool keep_alive) {
+bool HttpConnection::Write(const HttpResponse& response, bool keep_alive, bool head_only) {
   std::string out = Head(response.status, response.headers);
   absl::StrAppend(&out, "Content-Length: ", response.body.size(), "\r\n");
   if (!keep_alive) out += "Connection: close\r\n";
   out += "\r\n";
-  out += response.body;
+  if (!head_only) out += response.body;
   return SendAll(out);
 }
 
-bool HttpConnection::BeginChunked(int status, const HttpHeaders& headers) {
-  return SendAll(absl::StrCat(Head(status, headers), "Transfer-Encoding: chunked\r\n\r\n"));
+bool HttpConnection::BeginChunked(int status, const HttpHeaders& headers, bool http10) {
+  raw_stream_ = http10;
+  // HTTP/1.0 has no chunks: the body runs until the connection closes.
+  return SendAll(absl::StrCat(Head(status, headers),
+                              http10 ? "Connection: close\r\n\r\n"
+                                     : "Transfer-Encoding: chunked\r\n\r\n"));
 }
 
 bool HttpConnection::WriteChunk(absl::string_view data) {
   if (data.empty()) return true;  // an empty chunk would end the body
+  if (raw_stream_) return SendAll(data);
   return SendAll(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
 }
 
-bool HttpConnection::EndChunked() { return SendAll("0\r\n\r\n"); }
+bool HttpConnection::EndChunked() { return raw_stream_ || SendAll("0\r\n\r\n"); }
 
 bool HttpConnection::PeerClosed(int timeout_ms) {
   pollfd p{fd_, static_cast<short>(peer_sent_more_ ? POLLRDHUP : POLLIN | POLLRDHUP), 0};

@@ -8,7 +8,9 @@
 #ifndef CAPSTAN_SERVER_HTTP1_H_
 #define CAPSTAN_SERVER_HTTP1_H_
 
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <utility>
@@ -25,6 +27,7 @@ struct HttpRequest {
   HttpHeaders headers;  // names lower-cased, in arrival order
   std::string body;
   bool keep_alive = true;
+  bool http10 = false;  // an HTTP/1.0 request (no chunked answers)
 
   // The first header of that (lower-case) name, or null.
   const std::string* Header(absl::string_view name) const;
@@ -48,24 +51,29 @@ absl::string_view HttpStatusText(int status);
 // socket.
 class HttpConnection {
  public:
-  // idle_timeout_ms bounds the wait for a request's first byte and between
-  // reads of one request; max_body bounds a request body.
-  HttpConnection(int fd, int idle_timeout_ms, size_t max_body);
+  // idle_timeout_ms bounds the wait for a request's first byte,
+  // request_timeout_ms the time from there to its last; max_body bounds a
+  // request body.
+  HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms, size_t max_body);
 
   enum class ReadResult {
-    kRequest,   // *request holds the next request
-    kClosed,    // the peer closed, timed out or the connection failed
-    kBad,       // malformed: answer 400 and close
-    kTooLarge,  // headers or body over their limits: answer 413 and close
+    kRequest,          // *request holds the next request
+    kClosed,           // the peer closed, timed out or the connection failed
+    kBad,              // malformed or ambiguous: answer 400 and close
+    kHeadersTooLarge,  // over 1 MB or 1000 header lines: answer 431 and close
+    kTooLarge,         // a body over max_body: answer 413 and close
   };
   ReadResult Read(HttpRequest* request);
 
-  // Writes a whole response. False if the peer is gone.
-  bool Write(const HttpResponse& response, bool keep_alive);
+  // Writes a whole response (head_only: without its body, for HEAD). False
+  // if the peer is gone.
+  bool Write(const HttpResponse& response, bool keep_alive, bool head_only = false);
 
   // A streamed response: the status line and headers, then chunks, then
-  // the last chunk. Each returns false once the peer is gone.
-  bool BeginChunked(int status, const HttpHeaders& headers);
+  // the last chunk. Each returns false once the peer is gone. For an
+  // HTTP/1.0 request (http10) the body is unchunked and the connection
+  // closes after it.
+  bool BeginChunked(int status, const HttpHeaders& headers, bool http10 = false);
   bool WriteChunk(absl::string_view data);
   bool EndChunked();
 
@@ -87,7 +95,12 @@ class HttpConnection {
 
   const int fd_;
   const int idle_timeout_ms_;
+  const std::chrono::milliseconds request_timeout_;
   const size_t max_body_;
+  // While a request is read: when it must be in.
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  bool reading_ = false;  // inside Read()
+  bool raw_stream_ = false;  // the streamed answer is HTTP/1.0's
   std::string buffer_;  // read, not yet consumed
   size_t consumed_ = 0;
   bool peer_sent_more_ = false;

@@ -31,15 +31,15 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
     res.headers.emplace_back("Content-Type", std::move(type));
     return res;
   };
-  if (path == "/health") {
-    // Other methods: 405 with Allow, as Go's http.Error writes it.
-    if (method != "GET") {
-      res = PlainError(405, "Method Not Allowed");
-      res.headers.emplace_back("Allow", "GET");
-      return res;
-    }
-    return Health(exclude);
+  // Prometheus' handler answers any method.
+  if (path == "/metrics") return content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
+  if ((path == "/health" || path == "/version") && method != "GET") {
+    // As etcd's: 405 with Allow, as Go's http.Error writes it.
+    res = PlainError(405, "Method Not Allowed");
+    res.headers.emplace_back("Allow", "GET");
+    return res;
   }
+  if (path == "/health") return Health(exclude);
   if (method != "GET") return std::nullopt;
   if (path == "/livez" || path == "/readyz") return content("ok", "text/plain; charset=utf-8");
   if (path == "/version") {
@@ -47,7 +47,6 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
                                 versions_.cluster, "\"}"),
                    "application/json");
   }
-  if (path == "/metrics") return content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   return std::nullopt;
 }
 
@@ -111,11 +110,11 @@ void HttpEndpoints::Install(httplib::Server* server) {
   };
   for (const char* path : {"/health", "/livez", "/readyz", "/version", "/metrics"}) {
     server->Get(path, handler);
+    server->Post(path, handler);
+    server->Put(path, handler);
+    server->Delete(path, handler);
+    server->Patch(path, handler);
   }
-  server->Post("/health", handler);
-  server->Put("/health", handler);
-  server->Delete("/health", handler);
-  server->Patch("/health", handler);
 }
 
 absl::Status HttpEndpoints::Listen(const std::string& host, int port, const ClientTls* tls) {

@@ -130,23 +130,24 @@ std::string StreamError(const grpc::Status& status) {
                       ",\"http_status\":", JsonString(HttpStatusText(http)), "}}");
 }
 
-// The JSON values in body, one after another, as Go's json.Decoder reads
+// The JSON values of a body, one after another, as Go's json.Decoder reads
 // them: each an object, an array, a string or a bare token.
-std::vector<absl::string_view> JsonValues(absl::string_view body) {
-  std::vector<absl::string_view> values;
-  size_t i = 0;
-  auto skip_space = [&] {
-    while (i < body.size() && absl::ascii_isspace(static_cast<unsigned char>(body[i]))) ++i;
-  };
-  for (skip_space(); i < body.size(); skip_space()) {
-    const size_t start = i;
+class JsonValueReader {
+ public:
+  explicit JsonValueReader(absl::string_view body) : body_(body) {}
+
+  // The next value; false at the end of the body.
+  bool Next(absl::string_view* value) {
+    SkipSpace();
+    if (i_ >= body_.size()) return false;
+    const size_t start = i_;
     int depth = 0;
     bool in_string = false;
-    for (; i < body.size(); ++i) {
-      const char c = body[i];
+    for (; i_ < body_.size(); ++i_) {
+      const char c = body_[i_];
       if (in_string) {
         if (c == '\\') {
-          ++i;
+          ++i_;
         } else if (c == '"') {
           in_string = false;
           if (depth == 0) break;
@@ -158,15 +159,23 @@ std::vector<absl::string_view> JsonValues(absl::string_view body) {
       } else if (c == '}' || c == ']') {
         if (--depth <= 0) break;
       } else if (depth == 0 && absl::ascii_isspace(static_cast<unsigned char>(c))) {
-        --i;
+        --i_;
         break;
       }
     }
-    i = std::min(i + 1, body.size());
-    values.push_back(body.substr(start, i - start));
+    i_ = std::min(i_ + 1, body_.size());
+    *value = body_.substr(start, i_ - start);
+    return true;
   }
-  return values;
-}
+
+ private:
+  void SkipSpace() {
+    while (i_ < body_.size() && absl::ascii_isspace(static_cast<unsigned char>(body_[i_]))) ++i_;
+  }
+
+  const absl::string_view body_;
+  size_t i_ = 0;
+};
 
 std::unique_ptr<Message> NewMessage(const google::protobuf::Descriptor* type) {
   return std::unique_ptr<Message>(
@@ -275,9 +284,10 @@ bool JsonGateway::Serve(const MethodDescriptor* method, const HttpRequest& reque
 bool JsonGateway::ServeUnary(const MethodDescriptor* method, const HttpRequest& request,
                              const HttpHeaders& headers, const std::atomic<bool>& stopping,
                              HttpConnection* connection) const {
-  const std::vector<absl::string_view> values = JsonValues(request.body);
+  absl::string_view first;
+  JsonValueReader(request.body).Next(&first);
   std::unique_ptr<Message> req;
-  grpc::Status status = ParseJson(values.empty() ? "" : values[0], method->input_type(), &req);
+  grpc::Status status = ParseJson(first, method->input_type(), &req);
   grpc::ByteBuffer req_buffer, resp_buffer;
   if (status.ok() && !Serialize(*req, &req_buffer)) {
     status = grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize the request");
@@ -320,33 +330,36 @@ bool JsonGateway::ServeUnary(const MethodDescriptor* method, const HttpRequest& 
 bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest& request,
                               const HttpHeaders& headers, const std::atomic<bool>& stopping,
                               HttpConnection* connection) const {
-  // The requests to send. A bidirectional call sends every value up to the
-  // first that does not parse; if that is the first, the call fails as
-  // etcd's gateway fails it (code Unknown). A server-streaming call takes
-  // the first value, as a unary one does.
-  std::vector<std::unique_ptr<Message>> requests;
-  const std::vector<absl::string_view> values = JsonValues(request.body);
-  if (method->client_streaming()) {
-    for (absl::string_view v : values) {
-      std::unique_ptr<Message> m;
-      if (grpc::Status s = ParseJson(v, method->input_type(), &m); !s.ok()) {
-        if (requests.empty()) {
-          return connection->Write(
-              ErrorResponse(grpc::StatusCode::UNKNOWN, s.error_message(), headers), false);
-        }
-        break;
-      }
-      requests.push_back(std::move(m));
-    }
-  } else {
-    std::unique_ptr<Message> m;
-    if (grpc::Status s = ParseJson(values.empty() ? "" : values[0], method->input_type(), &m);
+  // The requests to send, parsed one at a time as they are sent (a body
+  // of many small values stays one body in memory). A bidirectional call
+  // sends every value up to the first that does not parse; if that is the
+  // first, the call fails as etcd's gateway fails it (code Unknown). A
+  // server-streaming call takes the first value, as a unary one does.
+  JsonValueReader values(request.body);
+  absl::string_view value;
+  std::unique_ptr<Message> next_request;
+  const bool has_first = values.Next(&value);
+  if (has_first || !method->client_streaming()) {
+    if (grpc::Status s = ParseJson(has_first ? value : "", method->input_type(), &next_request);
         !s.ok()) {
-      return connection->Write(ErrorResponse(s.error_code(), s.error_message(), headers),
-                               request.keep_alive);
+      const bool stream = method->client_streaming();
+      connection->Write(
+          ErrorResponse(stream ? grpc::StatusCode::UNKNOWN : s.error_code(), s.error_message(),
+                        headers),
+          request.keep_alive && !stream);
+      return request.keep_alive && !stream;
     }
-    requests.push_back(std::move(m));
   }
+  // The request after next_request, or null at the end (or at a value that
+  // does not parse).
+  auto parse_next = [&]() -> std::unique_ptr<Message> {
+    std::unique_ptr<Message> m;
+    if (!method->client_streaming() || !values.Next(&value) ||
+        !ParseJson(value, method->input_type(), &m).ok()) {
+      return nullptr;
+    }
+    return m;
+  };
 
   grpc::GenericStub stub(channel_);
   grpc::ClientContext context;
@@ -360,7 +373,7 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
   bool alive = true;
   auto begin = [&](int http_status) {
     if (!began) {
-      alive = connection->BeginChunked(http_status, SuccessHeaders(headers));
+      alive = connection->BeginChunked(http_status, SuccessHeaders(headers), request.http10);
       began = true;
     }
   };
@@ -369,7 +382,6 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
   // request before its answer to the last one is taken. At most one write
   // and one read are in flight; Finish follows the last read.
   int start_tag = 0, write_tag = 0, read_tag = 0, finish_tag = 0;
-  size_t next = 0;      // the next request to write
   bool writing = true;  // requests (or the half-close) still to go
   int pending = 1;      // operations in flight
   bool cancelled = false;
@@ -379,9 +391,9 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
   auto write_next = [&] {
     if (!writing) return;
     out.Clear();  // serializing needs an empty buffer
-    if (next < requests.size() && Serialize(*requests[next], &out)) {
+    if (next_request != nullptr && Serialize(*next_request, &out)) {
       call->Write(out, &write_tag);
-      ++next;
+      next_request = parse_next();
     } else {
       call->WritesDone(&write_tag);
       writing = false;
@@ -389,6 +401,7 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
     ++pending;
   };
   auto end_call = [&] {
+    writing = false;  // nothing is written after Finish
     call->Finish(&status, &finish_tag);
     ++pending;
   };
@@ -438,7 +451,7 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
     alive = connection->WriteChunk(StreamError(status));
   }
   begin(200);
-  return alive && connection->EndChunked() && request.keep_alive;
+  return alive && connection->EndChunked() && request.keep_alive && !request.http10;
 }
 
 }  // namespace capstan::server

@@ -1,8 +1,12 @@
 // capstan: an etcd v3 compatible server. Accepts etcd's flags and ETCD_*
 // environment variables; see `capstan --help`.
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -137,6 +141,16 @@ int main(int argc, char** argv) {
   for (const auto& w : config->warnings) SPDLOG_WARN("{}", w);
   for (const auto& f : config->ignored_flags) {
     SPDLOG_INFO("flag --{} accepted; it has no effect in a single-member Capstan", f);
+  }
+
+  // Every client connection, gRPC or HTTP, holds a descriptor, as do
+  // RocksDB's files: lift the soft limit (often 1024) to the hard one, as
+  // Go (1.19+) does for etcd.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+      SPDLOG_WARN("cannot raise the open file limit: {}", std::strerror(errno));
+    }
   }
 
   StopSignals stop;

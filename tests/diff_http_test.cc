@@ -374,6 +374,8 @@ TEST_F(DiffHttpTest, PathsMethodsAndEndpoints) {
   for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/v3/kv/range"}, {"PUT", "/v3/kv/put"}, {"GET", "/v3/watch"},
            {"POST", "/v3/no/such/call"}, {"GET", "/no-such-page"}, {"POST", "/health"},
+           {"PUT", "/version"}, {"HEAD", "/version"}, {"HEAD", "/health"}, {"HEAD", "/v3/kv/range"},
+           {"POST", "/v3beta/kv/range"},  // still served as /v3/, by 3.5 too
            {"OPTIONS", "/v3/kv/range"}, {"OPTIONS", "/anything"}}) {
     auto p = Both(path, method == "GET" || method == "OPTIONS" ? "" : "{}", method);
     EXPECT_TRUE(Same(p)) << method << " " << path;
@@ -389,10 +391,12 @@ TEST_F(DiffHttpTest, PathsMethodsAndEndpoints) {
   auto version = Both("/version", "", "GET");
   EXPECT_TRUE(Same(version, {"etcdserver", "etcdcluster"}));
   EXPECT_TRUE(absl::StrContains(version.capstan.body, R"("etcdserver":")")) << version.capstan.body;
-  auto metrics = Both("/metrics", "", "GET");
-  EXPECT_EQ(metrics.capstan.status, 200);
-  for (const auto* a : {&metrics.etcd, &metrics.capstan}) {
-    EXPECT_TRUE(absl::StrContains(a->body, "\netcd_server_has_leader 1\n"));
+  for (const std::string method : {"GET", "POST"}) {  // Prometheus' handler takes any method
+    auto metrics = Both("/metrics", "", method);
+    EXPECT_EQ(metrics.capstan.status, 200) << method;
+    for (const auto* a : {&metrics.etcd, &metrics.capstan}) {
+      EXPECT_TRUE(absl::StrContains(a->body, "\netcd_server_has_leader 1\n")) << method;
+    }
   }
 }
 

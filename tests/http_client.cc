@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -50,6 +51,7 @@ bool HttpClient::Send(const std::string& method, const std::string& path, const 
 bool HttpClient::SendRaw(const std::string& bytes) {
   if (fd_ < 0) return false;
   chunked_ = ended_ = false;
+  head_ = absl::StartsWith(bytes, "HEAD ");
   partial_.clear();
   content_length_ = -1;
   for (size_t sent = 0; sent < bytes.size();) {
@@ -134,6 +136,7 @@ bool HttpClient::Chunk(std::string* out, Clock::time_point deadline) {
 
 bool HttpClient::ReadBody(HttpAnswer* answer, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  if (head_) return true;  // the answer to HEAD has no body
   if (!chunked_) return Exactly(static_cast<size_t>(std::max(0L, content_length_)), &answer->body,
                                 deadline);
   while (Chunk(&answer->body, deadline)) {

@@ -61,6 +61,7 @@ class HttpClient {
   int fd_ = -1;
   std::string in_;
   bool chunked_ = false;
+  bool head_ = false;  // the request was HEAD: no body follows
   bool ended_ = false;
   std::string partial_;  // a line begun, not yet ended
   long content_length_ = -1;
