@@ -237,7 +237,8 @@ TEST_F(ClientHttpTest, QuietAndPartialConnectionsDoNotBlockOthers) {
     etcdserverpb::PutRequest put;
     put.set_key("k" + std::to_string(i));
     etcdserverpb::PutResponse resp;
-    EXPECT_TRUE(kv->Put(&ctx, put, &resp).ok());
+    grpc::Status put_status = kv->Put(&ctx, put, &resp);
+    EXPECT_TRUE(put_status.ok()) << put_status.error_code() << " " << put_status.error_message();
     HttpAnswer version = HttpRequestTo((*server)->client_port(), "GET", "/version");
     EXPECT_EQ(version.status, 200);
   }
