@@ -1,6 +1,7 @@
 // Server: one Capstan member. Opens the data directory and the KV store,
-// serves etcd's gRPC API on the client URLs and the HTTP endpoints on the
-// metrics URLs, and shuts down gracefully.
+// serves etcd's gRPC API on the client URLs (and on http:// ones HTTP/1.1
+// beside it: the JSON gateway and the HTTP endpoints), the HTTP endpoints on
+// the metrics URLs, and shuts down gracefully.
 
 #ifndef CAPSTAN_SERVER_SERVER_H_
 #define CAPSTAN_SERVER_SERVER_H_

@@ -163,7 +163,8 @@ struct Options {
                                                    "/registry/leases/"};
   // Serve etcd's gRPC API from this store on these URLs
   // (--listen-client-urls, e.g. "http://127.0.0.1:2379"; port 0 picks a
-  // free port, see Store::ClientPorts). Empty: no network endpoint.
+  // free port, see Store::ClientPorts), and on http:// URLs etcd's JSON
+  // gateway and /health, /version, /metrics too. Empty: no network endpoint.
   std::vector<std::string> listen_client_urls;
   // HTTP /metrics, /health, /version on these URLs (--listen-metrics-urls).
   std::vector<std::string> listen_metrics_urls;

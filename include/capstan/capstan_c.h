@@ -99,8 +99,8 @@ typedef struct capstan_options {
   /* NULL: the Kubernetes defaults (/registry/pods/, /registry/minions/,
    * /registry/leases/); "": no watch cache. */
   const char* watch_cache_prefixes;
-  /* Serve etcd's gRPC API on these URLs ("http://127.0.0.1:0"); NULL or "":
-   * no network endpoint. */
+  /* Serve etcd's gRPC API (and, on http:// URLs, its JSON gateway) on these
+   * URLs ("http://127.0.0.1:0"); NULL or "": no network endpoint. */
   const char* listen_client_urls;
   const char* listen_metrics_urls;
   /* Any other capstan/etcd flag, verbatim ("--max-concurrent-streams=10"). */
