@@ -6,6 +6,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -213,6 +215,83 @@ TEST_F(ClientHttpTest, ShutdownEndsHttpStreams) {
   EXPECT_LT(std::chrono::steady_clock::now() - read_start, 1s);
 }
 
+int ConnectTo(int port, const std::string& first) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (!first.empty() && send(fd, first.data(), first.size(), MSG_NOSIGNAL) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The caps on connections hold without locking anyone out: past 1,024
+// connections that have not spoken the longest-silent one is dropped for
+// each new one, and past 512 HTTP connections a new one is told 503.
+TEST_F(ClientHttpTest, ConnectionCaps) {
+  rlimit nofile{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  nofile.rlim_cur = nofile.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &nofile);
+  if (nofile.rlim_cur < 2000) GTEST_SKIP() << "open file limit " << nofile.rlim_cur;
+  auto server = ServerProcess::Start(Options(ServerFlavor::kCapstan, {}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->client_port();
+
+  std::vector<int> silent;
+  for (int i = 0; i < 1100; ++i) {
+    const int fd = ConnectTo(port, "");
+    ASSERT_GE(fd, 0) << i;
+    silent.push_back(fd);
+  }
+  // The first ones were dropped to make room: they read end of stream.
+  pollfd first{silent[0], POLLIN, 0};
+  ASSERT_EQ(poll(&first, 1, 10000), 1);
+  char c;
+  EXPECT_EQ(recv(silent[0], &c, 1, 0), 0);
+  // gRPC and HTTP clients still get in.
+  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  etcdserverpb::PutRequest put;
+  put.set_key("k");
+  etcdserverpb::PutResponse resp;
+  grpc::Status put_status = kv->Put(&ctx, put, &resp);
+  EXPECT_TRUE(put_status.ok()) << put_status.error_message();
+  EXPECT_EQ(HttpRequestTo(port, "GET", "/version").status, 200);
+  for (int fd : silent) close(fd);
+
+  // 512 HTTP connections, each in the middle of a request.
+  std::vector<int> http;
+  for (int i = 0; i < 512; ++i) {
+    const int fd = ConnectTo(port, "GET /version HTTP/1.1\r\n");
+    ASSERT_GE(fd, 0) << i;
+    http.push_back(fd);
+  }
+  HttpAnswer busy;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {  // until the server has taken all 512 in
+    busy = HttpRequestTo(port, "GET", "/version");
+  } while (busy.status == 200 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(busy.body, "too many connections");
+  for (int fd : http) close(fd);
+  HttpAnswer again;
+  const auto deadline2 = std::chrono::steady_clock::now() + 10s;
+  do {  // their threads end as their clients go
+    again = HttpRequestTo(port, "GET", "/version");
+  } while (again.status != 200 && std::chrono::steady_clock::now() < deadline2);
+  EXPECT_EQ(again.status, 200);
+  EXPECT_TRUE((*server)->running());
+}
+
 // Connections that send nothing, half of HTTP/2's preface or garbage
 // neither hold up nor break the others.
 TEST_F(ClientHttpTest, QuietAndPartialConnectionsDoNotBlockOthers) {
@@ -220,13 +299,8 @@ TEST_F(ClientHttpTest, QuietAndPartialConnectionsDoNotBlockOthers) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<int> fds;
   for (const std::string& first : std::vector<std::string>{"", "P", "PR", std::string("\0\1\2", 3)}) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>((*server)->client_port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    if (!first.empty()) ASSERT_EQ(send(fd, first.data(), first.size(), 0), ssize_t(first.size()));
+    const int fd = ConnectTo((*server)->client_port(), first);
+    ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   const auto start = std::chrono::steady_clock::now();
