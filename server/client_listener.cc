@@ -36,17 +36,23 @@ void SetBlocking(int fd, bool blocking) {
   fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
 }
 
-enum class Kind { kUnknown, kGrpc, kHttp, kGone };
+enum class Kind {
+  kSilent,   // nothing sent yet
+  kPartial,  // the start of the preface, not yet all of its first bytes
+  kGrpc,
+  kHttp,
+  kGone,     // closed or failed before it said anything
+};
 
 // Peeks at a new connection's first bytes without consuming them.
 Kind Classify(int fd) {
   char head[4];
   const ssize_t n = recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return Kind::kGone;
-  if (n < 0) return errno == EAGAIN || errno == EINTR ? Kind::kUnknown : Kind::kGone;
+  if (n < 0) return errno == EAGAIN || errno == EINTR ? Kind::kSilent : Kind::kGone;
   const std::string_view got(head, static_cast<size_t>(n));
   if (kHttp2Preface.substr(0, got.size()) != got) return Kind::kHttp;
-  return got.size() == kHttp2Preface.size() ? Kind::kGrpc : Kind::kUnknown;
+  return got.size() == kHttp2Preface.size() ? Kind::kGrpc : Kind::kPartial;
 }
 
 }  // namespace
@@ -215,12 +221,12 @@ void ClientListener::Run() {
     for (size_t i = 0; i < unsorted.size();) {
       Unsorted& u = unsorted[i];
       Kind kind = Classify(u.fd);
-      if (kind == Kind::kUnknown && now >= u.deadline) kind = Kind::kGone;
-      if (kind == Kind::kUnknown) {
+      const bool undecided = kind == Kind::kSilent || kind == Kind::kPartial;
+      if (undecided && now >= u.deadline) kind = Kind::kGone;
+      if (undecided && kind != Kind::kGone) {
         // Bytes that may yet become the preface stay readable; wait for the
         // rest on a timer rather than on poll, which would not block.
-        char c;
-        u.partial = recv(u.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+        u.partial = kind == Kind::kPartial;
         ++i;
         continue;
       }

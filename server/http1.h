@@ -12,9 +12,10 @@
 #include <cstddef>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace capstan::server {
 

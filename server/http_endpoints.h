@@ -9,11 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "mvcc/kv_store.h"
 #include "server/http1.h"
 #include "server/member.h"

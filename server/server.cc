@@ -73,31 +73,7 @@ absl::StatusOr<std::unique_ptr<ClientListener>> BindClientListener(const Url& ur
 // use"); OK if a plain bind succeeds. gRPC only says that it failed.
 absl::Status ProbeListen(const Url& url) {
   if (url.scheme == "unix" || url.scheme == "unixs") return absl::OkStatus();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string host = url.Hostname();
-  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), url.Port().c_str(), &hints, &found) != 0) {
-    return absl::OkStatus();
-  }
-  absl::Status status;
-  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      const int err = errno;
-      status = absl::UnavailableError(
-          absl::StrCat("listen tcp ", url.host, ": bind: ",
-                       err == EADDRINUSE ? "address already in use" : std::strerror(err)));
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return status;
+  return BindClientListener(url, /*reuse_port=*/false).status();  // and closes it
 }
 
 std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
@@ -260,15 +236,17 @@ absl::Status Server::Serve() {
   // --listen-client-http-urls takes HTTP elsewhere; gRPC alone listens on
   // the others.
   const bool shared_ports = config_.listen_client_http_urls.empty();
-  std::vector<ClientListener*> shared(config_.listen_client_urls.size(), nullptr);
+  // client_listeners_[i] shares its port with gRPC if listener_urls[i] is a
+  // client URL, else serves HTTP alone.
+  std::vector<const Url*> listener_urls;
   for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
     const Url& url = config_.listen_client_urls[i];
     if (shared_ports && url.scheme == "http") {
       auto listener = BindClientListener(url, config_.socket_reuse_port);
       if (!listener.ok()) return listener.status();
-      shared[i] = listener->get();
       bound[i] = (*listener)->port();
       client_listeners_.push_back(*std::move(listener));
+      listener_urls.push_back(&url);
       continue;
     }
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
@@ -314,7 +292,7 @@ absl::Status Server::Serve() {
   // server bind a port this one serves and split its clients between them.
   // etcd sets it only with --socket-reuse-port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, config_.socket_reuse_port ? 1 : 0);
-  std::vector<std::unique_ptr<ClientListener>> http_only;
+  const size_t with_grpc = client_listeners_.size();
   for (const Url& url : config_.listen_client_http_urls) {
     if (url.scheme != "http") {
       return absl::UnimplementedError(absl::StrCat(
@@ -322,7 +300,8 @@ absl::Status Server::Serve() {
     }
     auto listener = BindClientListener(url, config_.socket_reuse_port);
     if (!listener.ok()) return listener.status();
-    http_only.push_back(*std::move(listener));
+    client_listeners_.push_back(*std::move(listener));
+    listener_urls.push_back(&url);
   }
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_) {
@@ -355,14 +334,11 @@ absl::Status Server::Serve() {
   http_options.max_body = 2 * config_.max_request_bytes + kGrpcOverheadBytes;
   client_http_ = std::make_unique<ClientHttp>(http_.get(), json_gateway_.get(), http_options);
   auto adopt = [http = client_http_.get()](int fd) { http->Adopt(fd); };
-  for (ClientListener* listener : shared) {
-    if (listener != nullptr) listener->Start(grpc_server_.get(), adopt);
-  }
-  for (size_t i = 0; i < http_only.size(); ++i) {
-    http_only[i]->Start(nullptr, adopt);
-    SPDLOG_INFO("serving client HTTP traffic insecurely on {}",
-                config_.listen_client_http_urls[i].String());
-    client_listeners_.push_back(std::move(http_only[i]));
+  for (size_t i = 0; i < client_listeners_.size(); ++i) {
+    client_listeners_[i]->Start(i < with_grpc ? grpc_server_.get() : nullptr, adopt);
+    if (i >= with_grpc) {
+      SPDLOG_INFO("serving client HTTP traffic insecurely on {}", listener_urls[i]->String());
+    }
   }
   for (const auto& url : config_.listen_metrics_urls) {
     if (url.scheme != "http" && url.scheme != "https") {

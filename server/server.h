@@ -91,8 +91,8 @@ class Server {
   // HTTP/1.1 on the client URLs: the JSON gateway and the endpoints above.
   std::unique_ptr<JsonGateway> json_gateway_;
   std::unique_ptr<ClientHttp> client_http_;
-  // The plain-http client URLs (and --listen-client-http-urls), whose
-  // connections are sorted between gRPC and HTTP.
+  // The plain-http client URLs, whose connections are sorted between gRPC
+  // and HTTP, then those of --listen-client-http-urls (HTTP only).
   std::vector<std::unique_ptr<ClientListener>> client_listeners_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
   std::vector<int> client_ports_;

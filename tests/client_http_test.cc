@@ -39,6 +39,26 @@ ServerOptions Options(ServerFlavor flavor, std::vector<std::string> extra) {
 
 class ClientHttpTest : public ::testing::Test {};
 
+// One unary KV call through gRPC on the server's client URL.
+template <typename Req, typename Resp>
+grpc::Status KvCall(const ServerProcess& server,
+                    grpc::Status (etcdserverpb::KV::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                                   Resp*),
+                    const Req& req, Resp* resp, std::chrono::seconds timeout = 10s) {
+  auto kv = etcdserverpb::KV::NewStub(server.NewChannel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  return ((*kv).*method)(&ctx, req, resp);
+}
+
+grpc::Status GrpcPut(const ServerProcess& server, const std::string& key,
+                     std::chrono::seconds timeout = 10s) {
+  etcdserverpb::PutRequest put;
+  put.set_key(key);
+  etcdserverpb::PutResponse resp;
+  return KvCall(server, &etcdserverpb::KV::Stub::Put, put, &resp, timeout);
+}
+
 // The cases that compare with etcd need it; the others run without.
 #define REQUIRE_ETCD()                                                                   \
   if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "etcd not found at " << EtcdBinary()
@@ -135,13 +155,10 @@ TEST_F(ClientHttpTest, SeparateHttpUrls) {
   HttpAnswer put = HttpRequestTo(http_port, "POST", "/v3/kv/put", R"({"key":"YQ==","value":"Yg=="})");
   EXPECT_EQ(put.status, 200) << put.body;
   // The put is there through gRPC on the client URL.
-  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
   etcdserverpb::RangeRequest req;
   req.set_key("a");
   etcdserverpb::RangeResponse resp;
-  ASSERT_TRUE(kv->Range(&ctx, req, &resp).ok());
+  ASSERT_TRUE(KvCall(**server, &etcdserverpb::KV::Stub::Range, req, &resp).ok());
   ASSERT_EQ(resp.kvs_size(), 1);
   EXPECT_EQ(resp.kvs(0).value(), "b");
   // gRPC's own listener takes the connection but does not speak HTTP/1.1.
@@ -257,13 +274,7 @@ TEST_F(ClientHttpTest, ConnectionCaps) {
   char c;
   EXPECT_EQ(recv(silent[0], &c, 1, 0), 0);
   // gRPC and HTTP clients still get in.
-  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  etcdserverpb::PutRequest put;
-  put.set_key("k");
-  etcdserverpb::PutResponse resp;
-  grpc::Status put_status = kv->Put(&ctx, put, &resp);
+  grpc::Status put_status = GrpcPut(**server, "k");
   EXPECT_TRUE(put_status.ok()) << put_status.error_message();
   EXPECT_EQ(HttpRequestTo(port, "GET", "/version").status, 200);
   for (int fd : silent) close(fd);
@@ -304,14 +315,8 @@ TEST_F(ClientHttpTest, QuietAndPartialConnectionsDoNotBlockOthers) {
     fds.push_back(fd);
   }
   const auto start = std::chrono::steady_clock::now();
-  auto kv = etcdserverpb::KV::NewStub((*server)->NewChannel());
   for (int i = 0; i < 3; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    etcdserverpb::PutRequest put;
-    put.set_key("k" + std::to_string(i));
-    etcdserverpb::PutResponse resp;
-    grpc::Status put_status = kv->Put(&ctx, put, &resp);
+    grpc::Status put_status = GrpcPut(**server, "k" + std::to_string(i), 5s);
     EXPECT_TRUE(put_status.ok()) << put_status.error_code() << " " << put_status.error_message();
     HttpAnswer version = HttpRequestTo((*server)->client_port(), "GET", "/version");
     EXPECT_EQ(version.status, 200);
