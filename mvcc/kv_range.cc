@@ -113,15 +113,21 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   const bool filtered = req.min_mod_revision() != 0 || req.max_mod_revision() != 0 ||
                         req.min_create_revision() != 0 || req.max_create_revision() != 0;
   RangeRequest::SortOrder order = req.sort_order();
-  if (req.sort_target() != RangeRequest::KEY && order == RangeRequest::NONE) {
-    // Keys come out of the index in ascending key order; any other target
-    // sorts ascending unless told otherwise (as etcd does).
+  if (req.sort_target() == RangeRequest::KEY) {
+    // Keys come out of the index in ascending key order: ascending by key
+    // is no sort at all (as etcd 3.5 skips it), and the walk may stop at
+    // the limit.
+    if (order == RangeRequest::ASCEND) order = RangeRequest::NONE;
+  } else if (order == RangeRequest::NONE) {
+    // Any other target sorts ascending unless told otherwise (as etcd does).
     order = RangeRequest::ASCEND;
   }
   const bool sorted = order != RangeRequest::NONE;
-  // With filters or sorting everything is fetched and cut afterwards;
-  // otherwise one record more than the limit tells whether there is more.
-  int64_t fetch = (filtered || req.sort_order() != RangeRequest::NONE) ? 0 : req.limit();
+  // With filters or a sort order asked for, everything is fetched and cut
+  // afterwards; otherwise one record more than the limit tells whether
+  // there is more. As in etcd, a target other than the key with no order
+  // sorts only the keys the limit fetched.
+  int64_t fetch = (filtered || (sorted && req.sort_order() != RangeRequest::NONE)) ? 0 : req.limit();
   if (fetch > 0 && fetch < std::numeric_limits<int64_t>::max()) fetch += 1;
   if (fetch < 0) fetch = 0;
 
@@ -144,9 +150,7 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   // records returned are read, not every record in the range (a lock's
   // waiters ask for the oldest key under a prefix).
   const bool by_index = (filtered || sorted) && req.sort_target() != RangeRequest::VALUE;
-  const bool by_key = by_index && sorted && req.sort_target() == RangeRequest::KEY;
   std::vector<index::RangeHit> hits;  // by_index: each key's, in key order
-  std::vector<std::string> keys;      // by_key: each key
   // The revisions to fetch, then a count of the keys after them, which reads
   // no revision (a page of a paginated list counts every key after it).
   std::vector<Revision> revs;
@@ -158,7 +162,6 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     }
     revs.push_back(hit.modified);
     if (by_index) hits.push_back(hit);
-    if (by_key) keys.emplace_back(key);
     return true;
   });
   int64_t count = static_cast<int64_t>(revs.size());
@@ -166,21 +169,19 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   result->count = count;
 
   const int64_t limit = req.limit();
-  if (!filtered && !sorted) {
-    size_t n = revs.size();
-    if (limit > 0 && static_cast<int64_t>(n) > limit) {
-      n = static_cast<size_t>(limit);
-      result->more = true;
-    }
+  // Reads and emits the records at the first n of `want`: in parts on the
+  // bulk threads for a big range, else in chunks through the caller's
+  // visitor or the reader.
+  auto output = [&](std::vector<Revision> want, size_t n) -> absl::Status {
     result->num_kvs = static_cast<int>(n);
     if (stream != nullptr && parallel != nullptr && parallel->part_records > 0 &&
         n > parallel->part_records) {
-      revs.resize(n);
-      return ReadInParts(std::move(revs), *stream, *parallel, req.keys_only(), &result->kvs_parts);
+      want.resize(n);
+      return ReadInParts(std::move(want), *stream, *parallel, req.keys_only(), &result->kvs_parts);
     }
     std::vector<std::string> records;
     for (size_t i = 0; i < n; i += kFetchChunk) {
-      std::vector<Revision> chunk(revs.begin() + i, revs.begin() + std::min(n, i + kFetchChunk));
+      std::vector<Revision> chunk(want.begin() + i, want.begin() + std::min(n, i + kFetchChunk));
       if (stream != nullptr) {
         auto s = (*stream)(chunk, emit);
         if (!s.ok()) return s;
@@ -195,6 +196,14 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
       }
     }
     return absl::OkStatus();
+  };
+  if (!filtered && !sorted) {
+    size_t n = revs.size();
+    if (limit > 0 && static_cast<int64_t>(n) > limit) {
+      n = static_cast<size_t>(limit);
+      result->more = true;
+    }
+    return output(std::move(revs), n);
   }
 
   // Filtered or sorted: each key's fields to filter and order by (for
@@ -213,7 +222,6 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   auto fields = [&](size_t i) {
     if (!by_index) return decoded[i];
     KeyValueView kv;
-    if (by_key) kv.key = keys[i];
     kv.create_revision = hits[i].created.main;
     kv.mod_revision = hits[i].modified.main;
     kv.version = hits[i].version;
@@ -234,9 +242,10 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     // equal elements in the same order it does (the items are the same, in
     // the same order, whether their fields come from the index or records).
     auto less = [&fields, target = req.sort_target()](size_t a, size_t b) {
+      // Positions are in key order, and keys are unique.
+      if (target == RangeRequest::KEY) return a < b;
       const KeyValueView x = fields(a), y = fields(b);
       switch (target) {
-        case RangeRequest::KEY: return x.key < y.key;
         case RangeRequest::VERSION: return x.version < y.version;
         case RangeRequest::CREATE: return x.create_revision < y.create_revision;
         case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
@@ -257,16 +266,14 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     n = static_cast<size_t>(limit);
     result->more = true;
   }
-  result->num_kvs = static_cast<int>(n);
   if (by_index) {
-    // Only now read the records returned.
+    // Only now read the records returned, as an unsorted range reads its.
     std::vector<Revision> chosen(n);
     for (size_t i = 0; i < n; ++i) chosen[i] = revs[items[i]];
-    if (auto s = read(chosen, &records); !s.ok()) return s;
-    for (const auto& r : records) emit(r);
-  } else {
-    for (size_t i = 0; i < n; ++i) emit(records[items[i]]);
+    return output(std::move(chosen), n);
   }
+  result->num_kvs = static_cast<int>(n);
+  for (size_t i = 0; i < n; ++i) emit(records[items[i]]);
   return absl::OkStatus();
 }
 
