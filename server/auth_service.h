@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/auth_store.h"
+#include "mvcc/kv_store.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -64,6 +65,24 @@ class AuthGate {
   mvcc::AuthStore* const store_;
   const bool client_cert_auth_;
 };
+
+// A client write's checks before it is submitted, in etcd's order: its shape
+// (mvcc::ValidateWrite: the errors etcd's gRPC layer gives), then, with auth
+// on (gate not null), the caller's permission by check, or only a valid
+// identity when check is null. OK: the write may go to the store marked
+// validated. The KV service and the Lock and Election recipes both submit
+// writes through it.
+template <typename Req>
+absl::Status CheckWrite(const AuthGate* gate, const grpc::ServerContextBase& ctx, const Req& req,
+                        int max_txn_ops,
+                        absl::Status (AuthGate::*check)(const grpc::ServerContextBase&,
+                                                        const Req&) const) {
+  absl::Status s = mvcc::ValidateWrite(req, max_txn_ops);
+  if (s.ok() && gate != nullptr) {
+    s = check != nullptr ? (gate->*check)(ctx, req) : gate->CheckIdentity(ctx);
+  }
+  return s;
+}
 
 // Owns the auth store and the gate the other services check with. Thread-safe.
 // member and the KV store under the auth store must outlive the service;

@@ -1,8 +1,9 @@
 // gRPC server metrics with the names and labels of go-grpc-prometheus, which
 // etcd exports: grpc_server_started_total and grpc_server_handled_total by
-// service, method, type (and code). With --metrics=extensive, also grpc_server_handling_seconds: the histogram of
-// each RPC's time from its start to its status (a stream's whole life), with
-// Prometheus's default buckets, as etcd exports it then.
+// service, method, type (and code). With --metrics=extensive, also
+// grpc_server_handling_seconds: the histogram of each RPC's time from its
+// start to its status (a stream's whole life), with Prometheus's default
+// buckets, as etcd exports it then.
 
 #ifndef CAPSTAN_SERVER_GRPC_METRICS_H_
 #define CAPSTAN_SERVER_GRPC_METRICS_H_

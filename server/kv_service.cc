@@ -129,12 +129,9 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
     return reactor;
   }
-  // A malformed request gets its own error first, as from etcd's gRPC layer,
-  // then the auth checks; the committer need not check its shape again.
-  absl::Status refused = mvcc::ValidateWrite(call->request, store_->options().max_txn_ops);
-  if (refused.ok() && auth_ != nullptr) {
-    refused = check != nullptr ? (auth_->*check)(*ctx, call->request) : auth_->CheckIdentity(*ctx);
-  }
+  // The committer need not check its shape again.
+  absl::Status refused =
+      CheckWrite(auth_, *ctx, call->request, store_->options().max_txn_ops, check);
   if (!refused.ok()) {
     reactor->Finish(ToGrpcStatus(refused));
     return reactor;

@@ -204,32 +204,47 @@ class WatchCacheMetrics final : public prometheus::Collectable {
   const CacheRange* const ranges_;
 };
 
+// The Lock and Election services' calls (server/recipes.h).
+class RecipesMetrics final : public prometheus::Collectable {
+ public:
+  explicit RecipesMetrics(const Recipes* recipes) : recipes_(recipes) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    return {Single("capstan_lock_election_calls", MetricType::Gauge,
+                   "Lock and Election service calls in progress: mostly locks and campaigns "
+                   "waiting and Observe streams open.",
+                   static_cast<double>(recipes_->calls_in_progress())),
+            Single("capstan_lock_election_observe_pauses_total", MetricType::Counter,
+                   "Times an Observe stream held its watch back because its client read too "
+                   "slowly.",
+                   static_cast<double>(recipes_->observe_pauses()))};
+  }
+
+ private:
+  const Recipes* const recipes_;
+};
+
 }  // namespace
 
 void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges) {
-  cache_metrics_ = std::make_unique<WatchCacheMetrics>(cache, ranges);
+  scraped_.push_back(std::make_unique<WatchCacheMetrics>(cache, ranges));
+}
+
+void Metrics::AddRecipes(const Recipes* recipes) {
+  scraped_.push_back(std::make_unique<RecipesMetrics>(recipes));
 }
 
 Metrics::Metrics(mvcc::KvStore* store, std::string server_version)
-    : registry_(std::make_shared<prometheus::Registry>()),
-      store_metrics_(std::make_unique<StoreMetrics>(store, std::move(server_version))) {}
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  scraped_.push_back(std::make_unique<StoreMetrics>(store, std::move(server_version)));
+}
 
 Metrics::~Metrics() = default;
 
 std::string Metrics::Render() const {
-  std::vector<MetricFamily> families = store_metrics_->Collect();
-  if (cache_metrics_) {
-    for (auto& f : cache_metrics_->Collect()) families.push_back(std::move(f));
-  }
-  if (recipes_ != nullptr) {
-    families.push_back(Single("capstan_lock_election_calls", MetricType::Gauge,
-                              "Lock and Election service calls in progress: locks and campaigns "
-                              "waiting, Observe streams open.",
-                              static_cast<double>(recipes_->calls_in_progress())));
-    families.push_back(Single("capstan_lock_election_observe_pauses_total", MetricType::Counter,
-                              "Times an Observe stream held its watch back because its client "
-                              "read too slowly.",
-                              static_cast<double>(recipes_->observe_pauses())));
+  std::vector<MetricFamily> families;
+  for (const auto& source : scraped_) {
+    for (auto& f : source->Collect()) families.push_back(std::move(f));
   }
   for (auto& f : registry_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mvcc/kv_store.h"
 
@@ -52,18 +53,18 @@ class Metrics {
   void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
 
   // Adds the Lock and Election services' calls in progress and Observe
-  // pauses (capstan_lock_election_*), read at each scrape. recipes must stay
-  // valid while Render may be called.
-  void AddRecipes(const Recipes* recipes) { recipes_ = recipes; }
+  // pauses (capstan_lock_election_*), read at each scrape. Call before the
+  // first Render; recipes must stay valid while Render may be called.
+  void AddRecipes(const Recipes* recipes);
 
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string Render() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Collectable> store_metrics_;
-  std::unique_ptr<prometheus::Collectable> cache_metrics_;  // null without a watch cache
-  const Recipes* recipes_ = nullptr;
+  // Read at each scrape: the store's, then those added (watch cache,
+  // recipes). Fixed before the first Render.
+  std::vector<std::unique_ptr<prometheus::Collectable>> scraped_;
 };
 
 }  // namespace capstan::server

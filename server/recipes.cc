@@ -118,14 +118,12 @@ RecipeCall::~RecipeCall() = default;
 
 void RecipeCall::Begin(std::function<void()> first) {
   recipes_->Run([self = shared_from_this(), first = std::move(first)] {
+    // A call never registered ends as any other: End's clean-up finds
+    // nothing to undo.
     if (self->recipes_->stopping_) {
-      self->over_ = true;
-      self->Answer(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
-      return;
+      return self->End(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
     }
-    self->recipes_->calls_.insert(self.get());
-    self->recipes_->calls_in_progress_.store(static_cast<int64_t>(self->recipes_->calls_.size()),
-                                             std::memory_order_relaxed);
+    self->recipes_->Register(self.get(), true);
     first();
   });
 }
@@ -134,9 +132,7 @@ void RecipeCall::End(const grpc::Status& status) {
   if (over_) return;
   over_ = true;
   CloseWatch();
-  recipes_->calls_.erase(this);
-  recipes_->calls_in_progress_.store(static_cast<int64_t>(recipes_->calls_.size()),
-                                     std::memory_order_relaxed);
+  recipes_->Register(this, false);
   Answer(status);
 }
 
@@ -211,11 +207,9 @@ void RecipeCall::CheckedWrite(
     mvcc::WriteRequest::Kind kind, Req req,
     absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Req&) const,
     std::function<void(absl::StatusOr<Resp>)> then) {
-  // Its shape first, then the caller's permission, as the KV service checks.
-  absl::Status s = mvcc::ValidateWrite(req, recipes_->store()->options().max_txn_ops);
-  if (const AuthGate* auth = recipes_->auth(); s.ok() && auth != nullptr) {
-    s = (auth->*check)(*ctx_, req);
-  }
+  // As the KV service checks a client's write.
+  absl::Status s =
+      CheckWrite(recipes_->auth(), *ctx_, req, recipes_->store()->options().max_txn_ops, check);
   if (!s.ok()) {
     if (then) then(s);
     return;

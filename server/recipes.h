@@ -57,7 +57,7 @@ inline constexpr int64_t kSessionTtl = 60;
 // prints it (lower-case hex; a minus sign before a negative ID).
 std::string SessionKey(const std::string& prefix, int64_t lease);
 
-// The oldest or the newest key under prefix, by create revision, by create revision
+// The oldest or the newest key under prefix, by create revision
 // (clientv3's WithFirstCreate and WithLastCreate).
 etcdserverpb::RangeRequest FirstCreated(const std::string& prefix);
 etcdserverpb::RangeRequest LastCreated(const std::string& prefix);
@@ -72,8 +72,8 @@ grpc::Status RecipeStatus(const absl::Status& s);
 
 // One call of the Lock or Election service: its steps and what they share.
 // Held by shared_ptr while the RPC or any pending step needs it. Subclasses
-// implement End, which answers the RPC once; after it, pending steps are
-// dropped.
+// implement Answer, which End calls once to answer the RPC; after it,
+// pending steps are dropped.
 class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
  public:
   virtual ~RecipeCall();
@@ -236,9 +236,10 @@ class Recipes {
   // them. Their keys stay, under their leases.
   void EndCalls();
 
-  // For metrics (any thread): calls begun and not yet answered (a Lock or
-  // Campaign waiting, an Observe stream open), and how often an Observe
-  // stream held its watch back for a client that read too slowly.
+  // For metrics (any thread): calls begun and not yet answered (mostly a
+  // Lock or Campaign waiting or an Observe stream open; also a short call
+  // such as Unlock in flight), and how often an Observe stream held its
+  // watch back for a client that read too slowly.
   int64_t calls_in_progress() const { return calls_in_progress_.load(std::memory_order_relaxed); }
   uint64_t observe_pauses() const { return observe_pauses_.load(std::memory_order_relaxed); }
   void CountObservePause() { observe_pauses_.fetch_add(1, std::memory_order_relaxed); }
@@ -251,6 +252,17 @@ class Recipes {
 
  private:
   friend class RecipeCall;
+
+  // Adds a call to calls_ (begun) or removes it (over), keeping the count
+  // other threads read in step. Recipes' thread only.
+  void Register(RecipeCall* call, bool begun) {
+    if (begun) {
+      calls_.insert(call);
+    } else {
+      calls_.erase(call);
+    }
+    calls_in_progress_.store(static_cast<int64_t>(calls_.size()), std::memory_order_relaxed);
+  }
 
   mvcc::KvStore* const store_;
   mvcc::WatchHub* const hub_;

@@ -667,6 +667,16 @@ class DiffRandomRecipeTest : public DiffConcurrencyTest,
     std::unique_ptr<Waiting<CampaignResponse>> run[2];
     bool waited = false;  // still waiting after the step that sent it
     bool done(int i) const { return campaign ? run[i]->done() : lock[i]->done(); }
+    // The call gives up on both servers.
+    void Cancel() {
+      for (int i = 0; i < 2; ++i) {
+        if (campaign) {
+          run[i]->Cancel();
+        } else {
+          lock[i]->Cancel();
+        }
+      }
+    }
   };
 
   int Pick(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
@@ -733,15 +743,7 @@ class DiffRandomRecipeTest : public DiffConcurrencyTest,
   // Every call still waiting gives up; waits until both servers answered
   // it and removed its key.
   void CancelAll() {
-    for (auto& p : pending_) {
-      for (int i = 0; i < 2; ++i) {
-        if (p->campaign) {
-          p->run[i]->Cancel();
-        } else {
-          p->lock[i]->Cancel();
-        }
-      }
-    }
+    for (auto& p : pending_) p->Cancel();
     Settle();
   }
 
@@ -818,14 +820,7 @@ class DiffRandomRecipeTest : public DiffConcurrencyTest,
         return;
       case 6: {  // A waiting call gives up
         if (pending_.empty()) return;
-        Pending& p = *pending_[Pick(pending_.size())];
-        for (int i = 0; i < 2; ++i) {
-          if (p.campaign) {
-            p.run[i]->Cancel();
-          } else {
-            p.lock[i]->Cancel();
-          }
-        }
+        pending_[Pick(pending_.size())]->Cancel();
         return;
       }
       case 7: {  // Someone else writes under the prefix, or deletes a holder's key
