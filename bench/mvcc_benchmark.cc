@@ -313,12 +313,12 @@ BENCHMARK(BM_RangeKey)->ArgNames({"keys"})->Arg(10000)->Threads(1)->Threads(2)->
 // The oldest key under a prefix (sorted by create revision, limit 1), as a
 // lock's or an election's waiters ask: the index orders the keys, and only
 // the record returned is read.
-void BM_RangeOldestCreated(benchmark::State& state) {
+void RangeFirstSorted(benchmark::State& state, RangeRequest::SortTarget target) {
   KvStore* store = SmallStore()->store();
   RangeRequest req;
   req.set_key("/bench/key/");
   req.set_range_end("/bench/key0");
-  req.set_sort_target(RangeRequest::CREATE);
+  req.set_sort_target(target);
   req.set_sort_order(RangeRequest::ASCEND);
   req.set_limit(1);
   RangeResult result;
@@ -330,7 +330,13 @@ void BM_RangeOldestCreated(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
+void BM_RangeOldestCreated(benchmark::State& state) { RangeFirstSorted(state, RangeRequest::CREATE); }
 BENCHMARK(BM_RangeOldestCreated)->ArgNames({"keys"})->Arg(10000)->Unit(benchmark::kMicrosecond);
+
+// The first key under a prefix, sorted ascending by key (clientv3's
+// WithFirstKey): the index's own order, so the walk stops at the limit.
+void BM_RangeFirstKey(benchmark::State& state) { RangeFirstSorted(state, RangeRequest::KEY); }
+BENCHMARK(BM_RangeFirstKey)->ArgNames({"keys"})->Arg(10000)->Unit(benchmark::kMicrosecond);
 
 void BM_RangeAll(benchmark::State& state) {
   const int64_t limit = state.range(2);
