@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
 #include "mvcc/auth_store.h"
 #include "mvcc/kv_store.h"
@@ -361,6 +362,15 @@ absl::Status Server::Serve() {
     SPDLOG_INFO("serving metrics and health {}on {}", https ? "securely " : "insecurely ",
                  url.String());
   }
+  // etcd writes these two once its member serves: tools that start etcd and
+  // wait for its log (etcd's own e2e harness among them) look for both.
+  SPDLOG_INFO("enabled capabilities for version: cluster-version {}",
+              std::string(kEtcdClusterVersion, 3));
+  SPDLOG_INFO(
+      "published local member to cluster through raft: local-member-id {:x}, "
+      "local-member-attributes {{Name:{} ClientURLs:[{}]}}, cluster-id {:x}",
+      member_->member_id, member_->name, absl::StrJoin(member_->client_urls, " "),
+      member_->cluster_id);
   SPDLOG_INFO("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);
   return absl::OkStatus();
