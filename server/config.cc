@@ -967,6 +967,23 @@ absl::Status ValidateLikeEtcd(ParseState& st, bool may_be_proxy) {
 }
 
 // What etcd checks while starting the server, and Capstan's own refusals.
+// types.NewURLsMap: "name=url" pairs; a name may repeat to list several URLs.
+using InitialCluster = std::map<std::string, std::vector<Url>>;
+absl::StatusOr<InitialCluster> ParseInitialCluster(absl::string_view text) {
+  std::map<std::string, std::vector<std::string>> texts;
+  for (absl::string_view pair : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    texts[kv.first].push_back(kv.second);
+  }
+  InitialCluster members;
+  for (const auto& [member, urls] : texts) {
+    absl::StatusOr<std::vector<Url>> parsed = ParseUrlList(absl::StrJoin(urls, ","));
+    if (!parsed.ok()) return parsed.status();
+    members[member] = *std::move(parsed);
+  }
+  return members;
+}
+
 absl::Status ValidateAtStart(ServerConfig& c) {
   if (c.proxy != "off") {
     return RefusalError(
@@ -974,31 +991,32 @@ absl::Status ValidateAtStart(ServerConfig& c) {
                      "'off' (got ",
                      GoQuote(c.proxy), ")"));
   }
+  // embed.Config.UpdateDefaultClusterFromName: `etcd --name=abc` alone
+  // bootstraps member abc at its advertised peer URLs.
+  if (c.name != ServerConfig().name && c.initial_cluster == ServerConfig().initial_cluster) {
+    std::vector<std::string> entries;
+    for (const Url& url : c.initial_advertise_peer_urls) {
+      entries.push_back(absl::StrCat(c.name, "=", url.String()));
+    }
+    c.initial_cluster = absl::StrJoin(entries, ",");
+  }
   if (!c.initial_cluster.empty()) {
-    // types.NewURLsMap: "name=url" pairs; a name may repeat to list several URLs.
-    std::map<std::string, std::vector<std::string>> members;
-    for (absl::string_view pair : absl::StrSplit(c.initial_cluster, ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
-      members[kv.first].push_back(kv.second);
+    absl::StatusOr<InitialCluster> members = ParseInitialCluster(c.initial_cluster);
+    if (!members.ok()) {
+      return VerifyError(
+          absl::StrCat("error setting up initial cluster: ", members.status().message()));
     }
-    for (const auto& [member, urls] : members) {
-      absl::StatusOr<std::vector<Url>> parsed = ParseUrlList(absl::StrJoin(urls, ","));
-      if (!parsed.ok()) {
-        return VerifyError(
-            absl::StrCat("error setting up initial cluster: ", parsed.status().message()));
-      }
-    }
-    if (members.size() > 1) {
+    if (members->size() > 1) {
       std::vector<std::string> names;
-      for (const auto& [member, urls] : members) names.push_back(member);
+      for (const auto& [member, urls] : *members) names.push_back(member);
       return RefusalError(absl::StrCat(
           "Capstan is a single-member server and does not support multi-member clusters yet: "
           "--initial-cluster lists ",
-          members.size(), " members (", absl::StrJoin(names, ", "),
+          members->size(), " members (", absl::StrJoin(names, ", "),
           "); give it only this member, e.g. --initial-cluster=", c.name,
           "=http://localhost:2380"));
     }
-    if (members.count(c.name) == 0) {
+    if (members->count(c.name) == 0) {
       return VerifyError(absl::StrCat("couldn't find local name ", GoQuote(c.name),
                                       " in the initial cluster configuration"));
     }
@@ -1347,6 +1365,14 @@ std::string UsageText() {
       "\nFlags marked \"No effect\" are accepted so that etcd command lines keep working; the\n"
       "server logs them as \"accepted, no effect in a single-member Capstan\".\n";
   return out;
+}
+
+std::vector<Url> InitialPeerUrls(const ServerConfig& c) {
+  absl::StatusOr<InitialCluster> members = ParseInitialCluster(c.initial_cluster);
+  if (members.ok()) {
+    if (auto it = members->find(c.name); it != members->end()) return it->second;
+  }
+  return c.initial_advertise_peer_urls;
 }
 
 }  // namespace capstan::server

@@ -316,6 +316,11 @@ std::string FormatGoDuration(absl::Duration d);
 // "URL scheme must be http, https, unix, or unixs: foo".
 absl::StatusOr<std::vector<Url>> ParseUrlList(std::string_view text);
 
+// The peer URLs this member is bootstrapped with, as etcd takes them for its
+// id: its entry in --initial-cluster, else --initial-advertise-peer-urls
+// (bootstrapping by discovery).
+std::vector<Url> InitialPeerUrls(const ServerConfig& c);
+
 }  // namespace capstan::server
 
 #endif  // CAPSTAN_SERVER_CONFIG_H_

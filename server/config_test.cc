@@ -611,6 +611,25 @@ TEST(ServerConfigTest, InitialClusterMustNameThisMember) {
                     "unixs: ");
 }
 
+TEST(ServerConfigTest, NameAloneBootstrapsThatMember) {
+  // embed.Config.UpdateDefaultClusterFromName: the default initial cluster
+  // follows --name, at the advertised peer URLs.
+  absl::StatusOr<ServerConfig> c =
+      Parse({"--name=abc", "--initial-advertise-peer-urls=http://10.0.0.1:2380,http://10.0.0.2:2380"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->initial_cluster, "abc=http://10.0.0.1:2380,abc=http://10.0.0.2:2380");
+  EXPECT_THAT(UrlStrings(InitialPeerUrls(*c)),
+              ElementsAre("http://10.0.0.1:2380", "http://10.0.0.2:2380"));
+  // Given explicitly as the default text, it is replaced all the same.
+  c = Parse({"--name=abc", "--initial-cluster=default=http://localhost:2380"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->initial_cluster, "abc=http://localhost:2380");
+  // Another initial cluster is this member's own statement of its URLs.
+  c = Parse({"--name=abc", "--initial-cluster=abc=http://10.0.0.3:2380"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(UrlStrings(InitialPeerUrls(*c)), ElementsAre("http://10.0.0.3:2380"));
+}
+
 TEST(ServerConfigTest, DiscoveryIsAcceptedAndClearsTheDefaultInitialCluster) {
   absl::StatusOr<ServerConfig> c = Parse({"--discovery-srv=example.com"});
   ASSERT_TRUE(c.ok()) << c.status();

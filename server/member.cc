@@ -1,7 +1,9 @@
 #include "server/member.h"
 
-#include <random>
+#include <algorithm>
 #include <string_view>
+
+#include "openssl/sha.h"
 
 #include "mvcc/revision_key.h"
 
@@ -12,10 +14,12 @@ constexpr std::string_view kClusterIdKey = "capstan/clusterID";
 constexpr std::string_view kMemberIdKey = "capstan/memberID";
 constexpr std::string_view kTermKey = "capstan/raftTerm";
 
-uint64_t RandomId(std::mt19937_64& rng) {
-  uint64_t id = 0;
-  while (id == 0) id = rng();
-  return id;
+// The first 8 bytes of the SHA-1 of data, big-endian: how etcd turns what
+// names a member or a cluster into its id.
+uint64_t Sha1Id(std::string_view data) {
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return mvcc::ReadBigEndian64(reinterpret_cast<const char*>(digest));
 }
 
 absl::StatusOr<uint64_t> ReadU64(storage::Backend* backend, std::string_view key) {
@@ -35,9 +39,25 @@ std::string U64Bytes(uint64_t v) {
 
 }  // namespace
 
+uint64_t EtcdMemberId(std::vector<std::string> peer_urls, std::string_view cluster_token) {
+  std::sort(peer_urls.begin(), peer_urls.end());
+  std::string data;
+  for (const auto& url : peer_urls) data += url;
+  data += cluster_token;
+  return Sha1Id(data);
+}
+
+uint64_t EtcdClusterId(std::vector<uint64_t> member_ids) {
+  std::sort(member_ids.begin(), member_ids.end());
+  std::string data;
+  for (uint64_t id : member_ids) mvcc::AppendBigEndian64(id, &data);
+  return Sha1Id(data);
+}
+
 absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const std::string& name,
                                               std::vector<std::string> peer_urls,
-                                              std::vector<std::string> client_urls) {
+                                              std::vector<std::string> client_urls,
+                                              std::string_view cluster_token) {
   MemberInfo m;
   m.name = name;
   m.peer_urls = std::move(peer_urls);
@@ -48,10 +68,10 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
   if (!member.ok()) return member.status();
   auto term = ReadU64(backend, kTermKey);
   if (!term.ok()) return term.status();
-  std::random_device seed;
-  std::mt19937_64 rng((static_cast<uint64_t>(seed()) << 32) ^ seed());
-  m.cluster_id = *cluster != 0 ? *cluster : RandomId(rng);
-  m.member_id = *member != 0 ? *member : RandomId(rng);
+  // A new member takes the ids etcd gives the same flags; a data dir keeps
+  // the ids it was created with.
+  m.member_id = *member != 0 ? *member : EtcdMemberId(m.peer_urls, cluster_token);
+  m.cluster_id = *cluster != 0 ? *cluster : EtcdClusterId({m.member_id});
   m.raft_term = *term == 0 ? 2 : *term + 1;
   storage::WriteBatch batch;
   batch.Put(storage::Cf::kMeta, kClusterIdKey, U64Bytes(m.cluster_id));

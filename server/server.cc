@@ -118,8 +118,9 @@ absl::Status Server::Init() {
   if (!backend.ok()) return backend.status();
 
   auto member = LoadOrCreateMember(backend->get(), config_.name,
-                                   UrlStrings(config_.initial_advertise_peer_urls),
-                                   UrlStrings(config_.advertise_client_urls));
+                                   UrlStrings(InitialPeerUrls(config_)),
+                                   UrlStrings(config_.advertise_client_urls),
+                                   config_.initial_cluster_token);
   if (!member.ok()) return member.status();
   member_ = std::make_unique<MemberInfo>(std::move(*member));
 

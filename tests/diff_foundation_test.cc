@@ -2,9 +2,11 @@
 // Alarm, their etcdctl views, gRPC's health service, and the list of RPCs
 // Capstan still answers UNIMPLEMENTED.
 //
-// Status and MemberList differ between servers by design in their values
-// (ids, versions, sizes, raft indexes, ports), so these cases compare shape:
-// which fields are set, how they relate to each other, and the normalized rest.
+// Status and MemberList differ between the fixture's servers in their values
+// (versions, sizes, raft indexes, ports, and the ids derived from the ports),
+// so these cases compare shape: which fields are set, how they relate to each
+// other, and the normalized rest. NewMemberIdsAreEtcds gives both servers the
+// same peer URLs and compares the ids themselves.
 
 #include <functional>
 #include <regex>
@@ -13,7 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "diff_fixture.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -498,6 +502,45 @@ TEST_F(DiffFoundationTest, GrpcHealthService) {
     EXPECT_EQ(watch[1].resp.status(), service.empty() ? HealthCheckResponse::SERVING
                                                       : HealthCheckResponse::SERVICE_UNKNOWN);
   }
+}
+
+// A new member's ids are derived from its name's peer URLs and the cluster
+// token, as etcd derives them: started with the same flags, both servers
+// report the same member and cluster ids.
+TEST_F(DiffFoundationTest, NewMemberIdsAreEtcds) {
+  const std::vector<std::vector<std::string>> flag_sets = {
+      {"--initial-advertise-peer-urls", "http://10.0.0.7:2380", "--initial-cluster",
+       "ids=http://10.0.0.7:2380"},
+      {"--initial-advertise-peer-urls", "http://10.0.0.7:2380,https://10.0.0.8:12380",
+       "--initial-cluster", "ids=https://10.0.0.8:12380,ids=http://10.0.0.7:2380",
+       "--initial-cluster-token", "capstan-e2e"},
+  };
+  std::set<uint64_t> member_ids;
+  for (const auto& flags : flag_sets) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    Answer<MemberListResponse> answers[2];
+    for (int i = 0; i < 2; ++i) {
+      ServerOptions o = i == 0 ? ServerOptions::Etcd() : ServerOptions::Capstan();
+      o.name = "ids";
+      o.extra_args = flags;
+      auto server = ServerProcess::Start(o);
+      ASSERT_TRUE(server.ok()) << server.status();
+      auto stub = Cluster::NewStub((*server)->NewChannel());
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+      answers[i].status = stub->MemberList(&c, MemberListRequest(), &answers[i].resp);
+      ASSERT_TRUE(answers[i].status.ok()) << Describe(answers[i].status);
+      ASSERT_EQ(answers[i].resp.members_size(), 1);
+    }
+    const MemberListResponse& etcd = answers[0].resp;
+    const MemberListResponse& capstan = answers[1].resp;
+    EXPECT_EQ(capstan.members(0).id(), etcd.members(0).id());
+    EXPECT_EQ(capstan.header().member_id(), etcd.header().member_id());
+    EXPECT_EQ(capstan.header().cluster_id(), etcd.header().cluster_id());
+    EXPECT_THAT(capstan.members(0).peerurls(), ::testing::ElementsAreArray(etcd.members(0).peerurls()));
+    member_ids.insert(capstan.members(0).id());
+  }
+  EXPECT_EQ(member_ids.size(), flag_sets.size()) << "other URLs and tokens give other ids";
 }
 
 }  // namespace
