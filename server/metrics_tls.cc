@@ -123,15 +123,6 @@ bool HostInDns(const std::string& host, const std::vector<std::string>& dns) {
   return false;
 }
 
-std::string SerialHex(const ASN1_INTEGER* serial) {
-  BIGNUM* bn = ASN1_INTEGER_to_BN(serial, nullptr);
-  char* hex = bn ? BN_bn2hex(bn) : nullptr;
-  std::string text = hex ? absl::AsciiStrToLower(hex) : "";
-  OPENSSL_free(hex);
-  BN_free(bn);
-  return text;
-}
-
 // Why etcd refuses the verified client certificate chain, or "".
 std::string RefusalReason(const ClientCertChecks& checks, X509_STORE_CTX* store, SSL* ssl) {
   X509* leaf = X509_STORE_CTX_get_current_cert(store);
@@ -154,18 +145,11 @@ std::string RefusalReason(const ClientCertChecks& checks, X509_STORE_CTX* store,
                           absl::StrJoin(sans.dns, "\" \""), "\"]");
     }
   }
-  // etcd's checkCRL: serial numbers only, the file read at every handshake.
   if (!checks.crl_file.empty()) {
-    auto crl = ReadCrl(checks.crl_file);
-    if (!crl.ok()) return std::string(crl.status().message());
     STACK_OF(X509)* chain = X509_STORE_CTX_get0_chain(store);
-    for (int i = 0; i < sk_X509_num(chain); ++i) {
-      const ASN1_INTEGER* serial = X509_get0_serialNumber(sk_X509_value(chain, i));
-      X509_REVOKED* revoked = nullptr;
-      if (X509_CRL_get0_by_serial(crl->get(), &revoked, serial) == 1) {
-        return absl::StrCat("transport: certificate with serial ", SerialHex(serial), " revoked");
-      }
-    }
+    std::vector<const X509*> certs;
+    for (int i = 0; i < sk_X509_num(chain); ++i) certs.push_back(sk_X509_value(chain, i));
+    if (std::string reason = RevokedByCrl(checks.crl_file, certs); !reason.empty()) return reason;
   }
   return "";
 }

@@ -259,7 +259,7 @@ absl::Status Server::Serve() {
             "use --auto-tls)");
       }
       if (!tls) {
-        auto made = ClientTlsCredentials(*client_tls, config_.data_dir + "/fixtures/client-crl");
+        auto made = ClientTlsCredentials(*client_tls);
         if (!made.ok()) return made.status();
         tls = *made;
       }

@@ -18,6 +18,7 @@
 #include "openssl/bio.h"
 #include "openssl/conf.h"
 #include "openssl/ec.h"
+#include "openssl/err.h"
 #include "openssl/evp.h"
 #include "openssl/pem.h"
 #include "openssl/ssl.h"
@@ -57,27 +58,73 @@ const std::map<std::string, std::string>& CipherNames() {
   return *names;
 }
 
-// --client-cert-allowed-hostname: after the chain is verified, the client
-// certificate must be valid for the hostname.
-class AllowedHostnameVerifier : public grpc::experimental::ExternalCertificateVerifier {
+std::string SerialHex(const ASN1_INTEGER* serial) {
+  BIGNUM* bn = ASN1_INTEGER_to_BN(serial, nullptr);
+  char* hex = bn ? BN_bn2hex(bn) : nullptr;
+  std::string text = hex ? absl::AsciiStrToLower(hex) : "";
+  OPENSSL_free(hex);
+  BN_free(bn);
+  return text;
+}
+
+struct X509Free {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+
+// Every certificate in PEM text, in order.
+std::vector<std::unique_ptr<X509, X509Free>> ReadPemCertificates(grpc::string_ref pem) {
+  std::vector<std::unique_ptr<X509, X509Free>> certs;
+  if (pem.empty()) return certs;
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) certs.emplace_back(cert);
+  BIO_free(bio);
+  ERR_clear_error();  // the read that ends the loop leaves "no start line"
+  return certs;
+}
+
+// The checks etcd's TLS listener makes after the chain is verified:
+// --client-cert-allowed-hostname (the client certificate must be valid for
+// the hostname) and --client-crl-file (RevokedByCrl).
+class ClientCertVerifier : public grpc::experimental::ExternalCertificateVerifier {
  public:
-  explicit AllowedHostnameVerifier(std::string hostname) : hostname_(std::move(hostname)) {}
+  ClientCertVerifier(std::string hostname, std::string crl_file)
+      : hostname_(std::move(hostname)), crl_file_(std::move(crl_file)) {}
 
   bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
               std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
-    std::vector<std::string> ips, names;
-    for (const auto& ip : request->ip_names()) ips.emplace_back(ip.data(), ip.size());
-    for (const auto& dns : request->dns_names()) names.emplace_back(dns.data(), dns.size());
-    *sync_status = CertificateValidForHostname(ips, names, hostname_)
-                       ? grpc::Status::OK
-                       : grpc::Status(grpc::UNAUTHENTICATED,
-                                      "client certificate authentication failed");
+    *sync_status = Check(*request);
     return true;  // answered synchronously
   }
   void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
 
  private:
+  grpc::Status Check(const grpc::experimental::TlsCustomVerificationCheckRequest& request) const {
+    if (!hostname_.empty()) {
+      std::vector<std::string> ips, names;
+      for (const auto& ip : request.ip_names()) ips.emplace_back(ip.data(), ip.size());
+      for (const auto& dns : request.dns_names()) names.emplace_back(dns.data(), dns.size());
+      if (!CertificateValidForHostname(ips, names, hostname_)) {
+        return grpc::Status(grpc::UNAUTHENTICATED, "client certificate authentication failed");
+      }
+    }
+    if (!crl_file_.empty()) {
+      // The client's certificate, then the chain it sent (without its own
+      // certificate on a server, as OpenSSL keeps it).
+      auto leaf = ReadPemCertificates(request.peer_cert());
+      auto chain = ReadPemCertificates(request.peer_cert_full_chain());
+      std::vector<const X509*> certs;
+      for (const auto* list : {&leaf, &chain}) {
+        for (const auto& cert : *list) certs.push_back(cert.get());
+      }
+      if (std::string reason = RevokedByCrl(crl_file_, certs); !reason.empty()) {
+        return grpc::Status(grpc::UNAUTHENTICATED, reason);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   const std::string hostname_;
+  const std::string crl_file_;
 };
 
 }  // namespace
@@ -194,24 +241,17 @@ absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file) {
   return crl;
 }
 
-absl::StatusOr<std::string> CrlDirectory(const std::string& crl_file, const std::string& dir) {
+std::string RevokedByCrl(const std::string& crl_file, const std::vector<const X509*>& certs) {
   auto crl = ReadCrl(crl_file);
-  if (!crl.ok()) return crl.status();
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  // OpenSSL's hashed directory layout: <issuer name hash>.r0.
-  const std::string path =
-      absl::StrCat(dir, "/", absl::Hex(X509_NAME_hash_ex(X509_CRL_get_issuer(crl->get()), nullptr,
-                                                          nullptr, nullptr),
-                                       absl::kZeroPad8),
-                   ".r0");
-  FILE* f = std::fopen(path.c_str(), "w");
-  const bool written = f && PEM_write_X509_CRL(f, crl->get());
-  if (f) std::fclose(f);
-  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return dir;
+  if (!crl.ok()) return std::string(crl.status().message());
+  for (const X509* cert : certs) {
+    const ASN1_INTEGER* serial = X509_get0_serialNumber(cert);
+    X509_REVOKED* revoked = nullptr;
+    if (X509_CRL_get0_by_serial(crl->get(), &revoked, serial) == 1) {
+      return absl::StrCat("transport: certificate with serial ", SerialHex(serial), " revoked");
+    }
+  }
+  return "";
 }
 
 bool CertificateValidForHostname(const std::vector<std::string>& ip_sans,
@@ -290,8 +330,7 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
   return tls;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
-    const ClientTls& tls, const std::string& crl_dir) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(const ClientTls& tls) {
   if (auto s = RestrictTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
   auto cert = ReadFile(tls.cert_file, "--cert-file");
   if (!cert.ok()) return cert.status();
@@ -304,8 +343,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
     ca = *std::move(read);
   }
 
-  // The experimental TLS credentials: the only ones in gRPC 1.51 that check
-  // CRLs.
+  // The experimental TLS credentials: the only ones in gRPC 1.51 that take
+  // a verifier of their own.
   auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
       ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{*key, *cert}});
   grpc::experimental::TlsServerCredentialsOptions options(provider);
@@ -314,15 +353,16 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
   options.set_cert_request_type(tls.require_client_cert
                                     ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  if (!tls.allowed_hostname.empty()) {
-    options.set_certificate_verifier(
-        grpc::experimental::ExternalCertificateVerifier::Create<AllowedHostnameVerifier>(
-            tls.allowed_hostname));
-  }
   if (!tls.crl_file.empty()) {
-    auto dir = CrlDirectory(tls.crl_file, crl_dir);
-    if (!dir.ok()) return dir.status();
-    options.set_crl_directory(*dir);
+    // Refuse an unusable list at start rather than every client later.
+    if (auto crl = ReadCrl(tls.crl_file); !crl.ok()) return crl.status();
+  }
+  if (!tls.allowed_hostname.empty() || !tls.crl_file.empty()) {
+    // OpenSSL's own CRL checking would also refuse every client once the
+    // list's next update has passed, which etcd does not.
+    options.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<ClientCertVerifier>(
+            tls.allowed_hostname, tls.crl_file));
   }
   if (!tls.cipher_suites.empty()) {
     // gRPC reads its cipher list from the environment when it first builds

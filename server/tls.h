@@ -48,10 +48,9 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config);
 
 // The credentials for https/unixs client URLs. Fails with a message naming
 // the flag when files are missing or unreadable; applies TLS version limits
-// (see RestrictTlsVersions). A CRL is converted into crl_dir (see
-// CrlDirectory).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(
-    const ClientTls& tls, const std::string& crl_dir);
+// (see RestrictTlsVersions). Client certificates are checked against the CRL
+// at every handshake (see RevokedByCrl).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(const ClientTls& tls);
 
 // Whether a certificate with these subject alternative names (IPs as text,
 // DNS names) is valid for hostname, as Go's x509.Certificate.VerifyHostname
@@ -90,9 +89,13 @@ using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
 // message naming --client-crl-file.
 absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file);
 
-// Writes --client-crl-file (PEM or DER) into dir, emptied first, under the
-// hashed name gRPC's CRL directory lookup expects; returns dir.
-absl::StatusOr<std::string> CrlDirectory(const std::string& crl_file, const std::string& dir);
+// etcd's checkCRL: why crl_file refuses a client presenting certs (its
+// certificate and the chain it sent), or "" when it does not. Only serial
+// numbers count: neither the list's issuer nor its dates are looked at, so
+// an expired list still revokes what it names and admits the rest. The file
+// is read at every call, as etcd reads it at every handshake; a file that
+// cannot be read refuses everyone.
+std::string RevokedByCrl(const std::string& crl_file, const std::vector<const X509*>& certs);
 
 // Writes a self-signed ECDSA P-256 certificate valid for `hosts` (IPs or DNS
 // names) for `years` into dir/cert.pem and dir/key.pem, as etcd's --auto-tls

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -28,7 +29,8 @@ namespace capstan::testing {
 namespace {
 
 // A CA, server and client certificates. "other" is a second CA; crl.pem
-// revokes revoked.pem. Leaf certificates name 127.0.0.1 and localhost,
+// revokes revoked.pem, crl-expired.pem too but its next update was due in
+// 2020, crl-none.pem revokes nothing. Leaf certificates name 127.0.0.1 and localhost,
 // except farip (only 10.1.2.3) and nosan (no subject alternative name).
 constexpr char kMakeCertificates[] = R"sh(
 set -e
@@ -76,8 +78,11 @@ leaf revoked root 20200101000000Z 20991231000000Z
 leaf foreign root 20200101000000Z 20991231000000Z other
 leaf farip root 20200101000000Z 20991231000000Z ca farip
 leaf nosan root 20200101000000Z 20991231000000Z ca nosan
+openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl-none.pem 2>/dev/null
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
+openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl-expired.pem \
+  -crl_lastupdate 20200101000000Z -crl_nextupdate 20200201000000Z 2>/dev/null
 )sh";
 
 // Runs the real binary with ",https://127.0.0.1:<port>" appended to the
@@ -524,6 +529,32 @@ TEST_F(TlsTest, TrustedCaAloneRequiresClientCertificates) {
   EXPECT_EQ(BothMetrics("root", "/metrics"), "200");
   EXPECT_EQ(BothMetrics("", "/metrics"), "000");
   EXPECT_EQ(BothMetrics("foreign", "/metrics"), "000");
+}
+
+// etcd's checkCRL looks at serial numbers only and reads the list at every
+// handshake: a list past its next update still revokes what it names and
+// admits everyone else, and a list replaced while the server runs counts
+// from the next connection on.
+TEST_F(TlsTest, CrlRevokesBySerialAndIsReadAtEveryHandshake) {
+  TempDir dir("capstan-tls-crl");
+  const std::string crl = dir.path() + "/crl.pem";
+  std::filesystem::copy_file(Cert("crl-expired.pem"), crl);
+  std::vector<std::string> flags = MutualTlsFlags();
+  flags.back() = "--client-crl-file=" + crl;
+  StartBoth(flags);
+  EXPECT_EQ(Both("root", {"put", "k", "v"}).out, "OK\n");
+  EXPECT_EQ(Both("revoked", {"get", "k"}).last_err, "Error: context deadline exceeded");
+  EXPECT_EQ(BothMetrics("root", "/health"), "200");
+  EXPECT_EQ(BothMetrics("revoked", "/health"), "000");
+
+  std::filesystem::copy_file(Cert("crl-none.pem"), crl,
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(Both("revoked", {"get", "k", "--print-value-only"}).out, "v\n");
+  EXPECT_EQ(BothMetrics("revoked", "/health"), "200");
+
+  std::filesystem::copy_file(Cert("crl.pem"), crl, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(Both("revoked", {"get", "k"}).last_err, "Error: context deadline exceeded");
+  EXPECT_EQ(Both("root", {"get", "k", "--print-value-only"}).out, "v\n");
 }
 
 // etcd's --auto-tls replaces all the client TLS settings with the
