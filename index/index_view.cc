@@ -200,6 +200,8 @@ std::vector<std::string> IndexView::KeysToCompact(int64_t at_rev) const {
   return keys;
 }
 
+size_t IndexView::live() const { return root_ == nullptr ? 0 : root_->live; }
+
 int IndexView::TEST_Height() const { return internal::Height(root_); }
 
 namespace {

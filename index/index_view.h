@@ -99,6 +99,8 @@ class IndexView {
   // Number of keys in the index, dead (tombstoned, not yet compacted) or alive.
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Number of keys alive at their latest revision (etcd's keys gauge). O(1).
+  size_t live() const;
 
   // Levels of the tree (0 when empty); for tests and benchmarks.
   int TEST_Height() const;

@@ -149,6 +149,12 @@ TEST(TreeIndexTest, Tombstone) {
   EXPECT_TRUE(absl::IsNotFound(ti.Tombstone("foo", R(3))));
   EXPECT_TRUE(absl::IsNotFound(ti.Tombstone("bar", R(3))));
   EXPECT_EQ(ti.Snapshot().size(), 1u);  // dead until compacted
+  EXPECT_EQ(ti.Snapshot().live(), 0u);
+  ti.Put("foo", R(4));
+  ti.Put("bar", R(5));
+  ti.Put("foo", R(6));
+  ti.Publish();
+  EXPECT_EQ(ti.Snapshot().live(), 2u);
 }
 
 TEST(TreeIndexTest, RangeSince) {

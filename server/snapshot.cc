@@ -298,7 +298,7 @@ absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file) {
     if (!hash.ok()) return hash.status();
     st.hash = *hash;
     st.revision = (*store)->Rev();
-    st.total_keys = static_cast<int64_t>((*store)->GetStats().keys);
+    st.total_keys = static_cast<int64_t>((*store)->GetStats().index_keys);
   }
   fs::remove_all(tmp, ec);
   return st;

@@ -232,8 +232,8 @@ TEST(SnapshotTest, SaveRestoreEveryRevision) {
   ASSERT_TRUE(fields.count("revision") && fields.count("totalKey") && fields.count("hash"))
       << st.out;
   EXPECT_EQ(fields.at("revision").number_value(), current);
-  // Keys in the index, as etcd_debugging_mvcc_keys_total counts them: a
-  // deleted key stays until a compaction passes its tombstone. /snap/0..9,
+  // Keys in the index: a deleted key stays until a compaction passes its
+  // tombstone. /snap/0..9,
   // leased and txn (3 and 4 were deleted after the compaction).
   EXPECT_EQ(fields.at("totalKey").number_value(), 12);
   etcdserverpb::HashResponse hash;
@@ -316,6 +316,33 @@ Scrape ScrapeMetrics(const ServerProcess& server) {
     }
   }
   return out;
+}
+
+// etcd's keys gauge counts live keys: a put of a new key adds one, a delete
+// takes one away at once (not when a compaction drops the tombstone).
+TEST(MetricsTest, KeysGaugeCountsLiveKeysAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ServerStubs c((*capstan)->NewChannel()), e((*etcd)->NewChannel());
+  auto keys_total = [](const ServerProcess& server) {
+    return ScrapeMetrics(server).Value("etcd_debugging_mvcc_keys_total");
+  };
+  for (ServerStubs* s : {&c, &e}) {
+    for (const char* key : {"/g/a", "/g/b", "/g/c", "/g/a"}) ASSERT_TRUE(Put(*s, key, "v").ok());
+  }
+  EXPECT_EQ(keys_total(**capstan), 3);
+  EXPECT_EQ(keys_total(**etcd), 3);
+  for (ServerStubs* s : {&c, &e}) {
+    etcdserverpb::DeleteRangeRequest del;
+    del.set_key("/g/b");
+    etcdserverpb::DeleteRangeResponse resp;
+    ASSERT_TRUE(s->kv->DeleteRange(Deadline().get(), del, &resp).ok());
+    ASSERT_TRUE(Put(*s, "/g/d", "v").ok());
+  }
+  EXPECT_EQ(keys_total(**capstan), 3);
+  EXPECT_EQ(keys_total(**etcd), 3);
 }
 
 TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
