@@ -430,9 +430,7 @@ KvStore::Stats KvStore::GetStats() const {
   s.groups = stat_groups_.load(std::memory_order_relaxed);
   s.group_writes = stat_group_writes_.load(std::memory_order_relaxed);
   s.lease_grants = stat_lease_grants_.load(std::memory_order_relaxed);
-  const auto view = View();
-  s.keys = view->index.live();
-  s.index_keys = view->index.size();
+  s.keys = View()->index.live();
   return s;
 }
 

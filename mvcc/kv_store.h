@@ -245,8 +245,7 @@ class KvStore {
   struct Stats {
     uint64_t puts = 0, deletes = 0, txns = 0, ranges = 0, groups = 0, group_writes = 0;
     uint64_t lease_grants = 0;  // leases granted since the store opened
-    uint64_t keys = 0;        // alive at the current revision (etcd's keys gauge)
-    uint64_t index_keys = 0;  // in the index: alive, or deleted and not yet compacted
+    uint64_t keys = 0;  // alive at the current revision (etcd's keys gauge)
   };
   Stats GetStats() const;
   // Durations of the group commits' synced backend writes.

@@ -39,7 +39,7 @@ constexpr char kSnapshotUsage[] =
     "Usage:\n"
     "  capstan snapshot restore FILE --data-dir DIR   create DIR from a snapshot\n"
     "  capstan snapshot status FILE [-w json|table]   describe a snapshot\n"
-    "A snapshot is the file `etcdctl snapshot save` writes from a Capstan server.\n";
+    "A snapshot is the file `etcdctl snapshot save` writes, from Capstan or from etcd.\n";
 
 // `capstan snapshot ...`: offline tools for snapshot files.
 int SnapshotCommand(const std::vector<std::string>& args) {

@@ -123,7 +123,7 @@ grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Sn
       return new RefusedSnapshot(ToUnconvertedAuthStatus(s));
     }
   }
-  return NewSnapshotReactor(store_);
+  return NewSnapshotReactor(store_, *member_);
 }
 
 grpc::ServerUnaryReactor* MaintenanceService::MoveLeader(

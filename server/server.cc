@@ -36,6 +36,7 @@
 #include "server/lock_service.h"
 #include "server/maintenance_service.h"
 #include "server/member.h"
+#include "server/snapshot.h"
 #include "server/tls.h"
 #include "server/watch_service.h"
 #include "spdlog/spdlog.h"
@@ -113,6 +114,7 @@ absl::Status Server::Init() {
 
   storage::BackendOptions backend_options;
   backend_options.dir = BackendDir(config_.data_dir);
+  RemoveSnapshotLeftovers(backend_options.dir);
   backend_options.sync = !config_.unsafe_no_fsync;
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();

@@ -4,23 +4,52 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "openssl/evp.h"
+#include "absl/strings/str_join.h"
+#include "mvcc/crc32c.h"
+#include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
+#include "openssl/evp.h"
 #include "server/data_dir.h"
+#include "server/logging.h"
+#include "server/migrate.h"
+#include "server/server.h"
 #include "storage/backend.h"
+#include "storage/bbolt_reader.h"
+#include "storage/bbolt_writer.h"
 
 namespace capstan::server {
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[] = "capstan-snapshot 1\n";
 constexpr size_t kChunk = 32 << 10;
 // etcd clients expect a snapshot to end with the SHA-256 of what precedes it.
 constexpr size_t kChecksumSize = 32;
+// Beside the backend directory: <backend>.snapshot-<pid>-<n> (a checkpoint)
+// and <backend>.snapshot-<pid>-<n>.db (the bbolt file being streamed).
+constexpr char kTempInfix[] = ".snapshot-";
+// The meta pages' transaction ids (any will do: a snapshot has no history).
+constexpr uint64_t kSnapshotTxid = 2;
+
+// The member as etcd keeps it in its "members" bucket: Go's JSON of
+// membership.Member (id, peerURLs, then name and clientURLs unless empty).
+std::string MemberJson(const MemberInfo& member) {
+  auto list = [](const std::vector<std::string>& urls) {
+    std::vector<std::string> quoted;
+    for (const auto& u : urls) quoted.push_back(absl::StrCat("\"", JsonEscape(u), "\""));
+    return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+  };
+  std::string json = absl::StrCat("{\"id\":", member.member_id, ",\"peerURLs\":", list(member.peer_urls));
+  if (!member.name.empty()) absl::StrAppend(&json, ",\"name\":\"", JsonEscape(member.name), "\"");
+  if (!member.client_urls.empty()) absl::StrAppend(&json, ",\"clientURLs\":", list(member.client_urls));
+  return json + "}";
+}
 
 // SHA-256 computed as bytes stream by.
 class Sha256 {
@@ -39,35 +68,94 @@ class Sha256 {
   EVP_MD_CTX* ctx_;
 };
 
-// Produces the snapshot byte stream of a checkpoint directory, piece by
-// piece, hashing it on the way.
+// etcd's buckets in name order, filled from a checkpoint of the backend:
+// the column families are etcd's buckets already (docs/MIGRATION.md), auth
+// split back into its three buckets. The membership buckets hold this
+// member, as etcd's own snapshot holds its cluster's.
+absl::Status WriteEtcdBbolt(storage::Backend* backend, const MemberInfo& member,
+                            const std::string& path) {
+  auto out = storage::BboltWriter::Create(path);
+  if (!out.ok()) return out.status();
+  storage::BboltWriter& w = **out;
+  // Copies the records of cf under prefix, without the prefix.
+  auto copy = [&](storage::Cf cf, std::string_view prefix) -> absl::Status {
+    auto it = backend->NewIterator(cf);
+    for (it->Seek(prefix); it->Valid() && it->key().substr(0, prefix.size()) == prefix; it->Next()) {
+      if (auto s = w.Put(it->key().substr(prefix.size()), it->value()); !s.ok()) return s;
+    }
+    return it->status();
+  };
+  auto bucket = [&](std::string_view name, storage::Cf cf, std::string_view prefix) {
+    if (auto s = w.BeginBucket(name); !s.ok()) return s;
+    return copy(cf, prefix);
+  };
+  if (auto s = bucket("alarm", storage::Cf::kAlarm, ""); !s.ok()) return s;
+  for (std::string_view name : {"auth", "authRoles", "authUsers"}) {
+    if (auto s = bucket(name, storage::Cf::kAuth, std::string(name) + "/"); !s.ok()) return s;
+  }
+  if (auto s = w.BeginBucket("cluster"); !s.ok()) return s;
+  if (auto s = w.Put("clusterVersion", kEtcdClusterVersion); !s.ok()) return s;
+  if (auto s = bucket("key", storage::Cf::kKey, ""); !s.ok()) return s;
+  if (auto s = bucket("lease", storage::Cf::kLease, ""); !s.ok()) return s;
+  if (auto s = w.BeginBucket("members"); !s.ok()) return s;
+  if (auto s = w.Put(absl::StrCat(absl::Hex(member.member_id)), MemberJson(member)); !s.ok()) {
+    return s;
+  }
+  if (auto s = w.BeginBucket("members_removed"); !s.ok()) return s;
+  if (auto s = w.BeginBucket("meta"); !s.ok()) return s;
+  // etcd's meta records, in key order; Capstan's own stay behind.
+  for (std::string_view key :
+       {mvcc::kConsistentIndexKey, mvcc::kFinishedCompactKey, mvcc::kScheduledCompactKey}) {
+    std::string value;
+    absl::Status read = backend->Get(storage::Cf::kMeta, key, &value);
+    if (absl::IsNotFound(read)) continue;
+    if (!read.ok()) return read;
+    if (auto s = w.Put(key, value); !s.ok()) return s;
+  }
+  return w.Finish(kSnapshotTxid);
+}
+
+// Produces the snapshot byte stream: a bbolt file written from a checkpoint
+// of the store, then read back chunk by chunk, hashed on the way.
 class SnapshotWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<SnapshotWriter>> Create(mvcc::KvStore* store) {
+  // A consistent copy of store's backend: a RocksDB checkpoint (hard links),
+  // quick whatever the store's size. The caller passes it to Create.
+  static absl::StatusOr<std::string> Checkpoint(mvcc::KvStore* store) {
     static std::atomic<int> counter{0};
-    std::string dir = absl::StrCat(store->backend()->options().dir, ".snapshot-", getpid(), "-",
+    std::string dir = absl::StrCat(store->backend()->options().dir, kTempInfix, getpid(), "-",
                                    counter.fetch_add(1));
     std::error_code ec;
     fs::remove_all(dir, ec);
     if (auto s = store->backend()->Checkpoint(dir); !s.ok()) return s;
-    auto w = std::unique_ptr<SnapshotWriter>(new SnapshotWriter(dir));
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.is_regular_file()) w->files_.push_back(entry.path());
+    return dir;
+  }
+
+  // Writes the bbolt file of a checkpoint, which it then removes, and opens
+  // it for streaming. Touches neither the store nor the server.
+  static absl::StatusOr<std::unique_ptr<SnapshotWriter>> Create(const std::string& checkpoint,
+                                                                const MemberInfo& member) {
+    auto w = std::unique_ptr<SnapshotWriter>(new SnapshotWriter(checkpoint + ".db"));
+    absl::Status written;
+    {
+      storage::BackendOptions options;
+      options.dir = checkpoint;
+      options.sync = false;
+      auto backend = storage::Backend::Open(options);
+      written = backend.ok() ? WriteEtcdBbolt(backend->get(), member, w->file_) : backend.status();
     }
-    std::sort(w->files_.begin(), w->files_.end());
-    uint64_t content = sizeof(kMagic) - 1 + 1;
-    for (const auto& f : w->files_) content += f.filename().string().size() + 1 + 8 + fs::file_size(f);
-    // etcdctl takes a snapshot whose size is 32 past a multiple of 512 (a
-    // bbolt file plus its checksum) as carrying a checksum: pad to that.
-    w->padding_ = (512 - content % 512) % 512;
-    w->total_ = content + w->padding_;
-    w->pending_ = kMagic;
+    std::error_code ec;
+    fs::remove_all(checkpoint, ec);
+    if (!written.ok()) return written;
+    w->in_.open(w->file_, std::ios::binary);
+    if (!w->in_) return absl::InternalError(absl::StrCat("cannot read ", w->file_));
+    w->total_ = fs::file_size(w->file_, ec);
     return w;
   }
 
   ~SnapshotWriter() {
     std::error_code ec;
-    fs::remove_all(dir_, ec);
+    fs::remove(file_, ec);
   }
 
   // Bytes of data (without the trailing checksum).
@@ -76,47 +164,15 @@ class SnapshotWriter {
 
   // The next chunk (at most kChunk bytes); empty when done.
   absl::StatusOr<std::string> Next() {
-    std::string out;
-    while (out.size() < kChunk && !done_) {
-      if (!pending_.empty()) {
-        size_t n = std::min(pending_.size(), kChunk - out.size());
-        out.append(pending_, 0, n);
-        pending_.erase(0, n);
-        continue;
-      }
-      if (in_.is_open()) {
-        std::string buf(kChunk - out.size(), '\0');
-        in_.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        buf.resize(static_cast<size_t>(in_.gcount()));
-        if (buf.empty()) {
-          in_.close();
-        } else {
-          sha_.Update(buf);
-          out += buf;
-        }
-        continue;
-      }
-      if (next_file_ < files_.size()) {
-        const fs::path& f = files_[next_file_++];
-        std::string header = f.filename().string();
-        header.push_back('\0');
-        mvcc::AppendBigEndian64(fs::file_size(f), &header);
-        sha_.Update(header);
-        pending_ = header;
-        in_.open(f, std::ios::binary);
-        if (!in_) return absl::InternalError(absl::StrCat("cannot read ", f.string()));
-        continue;
-      }
-      if (!trailer_) {
-        trailer_ = true;
-        const std::string tail(1 + padding_, '\0');
-        sha_.Update(tail);
-        pending_ = tail;
-        continue;
-      }
-      done_ = true;
-      checksum_ = sha_.Final();
+    std::string out(kChunk, '\0');
+    in_.read(out.data(), static_cast<std::streamsize>(out.size()));
+    out.resize(static_cast<size_t>(in_.gcount()));
+    if (out.empty()) {
+      if (sent_ != total_) return absl::DataLossError(absl::StrCat(file_, " ended early"));
+      if (checksum_.empty()) checksum_ = sha_.Final();
+      return out;
     }
+    sha_.Update(out);
     sent_ += out.size();
     return out;
   }
@@ -125,32 +181,38 @@ class SnapshotWriter {
   const std::string& checksum() const { return checksum_; }
 
  private:
-  explicit SnapshotWriter(std::string dir) : dir_(std::move(dir)) { sha_.Update(kMagic); }
+  explicit SnapshotWriter(std::string file) : file_(std::move(file)) {}
 
-  const std::string dir_;
-  std::vector<fs::path> files_;
-  size_t next_file_ = 0;
+  const std::string file_;
   std::ifstream in_;
-  std::string pending_;
   Sha256 sha_;
   std::string checksum_;
-  bool trailer_ = false;
-  bool done_ = false;
-  uint64_t padding_ = 0;
   uint64_t total_ = 0;
   uint64_t sent_ = 0;
 };
 
 class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
  public:
-  explicit SnapshotReactor(mvcc::KvStore* store) {
-    auto w = SnapshotWriter::Create(store);
-    if (!w.ok()) {
-      Finish(grpc::Status(grpc::INTERNAL, std::string(w.status().message())));
+  // The checkpoint is taken here, while the server surely lives. Writing the
+  // bbolt file from it takes as long as reading the whole store: that runs
+  // on a thread of its own, not on the gRPC thread that started the call,
+  // and uses only the checkpoint. The reactor outlives that thread's last
+  // use of it, since only Finish (called on it or after it) leads to OnDone.
+  SnapshotReactor(mvcc::KvStore* store, const MemberInfo& member) {
+    auto checkpoint = SnapshotWriter::Checkpoint(store);
+    if (!checkpoint.ok()) {
+      Finish(grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
       return;
     }
-    source_ = std::move(*w);
-    WriteNext();
+    std::thread([this, dir = *std::move(checkpoint), member] {
+      auto w = SnapshotWriter::Create(dir, member);
+      if (!w.ok()) {
+        Finish(grpc::Status(grpc::INTERNAL, std::string(w.status().message())));
+        return;
+      }
+      source_ = std::move(*w);
+      WriteNext();
+    }).detach();
   }
 
   void OnWriteDone(bool ok) override {
@@ -194,55 +256,17 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
   etcdserverpb::SnapshotResponse response_;
 };
 
-absl::Status Corrupt(const std::string& file, const std::string& what) {
-  return absl::DataLossError(absl::StrCat("snapshot ", file, " is not a Capstan snapshot: ", what));
-}
-
-// Unpacks a snapshot into dir (a backend directory).
-absl::Status Unpack(const std::string& file, const std::string& dir) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", file));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string magic = kMagic;
-  if (data.size() < magic.size() + 1 + kChecksumSize || data.compare(0, magic.size(), magic) != 0) {
-    return Corrupt(file, "bad header");
-  }
-  const size_t end = data.size() - kChecksumSize;
-  Sha256 sha;
-  sha.Update(std::string_view(data.data(), end));
-  if (sha.Final() != data.substr(end)) return Corrupt(file, "sha256 checksum mismatch");
-  fs::create_directories(dir);
-  size_t pos = magic.size();
-  while (pos < end) {
-    size_t nul = data.find('\0', pos);
-    if (nul == std::string::npos || nul >= end) return Corrupt(file, "truncated");
-    std::string name = data.substr(pos, nul - pos);
-    pos = nul + 1;
-    if (name.empty()) break;
-    if (name.find('/') != std::string::npos || name == "." || name == "..") {
-      return Corrupt(file, "bad file name");
-    }
-    if (pos + 8 > end) return Corrupt(file, "truncated");
-    const uint64_t size = mvcc::ReadBigEndian64(data.data() + pos);
-    pos += 8;
-    if (size > end - pos) return Corrupt(file, "truncated");
-    std::ofstream out(fs::path(dir) / name, std::ios::binary);
-    out.write(data.data() + pos, static_cast<std::streamsize>(size));
-    if (!out) return absl::InternalError(absl::StrCat("cannot write into ", dir));
-    pos += size;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
-    mvcc::KvStore* store) {
-  return new SnapshotReactor(store);
+    mvcc::KvStore* store, const MemberInfo& member) {
+  return new SnapshotReactor(store, member);
 }
 
-absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path) {
-  auto w = SnapshotWriter::Create(store);
+absl::Status SaveSnapshot(mvcc::KvStore* store, const MemberInfo& member, const std::string& path) {
+  auto checkpoint = SnapshotWriter::Checkpoint(store);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto w = SnapshotWriter::Create(*checkpoint, member);
   if (!w.ok()) return w.status();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   for (;;) {
@@ -257,50 +281,66 @@ absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path) {
   return absl::OkStatus();
 }
 
+void RemoveSnapshotLeftovers(const std::string& backend_dir) {
+  const fs::path dir = fs::path(backend_dir).parent_path();
+  const std::string prefix = fs::path(backend_dir).filename().string() + kTempInfix;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (absl::StartsWith(entry.path().filename().string(), prefix)) fs::remove_all(entry.path(), ec);
+  }
+}
+
 absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir) {
   std::error_code ec;
   if (fs::exists(data_dir, ec)) {
     return absl::AlreadyExistsError(absl::StrCat("data-dir \"", data_dir, "\" exists"));
   }
-  if (auto s = PrepareDataDir(data_dir); !s.ok()) return s;
-  if (auto s = Unpack(file, BackendDir(data_dir)); !s.ok()) {
+  // etcd's format, whoever wrote it: what `capstan migrate` reads. The
+  // member's ids are not carried: the restored member derives its own.
+  MigrateOptions options;
+  options.from = file;
+  options.data_dir = data_dir;
+  auto report = MigrateFromEtcd(options);
+  if (!report.ok()) return report.status();
+  if (!report->snapshot) {
     fs::remove_all(data_dir, ec);
-    return s;
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, " has no SHA-256 trailer, so it is not a snapshot (a db file is "
+                           "migrated with `capstan migrate --from-etcd`)"));
   }
-  // A restored member starts a new cluster: forget the old identity.
-  storage::BackendOptions options;
-  options.dir = BackendDir(data_dir);
-  auto backend = storage::Backend::Open(options);
-  if (!backend.ok()) return backend.status();
-  storage::WriteBatch batch;
-  for (const char* key : {"capstan/clusterID", "capstan/memberID", "capstan/raftTerm"}) {
-    batch.Delete(storage::Cf::kMeta, key);
-  }
-  return (*backend)->Write(&batch);
+  return absl::OkStatus();
 }
 
+// As `etcdctl snapshot status`: bbolt's check, then over every bucket in name
+// order the CRC-32C of its name and of each key and value, the number of
+// records, and the main revision of the last key of "key"; the size is the
+// bbolt file's pages, without the checksum.
 absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file) {
   std::error_code ec;
-  const std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/capstan-snapstatus-",
-                                       getpid());
-  fs::remove_all(tmp, ec);
-  if (auto s = Unpack(file, tmp); !s.ok()) return s;
+  const uint64_t size = fs::file_size(file, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot open ", file, ": ", ec.message()));
+  std::optional<uint64_t> length;
+  if (size % 512 == kChecksumSize) length = size - kChecksumSize;  // etcdctl's rule
+  auto reader = storage::BboltReader::Open(file, length);
+  if (!reader.ok()) return reader.status();
+  if (auto s = (*reader)->Check(); !s.ok()) return s;
+  auto buckets = (*reader)->Buckets();
+  if (!buckets.ok()) return buckets.status();
   SnapshotStatus st;
-  st.total_size = static_cast<int64_t>(fs::file_size(file, ec));
-  {
-    storage::BackendOptions options;
-    options.dir = tmp;
-    auto backend = storage::Backend::Open(options);
-    if (!backend.ok()) return backend.status();
-    auto store = mvcc::KvStore::Open(mvcc::KvStoreOptions(), std::move(*backend));
-    if (!store.ok()) return store.status();
-    auto hash = (*store)->Hash();
-    if (!hash.ok()) return hash.status();
-    st.hash = *hash;
-    st.revision = (*store)->Rev();
-    st.total_keys = static_cast<int64_t>((*store)->GetStats().index_keys);
+  st.total_size = static_cast<int64_t>((*reader)->meta().high_water * (*reader)->meta().page_size);
+  uint32_t crc = 0;
+  for (const std::string& name : *buckets) {
+    crc = mvcc::Crc32cExtend(crc, name);
+    const bool key_bucket = name == "key";
+    auto s = (*reader)->ForEach({name}, [&](std::string_view k, std::string_view v, bool) {
+      crc = mvcc::Crc32cExtend(mvcc::Crc32cExtend(crc, k), v);
+      if (key_bucket && k.size() >= 8) st.revision = static_cast<int64_t>(mvcc::ReadBigEndian64(k.data()));
+      ++st.total_keys;
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
   }
-  fs::remove_all(tmp, ec);
+  st.hash = crc;
   return st;
 }
 

@@ -1,11 +1,16 @@
-// Snapshots: a consistent point-in-time copy of a Capstan data directory,
-// streamed by Maintenance.Snapshot (so `etcdctl snapshot save` works) and
-// turned back into a data directory by `capstan snapshot restore`.
+// Snapshots: a consistent point-in-time copy of the store in etcd's format,
+// streamed by Maintenance.Snapshot, so `etcdctl snapshot save` saves what
+// etcd would save and `etcdctl snapshot status` and `etcdctl snapshot
+// restore` read it (the latter into a data dir for etcd itself).
 //
-// Format: the line "capstan-snapshot 1\n"; then per file of a RocksDB
-// checkpoint its name, a NUL, its size as 8 big-endian bytes and its bytes;
-// then a lone NUL and zero padding to a multiple of 512 bytes; then the SHA-256 of everything before it (32 bytes, as
-// etcd's snapshots end, which etcdctl checks).
+// Format: a bbolt file (storage/bbolt_writer.h) with etcd's buckets, written
+// from a RocksDB checkpoint of the store (the column families are etcd's
+// buckets, docs/MIGRATION.md), then the SHA-256 of it (32 bytes), as etcd's
+// snapshots end and etcdctl checks. The members bucket holds this member.
+//
+// `capstan snapshot restore` turns a snapshot, from Capstan or from etcd,
+// into a Capstan data dir (as `capstan migrate` does); `capstan snapshot
+// status` reports what `etcdctl snapshot status` reports.
 
 #ifndef CAPSTAN_SERVER_SNAPSHOT_H_
 #define CAPSTAN_SERVER_SNAPSHOT_H_
@@ -16,26 +21,34 @@
 #include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "server/member.h"
 
 namespace capstan::server {
 
-// A reactor that checkpoints store and streams the snapshot in 32 KiB
-// chunks, one write in flight. Deletes itself when done.
+// A reactor that writes the snapshot of store (on a thread of its own) and
+// streams it in 32 KiB chunks, one write in flight. Deletes itself when done.
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
-    mvcc::KvStore* store);
+    mvcc::KvStore* store, const MemberInfo& member);
 
 // Writes a snapshot of store to the file at path (for tools and tests).
-absl::Status SaveSnapshot(mvcc::KvStore* store, const std::string& path);
+absl::Status SaveSnapshot(mvcc::KvStore* store, const MemberInfo& member, const std::string& path);
+
+// Removes the temporary files of snapshots that a stopped server left beside
+// its backend directory. Call before serving.
+void RemoveSnapshotLeftovers(const std::string& backend_dir);
 
 // Creates data_dir (which must not exist) from a snapshot file. The restored
 // member gets new cluster and member ids, as etcd's restore does.
 absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir);
 
+// What `etcdctl snapshot status` reports: the CRC-32C of every bucket's name
+// and records, the revision of the last key record, the records of all
+// buckets and the bbolt file's size (without the checksum).
 struct SnapshotStatus {
-  uint32_t hash = 0;  // Maintenance.Hash of the restored data
+  uint32_t hash = 0;
   int64_t revision = 0;
   int64_t total_keys = 0;
-  int64_t total_size = 0;  // bytes of the snapshot file
+  int64_t total_size = 0;
 };
 absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file);
 
