@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test bench sanitize sanitize-thread sanitize-address fuzz soak clean
+.PHONY: all deps configure build run test e2e bench sanitize sanitize-thread sanitize-address fuzz soak clean
 
 all: build
 
@@ -35,6 +35,13 @@ run: configure
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 2 --timeout 600 $(CTEST_ARGS)
+
+# etcd's own end-to-end suite against Capstan (part of `make test` as the
+# ctest etcd_e2e); E2E_ARGS="--run REGEX" picks tests, "--server /usr/bin/etcd"
+# runs the suite against etcd itself.
+E2E_ARGS ?=
+e2e: build
+	./tests/etcd_e2e/run.sh --server $(BUILD_DIR)/capstan --out $(BUILD_DIR)/etcd-e2e $(E2E_ARGS)
 
 bench: build
 	./bench/run.sh $(BUILD_DIR)

@@ -8,6 +8,7 @@ packages=(
   libabsl-dev libboost-dev libjemalloc-dev libbenchmark-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev libspdlog-dev libssl-dev prometheus-cpp-dev
   etcd-server etcd-client curl openssl golang-go
+  golang-etcd-server-dev  # etcd's sources: its e2e suite (tests/etcd_e2e)
 )
 missing=()
 for p in "${packages[@]}"; do

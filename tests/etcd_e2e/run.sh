@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Runs etcd's own end-to-end suite against Capstan.
+#
+# The suite is etcd 3.4's tests/e2e from Debian's golang-etcd-server-dev. Its
+# harness starts "<bin-dir>/etcd" with etcd's flags, waits for etcd's startup
+# lines, and drives the server with the real etcdctl (v2 and v3) and curl.
+# Here "etcd" in the bin dir is the server under test.
+#
+# usage: tests/etcd_e2e/run.sh [options]
+#   --server PATH   the server under test (default: build/release/capstan);
+#                   /usr/bin/etcd runs the suite against etcd itself
+#   --out DIR       test binary, logs and summary (default: build/etcd-e2e)
+#   --run REGEX     only the tests whose names match
+#   --expect FILE   the tests expected to fail, one name per line with the
+#                   reason (default: tests/etcd_e2e/expected_failures.txt);
+#                   /dev/null expects every test to pass
+#   --no-retry      count a failure at once (by default a failed test runs
+#                   once more before it counts: some of etcd's tests race
+#                   their own timeouts on a loaded machine)
+#
+# Each test runs in its own process: a test that fails can leave its servers
+# running on the suite's fixed ports (20000 and up), which would fail every
+# later test. Exit status 0 when exactly the expected tests fail; a listed
+# test that passes is reported too, so the list stays true.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+server="$root/build/release/capstan"
+out="$root/build/etcd-e2e"
+run_re="."
+expect="$root/tests/etcd_e2e/expected_failures.txt"
+retry=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --server) server=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --run) run_re=$2; shift 2 ;;
+    --expect) expect=$2; shift 2 ;;
+    --no-retry) retry=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+src=/usr/share/gocode/src/go.etcd.io/etcd
+for need in "$src/tests/e2e" /usr/bin/go /usr/bin/etcdctl /usr/bin/curl "$server"; do
+  if [ ! -e "$need" ]; then
+    echo "run.sh: $need is missing (scripts/deps.sh installs golang-etcd-server-dev," \
+      "golang-go, etcd-client and curl)" >&2
+    exit 2
+  fi
+done
+server=$(cd "$(dirname "$server")" && pwd)/$(basename "$server")
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# The test binary, rebuilt when Debian's sources change. GOPATH mode: the
+# package's sources and their dependencies are all under /usr/share/gocode.
+bin="$out/e2e.test"
+if [ ! -x "$bin" ] || [ -n "$(find "$src/tests/e2e" "$src/pkg/expect" -newer "$bin" -name '*.go' -print -quit)" ]; then
+  echo "run.sh: building etcd's e2e suite into $bin" >&2
+  (cd "$src" && GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= \
+    GOCACHE="${GOCACHE:-$out/gocache}" go test -c -o "$bin.tmp" ./tests/e2e)
+  mv "$bin.tmp" "$bin"
+fi
+
+# The tests find their certificates at ../../integration/fixtures and write
+# into their working directory: run them from a tree of our own.
+work="$out/tree/tests/e2e"
+mkdir -p "$work" "$out/bin"
+ln -sfn "$src/integration" "$out/tree/integration"
+ln -sfn "$server" "$out/bin/etcd"
+ln -sfn /usr/bin/etcdctl "$out/bin/etcdctl"
+
+declare -A expected=()
+while read -r name _; do
+  [ -n "$name" ] && expected[$name]=1
+done < <(grep -v '^[[:space:]]*\(#\|$\)' "$expect")
+
+run_one() {  # test-name log -> exit status of the test
+  local tmp rc
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/capstan-e2e.XXXXXX")
+  set +e
+  (cd "$work" && TMPDIR="$tmp" timeout 300 "$bin" -test.v -test.run "^$1\$" \
+    -bin-dir "$out/bin" -cert-dir "$out/tree/integration/fixtures") > "$2" 2>&1
+  rc=$?
+  set -e
+  # Servers and clients a failed test left behind: their data dirs are in $tmp.
+  pkill -9 -f -- "$tmp" 2>/dev/null || true
+  rm -rf "$tmp"
+  return $rc
+}
+
+summary="$out/summary.txt"
+: > "$summary"
+unexpected=0 fixed=0 passed=0 failed=0 skipped=0
+start=$(date +%s)
+mkdir -p "$out/logs"
+for t in $("$bin" -test.list "$run_re" | grep '^Test'); do
+  log="$out/logs/$t.log"
+  status=PASS
+  if ! run_one "$t" "$log"; then
+    status=FAIL
+    if [ $retry -eq 1 ] && [ -z "${expected[$t]:-}" ]; then
+      mv "$log" "$log.first"
+      run_one "$t" "$log" && status=PASS
+    fi
+  fi
+  grep -q -- "^--- SKIP: $t " "$log" && status=SKIP
+  case $status in
+    PASS) passed=$((passed + 1)) ;;
+    SKIP) skipped=$((skipped + 1)) ;;
+    FAIL) failed=$((failed + 1)) ;;
+  esac
+  note=""
+  if [ $status = FAIL ] && [ -z "${expected[$t]:-}" ]; then
+    note=" UNEXPECTED"
+    unexpected=$((unexpected + 1))
+    echo "== $t failed; $log:" >&2
+    grep -v '^=== RUN' "$log" | head -n 20 | cut -c1-400 >&2 || true  # head may close the pipe early
+  elif [ $status = PASS ] && [ -n "${expected[$t]:-}" ]; then
+    note=" (listed as failing in $(basename "$expect"): remove it)"
+    fixed=$((fixed + 1))
+  fi
+  echo "$status $t$note" >> "$summary"
+done
+
+echo "etcd e2e against $server: $passed passed, $failed failed ($((failed - unexpected)) expected)," \
+  "$skipped skipped in $(( $(date +%s) - start )) s; summary: $summary"
+if [ $unexpected -gt 0 ] || [ $fixed -gt 0 ]; then
+  grep -E 'UNEXPECTED|remove it' "$summary" >&2
+  exit 1
+fi
