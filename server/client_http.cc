@@ -1,14 +1,17 @@
 #include "server/client_http.h"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "openssl/err.h"
 #include "server/go_text.h"
 #include "server/http_endpoints.h"
 #include "server/json_gateway.h"
@@ -24,6 +27,8 @@ constexpr int kIdleTimeoutMs = 2 * 60 * 1000;
 constexpr int kRequestTimeoutMs = 60 * 1000;
 // A peer that stops reading a response is dropped after this long.
 constexpr int kSendTimeoutSeconds = 60;
+// A TLS client has this long to complete its handshake.
+constexpr int kHandshakeTimeoutSeconds = 10;
 
 // The host of a Host header, without its port (etcd's
 // httputil.GetHostname: the header as it is if it has no port).
@@ -53,11 +58,11 @@ ClientHttp::ClientHttp(const HttpEndpoints* endpoints, const JsonGateway* gatewa
 
 ClientHttp::~ClientHttp() { Stop(); }
 
-void ClientHttp::Adopt(int fd) {
+void ClientHttp::Adopt(int fd, SSL_CTX* tls) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_ || fds_.size() >= kMaxConnections) {
-      if (!stopped_) {
+      if (!stopped_ && tls == nullptr) {
         // Told, not left to guess; the socket's buffer is empty, so this
         // does not block.
         static constexpr char kBusy[] =
@@ -72,8 +77,12 @@ void ClientHttp::Adopt(int fd) {
   }
   timeval send_timeout{kSendTimeoutSeconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-  std::thread([this, fd] {
-    ServeConnection(fd);
+  std::thread([this, fd, tls] {
+    if (tls != nullptr) {
+      ServeTlsConnection(fd, tls);
+    } else {
+      ServeConnection(fd, nullptr);
+    }
     // Closed under the lock: once closed, the number may be reused by a new
     // connection, which must not find it still in fds_ (nor Stop() shut
     // down a stranger's socket).
@@ -92,8 +101,31 @@ void ClientHttp::Stop() {
   served_.wait(lock, [this] { return fds_.empty(); });
 }
 
-void ClientHttp::ServeConnection(int fd) {
-  HttpConnection connection(fd, kIdleTimeoutMs, kRequestTimeoutMs, options_.max_body);
+void ClientHttp::ServeTlsConnection(int fd, SSL_CTX* tls) {
+  // OpenSSL writes with write(2): a client gone mid-answer must not raise
+  // SIGPIPE. Blocked on this thread alone; one left pending ends with it.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  // A read must not wait forever inside a TLS record that trickles in: the
+  // handshake gets kHandshakeTimeoutSeconds, each later read the request
+  // deadline.
+  timeval timeout{kHandshakeTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  SSL* ssl = SSL_new(tls);
+  if (ssl != nullptr && SSL_set_fd(ssl, fd) == 1 && SSL_accept(ssl) == 1) {
+    timeout = {kRequestTimeoutMs / 1000, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ServeConnection(fd, ssl);
+    SSL_shutdown(ssl);
+  }
+  SSL_free(ssl);
+  ERR_clear_error();
+}
+
+void ClientHttp::ServeConnection(int fd, SSL* ssl) {
+  HttpConnection connection(fd, kIdleTimeoutMs, kRequestTimeoutMs, options_.max_body, ssl);
   for (;;) {
     HttpRequest request;
     const HttpConnection::ReadResult result = connection.Read(&request);
@@ -116,18 +148,17 @@ void ClientHttp::ServeConnection(int fd) {
         return;
       }
     }
-    if (!Answer(request, &connection) || !request.keep_alive || stopping_) return;
+    if (!Answer(request, ssl != nullptr, &connection) || !request.keep_alive || stopping_) return;
   }
 }
 
-bool ClientHttp::Answer(const HttpRequest& request, HttpConnection* connection) {
+bool ClientHttp::Answer(const HttpRequest& request, bool tls, HttpConnection* connection) {
   auto reply = [&](HttpResponse response, const HttpHeaders& first) {
     response.headers.insert(response.headers.begin(), first.begin(), first.end());
     return connection->Write(response, request.keep_alive, request.method == "HEAD");
   };
-  // The client URLs are plain http here, so etcd's DNS-rebinding check
-  // applies to every request.
-  if (options_.host_whitelist.count("*") == 0) {
+  // etcd's DNS-rebinding check: "any HTTPS request will be allowed".
+  if (!tls && options_.host_whitelist.count("*") == 0) {
     const std::string* host_header = request.Header("host");
     const std::string host = HostName(host_header ? *host_header : "");
     if (options_.host_whitelist.count(host) == 0) {

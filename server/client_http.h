@@ -1,7 +1,8 @@
 // HTTP/1.1 on the client URLs, as etcd serves it beside gRPC: the JSON
 // gateway (/v3/...), /health, /version, /metrics (and /livez, /readyz),
-// with etcd's CORS headers (--cors) and its DNS-rebinding check
-// (--host-whitelist). Each connection is served on a thread of its own.
+// with etcd's CORS headers (--cors) and, on plain connections, its
+// DNS-rebinding check (--host-whitelist). Each connection, plain or TLS, is
+// served on a thread of its own.
 
 #ifndef CAPSTAN_SERVER_CLIENT_HTTP_H_
 #define CAPSTAN_SERVER_CLIENT_HTTP_H_
@@ -15,6 +16,7 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "openssl/ssl.h"
 #include "server/http1.h"
 
 namespace capstan::server {
@@ -37,8 +39,10 @@ class ClientHttp {
   ~ClientHttp();
 
   // Serves the connected socket fd until the client or Stop() ends it, then
-  // closes it. Past kMaxConnections at once, closes it unserved.
-  void Adopt(int fd);
+  // closes it. Past kMaxConnections at once, closes it unserved. With tls,
+  // the connection starts with a TLS handshake in that context (which must
+  // outlive Stop()).
+  void Adopt(int fd, SSL_CTX* tls = nullptr);
 
   // Ends every connection (a streaming answer ends as the server's gRPC
   // calls do) and waits for their threads. Adopt afterwards closes at once.
@@ -47,9 +51,12 @@ class ClientHttp {
   static constexpr int kMaxConnections = 512;
 
  private:
-  void ServeConnection(int fd);
+  // The TLS handshake, then ServeConnection.
+  void ServeTlsConnection(int fd, SSL_CTX* tls);
+  // ssl: the connection's TLS, or null.
+  void ServeConnection(int fd, SSL* ssl);
   // Answers one request. False: close the connection.
-  bool Answer(const HttpRequest& request, HttpConnection* connection);
+  bool Answer(const HttpRequest& request, bool tls, HttpConnection* connection);
 
   const HttpEndpoints* const endpoints_;
   const JsonGateway* const gateway_;

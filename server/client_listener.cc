@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
 #include "grpcpp/server_posix.h"
 #include "spdlog/spdlog.h"
 
@@ -44,7 +45,12 @@ enum class Kind {
   kGone,     // closed or failed before it said anything
 };
 
-// Peeks at a new connection's first bytes without consuming them.
+// A TLS record header: type, version, length (RFC 8446, 5.1).
+constexpr size_t kTlsRecordHeader = 5;
+constexpr unsigned char kTlsHandshake = 0x16;
+constexpr size_t kTlsMaxRecord = 16384;
+
+// Peeks at a new plain connection's first bytes without consuming them.
 Kind Classify(int fd) {
   char head[4];
   const ssize_t n = recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
@@ -55,7 +61,68 @@ Kind Classify(int fd) {
   return got.size() == kHttp2Preface.size() ? Kind::kGrpc : Kind::kPartial;
 }
 
+// Peeks at a new TLS connection's ClientHello without consuming it: HTTP
+// if it offers HTTP/1.1, gRPC otherwise (gRPC's handshake refuses what is
+// not TLS). Partial until the whole first record is in.
+Kind ClassifyTls(int fd) {
+  thread_local std::string head(kTlsRecordHeader + kTlsMaxRecord, '\0');
+  const ssize_t n = recv(fd, head.data(), head.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return Kind::kGone;
+  if (n < 0) return errno == EAGAIN || errno == EINTR ? Kind::kSilent : Kind::kGone;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(head.data());
+  if (bytes[0] != kTlsHandshake) return Kind::kGrpc;
+  if (static_cast<size_t>(n) < kTlsRecordHeader) return Kind::kPartial;
+  const size_t length = (size_t{bytes[3]} << 8) | bytes[4];
+  if (static_cast<size_t>(n) < kTlsRecordHeader + length) return Kind::kPartial;
+  return ClientHelloOffersHttp11(std::string_view(head.data() + kTlsRecordHeader, length))
+             ? Kind::kHttp
+             : Kind::kGrpc;
+}
+
 }  // namespace
+
+bool ClientHelloOffersHttp11(std::string_view hello) {
+  size_t pos = 0;
+  auto take = [&](size_t n, std::string_view* out) {
+    if (hello.size() - pos < n) return false;
+    if (out != nullptr) *out = hello.substr(pos, n);
+    pos += n;
+    return true;
+  };
+  auto number = [&](size_t n, size_t* out) {  // big-endian, n bytes
+    std::string_view b;
+    if (!take(n, &b)) return false;
+    *out = 0;
+    for (unsigned char c : b) *out = (*out << 8) | c;
+    return true;
+  };
+  size_t type = 0, length = 0, skip = 0;
+  // Handshake type 1 (ClientHello) and length; version and random.
+  if (!number(1, &type) || type != 1 || !number(3, &length) || !take(2 + 32, nullptr)) return false;
+  // Session id, cipher suites and compression methods.
+  if (!number(1, &skip) || !take(skip, nullptr) || !number(2, &skip) || !take(skip, nullptr) ||
+      !number(1, &skip) || !take(skip, nullptr)) {
+    return false;
+  }
+  size_t extensions_length = 0;
+  if (!number(2, &extensions_length) || hello.size() - pos < extensions_length) return false;
+  const size_t extensions_end = pos + extensions_length;
+  while (pos < extensions_end) {
+    size_t ext = 0, ext_length = 0;
+    std::string_view data;
+    if (!number(2, &ext) || !number(2, &ext_length) || !take(ext_length, &data)) return false;
+    if (ext != 16) continue;  // application_layer_protocol_negotiation
+    // A two-byte list length, then protocols, each with a one-byte length.
+    for (size_t at = 2; at < data.size();) {
+      const size_t name_length = static_cast<unsigned char>(data[at]);
+      if (data.size() - at - 1 < name_length) return false;
+      if (data.substr(at + 1, name_length) == "http/1.1") return true;
+      at += 1 + name_length;
+    }
+    return false;
+  }
+  return false;
+}
 
 absl::StatusOr<std::unique_ptr<ClientListener>> ClientListener::Bind(const std::string& host,
                                                                      int port, bool reuse_port) {
@@ -124,6 +191,13 @@ ClientListener::~ClientListener() {
   for (int fd : listen_fds_) close(fd);
 }
 
+void ClientListener::StartTls(grpc::experimental::ExternalConnectionAcceptor* grpc,
+                              HttpHandler https) {
+  tls_ = true;
+  grpc_tls_ = grpc;
+  Start(nullptr, std::move(https));
+}
+
 void ClientListener::Start(grpc::Server* grpc_server, HttpHandler http) {
   grpc_server_ = grpc_server;
   http_ = std::move(http);
@@ -155,7 +229,12 @@ void ClientListener::Run() {
   auto hand_over = [this](int fd, Kind kind) {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (kind == Kind::kGrpc) {
+    if (kind == Kind::kGrpc && tls_) {
+      // gRPC reads the ClientHello itself: only peeked at so far.
+      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+      params.fd = fd;
+      grpc_tls_->HandleNewConnection(&params);
+    } else if (kind == Kind::kGrpc) {
       // gRPC reads the preface itself: only peeked at so far.
       grpc::AddInsecureChannelFromFd(grpc_server_, fd);
     } else {
@@ -199,7 +278,7 @@ void ClientListener::Run() {
           break;
         }
         backoff = std::chrono::milliseconds(0);
-        if (grpc_server_ == nullptr) {
+        if (grpc_server_ == nullptr && grpc_tls_ == nullptr) {
           hand_over(fd, Kind::kHttp);
           continue;
         }
@@ -220,7 +299,7 @@ void ClientListener::Run() {
     const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < unsorted.size();) {
       Unsorted& u = unsorted[i];
-      Kind kind = Classify(u.fd);
+      Kind kind = tls_ ? ClassifyTls(u.fd) : Classify(u.fd);
       const bool undecided = kind == Kind::kSilent || kind == Kind::kPartial;
       if (undecided && now >= u.deadline) kind = Kind::kGone;
       if (undecided && kind != Kind::kGone) {

@@ -1,9 +1,16 @@
-// A TCP listener for an http:// client URL, shared by gRPC and HTTP/1.1 as
-// etcd shares its client port (cmux). Each accepted connection is told
-// apart by its first bytes: HTTP/2's connection preface ("PRI * HTTP/2.0")
-// goes to the gRPC server, any other connection to the HTTP handler. With
-// --listen-client-http-urls a listener serves HTTP only and gRPC keeps its
-// own listeners.
+// A TCP listener for an http:// or https:// client URL, shared by gRPC and
+// HTTP/1.1 as etcd shares its client port. Each accepted connection is told
+// apart by its first bytes, which are only peeked at:
+//
+//   http://   HTTP/2's connection preface ("PRI * HTTP/2.0") goes to the
+//             gRPC server, any other connection to the HTTP handler;
+//   https://  a TLS ClientHello that offers HTTP/1.1 by ALPN (curl, browsers,
+//             Prometheus) goes to the HTTP handler, which does the TLS
+//             handshake; any other connection (gRPC clients offer h2 only)
+//             to gRPC, which does its own handshake with the same settings.
+//
+// With --listen-client-http-urls a listener serves HTTP only and gRPC keeps
+// its own listeners.
 
 #ifndef CAPSTAN_SERVER_CLIENT_LISTENER_H_
 #define CAPSTAN_SERVER_CLIENT_LISTENER_H_
@@ -11,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,7 +26,10 @@
 
 namespace grpc {
 class Server;
+namespace experimental {
+class ExternalConnectionAcceptor;
 }
+}  // namespace grpc
 
 namespace capstan::server {
 
@@ -38,10 +49,14 @@ class ClientListener {
 
   int port() const { return port_; }
 
-  // Starts accepting. grpc_server null: every connection is HTTP's.
-  // REQUIRES: grpc_server (if any) is started and outlives Stop(); called
-  // at most once.
+  // Starts accepting plain connections. grpc_server null: every connection
+  // is HTTP's. REQUIRES: grpc_server (if any) is started and outlives
+  // Stop(); Start or StartTls is called at most once.
   void Start(grpc::Server* grpc_server, HttpHandler http);
+  // Starts accepting TLS connections: gRPC's go to grpc (an acceptor of the
+  // started gRPC server, with its TLS credentials), the rest to https with
+  // their ClientHello unread. REQUIRES: grpc outlives Stop().
+  void StartTls(grpc::experimental::ExternalConnectionAcceptor* grpc, HttpHandler https);
 
   // Stops accepting and closes connections not yet handed over. After it
   // returns nothing more reaches the gRPC server or the handler. Idempotent.
@@ -55,9 +70,16 @@ class ClientListener {
   const int port_;
   int wake_[2] = {-1, -1};  // a pipe: a byte ends Run()
   grpc::Server* grpc_server_ = nullptr;
+  grpc::experimental::ExternalConnectionAcceptor* grpc_tls_ = nullptr;
+  bool tls_ = false;
   HttpHandler http_;
   std::thread thread_;
 };
+
+// Whether a TLS ClientHello (the body of its handshake record) offers
+// HTTP/1.1 among its ALPN protocols. False for anything else, malformed
+// input included. Exposed for tests.
+bool ClientHelloOffersHttp11(std::string_view hello);
 
 }  // namespace capstan::server
 

@@ -93,11 +93,25 @@ HttpResponse PlainError(int status, absl::string_view text) {
 }
 
 HttpConnection::HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms,
-                               size_t max_body)
+                               size_t max_body, SSL* ssl)
     : fd_(fd),
+      ssl_(ssl),
       idle_timeout_ms_(idle_timeout_ms),
       request_timeout_(std::chrono::milliseconds(request_timeout_ms)),
       max_body_(max_body) {}
+
+ssize_t HttpConnection::Receive(char* data, size_t n) {
+  if (ssl_ == nullptr) return recv(fd_, data, n, 0);
+  const int got = SSL_read(ssl_, data, static_cast<int>(n));
+  if (got <= 0 && SSL_get_error(ssl_, got) == SSL_ERROR_ZERO_RETURN) return 0;
+  return got <= 0 ? -1 : got;  // -1 without EINTR: the connection failed
+}
+
+ssize_t HttpConnection::Send(absl::string_view data) {
+  if (ssl_ == nullptr) return send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+  const int sent = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
+  return sent <= 0 ? -1 : sent;
+}
 
 bool HttpConnection::Fill() {
   if (consumed_ > 0) {
@@ -105,8 +119,9 @@ bool HttpConnection::Fill() {
     consumed_ = 0;
   }
   pollfd p{fd_, POLLIN, 0};
-  int ready;
-  do {
+  // Bytes TLS has decrypted already are not on the socket.
+  int ready = ssl_ != nullptr && SSL_pending(ssl_) > 0 ? 1 : 0;
+  while (ready == 0) {
     // Waiting for a request's first byte takes up to idle_timeout_ms_; the
     // rest of the request must come before its deadline.
     int timeout = idle_timeout_ms_;
@@ -117,12 +132,17 @@ bool HttpConnection::Fill() {
       timeout = static_cast<int>(left.count());
     }
     ready = poll(&p, 1, timeout);
-  } while (ready < 0 && errno == EINTR);
-  if (ready <= 0) return false;
+    if (ready < 0 && errno == EINTR) {
+      ready = 0;  // interrupted: wait again
+    } else if (ready <= 0) {
+      return false;
+    }
+  }
   char chunk[16384];
   ssize_t n;
   do {
-    n = recv(fd_, chunk, sizeof(chunk), 0);
+    errno = 0;
+    n = Receive(chunk, sizeof(chunk));
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return false;
   buffer_.append(chunk, static_cast<size_t>(n));
@@ -275,7 +295,8 @@ HttpConnection::ReadResult HttpConnection::Read(HttpRequest* request) {
 
 bool HttpConnection::SendAll(absl::string_view data) {
   while (!data.empty()) {
-    const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    errno = 0;
+    const ssize_t n = Send(data);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     data.remove_prefix(static_cast<size_t>(n));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "openssl/ssl.h"
 
 namespace capstan::server {
 
@@ -48,14 +49,16 @@ HttpResponse PlainError(int status, absl::string_view text);
 absl::string_view HttpStatusText(int status);
 
 // Not thread-safe: one thread reads and writes a connection; another may
-// shutdown(2) the socket to end a blocked read or write. Does not own the
-// socket.
+// shutdown(2) the socket to end a blocked read or write. Owns neither the
+// socket nor the TLS connection.
 class HttpConnection {
  public:
   // idle_timeout_ms bounds the wait for a request's first byte,
   // request_timeout_ms the time from there to its last; max_body bounds a
-  // request body.
-  HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms, size_t max_body);
+  // request body. With ssl (a handshaken TLS connection over fd), bytes go
+  // through it.
+  HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms, size_t max_body,
+                 SSL* ssl = nullptr);
 
   enum class ReadResult {
     kRequest,          // *request holds the next request
@@ -94,7 +97,13 @@ class HttpConnection {
   ReadResult ReadChunkedBody(std::string* body);
   bool SendAll(absl::string_view data);
 
+  // One read or write of at most n bytes, through ssl_ if set: what
+  // recv(2) or send(2) returns.
+  ssize_t Receive(char* data, size_t n);
+  ssize_t Send(absl::string_view data);
+
   const int fd_;
+  SSL* const ssl_;
   const int idle_timeout_ms_;
   const std::chrono::milliseconds request_timeout_;
   const size_t max_body_;

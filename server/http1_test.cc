@@ -6,8 +6,10 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "server/client_listener.h"
 
 namespace capstan::server {
 namespace {
@@ -189,6 +191,47 @@ TEST_F(Http1Test, PeerClosed) {
   EXPECT_FALSE(c.PeerClosed(50));
   shutdown(fds_[1], SHUT_WR);
   EXPECT_TRUE(c.PeerClosed(1000));
+}
+
+// A ClientHello (the handshake message, without its record header) with
+// the given ALPN protocols (none: no ALPN extension), after a server name
+// extension as clients send one.
+std::string ClientHello(const std::vector<std::string>& alpn) {
+  auto u16 = [](size_t v) { return std::string{static_cast<char>(v >> 8), static_cast<char>(v)}; };
+  std::string extensions;
+  const std::string name = "localhost";
+  const std::string server_name = u16(name.size() + 3) + std::string(1, '\0') + u16(name.size()) + name;
+  extensions += u16(0) + u16(server_name.size()) + server_name;
+  if (!alpn.empty()) {
+    std::string list;
+    for (const auto& p : alpn) list += std::string(1, static_cast<char>(p.size())) + p;
+    extensions += u16(16) + u16(list.size() + 2) + u16(list.size()) + list;
+  }
+  std::string body = "\x03\x03" + std::string(32, 'r');  // version, random
+  body += std::string(1, '\x20') + std::string(32, 's');     // session id
+  body += u16(4) + "\x13\x01\x13\x02";                   // two cipher suites
+  body += std::string("\x01\x00", 2);                      // null compression
+  body += u16(extensions.size()) + extensions;
+  const size_t n = body.size();
+  return std::string{'\x01', static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                     static_cast<char>(n)} + body;
+}
+
+TEST(ClientHelloTest, HttpClientsOfferHttp11AndGrpcClientsDoNot) {
+  EXPECT_TRUE(ClientHelloOffersHttp11(ClientHello({"h2", "http/1.1"})));  // curl
+  EXPECT_TRUE(ClientHelloOffersHttp11(ClientHello({"http/1.1"})));
+  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"h2"})));  // Go's gRPC
+  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"grpc-exp", "h2"})));  // C-core gRPC
+  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({})));
+  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"http/1.10"})));
+  // Cut anywhere, or not a ClientHello: never an answer from past the end.
+  const std::string hello = ClientHello({"h2", "http/1.1"});
+  for (size_t n = 0; n < hello.size(); ++n) {
+    EXPECT_FALSE(ClientHelloOffersHttp11(std::string_view(hello).substr(0, n))) << n;
+  }
+  std::string server_hello = hello;
+  server_hello[0] = '\x02';
+  EXPECT_FALSE(ClientHelloOffersHttp11(server_hello));
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ absl::Status HttpEndpoints::Listen(const std::string& host, int port, const Clie
   if (tls) {
     absl::Status set_up;
     server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
-      set_up = SetUpMetricsTls(*tls, &ctx);
+      set_up = SetUpHttpsTls(*tls, /*check_client_address=*/true, &ctx);
       return set_up.ok();
     });
     if (!set_up.ok()) return set_up;

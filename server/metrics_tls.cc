@@ -23,6 +23,7 @@ namespace {
 struct ClientCertChecks {
   std::string allowed_hostname;
   std::string crl_file;
+  bool check_client_address = true;  // etcd's checkSAN
 };
 
 int ChecksIndex() {
@@ -133,7 +134,7 @@ std::string RefusalReason(const ClientCertChecks& checks, X509_STORE_CTX* store,
     return "client certificate authentication failed";
   }
   // etcd's checkSAN.
-  if (!sans.ips.empty() || !sans.dns.empty()) {
+  if (checks.check_client_address && (!sans.ips.empty() || !sans.dns.empty())) {
     const std::string host = PeerHost(ssl);
     const bool ip_match = CertificateValidForHostname(sans.ips, {}, host);
     if (!ip_match && sans.dns.empty()) {
@@ -180,7 +181,7 @@ absl::StatusOr<int> ProtocolVersion(const std::string& version, int unset) {
 
 }  // namespace
 
-absl::Status SetUpMetricsTls(const ClientTls& tls, SSL_CTX* ctx) {
+absl::Status SetUpHttpsTls(const ClientTls& tls, bool check_client_address, SSL_CTX* ctx) {
   SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
   // Send the certificates of --cert-file only, as Go does, not a chain
   // completed from the trusted CAs.
@@ -225,6 +226,7 @@ absl::Status SetUpMetricsTls(const ClientTls& tls, SSL_CTX* ctx) {
   auto checks = std::make_unique<ClientCertChecks>();
   checks->allowed_hostname = tls.allowed_hostname;
   checks->crl_file = tls.crl_file;
+  checks->check_client_address = check_client_address;
   if (SSL_CTX_set_ex_data(ctx, ChecksIndex(), checks.get()) != 1) {
     return absl::InternalError("cannot attach the client certificate checks");
   }

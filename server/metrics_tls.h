@@ -1,6 +1,6 @@
-// TLS for https metrics URLs: an OpenSSL server context set up with the
-// client TLS settings, checking client certificates as etcd's TLS listener
-// (Go's crypto/tls plus etcd's transport package) does:
+// TLS for HTTP on https metrics and client URLs: an OpenSSL server context
+// set up with the client TLS settings, checking client certificates as
+// etcd's TLS listener (Go's crypto/tls plus etcd's transport package) does:
 //
 //   - a client certificate is requested only when one is required; it must
 //     chain to the trusted CAs and, with an allowed hostname, be valid for
@@ -8,7 +8,7 @@
 //   - when the certificate names IPs or DNS names, one of them must be the
 //     client's own address: an IP SAN equal to it, or a DNS SAN that the
 //     address resolves back to or that resolves to the address (etcd's
-//     checkSAN, which its gRPC listener does not make);
+//     checkSAN, made on metrics URLs only);
 //   - no certificate of the verified chain may be listed by serial number in
 //     the revocation list, which is read again at every handshake.
 //
@@ -30,10 +30,11 @@ namespace capstan::server {
 
 // Sets up ctx, a fresh server context, to serve with tls: the certificate
 // and key, TLS versions, TLS 1.2 cipher suites (Go's defaults unless given)
-// and the client certificate checks above. The checks' settings are copied
-// into ctx. Fails with a message naming the flag when a file cannot be
-// loaded.
-absl::Status SetUpMetricsTls(const ClientTls& tls, SSL_CTX* ctx);
+// and the client certificate checks above, the client's address checked
+// only if check_client_address (metrics URLs). The checks' settings are
+// copied into ctx. Fails with a message naming the flag when a file cannot
+// be loaded.
+absl::Status SetUpHttpsTls(const ClientTls& tls, bool check_client_address, SSL_CTX* ctx);
 
 }  // namespace capstan::server
 

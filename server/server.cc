@@ -27,6 +27,7 @@
 #include "server/data_dir.h"
 #include "server/grpc_metrics.h"
 #include "server/metrics.h"
+#include "server/metrics_tls.h"
 #include "server/http_endpoints.h"
 #include "server/election_service.h"
 #include "server/health_service.h"
@@ -76,6 +77,34 @@ absl::StatusOr<std::unique_ptr<ClientListener>> BindClientListener(const Url& ur
 absl::Status ProbeListen(const Url& url) {
   if (url.scheme == "unix" || url.scheme == "unixs") return absl::OkStatus();
   return BindClientListener(url, /*reuse_port=*/false).status();  // and closes it
+}
+
+// The TLS context of HTTP on https client URLs: the client TLS settings
+// and etcd's client certificate checks, as on https metrics URLs but
+// without the client address check (etcd's client listener skips it), and
+// HTTP/1.1 by ALPN (the listener sends only clients offering it here).
+absl::StatusOr<SSL_CTX*> NewHttpsContext(const ClientTls& tls) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return absl::InternalError("cannot create a TLS context");
+  if (auto s = SetUpHttpsTls(tls, /*check_client_address=*/false, ctx); !s.ok()) {
+    SSL_CTX_free(ctx);
+    return s;
+  }
+  SSL_CTX_set_alpn_select_cb(
+      ctx,
+      [](SSL*, const unsigned char** out, unsigned char* out_length, const unsigned char* in,
+         unsigned int in_length, void*) {
+        static constexpr unsigned char kHttp11[] = "\x08http/1.1";
+        unsigned char* selected = nullptr;
+        if (SSL_select_next_proto(&selected, out_length, kHttp11, sizeof(kHttp11) - 1, in,
+                                  in_length) != OPENSSL_NPN_NEGOTIATED) {
+          return SSL_TLSEXT_ERR_NOACK;
+        }
+        *out = selected;
+        return SSL_TLSEXT_ERR_OK;
+      },
+      nullptr);
+  return ctx;
 }
 
 std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
@@ -236,16 +265,38 @@ absl::Status Server::Serve() {
   grpc::ServerBuilder builder;
   std::vector<int> bound(config_.listen_client_urls.size(), 0);
   std::shared_ptr<grpc::ServerCredentials> tls;
-  // http:// client URLs serve gRPC and HTTP/1.1 on one port unless
-  // --listen-client-http-urls takes HTTP elsewhere; gRPC alone listens on
-  // the others.
+  // http:// and https:// client URLs serve gRPC and HTTP/1.1 on one port
+  // unless --listen-client-http-urls takes HTTP elsewhere; gRPC alone
+  // listens on the others (and on unix ones).
   const bool shared_ports = config_.listen_client_http_urls.empty();
   // client_listeners_[i] shares its port with gRPC if listener_urls[i] is a
   // client URL, else serves HTTP alone.
   std::vector<const Url*> listener_urls;
+  // gRPC's TLS credentials, made once for every https/unixs client URL.
+  auto tls_credentials = [&]() -> absl::Status {
+    if (tls) return absl::OkStatus();
+    if (!client_tls) {
+      return absl::InvalidArgumentError(
+          "TLS key/cert (--cert-file, --key-file) must be provided for https client URLs (or "
+          "use --auto-tls)");
+    }
+    auto made = ClientTlsCredentials(*client_tls);
+    if (!made.ok()) return made.status();
+    tls = *made;
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
     const Url& url = config_.listen_client_urls[i];
-    if (shared_ports && url.scheme == "http") {
+    if (shared_ports && (url.scheme == "http" || url.scheme == "https")) {
+      if (url.scheme == "https" && !grpc_tls_acceptor_) {
+        if (auto s = tls_credentials(); !s.ok()) return s;
+        // gRPC does its own handshake on the connections handed to it.
+        grpc_tls_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+            grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tls);
+        auto ctx = NewHttpsContext(*client_tls);
+        if (!ctx.ok()) return ctx.status();
+        https_context_.reset(*ctx);
+      }
       auto listener = BindClientListener(url, config_.socket_reuse_port);
       if (!listener.ok()) return listener.status();
       bound[i] = (*listener)->port();
@@ -255,16 +306,7 @@ absl::Status Server::Serve() {
     }
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (IsTls(url)) {
-      if (!client_tls) {
-        return absl::InvalidArgumentError(
-            "TLS key/cert (--cert-file, --key-file) must be provided for https client URLs (or "
-            "use --auto-tls)");
-      }
-      if (!tls) {
-        auto made = ClientTlsCredentials(*client_tls);
-        if (!made.ok()) return made.status();
-        tls = *made;
-      }
+      if (auto s = tls_credentials(); !s.ok()) return s;
       creds = tls;
     }
     builder.AddListeningPort(GrpcAddress(url), creds, &bound[i]);
@@ -338,7 +380,14 @@ absl::Status Server::Serve() {
   http_options.max_body = 2 * config_.max_request_bytes + kGrpcOverheadBytes;
   client_http_ = std::make_unique<ClientHttp>(http_.get(), json_gateway_.get(), http_options);
   auto adopt = [http = client_http_.get()](int fd) { http->Adopt(fd); };
+  auto adopt_tls = [http = client_http_.get(), ctx = https_context_.get()](int fd) {
+    http->Adopt(fd, ctx);
+  };
   for (size_t i = 0; i < client_listeners_.size(); ++i) {
+    if (i < with_grpc && listener_urls[i]->scheme == "https") {
+      client_listeners_[i]->StartTls(grpc_tls_acceptor_.get(), adopt_tls);
+      continue;
+    }
     client_listeners_[i]->Start(i < with_grpc ? grpc_server_.get() : nullptr, adopt);
     if (i >= with_grpc) {
       SPDLOG_INFO("serving client HTTP traffic insecurely on {}", listener_urls[i]->String());
@@ -401,6 +450,7 @@ void Server::Shutdown() {
     grpc_server_->Wait();
   }
   client_http_.reset();
+  https_context_.reset();
   json_gateway_.reset();
   if (http_) http_->Stop();
   // Its calls' steps use the hub and the store.
@@ -419,5 +469,7 @@ void Server::Shutdown() {
   services_.clear();
   SPDLOG_INFO("stopped serving");
 }
+
+void Server::SslContextFree::operator()(ssl_ctx_st* ctx) const { SSL_CTX_free(ctx); }
 
 }  // namespace capstan::server

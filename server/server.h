@@ -12,9 +12,14 @@
 #include "absl/status/statusor.h"
 #include "server/config.h"
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace grpc {
 class Server;
 class Service;
+namespace experimental {
+class ExternalConnectionAcceptor;
+}
 }  // namespace grpc
 
 namespace capstan::mvcc {
@@ -91,8 +96,14 @@ class Server {
   // HTTP/1.1 on the client URLs: the JSON gateway and the endpoints above.
   std::unique_ptr<JsonGateway> json_gateway_;
   std::unique_ptr<ClientHttp> client_http_;
-  // The plain-http client URLs, whose connections are sorted between gRPC
-  // and HTTP, then those of --listen-client-http-urls (HTTP only).
+  // https client URLs: gRPC's side of their connections, and HTTP's TLS.
+  struct SslContextFree {
+    void operator()(ssl_ctx_st* ctx) const;
+  };
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> grpc_tls_acceptor_;
+  std::unique_ptr<ssl_ctx_st, SslContextFree> https_context_;
+  // The http and https client URLs, whose connections are sorted between
+  // gRPC and HTTP, then those of --listen-client-http-urls (HTTP only).
   std::vector<std::unique_ptr<ClientListener>> client_listeners_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
   std::vector<int> client_ports_;

@@ -208,14 +208,15 @@ class TlsTest : public ::testing::Test {
     return c;
   }
 
-  // curl GET url+path with the client certificate `client` ("" for none),
-  // trusting `ca` ("" to trust any server). The HTTP status, or "000" when
+  // curl GET url+path (POST with a body `post`) with the client certificate
+  // `client` ("" for none), trusting `ca` ("" to trust any server). The HTTP status, or "000" when
   // there was no HTTP response (a refused handshake, a closed connection).
   static std::string Curl(const std::string& url, const std::string& path,
                           const std::string& client, const std::string& ca = "ca",
-                          std::string* body = nullptr) {
+                          std::string* body = nullptr, const std::string& post = "") {
     std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "10",
                                      "-w", "\n%{http_code}"};
+    if (!post.empty()) argv.insert(argv.end(), {"-d", post});
     if (ca.empty()) {
       argv.push_back("-k");
     } else {
@@ -555,6 +556,40 @@ TEST_F(TlsTest, CrlRevokesBySerialAndIsReadAtEveryHandshake) {
   std::filesystem::copy_file(Cert("crl.pem"), crl, std::filesystem::copy_options::overwrite_existing);
   EXPECT_EQ(Both("revoked", {"get", "k"}).last_err, "Error: context deadline exceeded");
   EXPECT_EQ(Both("root", {"get", "k", "--print-value-only"}).out, "v\n");
+}
+
+// HTTP on an https client URL, beside gRPC on the same port, as etcd
+// serves it: the same client certificate checks, the JSON gateway,
+// /health and /metrics. curl offers HTTP/1.1 and HTTP/2 (etcd picks HTTP/2,
+// Capstan HTTP/1.1); etcdctl's gRPC goes on working on the port.
+TEST_F(TlsTest, HttpOnHttpsClientUrls) {
+  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  StartBoth(MutualTlsFlags());
+  auto both = [&](const std::string& client, const std::string& path, const std::string& post,
+                  std::string* etcd_body, std::string* capstan_body) {
+    auto e = std::async(std::launch::async, [&] {
+      return Curl(etcd_.endpoint(), path, client, "ca", etcd_body, post);
+    });
+    const std::string c = Curl(capstan_.endpoint(), path, client, "ca", capstan_body, post);
+    const std::string eo = e.get();
+    EXPECT_EQ(eo, c) << "cert " << (client.empty() ? "(none)" : client) << ": " << path;
+    return c;
+  };
+  std::string e, c;
+  for (const std::string client : {"", "foreign", "expired", "revoked"}) {
+    EXPECT_EQ(both(client, "/health", "", &e, &c), "000") << client;
+  }
+  EXPECT_EQ(both("root", "/health", "", &e, &c), "200");
+  EXPECT_TRUE(absl::StrContains(c, "\"health\":\"true\"")) << c;  // 3.5 adds "reason"
+  EXPECT_EQ(both("root", "/metrics", "", &e, &c), "200");
+  EXPECT_TRUE(absl::StrContains(c, "etcd_server_has_leader 1")) << c.substr(0, 300);
+  // foo=bar through the gateway, read back by the gateway and by etcdctl.
+  EXPECT_EQ(both("root", "/v3/kv/put", R"({"key":"Zm9v","value":"YmFy"})", &e, &c), "200");
+  EXPECT_TRUE(absl::StrContains(c, "\"revision\":\"2\"")) << c;
+  EXPECT_EQ(both("root", "/v3/kv/range", R"({"key":"Zm9v"})", &e, &c), "200");
+  EXPECT_TRUE(absl::StrContains(c, "\"value\":\"YmFy\"")) << c;
+  EXPECT_EQ(both("root", "/v3/kv/range", R"({"key":1})", &e, &c), "400");
+  EXPECT_EQ(Both("root", {"get", "foo", "--print-value-only"}).out, "bar\n");
 }
 
 // etcd's --auto-tls replaces all the client TLS settings with the
