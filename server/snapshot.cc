@@ -112,7 +112,8 @@ absl::Status WriteEtcdBbolt(storage::Backend* backend, const MemberInfo& member,
     if (!read.ok()) return read;
     if (auto s = w.Put(key, value); !s.ok()) return s;
   }
-  return w.Finish(kSnapshotTxid);
+  // Streamed, then deleted: a sync would only compete with the commits'.
+  return w.Finish(kSnapshotTxid, /*sync=*/false);
 }
 
 // Produces the snapshot byte stream: a bbolt file written from a checkpoint
@@ -140,7 +141,7 @@ class SnapshotWriter {
     {
       storage::BackendOptions options;
       options.dir = checkpoint;
-      options.sync = false;
+      options.read_only = true;
       auto backend = storage::Backend::Open(options);
       written = backend.ok() ? WriteEtcdBbolt(backend->get(), member, w->file_) : backend.status();
     }

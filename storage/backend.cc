@@ -308,7 +308,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& opt
 
   rocksdb::DB* raw = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  auto s = rocksdb::DB::Open(db_options, options.dir, descriptors, &handles, &raw);
+  auto s = options.read_only
+               ? rocksdb::DB::OpenForReadOnly(db_options, options.dir, descriptors, &handles, &raw)
+               : rocksdb::DB::Open(db_options, options.dir, descriptors, &handles, &raw);
   if (!s.ok()) return FromRocks(s);
   std::unique_ptr<rocksdb::DB> db(raw);
   for (int i = 0; i < kNumCfs; ++i) {

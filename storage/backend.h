@@ -55,6 +55,8 @@ struct BackendOptions {
   size_t block_cache_bytes = 256 << 20;
   // Memtable size per column family.
   size_t write_buffer_bytes = 64 << 20;
+  // Open without writing anything, as a checkpoint is read: Write fails.
+  bool read_only = false;
   // Null: the operating system's file system. Else every file the backend
   // touches goes through it; it must outlive the backend (holding it here
   // keeps it alive).

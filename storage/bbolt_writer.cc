@@ -21,6 +21,10 @@ constexpr uint16_t kMetaPage = 0x04;
 constexpr uint16_t kFreelistPage = 0x10;
 constexpr uint32_t kBucketLeafFlag = 0x01;
 constexpr size_t kBucketHeaderSize = 16;  // root page id, sequence
+// The most pages a leaf of large entries spans (see Tree::Fits).
+constexpr size_t kMaxLeafPages = 8;
+// Bytes written before they are sent to disk (see WritePages).
+constexpr uint64_t kWriteOutBytes = 4 << 20;
 
 template <typename T>
 void PutLittleEndian(T v, std::string* out) {
@@ -64,7 +68,7 @@ class BboltWriter::Tree {
 
   absl::Status Add(std::string_view key, std::string_view value) {
     const size_t bytes = kElementSize + key.size() + value.size();
-    if (!entries_.empty() && leaf_bytes_ + bytes > writer_->page_size_) {
+    if (!entries_.empty() && !Fits(bytes)) {
       if (auto s = FlushLeaf(); !s.ok()) return s;
     }
     entries_.emplace_back(key, value);
@@ -107,6 +111,16 @@ class BboltWriter::Tree {
   }
 
  private:
+  // Whether an entry of `bytes` joins the leaf being filled. A leaf fills a
+  // page. One that already overflows a page (its entries are large) takes
+  // entries up to kMaxLeafPages, so that the unused end of its last page is
+  // shared by several of them rather than left after each.
+  bool Fits(size_t bytes) const {
+    const size_t page = writer_->page_size_;
+    if (leaf_bytes_ + bytes <= page) return true;
+    return leaf_bytes_ > page && leaf_bytes_ + bytes <= kMaxLeafPages * page;
+  }
+
   absl::Status FlushLeaf() {
     if (entries_.empty()) return absl::OkStatus();
     const size_t n = entries_.size();
@@ -196,6 +210,21 @@ absl::Status BboltWriter::WritePages(std::string* page) {
     done += static_cast<size_t>(n);
   }
   next_page_ += pages;
+  // Write the file out as it grows, as RocksDB's bytes_per_sync does: a
+  // file system commit that others' fsyncs wait on then never carries more
+  // than two windows of it.
+  const uint64_t written = next_page_ * page_size_;
+  if (written - synced_ >= kWriteOutBytes) {
+    if (synced_ >= kWriteOutBytes) {
+      // The window before: wait until it is on disk.
+      sync_file_range(fd_, static_cast<off_t>(synced_ - kWriteOutBytes), kWriteOutBytes,
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                          SYNC_FILE_RANGE_WAIT_AFTER);
+    }
+    sync_file_range(fd_, static_cast<off_t>(synced_), static_cast<off_t>(written - synced_),
+                    SYNC_FILE_RANGE_WRITE);
+    synced_ = written;
+  }
   return absl::OkStatus();
 }
 
@@ -231,7 +260,7 @@ absl::Status BboltWriter::EndBucket() {
   return root_->Add(bucket_name_, *value);
 }
 
-absl::Status BboltWriter::Finish(uint64_t txid) {
+absl::Status BboltWriter::Finish(uint64_t txid, bool sync) {
   if (finished_) return absl::FailedPreconditionError("bbolt writer finished");
   if (auto s = EndBucket(); !s.ok()) return s;
   finished_ = true;
@@ -273,7 +302,7 @@ absl::Status BboltWriter::Finish(uint64_t txid) {
       return Errno("cannot write", path_);
     }
   }
-  if (::fsync(fd_) != 0) return Errno("cannot sync", path_);
+  if (sync && ::fsync(fd_) != 0) return Errno("cannot sync", path_);
   if (::close(fd_) != 0) {
     fd_ = -1;
     return Errno("cannot close", path_);

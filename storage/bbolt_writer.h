@@ -5,8 +5,9 @@
 //
 // One pass, bounded memory: the top-level buckets come in name order and
 // each bucket's entries in key order. Leaf pages go to the file as they
-// fill (a leaf holds as many entries as fit in a page; an entry bigger than
-// a page gets a leaf of its own that overflows into the pages after it).
+// fill: a leaf holds as many entries as fit in a page, and a leaf of
+// entries bigger than that overflows into the pages after it, up to 8
+// pages, so that they share the unused end of the last one.
 // When a bucket ends, its branch pages are written above its leaves (only
 // the first key of each child page is kept meanwhile). Finish writes the
 // root bucket, an empty freelist and the two meta pages. An empty bucket is
@@ -46,9 +47,9 @@ class BboltWriter {
   // strictly (bytewise) within the bucket.
   absl::Status Put(std::string_view key, std::string_view value);
   // Ends the last bucket, writes the root bucket, the freelist and the meta
-  // pages (transaction ids txid and txid + 1), syncs and closes the file.
-  // Nothing may be added afterwards.
-  absl::Status Finish(uint64_t txid);
+  // pages (transaction ids txid and txid + 1) and closes the file, synced
+  // first if sync. Nothing may be added afterwards.
+  absl::Status Finish(uint64_t txid, bool sync = true);
 
   // Bytes written so far: every page, so after Finish the file's size.
   uint64_t size() const { return next_page_ * page_size_; }
@@ -64,6 +65,7 @@ class BboltWriter {
   const std::string path_;
   const uint32_t page_size_;
   uint64_t next_page_ = 2;  // pages 0 and 1 hold the meta pages
+  uint64_t synced_ = 0;     // bytes sent to disk so far
   std::unique_ptr<Tree> bucket_;  // the bucket being written
   std::string bucket_name_;       // its name ("" before the first)
   std::string last_key_;          // the last key Put in it
