@@ -85,6 +85,13 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       status=1
     fi
     cat "$out/restart-time.md" >> "$summary"
+    echo "== snapshot save" >&2
+    if ! OBJECTS=20000 ROUNDS=1 SNAP_DIR=/dev/shm BENCH="$bench" "$(dirname "$0")/snapshot.sh" \
+        "$build/capstan" "$etcd" > "$out/snapshot.txt"; then
+      echo "bench/run.sh: snapshot.sh failed" >&2
+      status=1
+    fi
+    cat "$out/snapshot.txt" >> "$summary"
     # Watch and lease workloads (docs/BENCHMARKS.md, "Watch" and "Leases"), in a short form.
     run_compare watch-1key --conns 10 --clients 10 \
       watch --streams 10 --watch-per-stream 100 --watched-key-total 1 --put-total 200

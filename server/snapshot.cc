@@ -1,11 +1,15 @@
 #include "server/snapshot.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -31,8 +35,8 @@ namespace {
 constexpr size_t kChunk = 32 << 10;
 // etcd clients expect a snapshot to end with the SHA-256 of what precedes it.
 constexpr size_t kChecksumSize = 32;
-// Beside the backend directory: <backend>.snapshot-<pid>-<n> (a checkpoint)
-// and <backend>.snapshot-<pid>-<n>.db (the bbolt file being streamed).
+// Beside the backend directory: <backend>.snapshot-<pid>-<n>, a checkpoint
+// being streamed.
 constexpr char kTempInfix[] = ".snapshot-";
 // The meta pages' transaction ids (any will do: a snapshot has no history).
 constexpr uint64_t kSnapshotTxid = 2;
@@ -72,11 +76,9 @@ class Sha256 {
 // the column families are etcd's buckets already (docs/MIGRATION.md), auth
 // split back into its three buckets. The membership buckets hold this
 // member, as etcd's own snapshot holds its cluster's.
-absl::Status WriteEtcdBbolt(storage::Backend* backend, const MemberInfo& member,
-                            const std::string& path) {
-  auto out = storage::BboltWriter::Create(path);
-  if (!out.ok()) return out.status();
-  storage::BboltWriter& w = **out;
+absl::Status WriteEtcdBuckets(storage::Backend* backend, const MemberInfo& member,
+                              storage::BboltWriter* out) {
+  storage::BboltWriter& w = *out;
   // Copies the records of cf under prefix, without the prefix.
   auto copy = [&](storage::Cf cf, std::string_view prefix) -> absl::Status {
     auto it = backend->NewIterator(cf);
@@ -112,148 +114,201 @@ absl::Status WriteEtcdBbolt(storage::Backend* backend, const MemberInfo& member,
     if (!read.ok()) return read;
     if (auto s = w.Put(key, value); !s.ok()) return s;
   }
-  // Streamed, then deleted: a sync would only compete with the commits'.
-  return w.Finish(kSnapshotTxid, /*sync=*/false);
+  return w.Finish(kSnapshotTxid);
 }
 
-// Produces the snapshot byte stream: a bbolt file written from a checkpoint
-// of the store, then read back chunk by chunk, hashed on the way.
-class SnapshotWriter {
- public:
-  // A consistent copy of store's backend: a RocksDB checkpoint (hard links),
-  // quick whatever the store's size. The caller passes it to Create.
-  static absl::StatusOr<std::string> Checkpoint(mvcc::KvStore* store) {
-    static std::atomic<int> counter{0};
-    std::string dir = absl::StrCat(store->backend()->options().dir, kTempInfix, getpid(), "-",
-                                   counter.fetch_add(1));
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    if (auto s = store->backend()->Checkpoint(dir); !s.ok()) return s;
-    return dir;
-  }
+// A consistent copy of store's backend: a RocksDB checkpoint (hard links),
+// quick whatever the store's size. Its name is returned.
+absl::StatusOr<std::string> Checkpoint(mvcc::KvStore* store) {
+  static std::atomic<int> counter{0};
+  std::string dir = absl::StrCat(store->backend()->options().dir, kTempInfix, getpid(), "-",
+                                 counter.fetch_add(1));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (auto s = store->backend()->Checkpoint(dir); !s.ok()) return s;
+  return dir;
+}
 
-  // Writes the bbolt file of a checkpoint, which it then removes, and opens
-  // it for streaming. Touches neither the store nor the server.
-  static absl::StatusOr<std::unique_ptr<SnapshotWriter>> Create(const std::string& checkpoint,
-                                                                const MemberInfo& member) {
-    auto w = std::unique_ptr<SnapshotWriter>(new SnapshotWriter(checkpoint + ".db"));
-    absl::Status written;
-    {
-      storage::BackendOptions options;
-      options.dir = checkpoint;
-      options.read_only = true;
-      auto backend = storage::Backend::Open(options);
-      written = backend.ok() ? WriteEtcdBbolt(backend->get(), member, w->file_) : backend.status();
+// Writes the snapshot of a checkpoint to emit in chunks of about kChunk
+// bytes, then removes the checkpoint. Nothing is written to disk: the
+// bbolt file is laid out by a first pass over the data that keeps only its
+// meta pages, which lead the file; a second pass emits the pages after
+// them as they are made. total is called once, before the first chunk,
+// with the bytes to come. A non-OK status from emit stops the writing, as
+// stopped() returning true does during the first pass.
+absl::Status StreamSnapshot(const std::string& checkpoint, const MemberInfo& member,
+                            const std::function<bool()>& stopped,
+                            const std::function<void(uint64_t total)>& total,
+                            const std::function<absl::Status(std::string chunk)>& emit) {
+  absl::Status status;
+  {
+    storage::BackendOptions options;
+    options.dir = checkpoint;
+    options.read_only = true;
+    auto backend = storage::Backend::Open(options);
+    status = backend.status();
+    if (status.ok()) {
+      std::string meta;  // pages 0 and 1, from the first pass
+      uint64_t size = 0;
+      storage::BboltWriter layout([&](uint64_t id, std::string_view pages) {
+        if (id < 2) meta.append(pages);
+        return stopped() ? absl::CancelledError("snapshot stream ended") : absl::OkStatus();
+      });
+      status = WriteEtcdBuckets(backend->get(), member, &layout);
+      size = layout.size();
+      std::string chunk;
+      if (status.ok()) {
+        total(size);
+        chunk = meta;
+        storage::BboltWriter pages([&](uint64_t id, std::string_view bytes) {
+          if (id < 2) {
+            // The meta pages again, last: the same as the first pass's.
+            return bytes == std::string_view(meta).substr(id * bytes.size(), bytes.size())
+                       ? absl::OkStatus()
+                       : absl::InternalError("the snapshot's layout changed between passes");
+          }
+          chunk.append(bytes);
+          if (chunk.size() < kChunk) return absl::OkStatus();
+          return emit(std::exchange(chunk, std::string()));
+        });
+        status = WriteEtcdBuckets(backend->get(), member, &pages);
+      }
+      if (status.ok() && !chunk.empty()) status = emit(std::move(chunk));
     }
-    std::error_code ec;
-    fs::remove_all(checkpoint, ec);
-    if (!written.ok()) return written;
-    w->in_.open(w->file_, std::ios::binary);
-    if (!w->in_) return absl::InternalError(absl::StrCat("cannot read ", w->file_));
-    w->total_ = fs::file_size(w->file_, ec);
-    return w;
   }
+  std::error_code ec;
+  fs::remove_all(checkpoint, ec);
+  return status;
+}
 
-  ~SnapshotWriter() {
-    std::error_code ec;
-    fs::remove(file_, ec);
-  }
-
-  // Bytes of data (without the trailing checksum).
-  uint64_t total() const { return total_; }
-  uint64_t sent() const { return sent_; }
-
-  // The next chunk (at most kChunk bytes); empty when done.
-  absl::StatusOr<std::string> Next() {
-    std::string out(kChunk, '\0');
-    in_.read(out.data(), static_cast<std::streamsize>(out.size()));
-    out.resize(static_cast<size_t>(in_.gcount()));
-    if (out.empty()) {
-      if (sent_ != total_) return absl::DataLossError(absl::StrCat(file_, " ended early"));
-      if (checksum_.empty()) checksum_ = sha_.Final();
-      return out;
-    }
-    sha_.Update(out);
-    sent_ += out.size();
-    return out;
-  }
-
-  // The SHA-256 of all data, once Next() has returned an empty chunk.
-  const std::string& checksum() const { return checksum_; }
-
- private:
-  explicit SnapshotWriter(std::string file) : file_(std::move(file)) {}
-
-  const std::string file_;
-  std::ifstream in_;
-  Sha256 sha_;
-  std::string checksum_;
-  uint64_t total_ = 0;
-  uint64_t sent_ = 0;
-};
-
+// Streams a snapshot, one write in flight. A producer thread makes the
+// chunks (StreamSnapshot) into a bounded queue; writes take them from it.
+// The checkpoint is taken in the constructor, while the server surely
+// lives; the producer uses only the checkpoint, and OnDone waits for it.
 class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
  public:
-  // The checkpoint is taken here, while the server surely lives. Writing the
-  // bbolt file from it takes as long as reading the whole store: that runs
-  // on a thread of its own, not on the gRPC thread that started the call,
-  // and uses only the checkpoint. The reactor outlives that thread's last
-  // use of it, since only Finish (called on it or after it) leads to OnDone.
   SnapshotReactor(mvcc::KvStore* store, const MemberInfo& member) {
-    auto checkpoint = SnapshotWriter::Checkpoint(store);
+    auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
       Finish(grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
       return;
     }
-    std::thread([this, dir = *std::move(checkpoint), member] {
-      auto w = SnapshotWriter::Create(dir, member);
-      if (!w.ok()) {
-        Finish(grpc::Status(grpc::INTERNAL, std::string(w.status().message())));
-        return;
-      }
-      source_ = std::move(*w);
-      WriteNext();
-    }).detach();
+    producer_ = std::thread([this, dir = *std::move(checkpoint), member] {
+      Sha256 sha;
+      absl::Status s = StreamSnapshot(
+          dir, member,
+          [this] {
+            std::lock_guard<std::mutex> lock(mu_);
+            return stop_;
+          },
+          [this](uint64_t total) {
+            std::lock_guard<std::mutex> lock(mu_);
+            remaining_ = total;
+          },
+          [this, &sha](std::string chunk) {
+            sha.Update(chunk);
+            return Push(std::move(chunk));
+          });
+      std::unique_lock<std::mutex> lock(mu_);
+      produced_ = true;
+      status_ = s;
+      if (s.ok()) checksum_ = sha.Final();
+      SendNext(lock);
+    });
   }
 
   void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    in_flight_ = false;
+    space_.notify_all();
     if (!ok) {
-      Finish(grpc::Status(grpc::UNAVAILABLE, "snapshot stream broken"));
+      stop_ = true;
+      FinishOnce(lock, grpc::Status(grpc::UNAVAILABLE, "snapshot stream broken"));
       return;
     }
-    WriteNext();
+    SendNext(lock);
   }
 
-  void OnDone() override { delete this; }
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    space_.notify_all();
+    // With a write in flight, its OnWriteDone(false) finishes.
+    if (!in_flight_) FinishOnce(lock, grpc::Status(grpc::CANCELLED, "snapshot cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    if (producer_.joinable()) producer_.join();
+    delete this;
+  }
 
  private:
-  void WriteNext() {
-    auto chunk = source_->Next();
-    if (!chunk.ok()) {
-      Finish(grpc::Status(grpc::INTERNAL, std::string(chunk.status().message())));
+  static constexpr size_t kQueuedChunks = 64;  // 2 MiB ahead of the client
+
+  // Queues a chunk, waiting for room; Cancelled once the call has ended.
+  absl::Status Push(std::string chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_.wait(lock, [this] { return stop_ || queue_.size() < kQueuedChunks; });
+    if (stop_) return absl::CancelledError("snapshot stream ended");
+    queue_.push_back(std::move(chunk));
+    SendNext(lock);
+    return absl::OkStatus();
+  }
+
+  // Starts the next write or finishes the call, if nothing is in flight:
+  // data chunks carrying the bytes still to come, then, as etcd, the
+  // SHA-256 alone in the last message. Unlocks lock to call into gRPC.
+  void SendNext(std::unique_lock<std::mutex>& lock) {
+    if (in_flight_ || finished_) return;
+    if (!queue_.empty()) {
+      response_.Clear();
+      remaining_ -= queue_.front().size();
+      response_.set_blob(std::move(queue_.front()));
+      response_.set_remaining_bytes(remaining_);
+      queue_.pop_front();
+      space_.notify_all();
+    } else if (!produced_) {
+      return;
+    } else if (!status_.ok()) {
+      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(status_.message())));
+      return;
+    } else if (!checksum_sent_) {
+      checksum_sent_ = true;
+      response_.Clear();
+      response_.set_blob(checksum_);
+    } else {
+      FinishOnce(lock, grpc::Status::OK);
       return;
     }
-    if (chunk->empty()) {
-      if (!checksum_sent_) {
-        checksum_sent_ = true;
-        response_.Clear();
-        response_.set_blob(source_->checksum());
-        StartWrite(&response_);
-        return;
-      }
-      Finish(grpc::Status::OK);
-      return;
-    }
-    // As etcd: data chunks carrying the bytes still to come, then the
-    // SHA-256 alone in the last message; no header.
-    response_.Clear();
-    response_.set_blob(std::move(*chunk));
-    response_.set_remaining_bytes(source_->total() - source_->sent());
+    in_flight_ = true;
+    lock.unlock();
     StartWrite(&response_);
   }
 
-  std::unique_ptr<SnapshotWriter> source_;
+  void FinishOnce(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    lock.unlock();
+    Finish(status);
+  }
+
+  std::thread producer_;
+  std::mutex mu_;
+  std::condition_variable space_;  // room in queue_, or stop_
+  std::deque<std::string> queue_;  // guarded by mu_, as the fields below
+  uint64_t remaining_ = 0;         // bytes not yet handed to a write
+  bool produced_ = false;          // the producer is done: status_, checksum_ set
+  absl::Status status_;
+  std::string checksum_;
+  bool in_flight_ = false;
   bool checksum_sent_ = false;
+  bool finished_ = false;
+  bool stop_ = false;  // the call ended or failed: the producer stops
   etcdserverpb::SnapshotResponse response_;
 };
 
@@ -262,24 +317,6 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
     mvcc::KvStore* store, const MemberInfo& member) {
   return new SnapshotReactor(store, member);
-}
-
-absl::Status SaveSnapshot(mvcc::KvStore* store, const MemberInfo& member, const std::string& path) {
-  auto checkpoint = SnapshotWriter::Checkpoint(store);
-  if (!checkpoint.ok()) return checkpoint.status();
-  auto w = SnapshotWriter::Create(*checkpoint, member);
-  if (!w.ok()) return w.status();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (;;) {
-    auto chunk = (*w)->Next();
-    if (!chunk.ok()) return chunk.status();
-    if (chunk->empty()) break;
-    out.write(chunk->data(), static_cast<std::streamsize>(chunk->size()));
-  }
-  out.write((*w)->checksum().data(), static_cast<std::streamsize>(kChecksumSize));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
 }
 
 void RemoveSnapshotLeftovers(const std::string& backend_dir) {

@@ -3,10 +3,12 @@
 // etcd would save and `etcdctl snapshot status` and `etcdctl snapshot
 // restore` read it (the latter into a data dir for etcd itself).
 //
-// Format: a bbolt file (storage/bbolt_writer.h) with etcd's buckets, written
+// Format: a bbolt file (storage/bbolt_writer.h) with etcd's buckets, made
 // from a RocksDB checkpoint of the store (the column families are etcd's
-// buckets, docs/MIGRATION.md), then the SHA-256 of it (32 bytes), as etcd's
-// snapshots end and etcdctl checks. The members bucket holds this member.
+// buckets, docs/MIGRATION.md) in two passes, the first laying it out so
+// that the second can stream it, then the SHA-256 of it (32 bytes), as
+// etcd's snapshots end and etcdctl checks. The members bucket holds this
+// member.
 //
 // `capstan snapshot restore` turns a snapshot, from Capstan or from etcd,
 // into a Capstan data dir (as `capstan migrate` does); `capstan snapshot
@@ -25,13 +27,12 @@
 
 namespace capstan::server {
 
-// A reactor that writes the snapshot of store (on a thread of its own) and
-// streams it in 32 KiB chunks, one write in flight. Deletes itself when done.
+// A reactor that streams the snapshot of store in 32 KiB chunks, one write
+// in flight, made on a thread of its own from a checkpoint taken when it is
+// created (hard links, and the memtables flushed); nothing else is written
+// to disk. Deletes itself when done.
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
     mvcc::KvStore* store, const MemberInfo& member);
-
-// Writes a snapshot of store to the file at path (for tools and tests).
-absl::Status SaveSnapshot(mvcc::KvStore* store, const MemberInfo& member, const std::string& path);
 
 // Removes the temporary files of snapshots that a stopped server left beside
 // its backend directory. Call before serving.

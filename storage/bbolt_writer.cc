@@ -1,10 +1,5 @@
 #include "storage/bbolt_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +18,6 @@ constexpr uint32_t kBucketLeafFlag = 0x01;
 constexpr size_t kBucketHeaderSize = 16;  // root page id, sequence
 // The most pages a leaf of large entries spans (see Tree::Fits).
 constexpr size_t kMaxLeafPages = 8;
-// Bytes written before they are sent to disk (see WritePages).
-constexpr uint64_t kWriteOutBytes = 4 << 20;
 
 template <typename T>
 void PutLittleEndian(T v, std::string* out) {
@@ -52,10 +45,6 @@ uint64_t Fnv64a(std::string_view data) {
     h *= 1099511628211ULL;
   }
   return h;
-}
-
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
 }  // namespace
@@ -177,54 +166,19 @@ class BboltWriter::Tree {
   std::vector<std::pair<std::string, uint64_t>> children_;
 };
 
-absl::StatusOr<std::unique_ptr<BboltWriter>> BboltWriter::Create(const std::string& path,
-                                                                 uint32_t page_size) {
-  if (page_size < 1024 || (page_size & (page_size - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bbolt page size ", page_size));
-  }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("cannot create", path);
-  return std::unique_ptr<BboltWriter>(new BboltWriter(fd, path, page_size));
-}
-
-BboltWriter::BboltWriter(int fd, std::string path, uint32_t page_size)
-    : fd_(fd), path_(std::move(path)), page_size_(page_size),
+BboltWriter::BboltWriter(PageSink sink, uint32_t page_size)
+    : sink_(std::move(sink)), page_size_(page_size),
       root_(std::make_unique<Tree>(this, kBucketLeafFlag)) {}
 
-BboltWriter::~BboltWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+BboltWriter::~BboltWriter() = default;
 
 absl::Status BboltWriter::WritePages(std::string* page) {
   const uint64_t pages = (page->size() + page_size_ - 1) / page_size_;
   SetLittleEndian<uint64_t>(next_page_, page, 0);
   SetLittleEndian<uint32_t>(static_cast<uint32_t>(pages - 1), page, 12);
   page->resize(pages * page_size_, '\0');
-  const off_t at = static_cast<off_t>(next_page_ * page_size_);
-  size_t done = 0;
-  while (done < page->size()) {
-    const ssize_t n = ::pwrite(fd_, page->data() + done, page->size() - done,
-                               at + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errno("cannot write", path_);
-    done += static_cast<size_t>(n);
-  }
+  if (auto s = sink_(next_page_, *page); !s.ok()) return s;
   next_page_ += pages;
-  // Write the file out as it grows, as RocksDB's bytes_per_sync does: a
-  // file system commit that others' fsyncs wait on then never carries more
-  // than two windows of it.
-  const uint64_t written = next_page_ * page_size_;
-  if (written - synced_ >= kWriteOutBytes) {
-    if (synced_ >= kWriteOutBytes) {
-      // The window before: wait until it is on disk.
-      sync_file_range(fd_, static_cast<off_t>(synced_ - kWriteOutBytes), kWriteOutBytes,
-                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                          SYNC_FILE_RANGE_WAIT_AFTER);
-    }
-    sync_file_range(fd_, static_cast<off_t>(synced_), static_cast<off_t>(written - synced_),
-                    SYNC_FILE_RANGE_WRITE);
-    synced_ = written;
-  }
   return absl::OkStatus();
 }
 
@@ -260,7 +214,7 @@ absl::Status BboltWriter::EndBucket() {
   return root_->Add(bucket_name_, *value);
 }
 
-absl::Status BboltWriter::Finish(uint64_t txid, bool sync) {
+absl::Status BboltWriter::Finish(uint64_t txid) {
   if (finished_) return absl::FailedPreconditionError("bbolt writer finished");
   if (auto s = EndBucket(); !s.ok()) return s;
   finished_ = true;
@@ -297,17 +251,8 @@ absl::Status BboltWriter::Finish(uint64_t txid, bool sync) {
     PutLittleEndian<uint64_t>(txid + meta_page, &page);
     PutLittleEndian<uint64_t>(Fnv64a(std::string_view(page).substr(meta)), &page);
     page.resize(page_size_, '\0');
-    if (::pwrite(fd_, page.data(), page.size(), static_cast<off_t>(meta_page * page_size_)) !=
-        static_cast<ssize_t>(page.size())) {
-      return Errno("cannot write", path_);
-    }
+    if (auto s = sink_(meta_page, page); !s.ok()) return s;
   }
-  if (sync && ::fsync(fd_) != 0) return Errno("cannot sync", path_);
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    return Errno("cannot close", path_);
-  }
-  fd_ = -1;
   return absl::OkStatus();
 }
 

@@ -4,16 +4,20 @@
 // it, is written from bbolt's on-disk format without bbolt code.
 //
 // One pass, bounded memory: the top-level buckets come in name order and
-// each bucket's entries in key order. Leaf pages go to the file as they
-// fill: a leaf holds as many entries as fit in a page, and a leaf of
-// entries bigger than that overflows into the pages after it, up to 8
-// pages, so that they share the unused end of the last one.
-// When a bucket ends, its branch pages are written above its leaves (only
-// the first key of each child page is kept meanwhile). Finish writes the
-// root bucket, an empty freelist and the two meta pages. An empty bucket is
-// written inline, as bbolt writes one. bbolt itself (etcd, etcdctl) opens
-// the result and may go on writing to it; it would only have filled the
-// pages differently.
+// each bucket's entries in key order. Pages go to a sink as they fill, in
+// ascending page order from page 2: a leaf holds as many entries as fit in
+// a page, and a leaf of entries bigger than that overflows into the pages
+// after it, up to 8 pages, so that they share the unused end of the last
+// one. When a bucket ends, its branch pages follow its leaves (only the
+// first key of each child page is kept meanwhile). Finish writes the root
+// bucket, an empty freelist, and last the two meta pages, 0 and 1, which
+// name the root and the size. An empty bucket is written inline, as bbolt
+// writes one. bbolt itself (etcd, etcdctl) opens the result and may go on
+// writing to it; it would only have filled the pages differently.
+//
+// The layout depends only on the data, so a caller that needs the meta
+// pages first (to stream the file) can write the same data twice: once to
+// learn them, once to send the pages after them.
 //
 // Thread safety: none; one thread drives a writer.
 
@@ -21,6 +25,7 @@
 #define CAPSTAN_STORAGE_BBOLT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,9 +38,14 @@ namespace capstan::storage {
 
 class BboltWriter {
  public:
-  // Creates (or truncates) the file at path.
-  static absl::StatusOr<std::unique_ptr<BboltWriter>> Create(const std::string& path,
-                                                             uint32_t page_size = 4096);
+  // Receives pages: their first page's id and their bytes (a whole number
+  // of pages). A non-OK status stops the writer and is returned by the call
+  // that wrote.
+  using PageSink = std::function<absl::Status(uint64_t page_id, std::string_view pages)>;
+
+  // REQUIRES: page_size is a power of two, at least 1024 (bbolt uses the
+  // operating system's page size, 4096 on Linux).
+  explicit BboltWriter(PageSink sink, uint32_t page_size = 4096);
   ~BboltWriter();
   BboltWriter(const BboltWriter&) = delete;
   BboltWriter& operator=(const BboltWriter&) = delete;
@@ -46,26 +56,25 @@ class BboltWriter {
   // Adds an entry to the current bucket. Keys must be non-empty and ascend
   // strictly (bytewise) within the bucket.
   absl::Status Put(std::string_view key, std::string_view value);
-  // Ends the last bucket, writes the root bucket, the freelist and the meta
-  // pages (transaction ids txid and txid + 1) and closes the file, synced
-  // first if sync. Nothing may be added afterwards.
-  absl::Status Finish(uint64_t txid, bool sync = true);
+  // Ends the last bucket and writes the root bucket, the freelist and the
+  // meta pages (transaction ids txid and txid + 1). Nothing may be added
+  // afterwards.
+  absl::Status Finish(uint64_t txid);
 
-  // Bytes written so far: every page, so after Finish the file's size.
+  // Bytes of the pages written so far: after Finish, the file's size.
   uint64_t size() const { return next_page_ * page_size_; }
 
  private:
   class Tree;
 
-  BboltWriter(int fd, std::string path, uint32_t page_size);
   absl::Status EndBucket();
+  // Sends page (padded to whole pages, its header's id and overflow set)
+  // as the next page.
   absl::Status WritePages(std::string* page);
 
-  int fd_;
-  const std::string path_;
+  const PageSink sink_;
   const uint32_t page_size_;
   uint64_t next_page_ = 2;  // pages 0 and 1 hold the meta pages
-  uint64_t synced_ = 0;     // bytes sent to disk so far
   std::unique_ptr<Tree> bucket_;  // the bucket being written
   std::string bucket_name_;       // its name ("" before the first)
   std::string last_key_;          // the last key Put in it

@@ -1,7 +1,5 @@
 #include "storage/bbolt_writer.h"
 
-#include <unistd.h>
-
 #include <map>
 #include <random>
 #include <string>
@@ -16,21 +14,28 @@ namespace {
 
 using Buckets = std::map<std::string, std::map<std::string, std::string>>;
 
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/bbolt-writer-", getpid(), "-", name);
+// A sink that builds the file in memory, each page at its place.
+BboltWriter::PageSink ToString(std::string* file, uint32_t page_size) {
+  return [file, page_size](uint64_t id, std::string_view pages) {
+    const size_t at = id * page_size;
+    if (file->size() < at + pages.size()) file->resize(at + pages.size());
+    file->replace(at, pages.size(), pages);
+    return absl::OkStatus();
+  };
 }
 
-absl::Status Write(const std::string& path, const Buckets& buckets, uint32_t page_size,
-                   uint64_t txid = 7) {
-  auto w = BboltWriter::Create(path, page_size);
-  if (!w.ok()) return w.status();
+absl::StatusOr<std::string> Write(const Buckets& buckets, uint32_t page_size, uint64_t txid = 7) {
+  std::string file;
+  BboltWriter w(ToString(&file, page_size), page_size);
   for (const auto& [name, entries] : buckets) {
-    if (auto s = (*w)->BeginBucket(name); !s.ok()) return s;
+    if (auto s = w.BeginBucket(name); !s.ok()) return s;
     for (const auto& [k, v] : entries) {
-      if (auto s = (*w)->Put(k, v); !s.ok()) return s;
+      if (auto s = w.Put(k, v); !s.ok()) return s;
     }
   }
-  return (*w)->Finish(txid);
+  if (auto s = w.Finish(txid); !s.ok()) return s;
+  EXPECT_EQ(w.size(), file.size());
+  return file;
 }
 
 // What the reader finds, in the same shape.
@@ -67,16 +72,15 @@ TEST(BboltWriterTest, ReaderFindsEveryEntry) {
         big[k] = std::string(size, static_cast<char>('a' + rng() % 26));
       }
       want["meta"]["consistent_index"] = std::string(8, '\x01');
-      const std::string path = TempPath("every");
-      ASSERT_TRUE(Write(path, want, page_size).ok());
-      auto r = BboltReader::Open(path);
+      auto file = Write(want, page_size);
+      ASSERT_TRUE(file.ok()) << file.status();
+      auto r = BboltReader::FromBytes(*std::move(file));
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_TRUE((*r)->Check().ok()) << (*r)->Check();
       EXPECT_EQ((*r)->meta().page_size, page_size);
       EXPECT_EQ((*r)->meta().txid, 8u) << "the newer of the two meta pages";
       EXPECT_EQ((*r)->size() % page_size, 0u);
       EXPECT_EQ(ReadBack(**r), want);
-      ::unlink(path.c_str());
     }
   }
 }
@@ -87,31 +91,39 @@ TEST(BboltWriterTest, ManyBucketsAndLongKeysMakeBranchesEverywhere) {
     auto& entries = want[absl::StrCat("bucket-", 1000 + b)];
     for (int i = 0; i < b % 5; ++i) entries[absl::StrCat(std::string(400, 'k'), i)] = "v";
   }
-  const std::string path = TempPath("branches");
-  ASSERT_TRUE(Write(path, want, 1024).ok());
-  auto r = BboltReader::Open(path);
+  auto file = Write(want, 1024);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto r = BboltReader::FromBytes(*std::move(file));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE((*r)->Check().ok());
   EXPECT_EQ(ReadBack(**r), want);
-  ::unlink(path.c_str());
 }
 
 TEST(BboltWriterTest, RefusesWhatBboltCannotHold) {
-  const std::string path = TempPath("refuse");
-  auto w = BboltWriter::Create(path);
-  ASSERT_TRUE(w.ok());
-  EXPECT_FALSE((*w)->Put("k", "v").ok()) << "no bucket begun";
-  ASSERT_TRUE((*w)->BeginBucket("b").ok());
-  EXPECT_FALSE((*w)->BeginBucket("a").ok()) << "buckets out of order";
-  EXPECT_FALSE((*w)->BeginBucket("b").ok()) << "the same bucket twice";
-  ASSERT_TRUE((*w)->Put("k2", "v").ok());
-  EXPECT_FALSE((*w)->Put("k1", "v").ok()) << "keys out of order";
-  EXPECT_FALSE((*w)->Put("k2", "v").ok()) << "the same key twice";
-  EXPECT_FALSE((*w)->Put("", "v").ok()) << "empty key";
-  ASSERT_TRUE((*w)->Finish(1).ok());
-  EXPECT_FALSE((*w)->BeginBucket("c").ok()) << "after Finish";
-  EXPECT_FALSE(BboltWriter::Create(path, 1000).ok()) << "page size not a power of two";
-  ::unlink(path.c_str());
+  std::string file;
+  BboltWriter w(ToString(&file, 4096));
+  EXPECT_FALSE(w.Put("k", "v").ok()) << "no bucket begun";
+  ASSERT_TRUE(w.BeginBucket("b").ok());
+  EXPECT_FALSE(w.BeginBucket("a").ok()) << "buckets out of order";
+  EXPECT_FALSE(w.BeginBucket("b").ok()) << "the same bucket twice";
+  ASSERT_TRUE(w.Put("k2", "v").ok());
+  EXPECT_FALSE(w.Put("k1", "v").ok()) << "keys out of order";
+  EXPECT_FALSE(w.Put("k2", "v").ok()) << "the same key twice";
+  EXPECT_FALSE(w.Put("", "v").ok()) << "empty key";
+  ASSERT_TRUE(w.Finish(1).ok());
+  EXPECT_FALSE(w.BeginBucket("c").ok()) << "after Finish";
+}
+
+TEST(BboltWriterTest, SinkErrorsStopTheWriter) {
+  int pages = 0;
+  BboltWriter w([&](uint64_t, std::string_view) {
+    return ++pages > 3 ? absl::CancelledError("stream gone") : absl::OkStatus();
+  });
+  ASSERT_TRUE(w.BeginBucket("key").ok());
+  absl::Status s;
+  for (int i = 0; s.ok() && i < 1000; ++i) s = w.Put(absl::StrCat("k", 100000 + i), std::string(500, 'v'));
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_EQ(pages, 4);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // that move with the requests).
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <ostream>
 #include <memory>
@@ -290,6 +291,48 @@ TEST(SnapshotTest, SaveRestoreEveryRevision) {
     ASSERT_EQ(ttl_resp.keys_size(), 1);
     EXPECT_EQ(ttl_resp.keys(0), "/snap/leased");
   }
+}
+
+// A client that leaves a snapshot stream early ends it: the server goes on
+// serving, later snapshots are whole, and no checkpoint is left behind.
+TEST(SnapshotTest, ClientThatLeavesMidStream) {
+  auto server = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerStubs s((*server)->NewChannel());
+  int64_t rev = 0;
+  // 16 MiB: far more than the server queues ahead of a client (2 MiB).
+  for (int i = 0; i < 256; ++i) {
+    ASSERT_TRUE(Put(s, absl::StrCat("/leave/", i), std::string(64 << 10, 'v'), 0, &rev).ok());
+  }
+  for (int round = 0; round < 3; ++round) {
+    grpc::ClientContext ctx;
+    auto reader = s.maintenance->Snapshot(&ctx, etcdserverpb::SnapshotRequest());
+    etcdserverpb::SnapshotResponse first;
+    ASSERT_TRUE(reader->Read(&first)) << round;
+    EXPECT_GT(first.remaining_bytes(), 16u << 20);
+    if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200 * round));
+    ctx.TryCancel();
+    EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
+  }
+  TempDir dir("capstan-snapshot-leave");
+  const std::string file = dir.path() + "/snap.db";
+  CommandResult save = EtcdctlCommand(**server, "snapshot save " + file);
+  ASSERT_TRUE(save.exit.exited && save.exit.exit_code == 0) << save.err;
+  CommandResult st = RunCommand({EtcdctlBinary(), "snapshot", "status", file, "-w", "json"});
+  ASSERT_TRUE(st.exit.exited && st.exit.exit_code == 0) << st.err;
+  google::protobuf::Value json;
+  ASSERT_TRUE(ParseJson(st.out, &json)) << st.out;
+  EXPECT_EQ(json.struct_value().fields().at("revision").number_value(), rev);
+  // Each cancelled stream's producer removes its checkpoint as it stops.
+  bool left = true;
+  for (int i = 0; i < 100 && left; ++i) {
+    left = false;
+    for (const auto& e : std::filesystem::directory_iterator((*server)->data_dir())) {
+      left |= e.path().filename().string().find(".snapshot-") != std::string::npos;
+    }
+    if (left) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(left) << "a snapshot checkpoint is left in " << (*server)->data_dir();
 }
 
 // ---------------------------------------------------------------------------
