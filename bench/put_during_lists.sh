@@ -21,43 +21,13 @@
 #                                       SCHED_FIFO 1 once it serves
 set -euo pipefail
 
-BENCH=${BENCH:-build/release/capstan-bench}
-OBJECTS=${OBJECTS:-100000}
-VAL_SIZE=${VAL_SIZE:-4096}
-ROUNDS=${ROUNDS:-3}
-PORT=${PORT:-23790}
-WORK=$(mktemp -d /tmp/capstan-putlists.XXXXXX)
-PID=
-
-cleanup() {
-  if [[ -n "${PID}" ]]; then kill -9 "${PID}" 2>/dev/null || true; fi
-  rm -rf "${WORK}"
-}
-trap cleanup EXIT
-
-# capstan-bench against the server, run under a command prefix (word-split on
-# purpose: "chrt --idle 0"; empty for none).
-bench_as() { local prefix=$1; shift; ${prefix} "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
-bench() { bench_as "" "$@"; }
+source "$(dirname "$0")/lib.sh" putlists
 
 fifo_threads() {  # SCHED_FIFO 1 for the server's threads named in FIFO_THREADS
   local t
   for t in /proc/"${PID}"/task/*; do
     if [[ " ${FIFO_THREADS:-} " == *" $(cat "${t}/comm") "* ]]; then chrt -f -p 1 "${t##*/}"; fi
   done
-}
-
-start() {  # start BINARY DATA_DIR
-  "$1" --data-dir "$2" --listen-client-urls "http://127.0.0.1:${PORT}" \
-    --advertise-client-urls "http://127.0.0.1:${PORT}" \
-    --listen-peer-urls "http://127.0.0.1:$((PORT + 10))" > "$2.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 1 300); do
-    if bench range /large/none --total 1 > /dev/null 2>&1; then return; fi
-    sleep 0.1
-  done
-  echo "$1 did not start; log: $2.log" >&2
-  exit 1
 }
 
 n=0

@@ -13,22 +13,10 @@
 # and the puts' p99 and max.
 set -euo pipefail
 
-BENCH=${BENCH:-build/release/capstan-bench}
-OBJECTS=${OBJECTS:-100000}
-VAL_SIZE=${VAL_SIZE:-4096}
-ROUNDS=${ROUNDS:-3}
-PORT=${PORT:-23790}
-WORK=$(mktemp -d /tmp/capstan-snapshot-bench.XXXXXX)
+source "$(dirname "$0")/lib.sh" snapshot-bench
 # Where etcdctl writes the snapshot: on the servers' disk by default;
 # SNAP_DIR=/dev/shm keeps the client's writes off it.
 SNAP_DIR=${SNAP_DIR:-${WORK}}
-PID=
-
-cleanup() {
-  if [[ -n "${PID}" ]]; then kill -9 "${PID}" 2>/dev/null || true; fi
-  rm -rf "${WORK}"
-}
-trap cleanup EXIT
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
@@ -36,16 +24,8 @@ rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 for binary in "$@"; do
   name=$(basename "${binary}")
   dir="${WORK}/${name}.data"
-  "${binary}" --data-dir "${dir}" --listen-client-urls "http://127.0.0.1:${PORT}" \
-    --advertise-client-urls "http://127.0.0.1:${PORT}" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
-    --quota-backend-bytes 8589934592 > "${WORK}/${name}.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 100); do
-    etcdctl --endpoints "127.0.0.1:${PORT}" endpoint health > /dev/null 2>&1 && break
-    sleep 0.1
-  done
-  "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" fill --prefix /snap/ \
-    --keys "${OBJECTS}" --val-size "${VAL_SIZE}" > /dev/null
+  start "${binary}" "${dir}"
+  bench fill --prefix /snap/ --keys "${OBJECTS}" --val-size "${VAL_SIZE}" > /dev/null
   for round in $(seq "${ROUNDS}"); do
     ticks=$(cpu_ticks "${PID}")
     rss=$(rss_kib "${PID}")
@@ -55,8 +35,7 @@ for binary in "$@"; do
       echo "${start} $(date +%s.%N)" > "${WORK}/save.time" ) &
     save=$!
     sleep 0.2
-    puts=$("${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" --conns 1 --clients 1 \
-      put --rate 100 --total 200 --key-size 8 --val-size 256 2>&1)
+    puts=$(bench --conns 1 --clients 1 put --rate 100 --total 200 --key-size 8 --val-size 256 2>&1)
     rss_peak=$(rss_kib "${PID}")
     wait "${save}"
     ticks=$(( $(cpu_ticks "${PID}") - ticks ))

@@ -1,0 +1,37 @@
+# Shared by the bench scripts that start their own servers; sourced as
+#   source "$(dirname "$0")/lib.sh" NAME
+# Settings from the environment (BENCH, OBJECTS, VAL_SIZE, ROUNDS, PORT), a
+# work directory /tmp/capstan-NAME.* removed on exit with the server in it,
+# and helpers: bench/bench_as (capstan-bench against the server) and start.
+
+BENCH=${BENCH:-build/release/capstan-bench}
+OBJECTS=${OBJECTS:-100000}
+VAL_SIZE=${VAL_SIZE:-4096}
+ROUNDS=${ROUNDS:-3}
+PORT=${PORT:-23790}
+WORK=$(mktemp -d "/tmp/capstan-$1.XXXXXX")
+PID=
+
+cleanup() {
+  if [[ -n "${PID}" ]]; then kill -9 "${PID}" 2>/dev/null || true; fi
+  rm -rf "${WORK}"
+}
+trap cleanup EXIT
+
+# capstan-bench against the server, run under a command prefix (word-split on
+# purpose: "chrt --idle 0"; empty for none).
+bench_as() { local prefix=$1; shift; ${prefix} "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
+bench() { bench_as "" "$@"; }
+
+start() {  # start BINARY DATA_DIR: the server on PORT, in PID, once it answers
+  "$1" --data-dir "$2" --listen-client-urls "http://127.0.0.1:${PORT}" \
+    --advertise-client-urls "http://127.0.0.1:${PORT}" \
+    --listen-peer-urls "http://127.0.0.1:$((PORT + 10))" > "$2.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 300); do
+    if bench range /none --total 1 > /dev/null 2>&1; then return; fi
+    sleep 0.1
+  done
+  echo "$1 did not start; log: $2.log" >&2
+  exit 1
+}
