@@ -615,7 +615,8 @@ TEST(ServerConfigTest, NameAloneBootstrapsThatMember) {
   // embed.Config.UpdateDefaultClusterFromName: the default initial cluster
   // follows --name, at the advertised peer URLs.
   absl::StatusOr<ServerConfig> c =
-      Parse({"--name=abc", "--initial-advertise-peer-urls=http://10.0.0.1:2380,http://10.0.0.2:2380"});
+      Parse({"--name=abc",
+             "--initial-advertise-peer-urls=http://10.0.0.1:2380,http://10.0.0.2:2380"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->initial_cluster, "abc=http://10.0.0.1:2380,abc=http://10.0.0.2:2380");
   EXPECT_THAT(UrlStrings(InitialPeerUrls(*c)),

@@ -200,7 +200,8 @@ std::string ClientHello(const std::vector<std::string>& alpn) {
   auto u16 = [](size_t v) { return std::string{static_cast<char>(v >> 8), static_cast<char>(v)}; };
   std::string extensions;
   const std::string name = "localhost";
-  const std::string server_name = u16(name.size() + 3) + std::string(1, '\0') + u16(name.size()) + name;
+  const std::string server_name =
+      u16(name.size() + 3) + std::string(1, '\0') + u16(name.size()) + name;
   extensions += u16(0) + u16(server_name.size()) + server_name;
   if (!alpn.empty()) {
     std::string list;

@@ -49,9 +49,12 @@ std::string MemberJson(const MemberInfo& member) {
     for (const auto& u : urls) quoted.push_back(absl::StrCat("\"", JsonEscape(u), "\""));
     return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
   };
-  std::string json = absl::StrCat("{\"id\":", member.member_id, ",\"peerURLs\":", list(member.peer_urls));
+  std::string json =
+      absl::StrCat("{\"id\":", member.member_id, ",\"peerURLs\":", list(member.peer_urls));
   if (!member.name.empty()) absl::StrAppend(&json, ",\"name\":\"", JsonEscape(member.name), "\"");
-  if (!member.client_urls.empty()) absl::StrAppend(&json, ",\"clientURLs\":", list(member.client_urls));
+  if (!member.client_urls.empty()) {
+    absl::StrAppend(&json, ",\"clientURLs\":", list(member.client_urls));
+  }
   return json + "}";
 }
 
@@ -372,7 +375,9 @@ absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file) {
     const bool key_bucket = name == "key";
     auto s = (*reader)->ForEach({name}, [&](std::string_view k, std::string_view v, bool) {
       crc = mvcc::Crc32cExtend(mvcc::Crc32cExtend(crc, k), v);
-      if (key_bucket && k.size() >= 8) st.revision = static_cast<int64_t>(mvcc::ReadBigEndian64(k.data()));
+      if (key_bucket && k.size() >= 8) {
+        st.revision = static_cast<int64_t>(mvcc::ReadBigEndian64(k.data()));
+      }
       ++st.total_keys;
       return absl::OkStatus();
     });

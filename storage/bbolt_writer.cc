@@ -83,8 +83,10 @@ class BboltWriter::Tree {
       while (begin < level.size()) {
         size_t end = begin, bytes = kPageHeaderSize;
         // At least two children per branch page, as many as fit.
-        while (end < level.size() &&
-               (end - begin < 2 || bytes + kElementSize + level[end].first.size() <= writer_->page_size_)) {
+        auto fits = [&](size_t i) {
+          return bytes + kElementSize + level[i].first.size() <= writer_->page_size_;
+        };
+        while (end < level.size() && (end - begin < 2 || fits(end))) {
           bytes += kElementSize + level[end].first.size();
           ++end;
         }
@@ -186,7 +188,8 @@ absl::Status BboltWriter::BeginBucket(std::string_view name) {
   if (finished_) return absl::FailedPreconditionError("bbolt writer finished");
   if (name.empty() || (!bucket_name_.empty() && name <= std::string_view(bucket_name_))) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bbolt bucket \"", std::string(name), "\" does not follow \"", bucket_name_, "\""));
+        absl::StrCat("bbolt bucket \"", std::string(name), "\" does not follow \"",
+                     bucket_name_, "\""));
   }
   if (auto s = EndBucket(); !s.ok()) return s;
   bucket_name_ = std::string(name);

@@ -121,7 +121,9 @@ TEST(BboltWriterTest, SinkErrorsStopTheWriter) {
   });
   ASSERT_TRUE(w.BeginBucket("key").ok());
   absl::Status s;
-  for (int i = 0; s.ok() && i < 1000; ++i) s = w.Put(absl::StrCat("k", 100000 + i), std::string(500, 'v'));
+  for (int i = 0; s.ok() && i < 1000; ++i) {
+    s = w.Put(absl::StrCat("k", 100000 + i), std::string(500, 'v'));
+  }
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
   EXPECT_EQ(pages, 4);
 }
