@@ -1,10 +1,12 @@
 #include "server/client_http.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <thread>
 
@@ -28,7 +30,7 @@ constexpr int kRequestTimeoutMs = 60 * 1000;
 // A peer that stops reading a response is dropped after this long.
 constexpr int kSendTimeoutSeconds = 60;
 // A TLS client has this long to complete its handshake.
-constexpr int kHandshakeTimeoutSeconds = 10;
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
 // The host of a Host header, without its port (etcd's
 // httputil.GetHostname: the header as it is if it has no port).
@@ -81,7 +83,7 @@ void ClientHttp::Adopt(int fd, SSL_CTX* tls) {
     if (tls != nullptr) {
       ServeTlsConnection(fd, tls);
     } else {
-      ServeConnection(fd, nullptr);
+      ServeConnection(fd, nullptr, nullptr);
     }
     // Closed under the lock: once closed, the number may be reused by a new
     // connection, which must not find it still in fds_ (nor Stop() shut
@@ -108,24 +110,38 @@ void ClientHttp::ServeTlsConnection(int fd, SSL_CTX* tls) {
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-  // A read must not wait forever inside a TLS record that trickles in: the
-  // handshake gets kHandshakeTimeoutSeconds, each later read the request
-  // deadline.
-  timeval timeout{kHandshakeTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  // Non-blocking, so that no TLS record trickling in holds a read past its
+  // deadline: the handshake gets kHandshakeTimeout in all, a request its
+  // deadline (HttpConnection).
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
   SSL* ssl = SSL_new(tls);
-  if (ssl != nullptr && SSL_set_fd(ssl, fd) == 1 && SSL_accept(ssl) == 1) {
-    timeout = {kRequestTimeoutMs / 1000, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ServeConnection(fd, ssl);
-    SSL_shutdown(ssl);
+  bool handshaken = ssl != nullptr && SSL_set_fd(ssl, fd) == 1;
+  const auto deadline = std::chrono::steady_clock::now() + kHandshakeTimeout;
+  while (handshaken) {
+    const int r = SSL_accept(ssl);
+    if (r == 1) break;
+    handshaken = WaitForTls(fd, SSL_get_error(ssl, r), deadline);
+  }
+  if (handshaken) {
+    bool failed = false;
+    ServeConnection(fd, ssl, &failed);
+    // close_notify, unless the connection failed (OpenSSL forbids it then);
+    // never waited for.
+    if (!failed) SSL_shutdown(ssl);
   }
   SSL_free(ssl);
   ERR_clear_error();
 }
 
-void ClientHttp::ServeConnection(int fd, SSL* ssl) {
+void ClientHttp::ServeConnection(int fd, SSL* ssl, bool* tls_failed) {
   HttpConnection connection(fd, kIdleTimeoutMs, kRequestTimeoutMs, options_.max_body, ssl);
+  struct Report {
+    const HttpConnection& connection;
+    bool* failed;
+    ~Report() {
+      if (failed != nullptr) *failed = connection.tls_failed();
+    }
+  } report{connection, tls_failed};
   for (;;) {
     HttpRequest request;
     const HttpConnection::ReadResult result = connection.Read(&request);

@@ -53,8 +53,9 @@ class ClientHttp {
  private:
   // The TLS handshake, then ServeConnection.
   void ServeTlsConnection(int fd, SSL_CTX* tls);
-  // ssl: the connection's TLS, or null.
-  void ServeConnection(int fd, SSL* ssl);
+  // ssl: the connection's TLS, or null; *tls_failed (if given) is set when
+  // it failed.
+  void ServeConnection(int fd, SSL* ssl, bool* tls_failed);
   // Answers one request. False: close the connection.
   bool Answer(const HttpRequest& request, bool tls, HttpConnection* connection);
 

@@ -61,27 +61,28 @@ Kind Classify(int fd) {
   return got.size() == kHttp2Preface.size() ? Kind::kGrpc : Kind::kPartial;
 }
 
-// Peeks at a new TLS connection's ClientHello without consuming it: HTTP
-// if it offers HTTP/1.1, gRPC otherwise (gRPC's handshake refuses what is
-// not TLS). Partial until the whole first record is in.
+// Peeks at a new TLS connection's ClientHello without consuming it: gRPC if
+// it offers HTTP/2 by ALPN and not HTTP/1.1, as gRPC clients do; HTTP
+// otherwise (curl, browsers, and clients that name no protocol at all,
+// which gRPC would refuse). Partial until the whole first record is in.
 Kind ClassifyTls(int fd) {
   thread_local std::string head(kTlsRecordHeader + kTlsMaxRecord, '\0');
   const ssize_t n = recv(fd, head.data(), head.size(), MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return Kind::kGone;
   if (n < 0) return errno == EAGAIN || errno == EINTR ? Kind::kSilent : Kind::kGone;
   const auto* bytes = reinterpret_cast<const unsigned char*>(head.data());
-  if (bytes[0] != kTlsHandshake) return Kind::kGrpc;
+  if (bytes[0] != kTlsHandshake) return Kind::kHttp;  // whose handshake refuses it
   if (static_cast<size_t>(n) < kTlsRecordHeader) return Kind::kPartial;
   const size_t length = (size_t{bytes[3]} << 8) | bytes[4];
   if (static_cast<size_t>(n) < kTlsRecordHeader + length) return Kind::kPartial;
-  return ClientHelloOffersHttp11(std::string_view(head.data() + kTlsRecordHeader, length))
-             ? Kind::kHttp
-             : Kind::kGrpc;
+  return ClientHelloIsGrpcs(std::string_view(head.data() + kTlsRecordHeader, length))
+             ? Kind::kGrpc
+             : Kind::kHttp;
 }
 
 }  // namespace
 
-bool ClientHelloOffersHttp11(std::string_view hello) {
+bool ClientHelloIsGrpcs(std::string_view hello) {
   size_t pos = 0;
   auto take = [&](size_t n, std::string_view* out) {
     if (hello.size() - pos < n) return false;
@@ -113,13 +114,16 @@ bool ClientHelloOffersHttp11(std::string_view hello) {
     if (!number(2, &ext) || !number(2, &ext_length) || !take(ext_length, &data)) return false;
     if (ext != 16) continue;  // application_layer_protocol_negotiation
     // A two-byte list length, then protocols, each with a one-byte length.
+    bool http2 = false;
     for (size_t at = 2; at < data.size();) {
       const size_t name_length = static_cast<unsigned char>(data[at]);
       if (data.size() - at - 1 < name_length) return false;
-      if (data.substr(at + 1, name_length) == "http/1.1") return true;
+      const std::string_view name = data.substr(at + 1, name_length);
+      if (name == "http/1.1") return false;
+      http2 |= name == "h2" || name == "grpc-exp";
       at += 1 + name_length;
     }
-    return false;
+    return http2;
   }
   return false;
 }

@@ -4,10 +4,11 @@
 //
 //   http://   HTTP/2's connection preface ("PRI * HTTP/2.0") goes to the
 //             gRPC server, any other connection to the HTTP handler;
-//   https://  a TLS ClientHello that offers HTTP/1.1 by ALPN (curl, browsers,
-//             Prometheus) goes to the HTTP handler, which does the TLS
-//             handshake; any other connection (gRPC clients offer h2 only)
-//             to gRPC, which does its own handshake with the same settings.
+//   https://  a TLS ClientHello that offers HTTP/2 by ALPN and not HTTP/1.1
+//             (gRPC clients offer h2 alone) goes to gRPC, which does its
+//             own handshake; any other connection (curl, browsers,
+//             Prometheus, clients naming no protocol) to the HTTP handler,
+//             which does the TLS handshake with the same settings.
 //
 // With --listen-client-http-urls a listener serves HTTP only and gRPC keeps
 // its own listeners.
@@ -76,10 +77,11 @@ class ClientListener {
   std::thread thread_;
 };
 
-// Whether a TLS ClientHello (the body of its handshake record) offers
-// HTTP/1.1 among its ALPN protocols. False for anything else, malformed
-// input included. Exposed for tests.
-bool ClientHelloOffersHttp11(std::string_view hello);
+// Whether a TLS ClientHello (the body of its handshake record) is a gRPC
+// client's: its ALPN protocols include h2 or grpc-exp and not http/1.1.
+// False for anything else, malformed or cut input included. Exposed for
+// tests.
+bool ClientHelloIsGrpcs(std::string_view hello);
 
 }  // namespace capstan::server
 

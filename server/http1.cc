@@ -39,6 +39,10 @@ std::string Head(int status, const HttpHeaders& headers) {
   return head;
 }
 
+// A TLS write waits this long for room on the socket, as a plain socket's
+// SO_SNDTIMEO does (ClientHttp).
+constexpr auto kTlsSendTimeout = std::chrono::seconds(60);
+
 }  // namespace
 
 const std::string* HttpRequest::Header(absl::string_view name) const {
@@ -92,6 +96,22 @@ HttpResponse PlainError(int status, absl::string_view text) {
   return r;
 }
 
+bool WaitForTls(int fd, int ssl_error, std::chrono::steady_clock::time_point deadline) {
+  short events = 0;
+  if (ssl_error == SSL_ERROR_WANT_READ) events = POLLIN;
+  if (ssl_error == SSL_ERROR_WANT_WRITE) events = POLLOUT;
+  if (events == 0) return false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int ready = poll(&p, 1, static_cast<int>(left.count()));
+    if (ready > 0) return true;  // readable, writable, or closed: try again
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
 HttpConnection::HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms,
                                size_t max_body, SSL* ssl)
     : fd_(fd),
@@ -100,17 +120,34 @@ HttpConnection::HttpConnection(int fd, int idle_timeout_ms, int request_timeout_
       request_timeout_(std::chrono::milliseconds(request_timeout_ms)),
       max_body_(max_body) {}
 
-ssize_t HttpConnection::Receive(char* data, size_t n) {
+ssize_t HttpConnection::Receive(char* data, size_t n,
+                                std::chrono::steady_clock::time_point deadline) {
   if (ssl_ == nullptr) return recv(fd_, data, n, 0);
-  const int got = SSL_read(ssl_, data, static_cast<int>(n));
-  if (got <= 0 && SSL_get_error(ssl_, got) == SSL_ERROR_ZERO_RETURN) return 0;
-  return got <= 0 ? -1 : got;  // -1 without EINTR: the connection failed
+  for (;;) {
+    const int got = SSL_read(ssl_, data, static_cast<int>(n));
+    if (got > 0) return got;
+    const int error = SSL_get_error(ssl_, got);
+    if (error == SSL_ERROR_ZERO_RETURN) return 0;
+    if (!WaitForTls(fd_, error, deadline)) {
+      tls_failed_ = error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE;
+      return -1;  // without EINTR: the connection failed or is late
+    }
+  }
 }
 
 ssize_t HttpConnection::Send(absl::string_view data) {
   if (ssl_ == nullptr) return send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-  const int sent = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
-  return sent <= 0 ? -1 : sent;
+  // As SO_SNDTIMEO bounds a plain socket's send.
+  const auto deadline = std::chrono::steady_clock::now() + kTlsSendTimeout;
+  for (;;) {
+    const int sent = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
+    if (sent > 0) return sent;
+    const int error = SSL_get_error(ssl_, sent);
+    if (!WaitForTls(fd_, error, deadline)) {
+      tls_failed_ = true;  // a late write leaves half a record behind
+      return -1;
+    }
+  }
 }
 
 bool HttpConnection::Fill() {
@@ -139,10 +176,13 @@ bool HttpConnection::Fill() {
     }
   }
   char chunk[16384];
+  const auto receive_deadline =
+      deadline_ ? *deadline_
+                : std::chrono::steady_clock::now() + std::chrono::milliseconds(idle_timeout_ms_);
   ssize_t n;
   do {
     errno = 0;
-    n = Receive(chunk, sizeof(chunk));
+    n = Receive(chunk, sizeof(chunk), receive_deadline);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return false;
   buffer_.append(chunk, static_cast<size_t>(n));

@@ -48,6 +48,12 @@ HttpResponse PlainError(int status, absl::string_view text);
 // The reason phrase Go writes for a status ("Not Found").
 absl::string_view HttpStatusText(int status);
 
+// For a TLS call on a non-blocking socket that answered ssl_error: waits
+// until the socket is ready for it to be tried again (true), or returns
+// false if the error is not SSL_ERROR_WANT_READ or _WRITE or deadline
+// passes first.
+bool WaitForTls(int fd, int ssl_error, std::chrono::steady_clock::time_point deadline);
+
 // Not thread-safe: one thread reads and writes a connection; another may
 // shutdown(2) the socket to end a blocked read or write. Owns neither the
 // socket nor the TLS connection.
@@ -55,8 +61,9 @@ class HttpConnection {
  public:
   // idle_timeout_ms bounds the wait for a request's first byte,
   // request_timeout_ms the time from there to its last; max_body bounds a
-  // request body. With ssl (a handshaken TLS connection over fd), bytes go
-  // through it.
+  // request body. With ssl (a handshaken TLS connection over fd, which
+  // must be non-blocking), bytes go through it, and a TLS record that
+  // trickles in is waited for only until the request's deadline.
   HttpConnection(int fd, int idle_timeout_ms, int request_timeout_ms, size_t max_body,
                  SSL* ssl = nullptr);
 
@@ -81,6 +88,10 @@ class HttpConnection {
   bool WriteChunk(absl::string_view data);
   bool EndChunked();
 
+  // True once a TLS read or write failed: the connection must not be shut
+  // down cleanly (no close_notify).
+  bool tls_failed() const { return tls_failed_; }
+
   // Waits up to timeout_ms for the peer to close its end; true once it has.
   // Bytes the peer sends meanwhile (a next request) are left unread, and are
   // not waited on again.
@@ -98,8 +109,9 @@ class HttpConnection {
   bool SendAll(absl::string_view data);
 
   // One read or write of at most n bytes, through ssl_ if set: what
-  // recv(2) or send(2) returns.
-  ssize_t Receive(char* data, size_t n);
+  // recv(2) or send(2) returns. Through TLS, waits for the socket until
+  // deadline.
+  ssize_t Receive(char* data, size_t n, std::chrono::steady_clock::time_point deadline);
   ssize_t Send(absl::string_view data);
 
   const int fd_;
@@ -114,6 +126,7 @@ class HttpConnection {
   std::string buffer_;  // read, not yet consumed
   size_t consumed_ = 0;
   bool peer_sent_more_ = false;
+  bool tls_failed_ = false;
 };
 
 }  // namespace capstan::server

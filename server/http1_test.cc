@@ -218,21 +218,21 @@ std::string ClientHello(const std::vector<std::string>& alpn) {
                      static_cast<char>(n)} + body;
 }
 
-TEST(ClientHelloTest, HttpClientsOfferHttp11AndGrpcClientsDoNot) {
-  EXPECT_TRUE(ClientHelloOffersHttp11(ClientHello({"h2", "http/1.1"})));  // curl
-  EXPECT_TRUE(ClientHelloOffersHttp11(ClientHello({"http/1.1"})));
-  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"h2"})));  // Go's gRPC
-  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"grpc-exp", "h2"})));  // C-core gRPC
-  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({})));
-  EXPECT_FALSE(ClientHelloOffersHttp11(ClientHello({"http/1.10"})));
+TEST(ClientHelloTest, GrpcClientsOfferHttp2Alone) {
+  EXPECT_TRUE(ClientHelloIsGrpcs(ClientHello({"h2"})));               // Go's gRPC
+  EXPECT_TRUE(ClientHelloIsGrpcs(ClientHello({"grpc-exp", "h2"})));   // C-core gRPC
+  EXPECT_FALSE(ClientHelloIsGrpcs(ClientHello({"h2", "http/1.1"})));  // curl
+  EXPECT_FALSE(ClientHelloIsGrpcs(ClientHello({"http/1.1"})));
+  EXPECT_FALSE(ClientHelloIsGrpcs(ClientHello({})));  // no ALPN: openssl s_client
+  EXPECT_FALSE(ClientHelloIsGrpcs(ClientHello({"h2c", "spdy/3"})));
   // Cut anywhere, or not a ClientHello: never an answer from past the end.
-  const std::string hello = ClientHello({"h2", "http/1.1"});
+  const std::string hello = ClientHello({"grpc-exp", "h2"});
   for (size_t n = 0; n < hello.size(); ++n) {
-    EXPECT_FALSE(ClientHelloOffersHttp11(std::string_view(hello).substr(0, n))) << n;
+    EXPECT_FALSE(ClientHelloIsGrpcs(std::string_view(hello).substr(0, n))) << n;
   }
   std::string server_hello = hello;
   server_hello[0] = '\x02';
-  EXPECT_FALSE(ClientHelloOffersHttp11(server_hello));
+  EXPECT_FALSE(ClientHelloIsGrpcs(server_hello));
 }
 
 }  // namespace

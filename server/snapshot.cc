@@ -193,7 +193,9 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
   SnapshotReactor(mvcc::KvStore* store, const MemberInfo& member) {
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
-      Finish(grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
+      // Through FinishOnce: a cancel may already be on its way to OnCancel.
+      std::unique_lock<std::mutex> lock(mu_);
+      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
       return;
     }
     producer_ = std::thread([this, dir = *std::move(checkpoint), member] {

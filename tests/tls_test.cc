@@ -590,6 +590,15 @@ TEST_F(TlsTest, HttpOnHttpsClientUrls) {
   EXPECT_TRUE(absl::StrContains(c, "\"value\":\"YmFy\"")) << c;
   EXPECT_EQ(both("root", "/v3/kv/range", R"({"key":1})", &e, &c), "400");
   EXPECT_EQ(Both("root", {"get", "foo", "--print-value-only"}).out, "bar\n");
+  // A client that names no protocol by ALPN speaks HTTP/1.1 to both.
+  for (const TlsServer* s : {&etcd_, &capstan_}) {
+    CommandResult r = RunCommand({"/usr/bin/curl", "-sS", "--no-alpn", "--max-time", "10",
+                                  "--cacert", Cert("ca.pem"), "--cert", Cert("root.pem"), "--key",
+                                  Cert("root.key"), "-w", "\n%{http_code}",
+                                  s->endpoint() + "/health"});
+    EXPECT_TRUE(absl::EndsWith(r.out, "\n200")) << FlavorName(s->process->flavor()) << ": "
+                                                 << r.out << r.err;
+  }
 }
 
 // etcd's --auto-tls replaces all the client TLS settings with the
