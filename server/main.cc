@@ -37,8 +37,8 @@ std::map<std::string, std::string> Environment() {
 
 constexpr char kSnapshotUsage[] =
     "Usage:\n"
-    "  capstan snapshot restore FILE --data-dir DIR   create DIR from a snapshot\n"
-    "  capstan snapshot status FILE [-w json|table]   describe a snapshot\n"
+    "  capstan snapshot restore FILE --data-dir DIR          create DIR from a snapshot\n"
+    "  capstan snapshot status FILE [-w simple|table|json]   describe it, as etcdctl\n"
     "A snapshot is the file `etcdctl snapshot save` writes, from Capstan or from etcd.\n";
 
 // `capstan snapshot ...`: offline tools for snapshot files.
@@ -49,7 +49,7 @@ int SnapshotCommand(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string file = args[1];
-  std::string data_dir, format = "table";
+  std::string data_dir, format = "simple";
   for (size_t i = 2; i < args.size(); ++i) {
     auto value = [&](const std::string& flag) -> std::string {
       if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
@@ -82,15 +82,12 @@ int SnapshotCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "Error: %s\n", std::string(st.status().message()).c_str());
     return 1;
   }
-  if (format == "json") {
-    std::printf("{\"hash\":%u,\"revision\":%lld,\"totalKey\":%lld,\"totalSize\":%lld}\n", st->hash,
-                static_cast<long long>(st->revision), static_cast<long long>(st->total_keys),
-                static_cast<long long>(st->total_size));
-  } else {
-    std::printf("HASH\tREVISION\tTOTAL KEYS\tTOTAL SIZE\n%x\t%lld\t%lld\t%lld\n", st->hash,
-                static_cast<long long>(st->revision), static_cast<long long>(st->total_keys),
-                static_cast<long long>(st->total_size));
+  auto text = FormatSnapshotStatus(*st, format);
+  if (!text.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(text.status().message()).c_str());
+    return 1;
   }
+  std::fputs(text->c_str(), stdout);
   return 0;
 }
 

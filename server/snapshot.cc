@@ -1,6 +1,8 @@
 #include "server/snapshot.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -14,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "mvcc/crc32c.h"
 #include "mvcc/meta_keys.h"
@@ -387,6 +390,58 @@ absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file) {
   }
   st.hash = crc;
   return st;
+}
+
+namespace {
+
+// go-humanize's Bytes, which etcdctl prints sizes with: SI units, one
+// decimal below 10.
+std::string HumanBytes(uint64_t n) {
+  if (n < 10) return absl::StrCat(n, " B");
+  static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+  int e = static_cast<int>(std::floor(std::log(static_cast<double>(n)) / std::log(1000.0)));
+  const double value = std::floor(static_cast<double>(n) / std::pow(1000.0, e) * 10 + 0.5) / 10;
+  return absl::StrFormat(value < 10 ? "%.1f %s" : "%.0f %s", value, kUnits[e]);
+}
+
+// tablewriter as etcdctl sets it up: borders, headers centred, cells
+// right-aligned, one space of padding.
+std::string Table(const std::vector<std::string>& header, const std::vector<std::string>& row) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = std::max(header[i].size(), row[i].size());
+  std::string rule = "+";
+  for (size_t w : width) rule += std::string(w + 2, '-') + "+";
+  rule += "\n";
+  auto line = [&](const std::vector<std::string>& cells, bool centre) {
+    std::string out = "|";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const size_t gap = width[i] - cells[i].size();
+      const size_t left = centre ? gap / 2 : gap;
+      out += " " + std::string(left, ' ') + cells[i] + std::string(gap - left, ' ') + " |";
+    }
+    return out + "\n";
+  };
+  return rule + line(header, true) + rule + line(row, false) + rule;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FormatSnapshotStatus(const SnapshotStatus& st,
+                                                 std::string_view format) {
+  const std::string hash = absl::StrCat(absl::Hex(st.hash));
+  const std::string size = HumanBytes(static_cast<uint64_t>(st.total_size));
+  if (format == "simple") {
+    return absl::StrCat(hash, ", ", st.revision, ", ", st.total_keys, ", ", size, "\n");
+  }
+  if (format == "table") {
+    return Table({"HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE"},
+                 {hash, absl::StrCat(st.revision), absl::StrCat(st.total_keys), size});
+  }
+  if (format == "json") {
+    return absl::StrCat("{\"hash\":", st.hash, ",\"revision\":", st.revision,
+                        ",\"totalKey\":", st.total_keys, ",\"totalSize\":", st.total_size, "}\n");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown output format ", std::string(format)));
 }
 
 }  // namespace capstan::server

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
@@ -52,6 +53,11 @@ struct SnapshotStatus {
   int64_t total_size = 0;
 };
 absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file);
+
+// The status as `etcdctl snapshot status -w format` prints it: "simple"
+// (etcdctl's default), "table" or "json". InvalidArgument for another.
+absl::StatusOr<std::string> FormatSnapshotStatus(const SnapshotStatus& status,
+                                                 std::string_view format);
 
 }  // namespace capstan::server
 

@@ -225,12 +225,15 @@ TEST(SnapshotTest, SaveRestoreEveryRevision) {
   CommandResult save = EtcdctlCommand(**source, "snapshot save " + file);
   ASSERT_TRUE(save.exit.exited && save.exit.exit_code == 0) << save.err;
 
-  // capstan snapshot status reads it as etcdctl does.
-  CommandResult st = RunCommand({CapstanBinary(), "snapshot", "status", file, "-w", "json"});
-  ASSERT_TRUE(st.exit.exited && st.exit.exit_code == 0) << st.err;
-  CommandResult etcd_st = RunCommand({EtcdctlBinary(), "snapshot", "status", file, "-w", "json"});
-  ASSERT_TRUE(etcd_st.exit.exited && etcd_st.exit.exit_code == 0) << etcd_st.err;
-  EXPECT_EQ(st.out, etcd_st.out);
+  // capstan snapshot status reads and prints it as etcdctl does.
+  CommandResult st;
+  for (const std::string format : {"simple", "table", "json"}) {
+    st = RunCommand({CapstanBinary(), "snapshot", "status", file, "-w", format});
+    ASSERT_TRUE(st.exit.exited && st.exit.exit_code == 0) << st.err;
+    CommandResult etcd_st = RunCommand({EtcdctlBinary(), "snapshot", "status", file, "-w", format});
+    ASSERT_TRUE(etcd_st.exit.exited && etcd_st.exit.exit_code == 0) << etcd_st.err;
+    EXPECT_EQ(st.out, etcd_st.out) << format;
+  }
   google::protobuf::Value json;
   ASSERT_TRUE(ParseJson(st.out, &json)) << st.out;
   EXPECT_EQ(json.struct_value().fields().at("revision").number_value(), current);
