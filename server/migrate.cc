@@ -188,6 +188,11 @@ absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options) {
   if (auto s = CheckNewDataDir(target); !s.ok()) return s;
   auto source = OpenSource(options.from);
   if (!source.ok()) return source.status();
+  if (options.require_snapshot && !(*source)->snapshot) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.from, " has no SHA-256 trailer, so it is not a snapshot (a db file is "
+                                   "migrated with `capstan migrate --from-etcd`)"));
+  }
   const BboltReader& reader = *(*source)->reader;
 
   MigrateReport report;

@@ -47,6 +47,9 @@ struct MigrateOptions {
   std::string data_dir;
   // After migrating, check the result against the source (see Verify).
   bool verify = false;
+  // Refuse a source that is not an etcdctl snapshot (no SHA-256 trailer),
+  // before writing anything: `capstan snapshot restore`, as etcdctl's.
+  bool require_snapshot = false;
   // Verify: a full Range is compared at every `verify_stride`-th retained
   // revision (and always at the first and the last); every revision still
   // gets its changed keys compared. 1 (the default) compares a full Range

@@ -9,7 +9,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "server/data_dir.h"
 #include "server/logging.h"
 #include "server/migrate.h"
+#include "server/migrate_source.h"
 #include "server/server.h"
 #include "storage/backend.h"
 #include "storage/bbolt_reader.h"
@@ -36,8 +36,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kChunk = 32 << 10;
-// etcd clients expect a snapshot to end with the SHA-256 of what precedes it.
-constexpr size_t kChecksumSize = 32;
 // Beside the backend directory: <backend>.snapshot-<pid>-<n>, a checkpoint
 // being streamed.
 constexpr char kTempInfix[] = ".snapshot-";
@@ -346,15 +344,8 @@ absl::Status RestoreSnapshot(const std::string& file, const std::string& data_di
   MigrateOptions options;
   options.from = file;
   options.data_dir = data_dir;
-  auto report = MigrateFromEtcd(options);
-  if (!report.ok()) return report.status();
-  if (!report->snapshot) {
-    fs::remove_all(data_dir, ec);
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, " has no SHA-256 trailer, so it is not a snapshot (a db file is "
-                           "migrated with `capstan migrate --from-etcd`)"));
-  }
-  return absl::OkStatus();
+  options.require_snapshot = true;
+  return MigrateFromEtcd(options).status();
 }
 
 // As `etcdctl snapshot status`: bbolt's check, then over every bucket in name
@@ -362,23 +353,21 @@ absl::Status RestoreSnapshot(const std::string& file, const std::string& data_di
 // records, and the main revision of the last key of "key"; the size is the
 // bbolt file's pages, without the checksum.
 absl::StatusOr<SnapshotStatus> ReadSnapshotStatus(const std::string& file) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(file, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("cannot open ", file, ": ", ec.message()));
-  std::optional<uint64_t> length;
-  if (size % 512 == kChecksumSize) length = size - kChecksumSize;  // etcdctl's rule
-  auto reader = storage::BboltReader::Open(file, length);
-  if (!reader.ok()) return reader.status();
-  if (auto s = (*reader)->Check(); !s.ok()) return s;
-  auto buckets = (*reader)->Buckets();
+  // As the migration opens it: the trailer, if the size says there is one,
+  // checked and left out.
+  auto source = migrate_internal::OpenSource(file);
+  if (!source.ok()) return source.status();
+  const storage::BboltReader& reader = *(*source)->reader;
+  if (auto s = reader.Check(); !s.ok()) return s;
+  auto buckets = reader.Buckets();
   if (!buckets.ok()) return buckets.status();
   SnapshotStatus st;
-  st.total_size = static_cast<int64_t>((*reader)->meta().high_water * (*reader)->meta().page_size);
+  st.total_size = static_cast<int64_t>(reader.meta().high_water * reader.meta().page_size);
   uint32_t crc = 0;
   for (const std::string& name : *buckets) {
     crc = mvcc::Crc32cExtend(crc, name);
     const bool key_bucket = name == "key";
-    auto s = (*reader)->ForEach({name}, [&](std::string_view k, std::string_view v, bool) {
+    auto s = reader.ForEach({name}, [&](std::string_view k, std::string_view v, bool) {
       crc = mvcc::Crc32cExtend(mvcc::Crc32cExtend(crc, k), v);
       if (key_bucket && k.size() >= 8) {
         st.revision = static_cast<int64_t>(mvcc::ReadBigEndian64(k.data()));

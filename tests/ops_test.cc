@@ -238,6 +238,17 @@ TEST(SnapshotTest, SaveRestoreEveryRevision) {
   ASSERT_TRUE(ParseJson(st.out, &json)) << st.out;
   EXPECT_EQ(json.struct_value().fields().at("revision").number_value(), current);
 
+  // Without its SHA-256 trailer it is a bare db file: refused, as etcdctl
+  // refuses it, and nothing is written.
+  const std::string bare = dir.path() + "/bare.db";
+  std::filesystem::copy_file(file, bare);
+  std::filesystem::resize_file(bare, std::filesystem::file_size(file) - 32);
+  CommandResult refused =
+      RunCommand({CapstanBinary(), "snapshot", "restore", bare, "--data-dir", dir.path() + "/r"});
+  EXPECT_EQ(refused.exit.exit_code, 1) << refused.out;
+  EXPECT_TRUE(absl::StrContains(refused.err, "no SHA-256 trailer")) << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/r"));
+
   // Restored by capstan into a new Capstan, and by etcdctl into a new etcd:
   // both hold the same history as the source.
   auto restored = ServerProcess::Start(ServerOptions::Capstan());
