@@ -23,6 +23,7 @@
 #define CAPSTAN_SERVER_METRICS_TLS_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "openssl/ssl.h"
 #include "server/tls.h"
 
@@ -35,6 +36,12 @@ namespace capstan::server {
 // copied into ctx. Fails with a message naming the flag when a file cannot
 // be loaded.
 absl::Status SetUpHttpsTls(const ClientTls& tls, bool check_client_address, SSL_CTX* ctx);
+
+// The context of HTTP on https client URLs: SetUpHttpsTls without the
+// client address check (etcd's client listener skips it), and HTTP/1.1
+// chosen by ALPN when the client offers it. The caller owns the result
+// (SSL_CTX_free); it may serve connections on any number of threads.
+absl::StatusOr<SSL_CTX*> NewHttpsContext(const ClientTls& tls);
 
 }  // namespace capstan::server
 

@@ -79,34 +79,6 @@ absl::Status ProbeListen(const Url& url) {
   return BindClientListener(url, /*reuse_port=*/false).status();  // and closes it
 }
 
-// The TLS context of HTTP on https client URLs: the client TLS settings
-// and etcd's client certificate checks, as on https metrics URLs but
-// without the client address check (etcd's client listener skips it), and
-// HTTP/1.1 by ALPN (the listener sends only clients offering it here).
-absl::StatusOr<SSL_CTX*> NewHttpsContext(const ClientTls& tls) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-  if (ctx == nullptr) return absl::InternalError("cannot create a TLS context");
-  if (auto s = SetUpHttpsTls(tls, /*check_client_address=*/false, ctx); !s.ok()) {
-    SSL_CTX_free(ctx);
-    return s;
-  }
-  SSL_CTX_set_alpn_select_cb(
-      ctx,
-      [](SSL*, const unsigned char** out, unsigned char* out_length, const unsigned char* in,
-         unsigned int in_length, void*) {
-        static constexpr unsigned char kHttp11[] = "\x08http/1.1";
-        unsigned char* selected = nullptr;
-        if (SSL_select_next_proto(&selected, out_length, kHttp11, sizeof(kHttp11) - 1, in,
-                                  in_length) != OPENSSL_NPN_NEGOTIATED) {
-          return SSL_TLSEXT_ERR_NOACK;
-        }
-        *out = selected;
-        return SSL_TLSEXT_ERR_OK;
-      },
-      nullptr);
-  return ctx;
-}
-
 std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
   std::vector<std::string> out;
   for (const auto& u : urls) out.push_back(u.String());
