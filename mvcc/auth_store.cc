@@ -661,15 +661,9 @@ absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
           st = CheckRangeIn(s, info, op.request_range().key(), op.request_range().range_end(),
                             PermType::kRead);
           break;
-        case etcdserverpb::RequestOp::kRequestPut: {
-          // As a plain Put: the key, the lease's other keys, and a read for
-          // prev_kv.
-          const auto& p = op.request_put();
-          st = CheckRangeIn(s, info, p.key(), {}, PermType::kWrite);
-          if (st.ok()) st = CheckLeaseKeysIn(s, info, p.lease(), PermType::kWrite);
-          if (st.ok() && p.prev_kv()) st = CheckRangeIn(s, info, p.key(), {}, PermType::kRead);
+        case etcdserverpb::RequestOp::kRequestPut:
+          st = CheckPutIn(s, info, op.request_put());  // as a plain Put
           break;
-        }
         case etcdserverpb::RequestOp::kRequestDeleteRange: {
           const auto& d = op.request_delete_range();
           if (d.prev_kv()) st = CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kRead);
@@ -685,6 +679,33 @@ absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
       if (!st.ok()) return st;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckPutIn(const State& s, const AuthInfo& info,
+                                   const etcdserverpb::PutRequest& put) const {
+  if (auto st = CheckRangeIn(s, info, put.key(), {}, PermType::kWrite); !st.ok()) return st;
+  // A lease already holding keys this user can't write can't be attached to
+  // more: the user could not revoke it.
+  if (auto st = CheckLeaseKeysIn(s, info, put.lease(), PermType::kWrite); !st.ok()) return st;
+  if (put.prev_kv()) return CheckRangeIn(s, info, put.key(), {}, PermType::kRead);
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckPut(const AuthInfo& info, const etcdserverpb::PutRequest& put) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  return CheckPutIn(*s, info, put);
+}
+
+absl::Status AuthStore::CheckDeleteRange(const AuthInfo& info,
+                                         const etcdserverpb::DeleteRangeRequest& del) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  if (auto st = CheckRangeIn(*s, info, del.key(), del.range_end(), PermType::kWrite); !st.ok()) {
+    return st;
+  }
+  if (del.prev_kv()) return CheckRangeIn(*s, info, del.key(), del.range_end(), PermType::kRead);
   return absl::OkStatus();
 }
 

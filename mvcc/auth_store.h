@@ -173,6 +173,12 @@ class AuthStore {
   // releases from 2026 on do; etcd 3.4.23 checks neither nested txns nor a
   // put's prev_kv and lease inside a txn.
   absl::Status CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn) const;
+  // A Put (write on the key, write on the lease's other keys, read for
+  // prev_kv) and a DeleteRange (write, then read for prev_kv), as etcd's
+  // authApplierV3 checks them.
+  absl::Status CheckPut(const AuthInfo& info, const etcdserverpb::PutRequest& put) const;
+  absl::Status CheckDeleteRange(const AuthInfo& info,
+                                const etcdserverpb::DeleteRangeRequest& del) const;
 
   // Test hook: the tokens currently valid.
   size_t TEST_NumTokens();
@@ -212,6 +218,8 @@ class AuthStore {
                                PermType type) const;
   absl::Status CheckTxnIn(const State& s, const AuthInfo& info,
                           const etcdserverpb::TxnRequest& txn) const;
+  absl::Status CheckPutIn(const State& s, const AuthInfo& info,
+                          const etcdserverpb::PutRequest& put) const;
 
   KvStore* const kv_;
   const AuthStoreOptions options_;

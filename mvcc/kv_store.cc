@@ -311,60 +311,46 @@ void KvStore::AnswerLoop() {
   }
 }
 
-absl::StatusOr<etcdserverpb::PutResponse> KvStore::Put(const etcdserverpb::PutRequest& req) {
-  etcdserverpb::PutResponse resp;
+template <typename Response>
+absl::StatusOr<Response> KvStore::SubmitAndWait(WriteRequest::Kind kind,
+                                                const google::protobuf::Message& req) {
+  Response resp;
   std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kPut, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
+  Submit({kind, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
   if (auto s = done.get_future().get(); !s.ok()) return s;
   return resp;
+}
+
+absl::StatusOr<etcdserverpb::PutResponse> KvStore::Put(const etcdserverpb::PutRequest& req) {
+  return SubmitAndWait<etcdserverpb::PutResponse>(WriteRequest::Kind::kPut, req);
 }
 
 absl::StatusOr<etcdserverpb::DeleteRangeResponse> KvStore::DeleteRange(
     const etcdserverpb::DeleteRangeRequest& req) {
-  etcdserverpb::DeleteRangeResponse resp;
-  std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kDeleteRange, &req, &resp,
-          [&done](absl::Status s) { done.set_value(s); }});
-  if (auto s = done.get_future().get(); !s.ok()) return s;
-  return resp;
+  return SubmitAndWait<etcdserverpb::DeleteRangeResponse>(WriteRequest::Kind::kDeleteRange, req);
 }
 
 absl::StatusOr<etcdserverpb::TxnResponse> KvStore::Txn(const etcdserverpb::TxnRequest& req) {
-  etcdserverpb::TxnResponse resp;
-  std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kTxn, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
-  if (auto s = done.get_future().get(); !s.ok()) return s;
-  return resp;
+  return SubmitAndWait<etcdserverpb::TxnResponse>(WriteRequest::Kind::kTxn, req);
 }
 
 absl::StatusOr<etcdserverpb::CompactionResponse> KvStore::Compact(
     const etcdserverpb::CompactionRequest& req) {
-  etcdserverpb::CompactionResponse resp;
-  std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kCompact, &req, &resp,
-          [&done](absl::Status s) { done.set_value(s); }});
-  if (auto s = done.get_future().get(); !s.ok()) return s;
-  return resp;
+  return SubmitAndWait<etcdserverpb::CompactionResponse>(WriteRequest::Kind::kCompact, req);
 }
 
 absl::StatusOr<etcdserverpb::LeaseGrantResponse> KvStore::LeaseGrant(
     const etcdserverpb::LeaseGrantRequest& req) {
-  etcdserverpb::LeaseGrantResponse resp;
-  std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kLeaseGrant, &req, &resp,
-          [&done](absl::Status s) { done.set_value(s); }});
-  if (auto s = done.get_future().get(); !s.ok()) return s;
-  return resp;
+  return SubmitAndWait<etcdserverpb::LeaseGrantResponse>(WriteRequest::Kind::kLeaseGrant, req);
 }
 
 absl::StatusOr<etcdserverpb::LeaseRevokeResponse> KvStore::LeaseRevoke(
     const etcdserverpb::LeaseRevokeRequest& req) {
-  etcdserverpb::LeaseRevokeResponse resp;
-  std::promise<absl::Status> done;
-  Submit({WriteRequest::Kind::kLeaseRevoke, &req, &resp,
-          [&done](absl::Status s) { done.set_value(s); }});
-  if (auto s = done.get_future().get(); !s.ok()) return s;
-  return resp;
+  return SubmitAndWait<etcdserverpb::LeaseRevokeResponse>(WriteRequest::Kind::kLeaseRevoke, req);
+}
+
+absl::StatusOr<etcdserverpb::AlarmResponse> KvStore::Alarm(const etcdserverpb::AlarmRequest& req) {
+  return SubmitAndWait<etcdserverpb::AlarmResponse>(WriteRequest::Kind::kAlarm, req);
 }
 
 void KvStore::LeaseExpiryLoop() {

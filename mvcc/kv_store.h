@@ -197,6 +197,7 @@ class KvStore {
       const etcdserverpb::LeaseGrantRequest& req);
   absl::StatusOr<etcdserverpb::LeaseRevokeResponse> LeaseRevoke(
       const etcdserverpb::LeaseRevokeRequest& req);
+  absl::StatusOr<etcdserverpb::AlarmResponse> Alarm(const etcdserverpb::AlarmRequest& req);
 
   // etcd's HashKV: CRC-32C of the key family's records up to rev (0: the
   // current revision), skipping revisions at or below the compaction
@@ -253,6 +254,11 @@ class KvStore {
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
+
+  // Submit, then wait for the answer (the blocking conveniences).
+  template <typename Response>
+  absl::StatusOr<Response> SubmitAndWait(WriteRequest::Kind kind,
+                                         const google::protobuf::Message& req);
 
   KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend);
 

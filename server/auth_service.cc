@@ -61,23 +61,14 @@ absl::Status AuthGate::CheckPut(const grpc::ServerContextBase& ctx,
                                 const etcdserverpb::PutRequest& req) const {
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  if (auto s = store_->CheckRange(*info, req.key(), {}, PermType::kWrite); !s.ok()) return s;
-  // A lease already holding keys this user can't write can't be attached to
-  // more: the user could not revoke it.
-  if (auto s = store_->CheckLeaseKeys(*info, req.lease(), PermType::kWrite); !s.ok()) return s;
-  if (req.prev_kv()) return store_->CheckRange(*info, req.key(), {}, PermType::kRead);
-  return absl::OkStatus();
+  return store_->CheckPut(*info, req);
 }
 
 absl::Status AuthGate::CheckDeleteRange(const grpc::ServerContextBase& ctx,
                                         const etcdserverpb::DeleteRangeRequest& req) const {
   auto info = Identify(ctx);
   if (!info.ok()) return info.status();
-  if (auto s = store_->CheckRange(*info, req.key(), req.range_end(), PermType::kWrite); !s.ok()) {
-    return s;
-  }
-  if (req.prev_kv()) return store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead);
-  return absl::OkStatus();
+  return store_->CheckDeleteRange(*info, req);
 }
 
 absl::Status AuthGate::CheckTxn(const grpc::ServerContextBase& ctx,

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using index::Revision;
 using storage::BboltReader;
 using storage::Cf;
+using migrate_internal::CountMembers;
 using migrate_internal::ForEachKeyRecord;
 using migrate_internal::kAlarmBucket;
 using migrate_internal::kAuthBuckets;
@@ -43,7 +44,9 @@ using migrate_internal::ReadSourceMeta;
 using migrate_internal::SourceMeta;
 using migrate_internal::SourceRecord;
 using migrate_internal::Sv;
+using migrate_internal::ReplayEtcdWal;
 using migrate_internal::VerifyAgainstSource;
+using migrate_internal::WalDirOf;
 
 namespace {
 
@@ -221,6 +224,23 @@ absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options) {
     if (auto s = CopyRecords(reader, backend->get(), options, &report); !s.ok()) return fail(s);
     if (auto s = (*backend)->Flush(); !s.ok()) return fail(s);
   }
+  if (options.verify) {
+    if (options.progress) options.progress("verifying");
+    if (auto s = VerifyAgainstSource(reader, tmp.string(), options.verify_stride, &report);
+        !s.ok()) {
+      return fail(absl::Status(s.code(), absl::StrCat("verification failed to run: ", s.message())));
+    }
+  }
+  if (const std::string wal_dir = WalDirOf(**source); !wal_dir.empty()) {
+    auto members = CountMembers(reader);
+    if (!members.ok()) return fail(members.status());
+    if (options.progress) options.progress(absl::StrCat("replaying the etcd WAL in ", wal_dir));
+    if (auto s = ReplayEtcdWal(wal_dir, tmp.string(), report.consistent_index, *members <= 1,
+                               &report);
+        !s.ok()) {
+      return fail(absl::Status(s.code(), absl::StrCat("replaying the etcd WAL: ", s.message())));
+    }
+  }
   SyncDir(tmp);
   fs::rename(tmp, target, ec);
   if (ec) {
@@ -231,12 +251,6 @@ absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options) {
   if (options.progress) {
     options.progress(absl::StrCat("migrated ", report.key_records, " key records into ",
                                   target.string()));
-  }
-  if (options.verify) {
-    if (options.progress) options.progress("verifying");
-    if (auto s = VerifyAgainstSource(reader, target.string(), options.verify_stride, &report); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("verification failed to run: ", s.message()));
-    }
   }
   return report;
 }
@@ -253,17 +267,37 @@ std::string FormatMigrateReport(const MigrateReport& r) {
   absl::StrAppendFormat(&out, "consistent index:  %d\n", r.consistent_index);
   absl::StrAppendFormat(&out, "not carried over:  %s\n",
                         r.not_carried.empty() ? "-" : absl::StrJoin(r.not_carried, ", "));
-  if (!r.verified) return out;
-  absl::StrAppendFormat(&out, "verify revisions:  %d checked (%d..%d), %d with a full Range\n",
-                        r.revisions_checked, r.first_revision_checked,
-                        r.first_revision_checked + r.revisions_checked - 1,
-                        r.full_ranges_checked);
-  absl::StrAppendFormat(&out, "verify keys:       %d live at the current revision\n", r.live_keys);
-  absl::StrAppendFormat(&out, "verify leases:     %d\n", r.leases_checked);
-  absl::StrAppendFormat(&out, "verify HashKV:     etcd %d, capstan %d (%s)\n", r.source_hash,
-                        r.capstan_hash, r.source_hash == r.capstan_hash ? "equal" : "DIFFERENT");
-  absl::StrAppendFormat(&out, "verify mismatches: %d\n", r.mismatches);
-  for (const auto& m : r.mismatch_examples) absl::StrAppend(&out, "  mismatch: ", m, "\n");
+  if (r.verified) {
+    absl::StrAppendFormat(&out, "verify revisions:  %d checked (%d..%d), %d with a full Range\n",
+                          r.revisions_checked, r.first_revision_checked,
+                          r.first_revision_checked + r.revisions_checked - 1,
+                          r.full_ranges_checked);
+    absl::StrAppendFormat(&out, "verify keys:       %d live at revision %d\n", r.live_keys,
+                          r.current_revision);
+    absl::StrAppendFormat(&out, "verify leases:     %d\n", r.leases_checked);
+    absl::StrAppendFormat(&out, "verify HashKV:     etcd %d, capstan %d (%s)\n", r.source_hash,
+                          r.capstan_hash, r.source_hash == r.capstan_hash ? "equal" : "DIFFERENT");
+    absl::StrAppendFormat(&out, "verify mismatches: %d\n", r.mismatches);
+    for (const auto& m : r.mismatch_examples) absl::StrAppend(&out, "  mismatch: ", m, "\n");
+  }
+  if (r.wal_dir.empty()) {
+    absl::StrAppend(&out, "wal:               - (",
+                    r.snapshot ? "a snapshot has none" : "no member/wal beside the db", ")\n");
+  } else {
+    absl::StrAppendFormat(&out, "wal:               %s (%d files; last entry %d, commit %d%s)\n",
+                          r.wal_dir, r.wal_files, r.wal_last_index, r.wal_commit_index,
+                          r.wal_torn_tail ? "; a torn last record dropped" : "");
+    const std::string uncommitted =
+        r.wal_uncommitted == 0 ? "" : absl::StrCat(", ", r.wal_uncommitted, " uncommitted left out");
+    absl::StrAppendFormat(&out,
+                          "wal replayed:      %d entries after the consistent index: %d applied, "
+                          "%d refused as etcd refuses them, %d without v3 data%s\n",
+                          r.wal_entries, r.wal_replayed, r.wal_refused, r.wal_skipped, uncommitted);
+    if (r.wal_last_revision != 0) {
+      absl::StrAppendFormat(&out, "wal revisions:     %d..%d (current revision now %d)\n",
+                            r.wal_first_revision, r.wal_last_revision, r.wal_last_revision);
+    }
+  }
   return out;
 }
 
@@ -272,8 +306,9 @@ namespace {
 constexpr char kMigrateUsage[] =
     "Usage:\n"
     "  capstan migrate --from-etcd SRC --data-dir NEW [--verify] [--verify-stride N]\n"
-    "SRC is a stopped etcd's data directory (its member/snap/db is read), an etcd bbolt db\n"
-    "file, or a file written by `etcdctl snapshot save`. It is only read.\n"
+    "SRC is a stopped etcd's data directory (its member/snap/db is read, then the requests\n"
+    "its member/wal holds beyond the db are applied, as etcd applies them when it starts),\n"
+    "an etcd bbolt db file, or a file written by `etcdctl snapshot save`. It is only read.\n"
     "NEW must not exist (or be empty); start capstan on it with your etcd flags afterwards.\n"
     "--verify compares the result with SRC at every retained revision and by HashKV;\n"
     "--verify-stride N compares a full Range at every Nth revision only (and the changed\n"

@@ -11,9 +11,14 @@
 //   auth, authUsers, authRoles      kAuth: "<bucket>/<key>" -> value as-is
 //   alarm                           kAlarm, as-is
 //
+// Then, for an etcd data dir, the requests etcd logged in its WAL after the
+// backend's consistent index are applied as etcd applies them when it
+// starts: etcd writes its backend every 100 ms, so a member that was killed
+// has its last acknowledged writes in the WAL only.
+//
 // Not carried over: etcd's membership (members, members_removed, cluster
-// buckets; the new Capstan member has its own ids), raft state (the WAL and
-// snap files beside the db; meta's term/confState), leases' remaining TTL
+// buckets; the new Capstan member has its own ids), raft state (the snap
+// files; meta's term/confState; the WAL once replayed), leases' remaining TTL
 // (each lease starts again with its full TTL, as on an etcd restart) and
 // buckets Capstan does not know (reported).
 //
@@ -78,6 +83,22 @@ struct MigrateReport {
   // Buckets and meta records found in the source and not carried over.
   std::vector<std::string> not_carried;
 
+  // The etcd WAL replayed after the copy (see ReplayEtcdWal in
+  // migrate_source.h). Empty wal_dir: no WAL was read (SRC is a snapshot,
+  // or a db file without its data dir around it).
+  std::string wal_dir;
+  uint64_t wal_files = 0;
+  uint64_t wal_last_index = 0;    // the last entry logged
+  uint64_t wal_commit_index = 0;  // the last hard state's commit index
+  bool wal_torn_tail = false;     // a record cut short by a crash was dropped
+  uint64_t wal_entries = 0;       // entries after the consistent index
+  uint64_t wal_replayed = 0;      // requests applied
+  uint64_t wal_refused = 0;       // requests refused, as etcd refuses them
+  uint64_t wal_skipped = 0;       // entries holding no v3 data (below)
+  uint64_t wal_uncommitted = 0;   // left out: past the commit index, several members
+  int64_t wal_first_revision = 0; // revisions the replay made (0 if none)
+  int64_t wal_last_revision = 0;
+
   // Verification (when asked).
   bool verified = false;
   int64_t first_revision_checked = 0;
@@ -91,10 +112,11 @@ struct MigrateReport {
   std::vector<std::string> mismatch_examples;  // the first few, described
 };
 
-// Migrates options.from into options.data_dir; verifies if asked. An error
-// from reading the source or writing the result leaves NEW as it was; an
-// error from a verification that could not run comes after NEW was made. A
-// verification that ran and found mismatches returns OK with
+// Migrates options.from into options.data_dir: copies the backend,
+// verifies the copy if asked, replays the WAL, and only then moves the
+// result to NEW. An error (reading the source, writing the result, a
+// verification that could not run, a WAL that cannot be read) leaves NEW as
+// it was. A verification that ran and found mismatches returns OK with
 // report.mismatches > 0.
 absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options);
 

@@ -82,6 +82,28 @@ absl::StatusOr<SourceMeta> ReadSourceMeta(const storage::BboltReader& r);
 absl::Status VerifyAgainstSource(const storage::BboltReader& r, const std::string& data_dir,
                                  int64_t stride, MigrateReport* report);
 
+// The WAL that goes with SRC: <dir>/member/wal for an etcd data dir, and
+// for a db file at <dir>/member/snap/db the same; empty for a snapshot (its
+// writer's WAL is not there) or a db file without that layout around it.
+std::string WalDirOf(const Source& source);
+
+// The members in the source's `members` bucket (etcd 3.4+ keeps them there).
+absl::StatusOr<uint64_t> CountMembers(const storage::BboltReader& r);
+
+// Applies to the Capstan store in data_dir the requests etcd logged in
+// wal_dir after consistent_index, as etcd applies them when it starts
+// (etcdserver's applierV3 with its auth checks, from each request's header):
+// puts, deletes, txns, compactions, lease grants and revocations, alarms and
+// auth changes. A request etcd would refuse (an unknown lease, a stale auth
+// revision, a user without permission) changes nothing here either. Empty
+// entries, membership changes, v2 store requests, reads, logins and lease
+// checkpoints hold no v3 data and are skipped. A single member applies every
+// entry it logged when it starts (it commits them itself); for a member of
+// several, entries after the logged commit index are left out, as the
+// cluster may have dropped them. Fills the wal_ fields of *report.
+absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_dir,
+                           uint64_t consistent_index, bool single_member, MigrateReport* report);
+
 }  // namespace capstan::server::migrate_internal
 
 #endif  // CAPSTAN_SERVER_MIGRATE_SOURCE_H_
