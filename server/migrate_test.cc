@@ -629,6 +629,46 @@ TEST_F(MigrateTest, MigratedAuthAndAlarmAreEnforced) {
   }
 }
 
+// A put etcd acknowledged.
+struct AckedPut {
+  std::string key, value;
+  int64_t rev;
+};
+
+// Each acknowledged put (at or above the store's compaction) is in the store
+// at its revision, with its value.
+void ExpectAckedPuts(const mvcc::KvStore& s, const std::vector<AckedPut>& acked,
+                     const std::string& report) {
+  for (const AckedPut& a : acked) {
+    if (a.rev < s.CompactRev()) continue;
+    etcdserverpb::RangeRequest req;
+    req.set_key(a.key);
+    req.set_revision(a.rev);
+    mvcc::RangeResult got;
+    ASSERT_TRUE(s.Range(req, &got).ok());
+    etcdserverpb::RangeResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
+    ASSERT_EQ(parsed.kvs_size(), 1) << a.key << " at " << a.rev << "\n" << report;
+    EXPECT_EQ(parsed.kvs(0).value(), a.value) << a.key << " at " << a.rev << "\n" << report;
+    EXPECT_EQ(parsed.kvs(0).mod_revision(), a.rev) << a.key << "\n" << report;
+  }
+}
+
+// The store's HashKV at its current revision is etcd's, at the same revision.
+void ExpectEtcdsHashKV(mvcc::KvStore& s, const ServerProcess& etcd, const std::string& report) {
+  auto maintenance = etcdserverpb::Maintenance::NewStub(etcd.NewChannel());
+  etcdserverpb::HashKVResponse want;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(maintenance->HashKV(&ctx, etcdserverpb::HashKVRequest(), &want).ok());
+  EXPECT_EQ(s.Rev(), want.header().revision()) << report;
+  uint32_t hash = 0;
+  int64_t compact = 0, hash_rev = 0;
+  ASSERT_TRUE(s.HashKV(0, &hash, &compact, &hash_rev).ok());
+  EXPECT_EQ(hash, want.hash()) << report;
+  // etcd says -1 until its first compaction; so does Capstan's HashKV RPC.
+  EXPECT_EQ(compact == 0 ? -1 : compact, want.compact_revision()) << report;
+}
+
 // etcd writes its bbolt backend in batches (every 100 ms by default), so a
 // member that dies (SIGKILL, an OOM kill, a power cut) has its newest
 // acknowledged writes in its WAL only; when it starts it applies them again.
@@ -649,11 +689,7 @@ TEST(MigrateWalTest, KilledEtcdLosesNothingItAcknowledged) {
   auto lease = etcdserverpb::Lease::NewStub(channel);
   auto auth = etcdserverpb::Auth::NewStub(channel);
 
-  struct Acked {
-    std::string key, value;
-    int64_t rev;
-  };
-  std::vector<Acked> acked;
+  std::vector<AckedPut> acked;
   auto put = [&](const std::string& key, const std::string& value, int64_t lease_id = 0) {
     etcdserverpb::PutRequest req;
     req.set_key(key);
@@ -806,32 +842,8 @@ TEST(MigrateWalTest, KilledEtcdLosesNothingItAcknowledged) {
           << "revision " << rev << " key " << want.kvs(i).key();
     }
   }
-  // Every acknowledged put at its revision.
-  for (const Acked& a : acked) {
-    if (a.rev < s.CompactRev()) continue;
-    etcdserverpb::RangeRequest req;
-    req.set_key(a.key);
-    req.set_revision(a.rev);
-    mvcc::RangeResult got;
-    ASSERT_TRUE(s.Range(req, &got).ok());
-    etcdserverpb::RangeResponse parsed;
-    ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
-    ASSERT_EQ(parsed.kvs_size(), 1) << a.key << " at " << a.rev;
-    EXPECT_EQ(parsed.kvs(0).value(), a.value) << a.key;
-    EXPECT_EQ(parsed.kvs(0).mod_revision(), a.rev) << a.key;
-  }
-  {
-    auto maintenance = etcdserverpb::Maintenance::NewStub(channel);
-    etcdserverpb::HashKVRequest req;
-    etcdserverpb::HashKVResponse want;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(maintenance->HashKV(&ctx, req, &want).ok());
-    uint32_t hash = 0;
-    int64_t compact = 0, hash_rev = 0;
-    ASSERT_TRUE(s.HashKV(0, &hash, &compact, &hash_rev).ok());
-    EXPECT_EQ(hash, want.hash());
-    EXPECT_EQ(compact, want.compact_revision());
-  }
+  ExpectAckedPuts(s, acked, text);
+  ExpectEtcdsHashKV(s, **etcd, text);
   // Leases: the one from before, l2 with its keys (one moved to it), l3
   // revoked.
   lease = etcdserverpb::Lease::NewStub(channel);
@@ -878,11 +890,7 @@ TEST(MigrateWalTest, EtcdKilledMidLoad) {
   auto etcd = ServerProcess::Start(ServerOptions::Etcd());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   auto channel = (*etcd)->NewChannel();
-  struct Acked {
-    std::string key, value;
-    int64_t rev;
-  };
-  std::vector<std::vector<Acked>> acked(8);
+  std::vector<std::vector<AckedPut>> acked(8);
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
   for (int c = 0; c < 8; ++c) {
@@ -923,29 +931,9 @@ TEST(MigrateWalTest, EtcdKilledMidLoad) {
   ASSERT_TRUE(store.ok()) << store.status();
   mvcc::KvStore& s = **store;
   EXPECT_GE(s.Rev(), last_acked) << text;
-  for (const auto& list : acked) {
-    for (const Acked& a : list) {
-      etcdserverpb::RangeRequest req;
-      req.set_key(a.key);
-      req.set_revision(a.rev);
-      mvcc::RangeResult got;
-      ASSERT_TRUE(s.Range(req, &got).ok());
-      etcdserverpb::RangeResponse parsed;
-      ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
-      ASSERT_EQ(parsed.kvs_size(), 1) << a.key << " at " << a.rev << "\n" << text;
-      ASSERT_EQ(parsed.kvs(0).value(), a.value) << a.key << " at " << a.rev << "\n" << text;
-    }
-  }
+  for (const auto& list : acked) ExpectAckedPuts(s, list, text);
   ASSERT_TRUE((*etcd)->Restart().ok()) << (*etcd)->ReadLog(2000);
-  auto maintenance = etcdserverpb::Maintenance::NewStub((*etcd)->NewChannel());
-  etcdserverpb::HashKVResponse want;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(maintenance->HashKV(&ctx, etcdserverpb::HashKVRequest(), &want).ok());
-  EXPECT_EQ(s.Rev(), want.header().revision()) << text;
-  uint32_t hash = 0;
-  int64_t compact = 0, hash_rev = 0;
-  ASSERT_TRUE(s.HashKV(0, &hash, &compact, &hash_rev).ok());
-  EXPECT_EQ(hash, want.hash()) << text;
+  ExpectEtcdsHashKV(s, **etcd, text);
   std::cout << "acknowledged puts: " << total << ", last at revision " << last_acked << "\n"
             << text;
 }
