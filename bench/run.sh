@@ -92,6 +92,13 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       status=1
     fi
     cat "$out/snapshot.txt" >> "$summary"
+    echo "== migration from a killed etcd" >&2
+    if ! OBJECTS=20000 VAL_SIZE=1024 ETCD="$etcd" BENCH="$bench" "$(dirname "$0")/migrate.sh" \
+        "$build/capstan" > "$out/migrate.txt"; then
+      echo "bench/run.sh: migrate.sh failed" >&2
+      status=1
+    fi
+    cat "$out/migrate.txt" >> "$summary"
     # Watch and lease workloads (docs/BENCHMARKS.md, "Watch" and "Leases"), in a short form.
     run_compare watch-1key --conns 10 --clients 10 \
       watch --streams 10 --watch-per-stream 100 --watched-key-total 1 --put-total 200

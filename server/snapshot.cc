@@ -390,7 +390,8 @@ std::string HumanBytes(uint64_t n) {
   static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
   int e = static_cast<int>(std::floor(std::log(static_cast<double>(n)) / std::log(1000.0)));
   const double value = std::floor(static_cast<double>(n) / std::pow(1000.0, e) * 10 + 0.5) / 10;
-  return absl::StrFormat(value < 10 ? "%.1f %s" : "%.0f %s", value, kUnits[e]);
+  if (value < 10) return absl::StrFormat("%.1f %s", value, kUnits[e]);
+  return absl::StrFormat("%.0f %s", value, kUnits[e]);
 }
 
 // tablewriter as etcdctl sets it up: borders, headers centred, cells
