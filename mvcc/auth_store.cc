@@ -647,7 +647,7 @@ absl::Status AuthStore::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
 }
 
 absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
-                                   const etcdserverpb::TxnRequest& txn) const {
+                                   const etcdserverpb::TxnRequest& txn, TxnRules rules) const {
   for (const auto& cmp : txn.compare()) {
     if (auto st = CheckRangeIn(s, info, cmp.key(), cmp.range_end(), PermType::kRead); !st.ok()) {
       return st;
@@ -662,7 +662,11 @@ absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
                             PermType::kRead);
           break;
         case etcdserverpb::RequestOp::kRequestPut:
-          st = CheckPutIn(s, info, op.request_put());  // as a plain Put
+          if (rules == TxnRules::kEtcd34) {
+            st = CheckRangeIn(s, info, op.request_put().key(), {}, PermType::kWrite);
+          } else {
+            st = CheckPutIn(s, info, op.request_put());  // as a plain Put
+          }
           break;
         case etcdserverpb::RequestOp::kRequestDeleteRange: {
           const auto& d = op.request_delete_range();
@@ -671,7 +675,7 @@ absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
           break;
         }
         case etcdserverpb::RequestOp::kRequestTxn:
-          st = CheckTxnIn(s, info, op.request_txn());
+          if (rules == TxnRules::kCurrent) st = CheckTxnIn(s, info, op.request_txn(), rules);
           break;
         default:
           break;
@@ -709,10 +713,11 @@ absl::Status AuthStore::CheckDeleteRange(const AuthInfo& info,
   return absl::OkStatus();
 }
 
-absl::Status AuthStore::CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn) const {
+absl::Status AuthStore::CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                                 TxnRules rules) const {
   auto s = Current();
   if (!s->enabled) return absl::OkStatus();
-  return CheckTxnIn(*s, info, txn);
+  return CheckTxnIn(*s, info, txn, rules);
 }
 
 }  // namespace capstan::mvcc

@@ -172,7 +172,14 @@ class AuthStore {
   // request would be checked (a put's prev_kv and lease included), as etcd
   // releases from 2026 on do; etcd 3.4.23 checks neither nested txns nor a
   // put's prev_kv and lease inside a txn.
-  absl::Status CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn) const;
+  //
+  // kEtcd34 checks as etcd 3.4.23 (and every release before its 2026 fixes)
+  // checks a txn when it applies one: compares and ranges read, puts write
+  // only, deletes read for prev_kv then write, nested txns not at all. A
+  // replay of such an etcd's log (capstan migrate) applies what it applied.
+  enum class TxnRules { kCurrent, kEtcd34 };
+  absl::Status CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                        TxnRules rules = TxnRules::kCurrent) const;
   // A Put (write on the key, write on the lease's other keys, read for
   // prev_kv) and a DeleteRange (write, then read for prev_kv), as etcd's
   // authApplierV3 checks them.
@@ -216,8 +223,8 @@ class AuthStore {
                             std::string_view range_end, PermType type) const;
   absl::Status CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
                                PermType type) const;
-  absl::Status CheckTxnIn(const State& s, const AuthInfo& info,
-                          const etcdserverpb::TxnRequest& txn) const;
+  absl::Status CheckTxnIn(const State& s, const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                          TxnRules rules) const;
   absl::Status CheckPutIn(const State& s, const AuthInfo& info,
                           const etcdserverpb::PutRequest& put) const;
 

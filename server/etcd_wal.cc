@@ -140,7 +140,6 @@ absl::StatusOr<EtcdWal> ReadEtcdWal(const std::string& wal_dir, uint64_t after_i
     }
   }
   if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", wal_dir, ": ", ec.message()));
-  if (wal.files.empty()) return absl::NotFoundError(absl::StrCat("no WAL file in ", wal_dir));
   std::sort(wal.files.begin(), wal.files.end());
 
   uint32_t crc = 0;
@@ -170,7 +169,9 @@ absl::StatusOr<EtcdWal> ReadEtcdWal(const std::string& wal_dir, uint64_t after_i
           return absl::DataLossError("an etcd WAL hard state record does not parse");
         }
         return absl::OkStatus();
-      case kMetadataType:  // the member and cluster ids
+      case kMetadataType:  // the member and cluster ids, the same in every file
+        wal.metadata = std::string(data);
+        return absl::OkStatus();
       case kSnapshotType:  // where a segment starts; the entries say the same
         return absl::OkStatus();
       default:

@@ -45,13 +45,17 @@ struct EtcdWal {
   uint64_t last_index = 0;
   // The last hard state logged (term, vote, commit index).
   raftpb::HardState state;
+  // The metadata record (an etcdserverpb.Metadata: the member and cluster
+  // ids); empty if there was none.
+  std::string metadata;
   // The last file ended with a record that was never completely written,
   // which was left out.
   bool torn_tail = false;
 };
 
 // Reads every WAL file in wal_dir, keeping the entries above after_index.
-// NotFound when wal_dir holds no WAL file.
+// A directory without WAL files gives an empty log; NotFound when wal_dir
+// cannot be listed.
 absl::StatusOr<EtcdWal> ReadEtcdWal(const std::string& wal_dir, uint64_t after_index);
 
 // One WAL file's contents (exposed for tests): decodes the records of data,

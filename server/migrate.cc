@@ -32,13 +32,13 @@ namespace fs = std::filesystem;
 using index::Revision;
 using storage::BboltReader;
 using storage::Cf;
-using migrate_internal::CountMembers;
 using migrate_internal::ForEachKeyRecord;
 using migrate_internal::kAlarmBucket;
 using migrate_internal::kAuthBuckets;
 using migrate_internal::kKeyBucket;
 using migrate_internal::kLeaseBucket;
 using migrate_internal::kMetaBucket;
+using migrate_internal::ListMembers;
 using migrate_internal::OpenSource;
 using migrate_internal::ReadSourceMeta;
 using migrate_internal::SourceMeta;
@@ -231,12 +231,14 @@ absl::StatusOr<MigrateReport> MigrateFromEtcd(const MigrateOptions& options) {
       return fail(absl::Status(s.code(), absl::StrCat("verification failed to run: ", s.message())));
     }
   }
-  if (const std::string wal_dir = WalDirOf(**source); !wal_dir.empty()) {
-    auto members = CountMembers(reader);
+  const std::string wal_dir = WalDirOf(**source);
+  if (!wal_dir.empty() && options.skip_wal) {
+    report.wal_skipped_dir = wal_dir;
+  } else if (!wal_dir.empty()) {
+    auto members = ListMembers(reader);
     if (!members.ok()) return fail(members.status());
     if (options.progress) options.progress(absl::StrCat("replaying the etcd WAL in ", wal_dir));
-    if (auto s = ReplayEtcdWal(wal_dir, tmp.string(), report.consistent_index, *members <= 1,
-                               &report);
+    if (auto s = ReplayEtcdWal(wal_dir, tmp.string(), report.consistent_index, *members, &report);
         !s.ok()) {
       return fail(absl::Status(s.code(), absl::StrCat("replaying the etcd WAL: ", s.message())));
     }
@@ -280,7 +282,11 @@ std::string FormatMigrateReport(const MigrateReport& r) {
     absl::StrAppendFormat(&out, "verify mismatches: %d\n", r.mismatches);
     for (const auto& m : r.mismatch_examples) absl::StrAppend(&out, "  mismatch: ", m, "\n");
   }
-  if (r.wal_dir.empty()) {
+  if (!r.wal_skipped_dir.empty()) {
+    absl::StrAppend(&out, "wal:               ", r.wal_skipped_dir,
+                    " NOT REPLAYED (--skip-wal): what etcd logged after the db's consistent index, "
+                    "acknowledged writes included, is not migrated\n");
+  } else if (r.wal_dir.empty()) {
     absl::StrAppend(&out, "wal:               - (",
                     r.snapshot ? "a snapshot has none" : "no member/wal beside the db", ")\n");
   } else {
@@ -293,6 +299,7 @@ std::string FormatMigrateReport(const MigrateReport& r) {
                           "wal replayed:      %d entries after the consistent index: %d applied, "
                           "%d refused as etcd refuses them, %d without v3 data%s\n",
                           r.wal_entries, r.wal_replayed, r.wal_refused, r.wal_skipped, uncommitted);
+    for (const auto& refusal : r.wal_refusals) absl::StrAppend(&out, "  refused: ", refusal, "\n");
     if (r.wal_last_revision != 0) {
       absl::StrAppendFormat(&out, "wal revisions:     %d..%d (current revision now %d)\n",
                             r.wal_first_revision, r.wal_last_revision, r.wal_last_revision);
@@ -305,14 +312,17 @@ namespace {
 
 constexpr char kMigrateUsage[] =
     "Usage:\n"
-    "  capstan migrate --from-etcd SRC --data-dir NEW [--verify] [--verify-stride N]\n"
+    "  capstan migrate --from-etcd SRC --data-dir NEW [--verify] [--verify-stride N] [--skip-wal]\n"
     "SRC is a stopped etcd's data directory (its member/snap/db is read, then the requests\n"
     "its member/wal holds beyond the db are applied, as etcd applies them when it starts),\n"
     "an etcd bbolt db file, or a file written by `etcdctl snapshot save`. It is only read.\n"
     "NEW must not exist (or be empty); start capstan on it with your etcd flags afterwards.\n"
-    "--verify compares the result with SRC at every retained revision and by HashKV;\n"
+    "--verify compares the copy of SRC's db with it at every retained revision and by\n"
+    "HashKV, before the WAL is applied;\n"
     "--verify-stride N compares a full Range at every Nth revision only (and the changed\n"
-    "keys at every revision). See docs/MIGRATION.md.\n";
+    "keys at every revision). --skip-wal migrates the db alone, without what the WAL holds\n"
+    "beyond it (for a WAL etcd itself could not read; writes etcd acknowledged are lost).\n"
+    "See docs/MIGRATION.md.\n";
 
 }  // namespace
 
@@ -337,6 +347,8 @@ int MigrateCommand(const std::vector<std::string>& args) {
       return 0;
     } else if (a == "--verify") {
       options.verify = true;
+    } else if (a == "--skip-wal") {
+      options.skip_wal = true;
     } else if (value("--from-etcd", &options.from) || value("--data-dir", &options.data_dir)) {
     } else if (value("--verify-stride", &stride)) {
       options.verify_stride = std::atoll(stride.c_str());

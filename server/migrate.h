@@ -52,6 +52,10 @@ struct MigrateOptions {
   std::string data_dir;
   // After migrating, check the result against the source (see Verify).
   bool verify = false;
+  // Migrate the db alone, without replaying the WAL beside it: for a WAL
+  // that cannot be read. What etcd logged after the db's consistent index,
+  // acknowledged writes included, is not migrated.
+  bool skip_wal = false;
   // Refuse a source that is not an etcdctl snapshot (no SHA-256 trailer),
   // before writing anything: `capstan snapshot restore`, as etcdctl's.
   bool require_snapshot = false;
@@ -87,6 +91,7 @@ struct MigrateReport {
   // migrate_source.h). Empty wal_dir: no WAL was read (SRC is a snapshot,
   // or a db file without its data dir around it).
   std::string wal_dir;
+  std::string wal_skipped_dir;    // the WAL left unread by --skip-wal
   uint64_t wal_files = 0;
   uint64_t wal_last_index = 0;    // the last entry logged
   uint64_t wal_commit_index = 0;  // the last hard state's commit index
@@ -94,6 +99,7 @@ struct MigrateReport {
   uint64_t wal_entries = 0;       // entries after the consistent index
   uint64_t wal_replayed = 0;      // requests applied
   uint64_t wal_refused = 0;       // requests refused, as etcd refuses them
+  std::vector<std::string> wal_refusals;  // the first few, with etcd's error
   uint64_t wal_skipped = 0;       // entries holding no v3 data (below)
   uint64_t wal_uncommitted = 0;   // left out: past the commit index, several members
   int64_t wal_first_revision = 0; // revisions the replay made (0 if none)

@@ -87,8 +87,9 @@ absl::Status VerifyAgainstSource(const storage::BboltReader& r, const std::strin
 // writer's WAL is not there) or a db file without that layout around it.
 std::string WalDirOf(const Source& source);
 
-// The members in the source's `members` bucket (etcd 3.4+ keeps them there).
-absl::StatusOr<uint64_t> CountMembers(const storage::BboltReader& r);
+// The member ids (hex) in the source's `members` bucket (etcd 3.4+ keeps
+// them there); none when it has no such bucket.
+absl::StatusOr<std::vector<std::string>> ListMembers(const storage::BboltReader& r);
 
 // Applies to the Capstan store in data_dir the requests etcd logged in
 // wal_dir after consistent_index, as etcd applies them when it starts
@@ -97,12 +98,16 @@ absl::StatusOr<uint64_t> CountMembers(const storage::BboltReader& r);
 // auth changes. A request etcd would refuse (an unknown lease, a stale auth
 // revision, a user without permission) changes nothing here either. Empty
 // entries, membership changes, v2 store requests, reads, logins and lease
-// checkpoints hold no v3 data and are skipped. A single member applies every
-// entry it logged when it starts (it commits them itself); for a member of
-// several, entries after the logged commit index are left out, as the
-// cluster may have dropped them. Fills the wal_ fields of *report.
+// checkpoints hold no v3 data and are skipped. A single member (members
+// lists one, and the WAL tail changes no membership) applies every entry it
+// logged when it starts (it commits them itself); otherwise entries after
+// the logged commit index are left out, as etcd's --force-new-cluster leaves
+// them out. The WAL's metadata must name one of members. Fills the wal_
+// fields of *report and sets the store's raft index to the last entry
+// considered.
 absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_dir,
-                           uint64_t consistent_index, bool single_member, MigrateReport* report);
+                           uint64_t consistent_index, const std::vector<std::string>& members,
+                           MigrateReport* report);
 
 }  // namespace capstan::server::migrate_internal
 

@@ -8,12 +8,18 @@
 #include <climits>
 #include <functional>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "etcdserverpb/raft_internal.pb.h"
 #include "mvcc/auth_store.h"
+#include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/meta_keys.h"
+#include "mvcc/revision_key.h"
 #include "server/data_dir.h"
 #include "server/etcd_wal.h"
 #include "storage/backend.h"
@@ -28,7 +34,18 @@ using mvcc::AuthStore;
 using mvcc::KvStore;
 using mvcc::PermType;
 
-enum class Outcome { kApplied, kRefused, kSkipped };
+// What became of one request: applied, refused (with etcd's error for it),
+// or skipped (it holds nothing Capstan keeps).
+struct Outcome {
+  enum Kind { kApplied, kRefused, kSkipped } kind;
+  absl::Status why;
+};
+Outcome Applied() { return {Outcome::kApplied, {}}; }
+Outcome Skipped() { return {Outcome::kSkipped, {}}; }
+Outcome Refused(absl::Status why) { return {Outcome::kRefused, std::move(why)}; }
+
+// Refusals listed in the report, at most.
+constexpr size_t kMaxRefusalsReported = 20;
 
 // Applies requests to one store, with etcd's apply-time auth checks.
 class Replayer {
@@ -39,24 +56,31 @@ class Replayer {
   absl::StatusOr<Outcome> Apply(const etcdserverpb::InternalRaftRequest& r) {
     const AuthInfo info{r.header().username(), r.header().auth_revision()};
     using R = etcdserverpb::InternalRaftRequest;
-    if (NeedsAdmin(r) && !auth_->CheckAdmin(info).ok()) return Outcome::kRefused;
+    if (NeedsAdmin(r)) {
+      if (auto st = auth_->CheckAdmin(info); !st.ok()) return Refused(st);
+    }
     switch (Which(r)) {
       case R::kPutFieldNumber:
-        if (!auth_->CheckPut(info, r.put()).ok()) return Outcome::kRefused;
+        if (auto st = auth_->CheckPut(info, r.put()); !st.ok()) return Refused(st);
         return Result(kv_->Put(r.put()).status());
       case R::kDeleteRangeFieldNumber:
-        if (!auth_->CheckDeleteRange(info, r.delete_range()).ok()) return Outcome::kRefused;
+        if (auto st = auth_->CheckDeleteRange(info, r.delete_range()); !st.ok()) return Refused(st);
         return Result(kv_->DeleteRange(r.delete_range()).status());
       case R::kTxnFieldNumber:
-        if (!auth_->CheckTxn(info, r.txn()).ok()) return Outcome::kRefused;
+        // The txn passed its etcd's own checks before it was logged; when
+        // applying it, etcd checks it again as 3.4 does (see TxnRules).
+        if (auto st = auth_->CheckTxn(info, r.txn(), AuthStore::TxnRules::kEtcd34); !st.ok()) {
+          return Refused(st);
+        }
         return Result(kv_->Txn(r.txn()).status());
       case R::kCompactionFieldNumber:
         return Result(kv_->Compact(r.compaction()).status());
       case R::kLeaseGrantFieldNumber:
         return Result(kv_->LeaseGrant(r.lease_grant()).status());
       case R::kLeaseRevokeFieldNumber:
-        if (!auth_->CheckLeaseKeys(info, r.lease_revoke().id(), PermType::kWrite).ok()) {
-          return Outcome::kRefused;
+        if (auto st = auth_->CheckLeaseKeys(info, r.lease_revoke().id(), PermType::kWrite);
+            !st.ok()) {
+          return Refused(st);
         }
         return Result(kv_->LeaseRevoke(r.lease_revoke()).status());
       case R::kAlarmFieldNumber:
@@ -73,7 +97,7 @@ class Replayer {
         std::string hash = u.hashedpassword();
         if (!no_password && hash.empty()) {
           auto h = auth_->HashPassword(u.password());
-          if (!h.ok()) return Outcome::kRefused;
+          if (!h.ok()) return Refused(h.status());
           hash = *h;
         }
         return Mutate([&](AuthStore::Done d) {
@@ -89,7 +113,7 @@ class Replayer {
         std::string hash = c.hashedpassword();
         if (hash.empty()) {
           auto h = auth_->HashPassword(c.password());
-          if (!h.ok()) return Outcome::kRefused;
+          if (!h.ok()) return Refused(h.status());
           hash = *h;
         }
         return Mutate([&](AuthStore::Done d) {
@@ -116,7 +140,7 @@ class Replayer {
         });
       case R::kAuthRoleGrantPermissionFieldNumber: {
         const auto& g = r.auth_role_grant_permission();
-        if (!g.has_perm()) return Outcome::kRefused;
+        if (!g.has_perm()) return Refused(mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
         return Mutate([&](AuthStore::Done d) {
           auth_->RoleGrantPermission(g.name(), g.perm(), std::move(d));
         });
@@ -131,7 +155,7 @@ class Replayer {
         // Reads (ranges, user and role gets and lists), logins (simple
         // tokens live in memory) and lease checkpoints (remaining TTLs are
         // not carried over) change nothing that is kept.
-        return Outcome::kSkipped;
+        return Skipped();
     }
   }
 
@@ -160,21 +184,21 @@ class Replayer {
     return 0;
   }
 
-  // etcd's needAdminPermission: auth changes, and user and role lists.
+  // etcd's needAdminPermission: auth changes (and user and role lists, which
+  // are skipped whatever the check says).
   static bool NeedsAdmin(const etcdserverpb::InternalRaftRequest& r) {
     return r.has_auth_enable() || r.has_auth_disable() || r.has_auth_user_add() ||
            r.has_auth_user_delete() || r.has_auth_user_change_password() ||
            r.has_auth_user_grant_role() || r.has_auth_user_revoke_role() ||
            r.has_auth_role_add() || r.has_auth_role_grant_permission() ||
-           r.has_auth_role_revoke_permission() || r.has_auth_role_delete() ||
-           r.has_auth_user_list() || r.has_auth_role_list();
+           r.has_auth_role_revoke_permission() || r.has_auth_role_delete();
   }
 
   // A refused request is etcd's answer to it; a store that failed is not.
   absl::StatusOr<Outcome> Result(const absl::Status& s) const {
-    if (s.ok()) return Outcome::kApplied;
+    if (s.ok()) return Applied();
     if (auto failed = kv_->StorageFailure(); !failed.ok()) return failed;
-    return Outcome::kRefused;
+    return Refused(s);
   }
 
   absl::StatusOr<Outcome> Mutate(const std::function<void(AuthStore::Done)>& mutation) {
@@ -184,6 +208,19 @@ class Replayer {
   KvStore* const kv_;
   AuthStore* const auth_;
 };
+
+// The request's kind as etcd's raft_internal.proto names it, with the key
+// of a put or delete.
+std::string RequestName(const etcdserverpb::InternalRaftRequest& r) {
+  if (r.has_put()) return absl::StrCat("put ", Printable(r.put().key()));
+  if (r.has_delete_range()) return absl::StrCat("delete_range ", Printable(r.delete_range().key()));
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r.GetReflection()->ListFields(r, &fields);
+  for (const auto* f : fields) {
+    if (f->name() != "header" && f->name() != "ID") return f->name();
+  }
+  return "empty";
+}
 
 // An entry's request. A v2 store request comes bare (not wrapped in an
 // InternalRaftRequest) or as its v2 field; either is reported as v2.
@@ -215,13 +252,13 @@ std::string WalDirOf(const Source& source) {
   return fs::is_directory(wal, ec) ? wal.string() : std::string();
 }
 
-absl::StatusOr<uint64_t> CountMembers(const storage::BboltReader& r) {
-  uint64_t members = 0;
+absl::StatusOr<std::vector<std::string>> ListMembers(const storage::BboltReader& r) {
+  std::vector<std::string> members;
   auto buckets = r.Buckets();
   if (!buckets.ok()) return buckets.status();
-  if (std::find(buckets->begin(), buckets->end(), "members") == buckets->end()) return 0;
-  auto s = r.ForEach({"members"}, [&members](std::string_view, std::string_view, bool) {
-    ++members;
+  if (std::find(buckets->begin(), buckets->end(), "members") == buckets->end()) return members;
+  auto s = r.ForEach({"members"}, [&members](std::string_view k, std::string_view, bool) {
+    members.emplace_back(k);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -229,7 +266,8 @@ absl::StatusOr<uint64_t> CountMembers(const storage::BboltReader& r) {
 }
 
 absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_dir,
-                           uint64_t consistent_index, bool single_member, MigrateReport* report) {
+                           uint64_t consistent_index, const std::vector<std::string>& members,
+                           MigrateReport* report) {
   auto wal = ReadEtcdWal(wal_dir, consistent_index);
   if (!wal.ok()) return wal.status();
   report->wal_dir = wal_dir;
@@ -238,7 +276,26 @@ absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_d
   report->wal_torn_tail = wal->torn_tail;
   report->wal_last_index = wal->last_index;
   report->wal_entries = wal->entries.size();
+  // The WAL must be this member's: its metadata names the member that wrote
+  // it, which the db lists.
+  etcdserverpb::WalMetadata meta;
+  if (!wal->metadata.empty() && meta.ParseFromString(wal->metadata) && !members.empty()) {
+    const std::string id = absl::StrFormat("%x", meta.nodeid());
+    if (std::find(members.begin(), members.end(), id) == members.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the WAL in ", wal_dir, " was written by member ", id,
+          ", which the db's members bucket does not hold: it is not this db's WAL"));
+    }
+  }
   if (wal->entries.empty()) return absl::OkStatus();
+  // A member that was its cluster's only one commits whatever it logged
+  // when it starts; a member of several (or of a cluster whose size the db
+  // does not tell, or that changed in the WAL) keeps what it knew committed,
+  // as etcd's --force-new-cluster does.
+  const bool single_member =
+      members.size() == 1 &&
+      std::none_of(wal->entries.begin(), wal->entries.end(),
+                   [](const raftpb::Entry& e) { return e.type() != raftpb::EntryNormal; });
   if (wal->entries.front().index() != consistent_index + 1) {
     return absl::DataLossError(absl::StrCat(
         "the etcd WAL in ", wal_dir, " starts at entry ", wal->entries.front().index(),
@@ -265,25 +322,39 @@ absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_d
   const int64_t rev_before = (*kv)->Rev();
 
   Replayer replayer(kv->get(), auth->get());
+  uint64_t last_considered = consistent_index;
   for (const raftpb::Entry& e : wal->entries) {
     if (!single_member && e.index() > wal->state.commit()) {
       ++report->wal_uncommitted;
       continue;
     }
+    last_considered = e.index();
+    // etcd's applyEntryNormal: a new leader's empty entry holds nothing;
+    // membership changes are not migrated.
+    if (e.type() != raftpb::EntryNormal || e.data().empty()) {
+      ++report->wal_skipped;
+      continue;
+    }
     bool v2 = false;
-    absl::StatusOr<etcdserverpb::InternalRaftRequest> request;
-    if (e.type() == raftpb::EntryNormal && !e.data().empty()) request = DecodeRequest(e, &v2);
+    auto request = DecodeRequest(e, &v2);
     if (!request.ok()) return request.status();
-    if (e.type() != raftpb::EntryNormal || e.data().empty() || v2) {
+    if (v2) {
       ++report->wal_skipped;
       continue;
     }
     auto outcome = replayer.Apply(*request);
     if (!outcome.ok()) return outcome.status();
-    switch (*outcome) {
+    switch (outcome->kind) {
       case Outcome::kApplied: ++report->wal_replayed; break;
-      case Outcome::kRefused: ++report->wal_refused; break;
       case Outcome::kSkipped: ++report->wal_skipped; break;
+      case Outcome::kRefused:
+        if (report->wal_refusals.size() < kMaxRefusalsReported) {
+          report->wal_refusals.push_back(
+              absl::StrCat("entry ", e.index(), " (", RequestName(*request), "): ",
+                           outcome->why.message()));
+        }
+        ++report->wal_refused;
+        break;
     }
   }
   (*kv)->WaitCompactionDone();
@@ -291,6 +362,13 @@ absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_d
     report->wal_first_revision = rev_before + 1;
     report->wal_last_revision = (*kv)->Rev();
   }
+  // The raft index goes on from the last entry applied, as etcd's does
+  // (the store counted only the requests it applied).
+  storage::WriteBatch index;
+  std::string index_bytes;
+  mvcc::AppendBigEndian64(last_considered, &index_bytes);
+  index.Put(storage::Cf::kMeta, mvcc::kConsistentIndexKey, index_bytes);
+  if (auto st = (*kv)->backend()->Write(&index); !st.ok()) return st;
   return (*kv)->backend()->Flush();
 }
 
