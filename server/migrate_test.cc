@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "mvccpb/kv.pb.h"
 #include "process_fixture.h"
+#include "mvcc/auth_store.h"
 #include "mvcc/kv_store.h"
 #include "server/data_dir.h"
 #include "storage/backend.h"
@@ -1126,6 +1127,20 @@ TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
   ASSERT_TRUE(txn(nested, alice).ok()) << "etcd 3.4.23 applies it";
   ASSERT_FALSE(put("/secret/y", alice).ok());  // logged, refused when applied
   ASSERT_TRUE(add_user("b\xe9la", "\xe9t\xe9", root).ok());  // Latin-1, not UTF-8
+  {
+    etcdserverpb::AuthRoleAddRequest req;
+    req.set_name("r\xe9");
+    etcdserverpb::AuthRoleAddResponse resp;
+    ASSERT_TRUE(
+        call([&](grpc::ClientContext* c) { return auth->RoleAdd(c, req, &resp); }, root).ok());
+    etcdserverpb::AuthUserGrantRoleRequest grant;
+    grant.set_user("b\xe9la");
+    grant.set_role("r\xe9");
+    etcdserverpb::AuthUserGrantRoleResponse gresp;
+    ASSERT_TRUE(call([&](grpc::ClientContext* c) { return auth->UserGrantRole(c, grant, &gresp); },
+                     root)
+                    .ok());
+  }
   ASSERT_TRUE(put("/w/last", root).ok());
   (*etcd)->Kill();
 
@@ -1155,6 +1170,11 @@ TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
   std::string record;
   EXPECT_TRUE(s.backend()->Get(storage::Cf::kAuth, "authUsers/b\xe9la", &record).ok()) << text;
   EXPECT_TRUE(s.backend()->Get(storage::Cf::kAuth, "authUsers/alice", &record).ok()) << text;
+  // The auth store loads them, the Latin-1 role of the Latin-1 user included.
+  auto auth_store = mvcc::AuthStore::Open(&s, mvcc::AuthStoreOptions{});
+  ASSERT_TRUE(auth_store.ok()) << auth_store.status();
+  EXPECT_TRUE((*auth_store)->Enabled());
+  EXPECT_TRUE((*auth_store)->UserHasRole("b\xe9la", "r\xe9"));
 }
 
 // --skip-wal migrates the db alone; a WAL another member wrote is refused.
