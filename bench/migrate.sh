@@ -54,21 +54,22 @@ t0=$(date +%s.%N)
 verify_s=$(seconds_since "${t0}")
 rm -rf "${WORK}/verified.data"
 
-t0=$(date +%s.%N)
-start "${CAPSTAN}" "${WORK}/capstan.data"
-capstan_start_s=$(seconds_since "${t0}")
-capstan_hash=$(hashkv)
-kill "${PID}"
-wait "${PID}" 2>/dev/null || true
-PID=
-
-t0=$(date +%s.%N)
-start "${ETCD}" "${etcd_dir}"
-etcd_start_s=$(seconds_since "${t0}")
-etcd_hash=$(hashkv)
-kill "${PID}"
-wait "${PID}" 2>/dev/null || true
-PID=
+# Starts BINARY on DIR, timed until it serves, then reads its HashKV and
+# stops it: sets START_S and HASH.
+serve_and_hash() {
+  local t0
+  t0=$(date +%s.%N)
+  start "$1" "$2"
+  START_S=$(seconds_since "${t0}")
+  HASH=$(hashkv)
+  kill "${PID}"
+  wait "${PID}" 2>/dev/null || true
+  PID=
+}
+serve_and_hash "${CAPSTAN}" "${WORK}/capstan.data"
+capstan_start_s=${START_S}; capstan_hash=${HASH}
+serve_and_hash "${ETCD}" "${etcd_dir}"
+etcd_start_s=${START_S}; etcd_hash=${HASH}
 
 echo "etcd killed after 2 s of puts; capstan migrate's report:"
 sed 's/^/    /' "${WORK}/migrate.out"

@@ -701,6 +701,27 @@ void ExpectEtcdsHistory(const mvcc::KvStore& s, const ServerProcess& etcd, const
   }
 }
 
+// etcd flags that keep it from writing its backend on its own for an hour:
+// what it writes after a clean (re)start is in its WAL only until it stops.
+ServerOptions EtcdWritingItsWalOnly() {
+  ServerOptions options = ServerOptions::Etcd();
+  options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
+  return options;
+}
+
+// Migrates an etcd's data dir into a new directory of its own.
+struct WalMigration {
+  absl::StatusOr<MigrateReport> Run(const ServerProcess& etcd, const std::string& name = "new",
+                                    bool skip_wal = false) {
+    options.from = etcd.data_dir();
+    options.data_dir = out.path() + "/" + name;
+    options.skip_wal = skip_wal;
+    return MigrateFromEtcd(options);
+  }
+  TempDir out{"capstan-migrate-wal"};
+  MigrateOptions options;
+};
+
 // etcd writes its bbolt backend in batches (every 100 ms by default), so a
 // member that dies (SIGKILL, an OOM kill, a power cut) has its newest
 // acknowledged writes in its WAL only; when it starts it applies them again.
@@ -712,9 +733,7 @@ void ExpectEtcdsHistory(const mvcc::KvStore& s, const ServerProcess& etcd, const
 // HashKV, leases and their keys, users and roles.
 TEST(MigrateWalTest, KilledEtcdLosesNothingItAcknowledged) {
   if (!Etcd::EtcdAvailable()) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
-  ServerOptions options = ServerOptions::Etcd();
-  options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
-  auto etcd = ServerProcess::Start(options);
+  auto etcd = ServerProcess::Start(EtcdWritingItsWalOnly());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   auto channel = (*etcd)->NewChannel();
   auto kv = etcdserverpb::KV::NewStub(channel);
@@ -826,12 +845,9 @@ TEST(MigrateWalTest, KilledEtcdLosesNothingItAcknowledged) {
   const int64_t last_rev = acked.back().rev;
   (*etcd)->Kill();
 
-  TempDir out("capstan-migrate-wal");
-  MigrateOptions mopts;
-  mopts.from = (*etcd)->data_dir();
-  mopts.data_dir = out.path() + "/new";
-  mopts.verify = true;
-  auto report = MigrateFromEtcd(mopts);
+  WalMigration m;
+  m.options.verify = true;
+  auto report = m.Run(**etcd);
   ASSERT_TRUE(report.ok()) << report.status();
   const std::string text = FormatMigrateReport(*report);
   EXPECT_EQ(report->mismatches, 0) << text;
@@ -856,7 +872,7 @@ TEST(MigrateWalTest, KilledEtcdLosesNothingItAcknowledged) {
   ASSERT_TRUE((*etcd)->Restart().ok()) << (*etcd)->ReadLog(2000);
   channel = (*etcd)->NewChannel();
   kv = etcdserverpb::KV::NewStub(channel);
-  auto store = OpenStore(mopts.data_dir);
+  auto store = OpenStore(m.options.data_dir);
   ASSERT_TRUE(store.ok()) << store.status();
   mvcc::KvStore& s = **store;
   ASSERT_EQ(s.Rev(), last_rev);
@@ -942,14 +958,11 @@ TEST(MigrateWalTest, EtcdKilledMidLoad) {
   }
   ASSERT_GT(total, 100u);
 
-  TempDir out("capstan-migrate-wal");
-  MigrateOptions mopts;
-  mopts.from = (*etcd)->data_dir();
-  mopts.data_dir = out.path() + "/new";
-  auto report = MigrateFromEtcd(mopts);
+  WalMigration m;
+  auto report = m.Run(**etcd);
   ASSERT_TRUE(report.ok()) << report.status();
   const std::string text = FormatMigrateReport(*report);
-  auto store = OpenStore(mopts.data_dir);
+  auto store = OpenStore(m.options.data_dir);
   ASSERT_TRUE(store.ok()) << store.status();
   mvcc::KvStore& s = **store;
   EXPECT_GE(s.Rev(), last_acked) << text;
@@ -989,25 +1002,20 @@ TEST(MigrateWalTest, EntriesWithoutV3DataAfterARestart) {
     } else {
       (*etcd)->Stop();
     }
-    TempDir out("capstan-migrate-wal");
-    MigrateOptions mopts;
-    mopts.from = (*etcd)->data_dir();
-    mopts.data_dir = out.path() + "/new";
-    auto report = MigrateFromEtcd(mopts);
+    WalMigration m;
+    auto report = m.Run(**etcd);
     ASSERT_TRUE(report.ok()) << report.status();
     const std::string text = FormatMigrateReport(*report);
     EXPECT_GT(report->wal_skipped, 0u) << text;
     EXPECT_EQ(report->wal_refused, 0u) << text;
     ASSERT_TRUE((*etcd)->Restart().ok());
-    auto store = OpenStore(mopts.data_dir);
+    auto store = OpenStore(m.options.data_dir);
     ASSERT_TRUE(store.ok()) << store.status();
     EXPECT_EQ((*store)->Rev(), 2);
     ExpectEtcdsHistory(**store, **etcd, "", text);
   }
   // A fresh etcd that never wrote its backend after its first writes.
-  ServerOptions options = ServerOptions::Etcd();
-  options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
-  auto fresh = ServerProcess::Start(options);
+  auto fresh = ServerProcess::Start(EtcdWritingItsWalOnly());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   auto kv = etcdserverpb::KV::NewStub((*fresh)->NewChannel());
   for (int i = 0; i < 3; ++i) {
@@ -1018,14 +1026,11 @@ TEST(MigrateWalTest, EntriesWithoutV3DataAfterARestart) {
     ASSERT_TRUE(kv->Put(&ctx, req, &resp).ok());
   }
   (*fresh)->Kill();
-  TempDir out("capstan-migrate-wal");
-  MigrateOptions mopts;
-  mopts.from = (*fresh)->data_dir();
-  mopts.data_dir = out.path() + "/new";
-  auto report = MigrateFromEtcd(mopts);
+  WalMigration m;
+  auto report = m.Run(**fresh);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE((*fresh)->Restart().ok());
-  auto store = OpenStore(mopts.data_dir);
+  auto store = OpenStore(m.options.data_dir);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->Rev(), 4) << FormatMigrateReport(*report);
   ExpectEtcdsHistory(**store, **fresh, "", FormatMigrateReport(*report));
@@ -1040,9 +1045,7 @@ TEST(MigrateWalTest, EntriesWithoutV3DataAfterARestart) {
 // later revision).
 TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
   if (!Etcd::EtcdAvailable()) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
-  ServerOptions options = ServerOptions::Etcd();
-  options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
-  auto etcd = ServerProcess::Start(options);
+  auto etcd = ServerProcess::Start(EtcdWritingItsWalOnly());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   auto channel = (*etcd)->NewChannel();
   auto auth = etcdserverpb::Auth::NewStub(channel);
@@ -1144,11 +1147,8 @@ TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
   ASSERT_TRUE(put("/w/last", root).ok());
   (*etcd)->Kill();
 
-  TempDir out("capstan-migrate-wal");
-  MigrateOptions mopts;
-  mopts.from = (*etcd)->data_dir();
-  mopts.data_dir = out.path() + "/new";
-  auto report = MigrateFromEtcd(mopts);
+  WalMigration m;
+  auto report = m.Run(**etcd);
   ASSERT_TRUE(report.ok()) << report.status();
   const std::string text = FormatMigrateReport(*report);
   // Refused again: alice's put outside her permission, and the auth enable
@@ -1162,7 +1162,7 @@ TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
   EXPECT_GE(report->wal_refused, 1u) << text;
   ASSERT_TRUE((*etcd)->Restart().ok()) << (*etcd)->ReadLog(2000);
   const std::string token = login("root", "rootpw");
-  auto store = OpenStore(mopts.data_dir);
+  auto store = OpenStore(m.options.data_dir);
   ASSERT_TRUE(store.ok()) << store.status();
   mvcc::KvStore& s = **store;
   ExpectEtcdsHistory(s, **etcd, token, text);
@@ -1180,9 +1180,7 @@ TEST(MigrateWalTest, AuthOnAppliedAsEtcdAppliedIt) {
 // --skip-wal migrates the db alone; a WAL another member wrote is refused.
 TEST(MigrateWalTest, SkipWalAndAForeignWal) {
   if (!Etcd::EtcdAvailable()) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
-  ServerOptions options = ServerOptions::Etcd();
-  options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
-  auto etcd = ServerProcess::Start(options);
+  auto etcd = ServerProcess::Start(EtcdWritingItsWalOnly());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   ServerOptions foreign = ServerOptions::Etcd();
   foreign.extra_args = {"--initial-cluster-token=foreign"};  // another member id
@@ -1201,12 +1199,8 @@ TEST(MigrateWalTest, SkipWalAndAForeignWal) {
   (*etcd)->Kill();
   (*other)->Stop();
 
-  TempDir out("capstan-migrate-wal");
-  MigrateOptions mopts;
-  mopts.from = (*etcd)->data_dir();
-  mopts.data_dir = out.path() + "/db-only";
-  mopts.skip_wal = true;
-  auto report = MigrateFromEtcd(mopts);
+  WalMigration m;
+  auto report = m.Run(**etcd, "db-only", /*skip_wal=*/true);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->wal_skipped_dir, (*etcd)->data_dir() + "/member/wal");
   EXPECT_NE(FormatMigrateReport(*report).find("NOT REPLAYED (--skip-wal)"), std::string::npos);
@@ -1215,13 +1209,11 @@ TEST(MigrateWalTest, SkipWalAndAForeignWal) {
   const std::string wal = (*etcd)->data_dir() + "/member/wal";
   fs::remove_all(wal);
   fs::copy((*other)->data_dir() + "/member/wal", wal);
-  mopts.skip_wal = false;
-  mopts.data_dir = out.path() + "/foreign";
-  report = MigrateFromEtcd(mopts);
+  report = m.Run(**etcd, "foreign");
   EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition) << report.status();
   EXPECT_NE(report.status().message().find("it is not this db's WAL"), std::string::npos)
       << report.status();
-  EXPECT_FALSE(fs::exists(mopts.data_dir)) << "nothing is made";
+  EXPECT_FALSE(fs::exists(m.options.data_dir)) << "nothing is made";
 }
 
 TEST_F(MigrateTest, CommandLine) {
