@@ -12,15 +12,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,25 +169,57 @@ bool IsPortInUseFailure(const std::string& log) {
 
 }  // namespace
 
+namespace {
+
+// Binds a loopback port to see that it is free (0: any); returns the port
+// bound, or -1.
+int TryBind(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int bound = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      bound = ntohs(addr.sin_port);
+    }
+  }
+  close(fd);
+  return bound;
+}
+
+// Ports above the kernel's range for outgoing connections
+// (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a client
+// connection never takes one of them while its server is stopped for a
+// restart, which reuses its ports. {0, 0} when that range leaves too few.
+std::pair<int, int> PortsAboveEphemeralRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (!(in >> lo >> hi) || hi > 65535 - 1000) return {0, 0};
+  return {hi + 1, 65535};
+}
+
+}  // namespace
+
 int PickFreePort() {
   static std::mutex mu;
   static std::set<int> handed_out;
+  static std::mt19937 rng(static_cast<uint32_t>(getpid()) ^
+                          static_cast<uint32_t>(std::chrono::steady_clock::now()
+                                                    .time_since_epoch()
+                                                    .count()));
+  static const std::pair<int, int> range = PortsAboveEphemeralRange();
   std::lock_guard<std::mutex> lock(mu);
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    int port = -1;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      socklen_t len = sizeof(addr);
-      if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-        port = ntohs(addr.sin_port);
-      }
+    int want = 0;
+    if (range.first != 0) {
+      want = std::uniform_int_distribution<int>(range.first, range.second)(rng);
+      if (handed_out.count(want) != 0) continue;
     }
-    close(fd);
+    const int port = TryBind(want);
     if (port > 0 && handed_out.insert(port).second) return port;
   }
   std::fprintf(stderr, "capstan-test: no free loopback port\n");

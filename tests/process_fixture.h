@@ -43,8 +43,11 @@
 namespace capstan::testing {
 
 // A TCP port on 127.0.0.1 that was free when this was called and has not
-// been returned before by this process. (Another process may still take it
-// before the server binds it; ServerProcess::Start retries on that.)
+// been returned before by this process, chosen at random above the kernel's
+// range for outgoing connections, so that no client connection takes it
+// while a server is stopped for a Restart on the same ports. (Another test
+// process may still take it before the server binds it; ServerProcess::Start
+// retries on that.)
 int PickFreePort();
 
 // A fresh directory under $TMPDIR (or /tmp), removed recursively on
