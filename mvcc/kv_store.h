@@ -65,6 +65,9 @@ struct KvStoreOptions {
   absl::Duration compaction_sleep_interval = absl::Milliseconds(10);
   // Expired leases revoked per second at most (--lease-revoke-rate).
   int64_t lease_revoke_rate = 1000;
+  // A lease granted a shorter TTL gets this one (etcd's minimum, derived
+  // from --election-timeout and --heartbeat-interval).
+  int64_t min_lease_ttl_seconds = Lessor::kMinTtlSeconds;
   // How often expired leases are looked for.
   absl::Duration lease_check_interval = absl::Milliseconds(500);
   // The high 16 bits of lease ids the store picks (etcd uses its member id).

@@ -554,7 +554,7 @@ absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req
   } else if (lessor_.Exists(id)) {
     return MakeError(Error::kLeaseExists);
   }
-  const int64_t ttl = std::max(req.ttl(), Lessor::kMinTtlSeconds);
+  const int64_t ttl = std::max(req.ttl(), options_.min_lease_ttl_seconds);
   batch_.Put(Cf::kLease, LeaseKey(id), EncodeLeaseRecord(id, ttl));
   lessor_.Grant(id, ttl);
   stat_lease_grants_.fetch_add(1, std::memory_order_relaxed);

@@ -35,7 +35,8 @@ class Lessor {
   using Clock = std::chrono::steady_clock;
 
   // etcd's limits: a lease lives at least kMinTtlSeconds (etcd derives 2 s
-  // from its default election timeout) and at most kMaxTtlSeconds.
+  // from its default election timeout; KvStoreOptions::min_lease_ttl_seconds
+  // follows the flags) and at most kMaxTtlSeconds.
   static constexpr int64_t kMinTtlSeconds = 2;
   static constexpr int64_t kMaxTtlSeconds = 9000000000LL;
 

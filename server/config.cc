@@ -336,13 +336,12 @@ std::vector<FlagSpec> BuildFlags() {
        "Capstan (no raft log to snapshot).",
        kNoEffect},
       {"heartbeat-interval", Section::kMember, Uint(&S::heartbeat_interval_ms), "'100'",
-       "Time (in milliseconds) of a heartbeat interval. Validated as etcd does; no effect\n"
-       "in a single-member Capstan.",
-       kNoEffect},
+       "Time (in milliseconds) of a heartbeat interval. Validated as etcd does; with\n"
+       "--election-timeout it sets the shortest lease TTL, as in etcd (one member holds\n"
+       "no elections)."},
       {"election-timeout", Section::kMember, Uint(&S::election_timeout_ms), "'1000'",
-       "Time (in milliseconds) for an election to timeout. Validated as etcd does; no\n"
-       "effect in a single-member Capstan.",
-       kNoEffect},
+       "Time (in milliseconds) for an election to timeout. Validated as etcd does; leases\n"
+       "live at least 1.5 election timeouts (rounded up to seconds), as in etcd."},
       {"initial-election-tick-advance", Section::kMember, Bool(&S::initial_election_tick_advance),
        "'true'",
        "Whether to fast-forward initial election ticks on boot for faster election. No\n"

@@ -87,8 +87,10 @@ struct ServerConfig {
                                               // empty: defaults to "<name>.capstan"
   std::string wal_dir;                        // --wal-dir (no effect)
   uint64_t snapshot_count = 100000;           // --snapshot-count (no effect)
-  uint64_t heartbeat_interval_ms = 100;       // --heartbeat-interval (no effect)
-  uint64_t election_timeout_ms = 1000;        // --election-timeout (no effect)
+  // --heartbeat-interval and --election-timeout: one member holds no
+  // elections; they set the shortest lease TTL (MinLeaseTtlSeconds).
+  uint64_t heartbeat_interval_ms = 100;
+  uint64_t election_timeout_ms = 1000;
   bool initial_election_tick_advance = true;  // --initial-election-tick-advance (no effect)
   std::vector<Url> listen_peer_urls = {{"http", "localhost:2380"}};    // (no effect)
   std::vector<Url> listen_client_urls = {{"http", "localhost:2379"}};  // --listen-client-urls
@@ -265,6 +267,11 @@ struct ServerConfig {
 
   // The effective backend quota in bytes; 0 means no quota.
   int64_t QuotaBackendBytes() const;
+  // The shortest lease TTL, as etcd derives it: one and a half election
+  // timeouts in whole heartbeats (⌊3·ticks/2⌋ heartbeats, ticks =
+  // ⌊election timeout / heartbeat⌋), rounded up to seconds: 2 with the
+  // defaults, 8 with --election-timeout 5000 --heartbeat-interval 500.
+  int64_t MinLeaseTtlSeconds() const;
 };
 
 // Parses args (argv without argv[0]) and env (the process environment; only

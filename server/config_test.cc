@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -839,6 +840,26 @@ TEST(UsageTextTest, ListsEverySectionAndFlag) {
   EXPECT_THAT(usage, HasSubstr("group commit"));
   // Hidden flags are not listed.
   EXPECT_THAT(usage, ::testing::Not(HasSubstr("--cluster-active-size")));
+}
+
+TEST(ServerConfigTest, MinLeaseTtlFollowsTheElectionTimeoutAsEtcds) {
+  // etcd: ceil(⌊3·ticks/2⌋ · heartbeat), ticks = ⌊election timeout / heartbeat⌋.
+  struct Case {
+    std::vector<std::string> flags;
+    int64_t ttl;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, 2},                                                      // 15 × 100 ms
+           {{"--election-timeout=5000", "--heartbeat-interval=500"}, 8},  // 15 × 500 ms
+           {{"--election-timeout=2500", "--heartbeat-interval=250"}, 4},  // 15 × 250 ms
+           {{"--election-timeout=1100", "--heartbeat-interval=100"}, 2},  // 16 × 100 ms
+           {{"--election-timeout=10000"}, 15},                           // 150 × 100 ms
+           {{"--election-timeout=50000", "--heartbeat-interval=10000"}, 70},  // 7 × 10 s
+       }) {
+    auto config = Parse(c.flags);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->MinLeaseTtlSeconds(), c.ttl) << absl::StrJoin(c.flags, " ");
+  }
 }
 
 }  // namespace

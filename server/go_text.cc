@@ -482,6 +482,13 @@ int64_t ServerConfig::QuotaBackendBytes() const {
   return quota_backend_bytes;
 }
 
+int64_t ServerConfig::MinLeaseTtlSeconds() const {
+  if (heartbeat_interval_ms == 0) return 1;
+  const uint64_t ticks = election_timeout_ms / heartbeat_interval_ms;
+  const uint64_t min_ttl_ms = (3 * ticks / 2) * heartbeat_interval_ms;
+  return static_cast<int64_t>(std::max<uint64_t>((min_ttl_ms + 999) / 1000, 1));
+}
+
 absl::StatusOr<absl::Duration> ParseGoDuration(std::string_view text_in) {
   const absl::string_view text(text_in.data(), text_in.size());
   const absl::string_view orig = text;

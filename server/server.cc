@@ -135,6 +135,7 @@ absl::Status Server::Init() {
   kv_options.compaction_batch_limit = static_cast<int>(config_.experimental_compaction_batch_limit);
   kv_options.compaction_sleep_interval = config_.experimental_compaction_sleep_interval;
   kv_options.lease_revoke_rate = config_.lease_revoke_rate;
+  kv_options.min_lease_ttl_seconds = config_.MinLeaseTtlSeconds();
   kv_options.lease_id_prefix = static_cast<uint16_t>(member_->member_id & 0xffff);
   kv_options.quota_bytes = config_.QuotaBackendBytes();
   kv_options.member_id = member_->member_id;

@@ -543,5 +543,33 @@ TEST_F(DiffFoundationTest, NewMemberIdsAreEtcds) {
   EXPECT_EQ(member_ids.size(), flag_sets.size()) << "other URLs and tokens give other ids";
 }
 
+// etcd raises a lease's TTL to one and a half election timeouts in whole
+// heartbeats: 2 s with the default flags, 8 s with the slower timing cloud
+// deployments use. Both servers started with the same flags grant the same
+// TTLs.
+TEST_F(DiffFoundationTest, MinLeaseTtlFollowsTheElectionTimeout) {
+  const std::vector<std::string> flags = {"--election-timeout=5000", "--heartbeat-interval=500"};
+  std::vector<int64_t> granted[2];
+  for (int i = 0; i < 2; ++i) {
+    ServerOptions o = i == 0 ? ServerOptions::Etcd() : ServerOptions::Capstan();
+    o.extra_args = flags;
+    o.start_timeout = std::chrono::seconds(40);  // etcd elects itself after a timeout or two
+    auto server = ServerProcess::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto stub = Lease::NewStub((*server)->NewChannel());
+    for (int64_t ttl : {1, 3, 7, 8, 9, 60}) {
+      LeaseGrantRequest req;
+      req.set_ttl(ttl);
+      LeaseGrantResponse resp;
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+      ASSERT_TRUE(stub->LeaseGrant(&c, req, &resp).ok());
+      granted[i].push_back(resp.ttl());
+    }
+  }
+  EXPECT_EQ(granted[1], granted[0]);
+  EXPECT_EQ(granted[0], (std::vector<int64_t>{8, 8, 8, 8, 9, 60})) << "etcd's own answers";
+}
+
 }  // namespace
 }  // namespace capstan::testing
