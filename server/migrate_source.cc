@@ -12,7 +12,10 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "mvcc/kv_codec.h"
@@ -170,6 +173,28 @@ absl::StatusOr<SourceMeta> ReadSourceMeta(const BboltReader& r) {
   });
   if (!s.ok()) return s;
   return m;
+}
+
+std::string WalDirOf(const Source& source) {
+  if (source.snapshot) return {};
+  const fs::path snap = fs::path(source.file).parent_path();
+  if (snap.filename() != "snap") return {};
+  const fs::path wal = snap.parent_path() / "wal";
+  std::error_code ec;
+  return fs::is_directory(wal, ec) ? wal.string() : std::string();
+}
+
+absl::StatusOr<std::vector<std::string>> ListMembers(const storage::BboltReader& r) {
+  std::vector<std::string> members;
+  auto buckets = r.Buckets();
+  if (!buckets.ok()) return buckets.status();
+  if (std::find(buckets->begin(), buckets->end(), "members") == buckets->end()) return members;
+  auto s = r.ForEach({"members"}, [&members](std::string_view k, std::string_view, bool) {
+    members.emplace_back(k);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return members;
 }
 
 }  // namespace capstan::server::migrate_internal

@@ -97,6 +97,32 @@ absl::StatusOr<std::unique_ptr<mvcc::KvStore>> OpenStore(const std::string& data
   return mvcc::KvStore::Open(sopts, std::move(*backend));
 }
 
+// The whole key space at rev.
+etcdserverpb::RangeRequest EverythingAt(int64_t rev) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(std::string(1, '\0'));
+  req.set_range_end(std::string(1, '\0'));
+  req.set_revision(rev);
+  return req;
+}
+
+// The store answers a Range of the whole key space at rev as etcd did
+// (want): the count, and every KeyValue byte for byte.
+void ExpectSameKeysAt(const mvcc::KvStore& s, int64_t rev, const etcdserverpb::RangeResponse& want,
+                      const std::string& context = "") {
+  mvcc::RangeResult got;
+  ASSERT_TRUE(s.Range(EverythingAt(rev), &got).ok()) << rev;
+  etcdserverpb::RangeResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
+  EXPECT_EQ(got.count, want.count()) << "revision " << rev << "\n" << context;
+  EXPECT_EQ(got.more, want.more()) << "revision " << rev << "\n" << context;
+  ASSERT_EQ(parsed.kvs_size(), want.kvs_size()) << "revision " << rev << "\n" << context;
+  for (int i = 0; i < want.kvs_size(); ++i) {
+    EXPECT_EQ(parsed.kvs(i).SerializeAsString(), want.kvs(i).SerializeAsString())
+        << "revision " << rev << " key " << want.kvs(i).key() << "\n" << context;
+  }
+}
+
 // What etcd answered before it stopped.
 struct EtcdAnswers {
   std::map<int64_t, etcdserverpb::RangeResponse> ranges;  // every retained revision
@@ -201,23 +227,7 @@ class MigrateTest : public ::testing::Test {
     mvcc::KvStore& s = **store;
     EXPECT_EQ(s.Rev(), a.current);
     EXPECT_EQ(s.CompactRev(), a.compact);
-    for (const auto& [rev, want] : a.ranges) {
-      etcdserverpb::RangeRequest req;
-      req.set_key(std::string(1, '\0'));
-      req.set_range_end(std::string(1, '\0'));
-      req.set_revision(rev);
-      mvcc::RangeResult got;
-      ASSERT_TRUE(s.Range(req, &got).ok()) << rev;
-      etcdserverpb::RangeResponse parsed;
-      ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
-      EXPECT_EQ(got.count, want.count()) << "revision " << rev;
-      EXPECT_EQ(got.more, want.more()) << "revision " << rev;
-      ASSERT_EQ(parsed.kvs_size(), want.kvs_size()) << "revision " << rev;
-      for (int i = 0; i < want.kvs_size(); ++i) {
-        EXPECT_EQ(parsed.kvs(i).SerializeAsString(), want.kvs(i).SerializeAsString())
-            << "revision " << rev << " key " << want.kvs(i).key();
-      }
-    }
+    for (const auto& [rev, want] : a.ranges) ExpectSameKeysAt(s, rev, want);
     // Below the compaction: compacted, as in etcd.
     etcdserverpb::RangeRequest old;
     old.set_key("/a");
@@ -679,25 +689,13 @@ void ExpectEtcdsHistory(const mvcc::KvStore& s, const ServerProcess& etcd, const
                         const std::string& report) {
   auto kv = etcdserverpb::KV::NewStub(etcd.NewChannel());
   for (int64_t rev = std::max<int64_t>(s.CompactRev(), 1); rev <= s.Rev(); ++rev) {
-    etcdserverpb::RangeRequest req;
-    req.set_key(std::string(1, '\0'));
-    req.set_range_end(std::string(1, '\0'));
-    req.set_revision(rev);
     etcdserverpb::RangeResponse want;
     grpc::ClientContext ctx;
     if (!token.empty()) ctx.AddMetadata("token", token);
-    grpc::Status st = kv->Range(&ctx, req, &want);
+    grpc::Status st = kv->Range(&ctx, EverythingAt(rev), &want);
     ASSERT_TRUE(st.ok()) << rev << ": " << st.error_message();
     ASSERT_EQ(want.header().revision(), s.Rev()) << report;
-    mvcc::RangeResult got;
-    ASSERT_TRUE(s.Range(req, &got).ok()) << rev;
-    etcdserverpb::RangeResponse parsed;
-    ASSERT_TRUE(parsed.ParseFromString(got.kvs_wire));
-    ASSERT_EQ(parsed.kvs_size(), want.kvs_size()) << "revision " << rev << "\n" << report;
-    for (int i = 0; i < want.kvs_size(); ++i) {
-      EXPECT_EQ(parsed.kvs(i).SerializeAsString(), want.kvs(i).SerializeAsString())
-          << "revision " << rev << " key " << want.kvs(i).key() << "\n" << report;
-    }
+    ExpectSameKeysAt(s, rev, want, report);
   }
 }
 

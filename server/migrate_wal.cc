@@ -7,9 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <functional>
-#include <filesystem>
+#include <optional>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,8 +25,6 @@
 
 namespace capstan::server::migrate_internal {
 namespace {
-
-namespace fs = std::filesystem;
 
 using mvcc::AuthInfo;
 using mvcc::AuthStore;
@@ -55,143 +52,117 @@ class Replayer {
   // One request; an error only when the store itself failed.
   absl::StatusOr<Outcome> Apply(const etcdserverpb::InternalRaftRequest& r) {
     const AuthInfo info{r.header().username(), r.header().auth_revision()};
-    using R = etcdserverpb::InternalRaftRequest;
-    if (NeedsAdmin(r)) {
-      if (auto st = auth_->CheckAdmin(info); !st.ok()) return Refused(st);
+    if (r.has_put()) {
+      if (auto st = auth_->CheckPut(info, r.put()); !st.ok()) return Refused(st);
+      return Result(kv_->Put(r.put()).status());
     }
-    switch (Which(r)) {
-      case R::kPutFieldNumber:
-        if (auto st = auth_->CheckPut(info, r.put()); !st.ok()) return Refused(st);
-        return Result(kv_->Put(r.put()).status());
-      case R::kDeleteRangeFieldNumber:
-        if (auto st = auth_->CheckDeleteRange(info, r.delete_range()); !st.ok()) return Refused(st);
-        return Result(kv_->DeleteRange(r.delete_range()).status());
-      case R::kTxnFieldNumber:
-        // The txn passed its etcd's own checks before it was logged; when
-        // applying it, etcd checks it again as 3.4 does (see TxnRules).
-        if (auto st = auth_->CheckTxn(info, r.txn(), AuthStore::TxnRules::kEtcd34); !st.ok()) {
-          return Refused(st);
-        }
-        return Result(kv_->Txn(r.txn()).status());
-      case R::kCompactionFieldNumber:
-        return Result(kv_->Compact(r.compaction()).status());
-      case R::kLeaseGrantFieldNumber:
-        return Result(kv_->LeaseGrant(r.lease_grant()).status());
-      case R::kLeaseRevokeFieldNumber:
-        if (auto st = auth_->CheckLeaseKeys(info, r.lease_revoke().id(), PermType::kWrite);
-            !st.ok()) {
-          return Refused(st);
-        }
-        return Result(kv_->LeaseRevoke(r.lease_revoke()).status());
-      case R::kAlarmFieldNumber:
-        return Result(kv_->Alarm(r.alarm()).status());
-      case R::kAuthEnableFieldNumber:
-        return Mutate([&](AuthStore::Done d) { auth_->AuthEnable(std::move(d)); });
-      case R::kAuthDisableFieldNumber:
-        return Mutate([&](AuthStore::Done d) { auth_->AuthDisable(std::move(d)); });
-      case R::kAuthUserAddFieldNumber: {
-        const auto& u = r.auth_user_add();
-        const bool no_password = u.options().no_password();
-        // etcd 3.4 logs the password and hashes it when it applies the
-        // request; 3.5 logs the hash.
-        std::string hash = u.hashedpassword();
-        if (!no_password && hash.empty()) {
-          auto h = auth_->HashPassword(u.password());
-          if (!h.ok()) return Refused(h.status());
-          hash = *h;
-        }
-        return Mutate([&](AuthStore::Done d) {
-          auth_->UserAdd(u.name(), hash, no_password, std::move(d));
-        });
-      }
-      case R::kAuthUserDeleteFieldNumber:
-        return Mutate([&](AuthStore::Done d) {
-          auth_->UserDelete(r.auth_user_delete().name(), std::move(d));
-        });
-      case R::kAuthUserChangePasswordFieldNumber: {
-        const auto& c = r.auth_user_change_password();
-        std::string hash = c.hashedpassword();
-        if (hash.empty()) {
-          auto h = auth_->HashPassword(c.password());
-          if (!h.ok()) return Refused(h.status());
-          hash = *h;
-        }
-        return Mutate([&](AuthStore::Done d) {
-          auth_->UserChangePassword(c.name(), hash, std::move(d));
-        });
-      }
-      case R::kAuthUserGrantRoleFieldNumber:
-        return Mutate([&](AuthStore::Done d) {
-          auth_->UserGrantRole(r.auth_user_grant_role().user(), r.auth_user_grant_role().role(),
-                               std::move(d));
-        });
-      case R::kAuthUserRevokeRoleFieldNumber:
-        return Mutate([&](AuthStore::Done d) {
-          auth_->UserRevokeRole(r.auth_user_revoke_role().name(),
-                                r.auth_user_revoke_role().role(), std::move(d));
-        });
-      case R::kAuthRoleAddFieldNumber:
-        return Mutate([&](AuthStore::Done d) {
-          auth_->RoleAdd(r.auth_role_add().name(), std::move(d));
-        });
-      case R::kAuthRoleDeleteFieldNumber:
-        return Mutate([&](AuthStore::Done d) {
-          auth_->RoleDelete(r.auth_role_delete().role(), std::move(d));
-        });
-      case R::kAuthRoleGrantPermissionFieldNumber: {
-        const auto& g = r.auth_role_grant_permission();
-        if (!g.has_perm()) return Refused(mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
-        return Mutate([&](AuthStore::Done d) {
-          auth_->RoleGrantPermission(g.name(), g.perm(), std::move(d));
-        });
-      }
-      case R::kAuthRoleRevokePermissionFieldNumber: {
-        const auto& v = r.auth_role_revoke_permission();
-        return Mutate([&](AuthStore::Done d) {
-          auth_->RoleRevokePermission(v.role(), v.key(), v.range_end(), std::move(d));
-        });
-      }
-      default:
-        // Reads (ranges, user and role gets and lists), logins (simple
-        // tokens live in memory) and lease checkpoints (remaining TTLs are
-        // not carried over) change nothing that is kept.
-        return Skipped();
+    if (r.has_delete_range()) {
+      if (auto st = auth_->CheckDeleteRange(info, r.delete_range()); !st.ok()) return Refused(st);
+      return Result(kv_->DeleteRange(r.delete_range()).status());
     }
+    if (r.has_txn()) {
+      // The txn passed its etcd's own checks before it was logged; when
+      // applying it, etcd checks it again as 3.4 does (see TxnRules).
+      if (auto st = auth_->CheckTxn(info, r.txn(), AuthStore::TxnRules::kEtcd34); !st.ok()) {
+        return Refused(st);
+      }
+      return Result(kv_->Txn(r.txn()).status());
+    }
+    if (r.has_compaction()) return Result(kv_->Compact(r.compaction()).status());
+    if (r.has_lease_grant()) return Result(kv_->LeaseGrant(r.lease_grant()).status());
+    if (r.has_lease_revoke()) {
+      if (auto st = auth_->CheckLeaseKeys(info, r.lease_revoke().id(), PermType::kWrite);
+          !st.ok()) {
+        return Refused(st);
+      }
+      return Result(kv_->LeaseRevoke(r.lease_revoke()).status());
+    }
+    if (r.has_alarm()) return Result(kv_->Alarm(r.alarm()).status());
+    const std::function<void(AuthStore::Done)> change = AuthChange(r);
+    // Reads (ranges, user and role gets and lists), logins (simple tokens
+    // live in memory) and lease checkpoints (remaining TTLs are not carried
+    // over) change nothing that is kept.
+    if (!change) return Skipped();
+    // etcd's needAdminPermission.
+    if (auto st = auth_->CheckAdmin(info); !st.ok()) return Refused(st);
+    return Result(auth_->Wait(change));
   }
 
  private:
-  // The request's field number; 0 when it holds none.
-  static int Which(const etcdserverpb::InternalRaftRequest& r) {
-    using R = etcdserverpb::InternalRaftRequest;
-    if (r.has_put()) return R::kPutFieldNumber;
-    if (r.has_delete_range()) return R::kDeleteRangeFieldNumber;
-    if (r.has_txn()) return R::kTxnFieldNumber;
-    if (r.has_compaction()) return R::kCompactionFieldNumber;
-    if (r.has_lease_grant()) return R::kLeaseGrantFieldNumber;
-    if (r.has_lease_revoke()) return R::kLeaseRevokeFieldNumber;
-    if (r.has_alarm()) return R::kAlarmFieldNumber;
-    if (r.has_auth_enable()) return R::kAuthEnableFieldNumber;
-    if (r.has_auth_disable()) return R::kAuthDisableFieldNumber;
-    if (r.has_auth_user_add()) return R::kAuthUserAddFieldNumber;
-    if (r.has_auth_user_delete()) return R::kAuthUserDeleteFieldNumber;
-    if (r.has_auth_user_change_password()) return R::kAuthUserChangePasswordFieldNumber;
-    if (r.has_auth_user_grant_role()) return R::kAuthUserGrantRoleFieldNumber;
-    if (r.has_auth_user_revoke_role()) return R::kAuthUserRevokeRoleFieldNumber;
-    if (r.has_auth_role_add()) return R::kAuthRoleAddFieldNumber;
-    if (r.has_auth_role_delete()) return R::kAuthRoleDeleteFieldNumber;
-    if (r.has_auth_role_grant_permission()) return R::kAuthRoleGrantPermissionFieldNumber;
-    if (r.has_auth_role_revoke_permission()) return R::kAuthRoleRevokePermissionFieldNumber;
-    return 0;
-  }
-
-  // etcd's needAdminPermission: auth changes (and user and role lists, which
-  // are skipped whatever the check says).
-  static bool NeedsAdmin(const etcdserverpb::InternalRaftRequest& r) {
-    return r.has_auth_enable() || r.has_auth_disable() || r.has_auth_user_add() ||
-           r.has_auth_user_delete() || r.has_auth_user_change_password() ||
-           r.has_auth_user_grant_role() || r.has_auth_user_revoke_role() ||
-           r.has_auth_role_add() || r.has_auth_role_grant_permission() ||
-           r.has_auth_role_revoke_permission() || r.has_auth_role_delete();
+  // The auth store mutation a request logs (run by AuthStore::Wait, on the
+  // calling thread); empty for a request that changes no auth state.
+  std::function<void(AuthStore::Done)> AuthChange(const etcdserverpb::InternalRaftRequest& r) {
+    AuthStore* auth = auth_;
+    // etcd 3.4 logs passwords and hashes them when it applies the request;
+    // 3.5 logs the hash.
+    auto with_hash = [auth](const std::string& hashed, const std::string& password,
+                            AuthStore::Done& d) -> std::optional<std::string> {
+      if (!hashed.empty()) return hashed;
+      auto h = auth->HashPassword(password);
+      if (h.ok()) return *h;
+      d(h.status());
+      return std::nullopt;
+    };
+    if (r.has_auth_enable()) return [auth](AuthStore::Done d) { auth->AuthEnable(std::move(d)); };
+    if (r.has_auth_disable()) return [auth](AuthStore::Done d) { auth->AuthDisable(std::move(d)); };
+    if (r.has_auth_user_add()) {
+      return [auth, with_hash, &u = r.auth_user_add()](AuthStore::Done d) {
+        const bool no_password = u.options().no_password();
+        std::optional<std::string> hash;
+        if (no_password) {
+          hash.emplace();
+        } else {
+          hash = with_hash(u.hashedpassword(), u.password(), d);
+        }
+        if (hash) auth->UserAdd(u.name(), *hash, no_password, std::move(d));
+      };
+    }
+    if (r.has_auth_user_change_password()) {
+      return [auth, with_hash, &c = r.auth_user_change_password()](AuthStore::Done d) {
+        auto hash = with_hash(c.hashedpassword(), c.password(), d);
+        if (hash) auth->UserChangePassword(c.name(), *hash, std::move(d));
+      };
+    }
+    if (r.has_auth_user_delete()) {
+      return [auth, &u = r.auth_user_delete()](AuthStore::Done d) {
+        auth->UserDelete(u.name(), std::move(d));
+      };
+    }
+    if (r.has_auth_user_grant_role()) {
+      return [auth, &g = r.auth_user_grant_role()](AuthStore::Done d) {
+        auth->UserGrantRole(g.user(), g.role(), std::move(d));
+      };
+    }
+    if (r.has_auth_user_revoke_role()) {
+      return [auth, &v = r.auth_user_revoke_role()](AuthStore::Done d) {
+        auth->UserRevokeRole(v.name(), v.role(), std::move(d));
+      };
+    }
+    if (r.has_auth_role_add()) {
+      return [auth, &a = r.auth_role_add()](AuthStore::Done d) {
+        auth->RoleAdd(a.name(), std::move(d));
+      };
+    }
+    if (r.has_auth_role_delete()) {
+      return [auth, &del = r.auth_role_delete()](AuthStore::Done d) {
+        auth->RoleDelete(del.role(), std::move(d));
+      };
+    }
+    if (r.has_auth_role_grant_permission()) {
+      return [auth, &g = r.auth_role_grant_permission()](AuthStore::Done d) {
+        if (!g.has_perm()) {
+          d(mvcc::MakeError(mvcc::Error::kPermissionNotGiven));
+          return;
+        }
+        auth->RoleGrantPermission(g.name(), g.perm(), std::move(d));
+      };
+    }
+    if (r.has_auth_role_revoke_permission()) {
+      return [auth, &v = r.auth_role_revoke_permission()](AuthStore::Done d) {
+        auth->RoleRevokePermission(v.role(), v.key(), v.range_end(), std::move(d));
+      };
+    }
+    return {};
   }
 
   // A refused request is etcd's answer to it; a store that failed is not.
@@ -199,10 +170,6 @@ class Replayer {
     if (s.ok()) return Applied();
     if (auto failed = kv_->StorageFailure(); !failed.ok()) return failed;
     return Refused(s);
-  }
-
-  absl::StatusOr<Outcome> Mutate(const std::function<void(AuthStore::Done)>& mutation) {
-    return Result(auth_->Wait(mutation));
   }
 
   KvStore* const kv_;
@@ -242,28 +209,6 @@ absl::StatusOr<etcdserverpb::InternalRaftRequest> DecodeRequest(const raftpb::En
 }
 
 }  // namespace
-
-std::string WalDirOf(const Source& source) {
-  if (source.snapshot) return {};
-  const fs::path snap = fs::path(source.file).parent_path();
-  if (snap.filename() != "snap") return {};
-  const fs::path wal = snap.parent_path() / "wal";
-  std::error_code ec;
-  return fs::is_directory(wal, ec) ? wal.string() : std::string();
-}
-
-absl::StatusOr<std::vector<std::string>> ListMembers(const storage::BboltReader& r) {
-  std::vector<std::string> members;
-  auto buckets = r.Buckets();
-  if (!buckets.ok()) return buckets.status();
-  if (std::find(buckets->begin(), buckets->end(), "members") == buckets->end()) return members;
-  auto s = r.ForEach({"members"}, [&members](std::string_view k, std::string_view, bool) {
-    members.emplace_back(k);
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return members;
-}
 
 absl::Status ReplayEtcdWal(const std::string& wal_dir, const std::string& data_dir,
                            uint64_t consistent_index, const std::vector<std::string>& members,
