@@ -116,6 +116,28 @@ absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
 
 // ---------------------------------------------------------------- AuthService
 
+AuthService::AuthService(std::unique_ptr<mvcc::AuthStore> store, bool client_cert_auth,
+                         const MemberInfo* member)
+    : store_(std::move(store)), owned_gate_(store_.get(), client_cert_auth), member_(member) {
+  DecodeUnary("AuthEnable", &AuthService::AuthEnable);
+  DecodeUnary("AuthDisable", &AuthService::AuthDisable);
+  DecodeUnary("AuthStatus", &AuthService::AuthStatus);
+  DecodeUnary("Authenticate", &AuthService::Authenticate);
+  DecodeUnary("UserAdd", &AuthService::UserAdd);
+  DecodeUnary("UserGet", &AuthService::UserGet);
+  DecodeUnary("UserList", &AuthService::UserList);
+  DecodeUnary("UserDelete", &AuthService::UserDelete);
+  DecodeUnary("UserChangePassword", &AuthService::UserChangePassword);
+  DecodeUnary("UserGrantRole", &AuthService::UserGrantRole);
+  DecodeUnary("UserRevokeRole", &AuthService::UserRevokeRole);
+  DecodeUnary("RoleAdd", &AuthService::RoleAdd);
+  DecodeUnary("RoleGet", &AuthService::RoleGet);
+  DecodeUnary("RoleList", &AuthService::RoleList);
+  DecodeUnary("RoleDelete", &AuthService::RoleDelete);
+  DecodeUnary("RoleGrantPermission", &AuthService::RoleGrantPermission);
+  DecodeUnary("RoleRevokePermission", &AuthService::RoleRevokePermission);
+}
+
 template <typename Response>
 void AuthService::Finish(grpc::ServerUnaryReactor* reactor, Response* resp,
                          const absl::Status& s) const {

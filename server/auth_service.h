@@ -22,6 +22,7 @@
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/auth_store.h"
 #include "mvcc/kv_store.h"
+#include "server/decoded.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -89,11 +90,10 @@ absl::Status CheckWrite(const AuthGate* gate, const grpc::ServerContextBase& ctx
 // the gate lives as long as the service. bcrypt work (UserAdd,
 // UserChangePassword, Authenticate) runs on a thread of its own, never on a
 // gRPC reactor thread.
-class AuthService final : public etcdserverpb::Auth::CallbackService {
+class AuthService final : public DecodingService<etcdserverpb::Auth> {
  public:
   AuthService(std::unique_ptr<mvcc::AuthStore> store, bool client_cert_auth,
-              const MemberInfo* member)
-      : store_(std::move(store)), owned_gate_(store_.get(), client_cert_auth), member_(member) {}
+              const MemberInfo* member);
 
   const AuthGate* gate() const { return &owned_gate_; }
 

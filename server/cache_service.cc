@@ -8,6 +8,7 @@
 #include "mvcc/kv_codec.h"
 #include "server/auth_service.h"
 #include "server/errors.h"
+#include "server/go_unmarshal.h"
 #include "server/grpc_buffers.h"
 
 namespace capstan::server {
@@ -74,10 +75,9 @@ void AppendEvent(const WatchEvent& e, bool with_prev, ResponseSlices* b) {
 class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   CacheWatchReactor(CacheService* service, const grpc::ByteBuffer* request) : service_(service) {
-    std::string bytes;
     capstan::v1::WatchRequest req;
-    if (!FlattenBuffer(*request, &bytes) || !req.ParseFromString(bytes)) {
-      Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+    if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+      Finish(StreamUnmarshalStatus(error));
       return;
     }
     prev_kv_ = req.prev_kv();
@@ -228,10 +228,9 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
   auto* reactor = ctx->DefaultReactor();
-  std::string bytes;
   capstan::v1::ListRequest req;
-  if (!FlattenBuffer(*request, &bytes) || !req.ParseFromString(bytes)) {
-    reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+    reactor->Finish(UnmarshalStatus(error));
     return reactor;
   }
   if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {

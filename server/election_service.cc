@@ -195,10 +195,13 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
                                                            const grpc::ByteBuffer* in) {
     auto call = std::make_shared<ObserveCall>(recipes, ctx);
     ObserveCall* c = call.get();
-    c->BeginRequest(*in, &c->request_, [c] {
-      c->prefix_ = c->request_.name() + "/";
-      c->Loop();
-    });
+    c->BeginRequest(
+        *in, &c->request_,
+        [c] {
+          c->prefix_ = c->request_.name() + "/";
+          c->Loop();
+        },
+        /*streamed=*/true);
     return c;
   }
 

@@ -20,11 +20,6 @@ void StringToBuffer(std::string&& bytes, grpc::ByteBuffer* out);
 // their bytes.
 void PartsToBuffer(std::vector<std::string>&& parts, grpc::ByteBuffer* out);
 
-// The status Go's gRPC server (and so etcd) answers for a request that does
-// not parse.
-inline constexpr char kUnmarshalError[] =
-    "grpc: error unmarshalling request: proto: cannot parse invalid wire-format data";
-
 }  // namespace capstan::server
 
 #endif  // CAPSTAN_SERVER_GRPC_BUFFERS_H_

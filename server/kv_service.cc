@@ -11,6 +11,7 @@
 #include "server/auth_service.h"
 #include "server/bulk_reads.h"
 #include "server/errors.h"
+#include "server/go_unmarshal.h"
 #include "server/grpc_buffers.h"
 
 namespace capstan::server {
@@ -36,10 +37,9 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) {
   auto* reactor = ctx->DefaultReactor();
-  std::string bytes;
   auto req = std::make_shared<etcdserverpb::RangeRequest>();
-  if (!FlattenBuffer(*request, &bytes) || !req->ParseFromString(bytes)) {
-    reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+  if (std::string error = DecodeAsEtcd(*request, req.get()); !error.empty()) {
+    reactor->Finish(UnmarshalStatus(error));
     return reactor;
   }
   if (auth_ != nullptr) {
@@ -114,9 +114,9 @@ struct RawWriteCall {
 
 }  // namespace
 
-// Writes are raw methods so that a request that does not parse gets Go gRPC's
-// INTERNAL "error unmarshalling request" as from etcd: gRPC's callback API
-// answers UNIMPLEMENTED with no message when it cannot decode a request.
+// Writes are raw methods: a request is decoded here, so that one that does
+// not decode gets etcd's answer (server/decoded.h), and handed to the
+// committer with its response in one allocation.
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* KvService::SubmitWrite(
     grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
@@ -124,9 +124,8 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const) {
   auto* reactor = ctx->DefaultReactor();
   auto call = std::make_unique<RawWriteCall<Request, Response>>();
-  std::string bytes;
-  if (!FlattenBuffer(*in, &bytes) || !call->request.ParseFromString(bytes)) {
-    reactor->Finish(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+  if (std::string error = DecodeAsEtcd(*in, &call->request); !error.empty()) {
+    reactor->Finish(UnmarshalStatus(error));
     return reactor;
   }
   // The committer need not check its shape again.

@@ -14,7 +14,7 @@ using etcdserverpb::LeaseKeepAliveResponse;
 // One keep-alive stream: each request renews one lease and is answered
 // with its TTL (0 if the lease does not exist), one at a time.
 class KeepAliveReactor final
-    : public grpc::ServerBidiReactor<LeaseKeepAliveRequest, LeaseKeepAliveResponse> {
+    : public grpc::ServerBidiReactor<Decoded<LeaseKeepAliveRequest>, LeaseKeepAliveResponse> {
  public:
   KeepAliveReactor(mvcc::KvStore* store, const MemberInfo* member)
       : store_(store), member_(member) {
@@ -26,11 +26,16 @@ class KeepAliveReactor final
       Finish(grpc::Status::OK);
       return;
     }
+    if (!request_.ok()) {
+      Finish(StreamUnmarshalStatus(request_.error));
+      return;
+    }
+    const int64_t id = request_.message.id();
     response_.Clear();
     FillHeader(*member_, response_.mutable_header());
     response_.mutable_header()->set_revision(store_->Rev());
-    response_.set_id(request_.id());
-    response_.set_ttl(store_->lessor()->Renew(request_.id()).value_or(0));
+    response_.set_id(id);
+    response_.set_ttl(store_->lessor()->Renew(id).value_or(0));
     StartWrite(&response_);
   }
 
@@ -47,11 +52,22 @@ class KeepAliveReactor final
  private:
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
-  LeaseKeepAliveRequest request_;
+  Decoded<LeaseKeepAliveRequest> request_;
   LeaseKeepAliveResponse response_;
 };
 
 }  // namespace
+
+LeaseService::LeaseService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth)
+    : store_(store), member_(member), auth_(auth) {
+  DecodeUnary("LeaseGrant", &LeaseService::LeaseGrant);
+  DecodeUnary("LeaseRevoke", &LeaseService::LeaseRevoke);
+  DecodeUnary("LeaseTimeToLive", &LeaseService::LeaseTimeToLive);
+  DecodeUnary("LeaseLeases", &LeaseService::LeaseLeases);
+  DecodeBidi<LeaseKeepAliveRequest, LeaseKeepAliveResponse>(
+      "LeaseKeepAlive",
+      [this](grpc::CallbackServerContext*) { return new KeepAliveReactor(store_, member_); });
+}
 
 grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* ctx,
                                                    const etcdserverpb::LeaseGrantRequest* request,
@@ -83,11 +99,6 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
   SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseRevoke, request,
                   response);
   return reactor;
-}
-
-grpc::ServerBidiReactor<LeaseKeepAliveRequest, LeaseKeepAliveResponse>*
-LeaseService::LeaseKeepAlive(grpc::CallbackServerContext*) {
-  return new KeepAliveReactor(store_, member_);
 }
 
 grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(

@@ -7,6 +7,7 @@
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "server/decoded.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -16,11 +17,10 @@ class AuthGate;
 namespace capstan::server {
 
 // Thread-safe. store and member must outlive the service.
-class LeaseService final : public etcdserverpb::Lease::CallbackService {
+class LeaseService final : public DecodingService<etcdserverpb::Lease> {
  public:
   // auth: permission checks (null: none); must outlive the service.
-  LeaseService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr)
-      : store_(store), member_(member), auth_(auth) {}
+  LeaseService(mvcc::KvStore* store, const MemberInfo* member, const AuthGate* auth = nullptr);
 
   grpc::ServerUnaryReactor* LeaseGrant(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::LeaseGrantRequest* request,
@@ -28,9 +28,6 @@ class LeaseService final : public etcdserverpb::Lease::CallbackService {
   grpc::ServerUnaryReactor* LeaseRevoke(grpc::CallbackServerContext* ctx,
                                         const etcdserverpb::LeaseRevokeRequest* request,
                                         etcdserverpb::LeaseRevokeResponse* response) override;
-  grpc::ServerBidiReactor<etcdserverpb::LeaseKeepAliveRequest,
-                          etcdserverpb::LeaseKeepAliveResponse>*
-  LeaseKeepAlive(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* LeaseTimeToLive(grpc::CallbackServerContext* ctx,
                                             const etcdserverpb::LeaseTimeToLiveRequest* request,
                                             etcdserverpb::LeaseTimeToLiveResponse* response) override;

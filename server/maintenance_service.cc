@@ -1,6 +1,7 @@
 #include "server/maintenance_service.h"
 
 #include <thread>
+#include <utility>
 
 #include "server/auth_service.h"
 #include "server/errors.h"
@@ -18,6 +19,23 @@ class RefusedSnapshot final : public grpc::ServerWriteReactor<etcdserverpb::Snap
 };
 
 }  // namespace
+
+MaintenanceService::MaintenanceService(mvcc::KvStore* store, const MemberInfo* member,
+                                       std::string version, const AuthGate* auth)
+    : store_(store), member_(member), version_(std::move(version)), auth_(auth) {
+  DecodeUnary("Alarm", &MaintenanceService::Alarm);
+  DecodeUnary("Status", &MaintenanceService::Status);
+  DecodeUnary("Defragment", &MaintenanceService::Defragment);
+  DecodeUnary("Hash", &MaintenanceService::Hash);
+  DecodeUnary("HashKV", &MaintenanceService::HashKV);
+  DecodeUnary("MoveLeader", &MaintenanceService::MoveLeader);
+  DecodeUnary("Downgrade", &MaintenanceService::Downgrade);
+  DecodeServerStream<etcdserverpb::SnapshotRequest, etcdserverpb::SnapshotResponse>(
+      "Snapshot", [this](grpc::CallbackServerContext* ctx,
+                         const Decoded<etcdserverpb::SnapshotRequest>* request) {
+        return Snapshot(ctx, request);
+      });
+}
 
 // Defragment, Snapshot, Hash and HashKV need the root role when auth is on
 // (etcd's authMaintenanceServer, which returns the auth errors unconverted);
@@ -117,7 +135,8 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Snapshot(
-    grpc::CallbackServerContext* ctx, const etcdserverpb::SnapshotRequest*) {
+    grpc::CallbackServerContext* ctx, const Decoded<etcdserverpb::SnapshotRequest>* request) {
+  if (!request->ok()) return new RefusedSnapshot(StreamUnmarshalStatus(request->error));
   if (auth_ != nullptr) {
     if (auto s = auth_->CheckAdmin(*ctx); !s.ok()) {
       return new RefusedSnapshot(ToUnconvertedAuthStatus(s));

@@ -9,6 +9,7 @@
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "server/decoded.h"
 #include "server/member.h"
 
 namespace capstan::server {
@@ -16,12 +17,11 @@ namespace capstan::server {
 class AuthGate;
 
 // Thread-safe. store and member must outlive the service.
-class MaintenanceService final : public etcdserverpb::Maintenance::CallbackService {
+class MaintenanceService final : public DecodingService<etcdserverpb::Maintenance> {
  public:
   // auth: root checks (null: none); must outlive the service.
   MaintenanceService(mvcc::KvStore* store, const MemberInfo* member, std::string version,
-                     const AuthGate* auth = nullptr)
-      : store_(store), member_(member), version_(std::move(version)), auth_(auth) {}
+                     const AuthGate* auth = nullptr);
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const etcdserverpb::StatusRequest* request,
@@ -38,8 +38,6 @@ class MaintenanceService final : public etcdserverpb::Maintenance::CallbackServi
   grpc::ServerUnaryReactor* HashKV(grpc::CallbackServerContext* ctx,
                                    const etcdserverpb::HashKVRequest* request,
                                    etcdserverpb::HashKVResponse* response) override;
-  grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* Snapshot(
-      grpc::CallbackServerContext* ctx, const etcdserverpb::SnapshotRequest* request) override;
   grpc::ServerUnaryReactor* MoveLeader(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::MoveLeaderRequest* request,
                                        etcdserverpb::MoveLeaderResponse* response) override;
@@ -48,15 +46,20 @@ class MaintenanceService final : public etcdserverpb::Maintenance::CallbackServi
                                       etcdserverpb::DowngradeResponse* response) override;
 
  private:
+  grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* Snapshot(
+      grpc::CallbackServerContext* ctx, const Decoded<etcdserverpb::SnapshotRequest>* request);
+
   mvcc::KvStore* const store_;
   const MemberInfo* const member_;
   const std::string version_;
   const AuthGate* const auth_;
 };
 
-class ClusterService final : public etcdserverpb::Cluster::CallbackService {
+class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
  public:
-  ClusterService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {}
+  ClusterService(mvcc::KvStore* store, const MemberInfo* member) : store_(store), member_(member) {
+    DecodeUnary("MemberList", &ClusterService::MemberList);
+  }
 
   grpc::ServerUnaryReactor* MemberList(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::MemberListRequest* request,

@@ -39,6 +39,7 @@
 #include "grpcpp/support/status.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "server/go_unmarshal.h"
 #include "server/grpc_buffers.h"
 #include "server/member.h"
 #include "server/work_queue.h"
@@ -87,13 +88,14 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
   // The start of an RPC: keeps the call alive until Release (its reactor's
   // OnDone), parses the received bytes into *request and begins with
   // `first`; a request that does not parse is answered with Go gRPC's
-  // unmarshal error, as by etcd.
+  // unmarshal error, as by etcd (a server stream's text: `streamed`).
   template <typename Request>
-  void BeginRequest(const grpc::ByteBuffer& in, Request* request, std::function<void()> first) {
+  void BeginRequest(const grpc::ByteBuffer& in, Request* request, std::function<void()> first,
+                    bool streamed = false) {
     self_ = shared_from_this();
-    std::string bytes;
-    if (!FlattenBuffer(in, &bytes) || !request->ParseFromString(bytes)) {
-      Begin([this] { End(grpc::Status(grpc::StatusCode::INTERNAL, kUnmarshalError)); });
+    if (std::string error = DecodeAsEtcd(in, request); !error.empty()) {
+      grpc::Status status = streamed ? StreamUnmarshalStatus(error) : UnmarshalStatus(error);
+      Begin([this, status] { End(status); });
     } else {
       Begin(std::move(first));
     }

@@ -8,6 +8,7 @@
 
 #include "server/auth_service.h"
 #include "server/errors.h"
+#include "server/go_unmarshal.h"
 #include "server/grpc_buffers.h"
 
 namespace capstan::server {
@@ -33,10 +34,9 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       // until the client cancels it (OnCancel), which a broken call does too.
       return;
     }
-    std::string bytes;
     etcdserverpb::WatchRequest req;
-    if (!FlattenBuffer(in_, &bytes) || !req.ParseFromString(bytes)) {
-      End(grpc::Status(grpc::INTERNAL, kUnmarshalError));
+    if (std::string error = DecodeAsEtcd(in_, &req); !error.empty()) {
+      End(StreamUnmarshalStatus(error));
       return;
     }
     switch (req.request_union_case()) {
