@@ -76,7 +76,7 @@ sanitize-address: deps
 # in build/fuzz, each run for FUZZ_SECONDS from its checked-in corpus. New
 # inputs go to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/.
 FUZZ_SECONDS ?= 60
-FUZZERS      := request continue_token index_extractor bbolt_reader config_file etcd_wal
+FUZZERS      := request continue_token index_extractor bbolt_reader config_file etcd_wal go_unmarshal
 fuzz: deps
 	cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCAPSTAN_FUZZ=ON \

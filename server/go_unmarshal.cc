@@ -1,7 +1,7 @@
 #include "server/go_unmarshal.h"
 
 #include <cstdint>
-#include <optional>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -19,12 +19,12 @@ constexpr char kUnexpectedEof[] = "unexpected EOF";
 constexpr char kIntOverflow[] = "proto: integer overflow";
 constexpr char kInvalidLength[] = "proto: negative length found during unmarshaling";
 
-// The text C++ protobuf's own refusals get (a string that is not UTF-8,
-// nesting deeper than it allows), as Go's newer protobuf words it.
+// What a message nested deeper than C++ protobuf allows gets (Go's newer
+// protobuf words its refusals so).
 constexpr char kCannotParse[] = "proto: cannot parse invalid wire-format data";
 
-// C++ protobuf refuses messages nested deeper than this; the walk stops
-// there and leaves the refusal to it.
+// C++ protobuf's limit on nested messages; a request nested deeper is
+// refused.
 constexpr int kMaxDepth = 100;
 
 // Go's names for a message type and a field (protoc-gen-go's CamelCase).
@@ -63,10 +63,10 @@ std::string GoFieldName(const std::string& s) {
 // bytes ("shift >= 64" overflows).
 class Walker {
  public:
-  // known_fields (null: not wanted) receives the fields the message knows,
-  // as gogo read them, with the unknown ones left out.
-  explicit Walker(std::string_view data, std::string* known_fields = nullptr)
-      : data_(data), l_(static_cast<int64_t>(data.size())), known_(known_fields) {}
+  // into (null: none) receives the values of the fields its type knows, as
+  // gogo's Unmarshal sets them.
+  explicit Walker(std::string_view data, google::protobuf::Message* into = nullptr)
+      : data_(data), l_(static_cast<int64_t>(data.size())), into_(into) {}
 
   // The generated Unmarshal of type.
   std::string Message(const Descriptor& type, int depth) {
@@ -115,70 +115,122 @@ class Walker {
 
   // A field the message knows, from after its tag.
   std::string Known(const FieldDescriptor& f, int wire_type, int depth) {
-    const int64_t start = i_;
-    std::optional<std::string> nested;  // a walked message's known fields
-    std::string e = KnownValue(f, wire_type, depth, &nested);
-    if (!e.empty() || known_ == nullptr) return e;
-    AppendVarint((static_cast<uint64_t>(f.number()) << 3) | static_cast<uint64_t>(wire_type));
-    if (nested.has_value()) {
-      AppendVarint(nested->size());
-      known_->append(*nested);
-    } else {
-      known_->append(data_.substr(static_cast<size_t>(start), static_cast<size_t>(i_ - start)));
-    }
-    return "";
-  }
-
-  std::string KnownValue(const FieldDescriptor& f, int wire_type, int depth,
-                         std::optional<std::string>* nested) {
     const int want = WireTypeOf(f);
-    if (f.is_repeated() && want != 2 && wire_type == 2) return Packed(want);
+    if (f.is_repeated() && want != 2 && wire_type == 2) return Packed(f, want);
     if (wire_type != want) {
       return absl::StrCat("proto: wrong wireType = ", wire_type, " for field ",
                           GoFieldName(f.name()));
     }
-    switch (want) {
-      case 0: {
-        uint64_t v;
-        return Varint(&v);
-      }
-      case 1:
-      case 5:
-        return Fixed(want == 1 ? 8 : 4);
-      default:
-        break;
-    }
+    if (want != 2) return Scalar(f, want);
     int64_t end = 0;
     if (std::string e = Length(&end); !e.empty()) return e;
-    if (f.type() == FieldDescriptor::TYPE_MESSAGE && depth < kMaxDepth) {
-      Walker sub(data_.substr(static_cast<size_t>(i_), static_cast<size_t>(end - i_)),
-                 known_ != nullptr ? &nested->emplace() : nullptr);
-      if (std::string e = sub.Message(*f.message_type(), depth + 1); !e.empty()) return e;
+    const std::string_view value =
+        data_.substr(static_cast<size_t>(i_), static_cast<size_t>(end - i_));
+    if (f.type() == FieldDescriptor::TYPE_MESSAGE) {
+      if (depth >= kMaxDepth) {
+        // Deeper than C++ protobuf nests: not checked; not decoded either.
+        if (into_ != nullptr) return kCannotParse;
+      } else {
+        google::protobuf::Message* sub = nullptr;
+        if (into_ != nullptr) {
+          const auto* r = into_->GetReflection();
+          sub = f.is_repeated() ? r->AddMessage(into_, &f) : r->MutableMessage(into_, &f);
+        }
+        if (std::string e = Walker(value, sub).Message(*f.message_type(), depth + 1); !e.empty()) {
+          return e;
+        }
+      }
+    } else if (into_ != nullptr) {
+      // As bytes: gogo does not check that a string is UTF-8.
+      const auto* r = into_->GetReflection();
+      if (f.is_repeated()) {
+        r->AddString(into_, &f, std::string(value));
+      } else {
+        r->SetString(into_, &f, std::string(value));
+      }
     }
     i_ = end;
     return "";
   }
 
-  void AppendVarint(uint64_t v) {
-    while (v >= 0x80) {
-      known_->push_back(static_cast<char>(v | 0x80));
-      v >>= 7;
+  // One varint or fixed-size value of f, stored if wanted.
+  std::string Scalar(const FieldDescriptor& f, int wire_type) {
+    uint64_t v = 0;
+    if (wire_type == 0) {
+      if (std::string e = Varint(&v); !e.empty()) return e;
+    } else {
+      const int size = wire_type == 1 ? 8 : 4;
+      if (std::string e = Fixed(size); !e.empty()) return e;
+      for (int b = size - 1; b >= 0; --b) {
+        v = (v << 8) | static_cast<uint8_t>(data_[static_cast<size_t>(i_ - size + b)]);
+      }
     }
-    known_->push_back(static_cast<char>(v));
+    if (into_ != nullptr) Store(f, v);
+    return "";
+  }
+
+  // Sets (or adds to) f the value v read from the wire, converted as Go's
+  // generated code converts it.
+  void Store(const FieldDescriptor& f, uint64_t v) {
+    const auto* r = into_->GetReflection();
+    const bool add = f.is_repeated();
+    switch (f.cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32: {
+        auto x = static_cast<int32_t>(static_cast<uint32_t>(v));
+        if (f.type() == FieldDescriptor::TYPE_SINT32) {
+          x = static_cast<int32_t>((static_cast<uint32_t>(v) >> 1) ^ -(static_cast<uint32_t>(v) & 1));
+        }
+        add ? r->AddInt32(into_, &f, x) : r->SetInt32(into_, &f, x);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        auto x = static_cast<int64_t>(v);
+        if (f.type() == FieldDescriptor::TYPE_SINT64) {
+          x = static_cast<int64_t>((v >> 1) ^ -(v & 1));
+        }
+        add ? r->AddInt64(into_, &f, x) : r->SetInt64(into_, &f, x);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_UINT32:
+        add ? r->AddUInt32(into_, &f, static_cast<uint32_t>(v))
+            : r->SetUInt32(into_, &f, static_cast<uint32_t>(v));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        add ? r->AddUInt64(into_, &f, v) : r->SetUInt64(into_, &f, v);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        add ? r->AddBool(into_, &f, v != 0) : r->SetBool(into_, &f, v != 0);
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const auto x = static_cast<int32_t>(static_cast<uint32_t>(v));
+        add ? r->AddEnumValue(into_, &f, x) : r->SetEnumValue(into_, &f, x);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        double d;
+        std::memcpy(&d, &v, sizeof d);
+        add ? r->AddDouble(into_, &f, d) : r->SetDouble(into_, &f, d);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        float x;
+        const auto bits = static_cast<uint32_t>(v);
+        std::memcpy(&x, &bits, sizeof x);
+        add ? r->AddFloat(into_, &f, x) : r->SetFloat(into_, &f, x);
+        break;
+      }
+      default:
+        break;
+    }
   }
 
   // A packed repeated scalar: its elements are read up to the end of the
   // field, each checked against the end of the whole message as gogo does.
-  std::string Packed(int element_wire_type) {
+  std::string Packed(const FieldDescriptor& f, int element_wire_type) {
     int64_t end = 0;
     if (std::string e = Length(&end); !e.empty()) return e;
     while (i_ < end) {
-      if (element_wire_type == 0) {
-        uint64_t v;
-        if (std::string e = Varint(&v); !e.empty()) return e;
-      } else if (std::string e = Fixed(element_wire_type == 1 ? 8 : 4); !e.empty()) {
-        return e;
-      }
+      if (std::string e = Scalar(f, element_wire_type); !e.empty()) return e;
     }
     return "";
   }
@@ -277,7 +329,7 @@ class Walker {
   std::string_view data_;
   int64_t l_;
   int64_t i_ = 0;
-  std::string* const known_;
+  google::protobuf::Message* const into_;
 };
 
 }  // namespace
@@ -291,13 +343,15 @@ std::string DecodeAsEtcd(std::string_view data, google::protobuf::Message* messa
   if (!error.empty() || message->ParseFromArray(data.data(), static_cast<int>(data.size()))) {
     return error;
   }
-  // Gogo took bytes C++ protobuf refuses: an unknown group whose end tag
-  // names another field, a tag beyond C++'s field numbers (Go keeps its
-  // low 32 bits). Decode what gogo read: the known fields alone.
-  std::string known;
-  Walker(data, &known).Message(*message->GetDescriptor(), 0);
-  if (message->ParseFromString(known)) return "";
-  return kCannotParse;
+  // Gogo took bytes C++ protobuf refuses: a string that is not UTF-8, an
+  // unknown group closed by another field's end tag, a tag beyond C++'s
+  // field numbers (Go keeps its low 32 bits). Decode them as gogo does.
+  return DecodeLikeGogo(data, message);
+}
+
+std::string DecodeLikeGogo(std::string_view data, google::protobuf::Message* message) {
+  message->Clear();
+  return Walker(data, message).Message(*message->GetDescriptor(), 0);
 }
 
 std::string DecodeAsEtcd(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {

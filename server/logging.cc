@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/stubs/logging.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -100,6 +101,27 @@ std::string JsonEscape(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// Protobuf's own messages, in the same log. Its complaint about a string
+// field that is not UTF-8 comes from a client's bytes, which etcd takes
+// without a word (server/go_unmarshal.h): one per such request, so debug.
+void ProtobufLog(google::protobuf::LogLevel level, const char* filename, int line,
+                 const std::string& message) {
+  spdlog::level::level_enum to = spdlog::level::err;
+  if (message.find("invalid UTF-8") != std::string::npos) {
+    to = spdlog::level::debug;
+  } else if (level < google::protobuf::LOGLEVEL_WARNING) {
+    to = spdlog::level::info;
+  } else if (level == google::protobuf::LOGLEVEL_WARNING) {
+    to = spdlog::level::warn;
+  }
+  spdlog::default_logger_raw()->log(spdlog::source_loc{filename, line, ""}, to, "protobuf: {}",
+                                    message);
+}
+
+}  // namespace
+
 absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs) {
   std::vector<spdlog::sink_ptr> sinks;
   for (const auto& out : outputs) {
@@ -126,6 +148,7 @@ absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs
   // the process is killed. Lines are few (none per request).
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
+  google::protobuf::SetLogHandler(&ProtobufLog);
   return absl::OkStatus();
 }
 
