@@ -74,14 +74,8 @@ void AppendEvent(const WatchEvent& e, bool with_prev, ResponseSlices* b) {
 // One Watch stream. Deletes itself in OnDone.
 class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  CacheWatchReactor(CacheService* service, const grpc::ByteBuffer* request) : service_(service) {
-    capstan::v1::WatchRequest req;
-    if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
-      Finish(StreamUnmarshalStatus(error));
-      return;
-    }
-    prev_kv_ = req.prev_kv();
-    started_ = true;
+  CacheWatchReactor(CacheService* service, capstan::v1::WatchRequest req)
+      : service_(service), prev_kv_(req.prev_kv()) {
     // Starting may wait for the cache to reach the requested revision.
     service_->Run([this, req = std::move(req)] { Start(req); });
   }
@@ -110,7 +104,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
     std::unique_ptr<watchcache::CacheWatch> w;
     {
       std::unique_lock<std::mutex> l(mu_);
-      start_done_cv_.wait(l, [this] { return !started_ || start_done_; });
+      start_done_cv_.wait(l, [this] { return start_done_; });
       w = std::move(watch_);
     }
     if (w) w->Cancel();
@@ -179,8 +173,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
   }
 
   CacheService* const service_;
-  bool prev_kv_ = false;
-  bool started_ = false;
+  const bool prev_kv_;
 
   std::mutex mu_;
   std::condition_variable start_done_cv_;
@@ -292,16 +285,14 @@ absl::Status CacheService::CheckPrefix(const grpc::ServerContextBase& ctx,
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CacheService::Watch(grpc::CallbackServerContext* ctx,
                                                                 const grpc::ByteBuffer* request) {
-  if (auth_ != nullptr) {
-    std::string bytes;
-    capstan::v1::WatchRequest req;
-    if (FlattenBuffer(*request, &bytes) && req.ParseFromString(bytes)) {
-      if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {
-        return new RefusedWatchReactor(ToGrpcStatus(st));
-      }
-    }
+  capstan::v1::WatchRequest req;
+  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+    return new RefusedWatchReactor(StreamUnmarshalStatus(error));
   }
-  return new CacheWatchReactor(this, request);
+  if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {
+    return new RefusedWatchReactor(ToGrpcStatus(st));
+  }
+  return new CacheWatchReactor(this, std::move(req));
 }
 
 }  // namespace capstan::server

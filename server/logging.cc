@@ -145,7 +145,7 @@ absl::Status InitLogging(LogLevel level, const std::vector<std::string>& outputs
   logger->set_level(ToSpdlog(level));
   // Every line reaches its output when written, as with etcd's zap (which
   // writes unbuffered): a log file can be followed, and nothing is lost when
-  // the process is killed. Lines are few (none per request).
+  // the process is killed. Lines are few (none per request above debug).
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
   google::protobuf::SetLogHandler(&ProtobufLog);
