@@ -51,7 +51,7 @@ class DecodingService : public Grpc::CallbackService {
                                                              const Request*, Response*)) {
     Self* self = static_cast<Self*>(this);
     this->MarkMethodCallback(
-        MethodIndex(name),
+        MethodIndex(name, *Request::descriptor()),
         new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Response>(
             [self, method](grpc::CallbackServerContext* ctx, const Decoded<Request>* request,
                            Response* response) -> grpc::ServerUnaryReactor* {
@@ -73,7 +73,7 @@ class DecodingService : public Grpc::CallbackService {
                       grpc::CallbackServerContext*)>
                       make) {
     this->MarkMethodCallback(
-        MethodIndex(name),
+        MethodIndex(name, *Request::descriptor()),
         new grpc::internal::CallbackBidiHandler<Decoded<Request>, Response>(std::move(make)));
   }
 
@@ -84,19 +84,21 @@ class DecodingService : public Grpc::CallbackService {
                           std::function<grpc::ServerWriteReactor<Response>*(
                               grpc::CallbackServerContext*, const Decoded<Request>*)>
                               make) {
-    this->MarkMethodCallback(MethodIndex(name),
+    this->MarkMethodCallback(MethodIndex(name, *Request::descriptor()),
                              new grpc::internal::CallbackServerStreamingHandler<
                                  Decoded<Request>, Response>(std::move(make)));
   }
 
  private:
   // gRPC numbers a service's methods in the order the proto declares them.
-  static int MethodIndex(const char* name) {
+  // The method must exist and take `request` (a registration naming one
+  // method with another's handler stops the server at start).
+  static int MethodIndex(const char* name, const google::protobuf::Descriptor& request) {
     const auto* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
             Grpc::service_full_name());
     const auto* method = service == nullptr ? nullptr : service->FindMethodByName(name);
-    GPR_ASSERT(method != nullptr);
+    GPR_ASSERT(method != nullptr && method->input_type() == &request);
     return method->index();
   }
 };
