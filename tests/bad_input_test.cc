@@ -494,7 +494,7 @@ TEST_F(BadInputTest, ManyWatchersOnOneStream) {
 
 // A message far over gRPC's receive limit ends its own call only. gRPC C++
 // (1.51) takes the whole message in before it refuses it, where Go's gRPC
-// refuses at its 5-byte header (docs/COMPATIBILITY.md); a memory quota that
+// refuses at its 5-byte header (docs/RELIABILITY.md); a memory quota that
 // would stop it sooner cancels streams at random, a watch like this one
 // included, so Capstan sets none.
 TEST_F(BadInputTest, MessageFarOverTheLimitEndsOnlyItsOwnCall) {

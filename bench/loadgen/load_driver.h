@@ -1,11 +1,12 @@
 // The closed-loop load engine shared by the etcd-benchmark-style workloads:
 // --clients requests in flight at once, each client issuing its next request
 // when the previous one completes, optionally paced to --rate requests/s
-// across all clients (a token bucket, as etcd's benchmark paces with
-// golang.org/x/time/rate, whose schedule may lag the clock by up to 1 ms or
-// one request and then catch up). A request's latency is measured from its start to its
-// completion, as etcd's benchmark measures it (so, like etcd's, a paced run
-// does not count time spent waiting for the rate limiter).
+// across all clients (a token bucket like the golang.org/x/time/rate limiter
+// of etcd's benchmark, except that the schedule may lag the clock by up to
+// 1 ms, or one request, and then catch up). A request's latency is measured
+// from its start to its completion, as etcd's benchmark measures it (so,
+// like etcd's, a paced run does not count time spent waiting for the rate
+// limiter).
 
 #ifndef CAPSTAN_BENCH_LOADGEN_LOAD_DRIVER_H_
 #define CAPSTAN_BENCH_LOADGEN_LOAD_DRIVER_H_
