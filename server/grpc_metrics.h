@@ -11,6 +11,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
@@ -23,18 +28,28 @@ namespace capstan::server {
 // Counts RPCs into two counter families of a prometheus registry. Thread-safe.
 class GrpcMetrics {
  public:
+  // The series of one method. Its labels are built and looked up in the
+  // families once, on the method's first call, not on every call.
+  class MethodSeries;
+
   // Registers the families in `registry`, which must outlive this object;
   // the handling-time histogram only with `handling_time`.
   GrpcMetrics(prometheus::Registry* registry, bool handling_time);
+  ~GrpcMetrics();
 
   // An interceptor factory to install with ServerBuilder; it records into
   // this object, which must outlive the server.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
 
-  // `method` is gRPC's full name, "/etcdserverpb.KV/Range".
-  void Started(const char* method, grpc::internal::RpcMethod::RpcType type);
-  void Handled(const char* method, grpc::internal::RpcMethod::RpcType type, grpc::StatusCode code,
-               double seconds);
+  // The series of `method`, gRPC's full name ("/etcdserverpb.KV/Range"),
+  // made on first use and owned by this object.
+  MethodSeries* ForMethod(const char* method, grpc::internal::RpcMethod::RpcType type);
+
+  // Whether Handled() uses the call's duration (only then is it measured).
+  bool times_calls() const { return handling_ != nullptr; }
+
+  void Started(MethodSeries* series);
+  void Handled(MethodSeries* series, grpc::StatusCode code, double seconds);
 
   // Unary RPCs started and not yet over (streams are not counted: they end
   // when the server stops).
@@ -47,6 +62,8 @@ class GrpcMetrics {
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>* const handling_;  // null unless extensive
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<MethodSeries>> methods_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace capstan::server
