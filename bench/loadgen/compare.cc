@@ -43,7 +43,9 @@ double Median(std::vector<double> v) {
 }
 
 std::string Display(const std::string& target) {
-  return target == "capstan" ? "Capstan" : target == "etcd" ? "etcd" : target;
+  if (target == "capstan") return "Capstan";
+  if (target == "floor") return "gRPC floor";
+  return target;
 }
 
 std::vector<std::string> SplitFlags(const std::string& s) {
@@ -57,9 +59,17 @@ Run RunOnce(const CompareOptions& o, const GlobalOptions& global, Workload& work
   run.round = round;
   run.target = target;
   ServerOptions so;
-  so.kind = target == "capstan" ? ServerKind::kCapstan : ServerKind::kEtcd;
-  so.binary = target == "capstan" ? o.capstan_binary : o.etcd_binary;
-  so.extra_flags = SplitFlags(target == "capstan" ? o.capstan_flags : o.etcd_flags);
+  // The floor takes (and ignores) Capstan's flags.
+  so.kind = target == "etcd" ? ServerKind::kEtcd : ServerKind::kCapstan;
+  if (target == "capstan") {
+    so.binary = o.capstan_binary;
+    so.extra_flags = SplitFlags(o.capstan_flags);
+  } else if (target == "floor") {
+    so.binary = o.floor_binary;
+  } else {
+    so.binary = o.etcd_binary;
+    so.extra_flags = SplitFlags(o.etcd_flags);
+  }
   so.keep_data = o.keep_data;
   auto server = ServerProcess::Start(so, o.ready_timeout);
   if (!server.ok()) {
@@ -157,33 +167,47 @@ void CompareOptions::Register(FlagSet& f) {
   f.String("etcd-binary", &etcd_binary, "etcd server binary");
   f.String("capstan-flags", &capstan_flags, "extra flags for capstan, space-separated");
   f.String("etcd-flags", &etcd_flags, "extra flags for etcd, space-separated");
-  f.String("targets", &targets, "comma-separated targets to run: capstan,etcd");
+  f.String("floor-binary", &floor_binary,
+           "capstan-grpc-floor binary, for the target floor (default: next to capstan-bench)");
+  f.String("targets", &targets,
+           "comma-separated targets to run, of capstan, etcd and floor (gRPC alone, no storage); "
+           "ratios are to the last");
   f.Bool("keep-data", &keep_data, "keep each server's data dir and log under /tmp");
   f.Duration("ready-timeout", &ready_timeout, "how long a server may take to start serving");
   f.Duration("run-timeout", &run_timeout,
              "kill the server of a run still going after this long (the run then fails)");
 }
 
-std::string DefaultCapstanBinary() {
+namespace {
+
+// `name` in the directory of capstan-bench, or in its server/ subdirectory.
+std::string BesideSelf(const std::string& name) {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "capstan";
+  if (ec) return name;
   const auto dir = self.parent_path();
-  for (const auto& candidate : {dir / "server" / "capstan", dir / "capstan"}) {
+  for (const auto& candidate : {dir / "server" / name, dir / name}) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
-  return (dir / "server" / "capstan").string();
+  return (dir / "server" / name).string();
 }
+
+}  // namespace
+
+std::string DefaultCapstanBinary() { return BesideSelf("capstan"); }
+
+std::string DefaultFloorBinary() { return BesideSelf("capstan-grpc-floor"); }
 
 int RunCompare(const CompareOptions& options, const GlobalOptions& global, Workload& workload,
                const std::string& workload_name, const std::string& command_line) {
   CompareOptions o = options;
   if (o.capstan_binary.empty()) o.capstan_binary = DefaultCapstanBinary();
+  if (o.floor_binary.empty()) o.floor_binary = DefaultFloorBinary();
   const std::vector<std::string> targets = absl::StrSplit(o.targets, ',', absl::SkipEmpty());
   InstallServerCleanup();
   std::cerr << "compare " << workload_name << ": " << o.rounds << " rounds against "
             << o.targets << "\n  capstan: " << o.capstan_binary << "\n  etcd:    " << o.etcd_binary
-            << "\n";
+            << "\n  floor:   " << o.floor_binary << "\n";
 
   std::vector<Run> runs;
   for (int round = 1; round <= o.rounds; ++round) {
@@ -227,12 +251,18 @@ int RunCompare(const CompareOptions& options, const GlobalOptions& global, Workl
                                      out->append(Display(t));
                                    }),
                                    o.rounds, command_line);
+  // Two targets get the first's ratio to the second and which is better;
+  // more get each one's ratio to the last.
   const bool pair = targets.size() == 2;
+  const size_t ratios = targets.size() < 2 ? 0 : targets.size() - 1;
   md += "| metric |";
   for (const auto& t : targets) absl::StrAppend(&md, " ", Display(t), " |");
-  if (pair) absl::StrAppend(&md, " ", Display(targets[0]), "/", Display(targets[1]), " | better |");
+  for (size_t t = 0; t < ratios; ++t) {
+    absl::StrAppend(&md, " ", Display(targets[t]), "/", Display(targets.back()), " |");
+  }
+  if (pair) md += " better |";
   md += "\n| --- |";
-  for (size_t i = 0; i < targets.size() + (pair ? 2 : 0); ++i) md += " ---: |";
+  for (size_t i = 0; i < targets.size() + ratios + (pair ? 1 : 0); ++i) md += " ---: |";
   md += "\n";
   for (const auto& name : names) {
     const Metric& m = meta[name];
@@ -241,25 +271,28 @@ int RunCompare(const CompareOptions& options, const GlobalOptions& global, Workl
       auto it = medians[t].find(name);
       absl::StrAppend(&md, " ", it == medians[t].end() ? "-" : FormatNumber(it->second), " |");
     }
-    if (pair) {
-      const double a = medians[0].count(name) ? medians[0][name] : NAN;
-      const double b = medians[1].count(name) ? medians[1][name] : NAN;
+    const double b = medians.back().count(name) ? medians.back()[name] : NAN;
+    for (size_t t = 0; t < ratios; ++t) {
+      const double a = medians[t].count(name) ? medians[t][name] : NAN;
       if (std::isnan(a) || std::isnan(b) || b == 0) {
-        md += " - | - |";
-      } else {
-        const double ratio = a / b;
+        md += pair ? " - | - |" : " - |";
+        continue;
+      }
+      const double ratio = a / b;
+      absl::StrAppend(&md, " ", absl::StrFormat("%.2f", ratio), " |");
+      if (pair) {
         std::string better = "=";
         if (std::fabs(ratio - 1) > 0.03) {
           better = (ratio > 1) == m.higher_is_better ? Display(targets[0]) : Display(targets[1]);
         }
-        absl::StrAppend(&md, " ", absl::StrFormat("%.2f", ratio), " | ", better, " |");
+        absl::StrAppend(&md, " ", better, " |");
       }
     }
     md += "\n";
   }
   md += "| failed requests (all rounds) |";
   for (const auto& t : targets) absl::StrAppend(&md, " ", errors[t], " |");
-  if (pair) md += " | |";
+  for (size_t i = 0; i < ratios + (pair ? 1 : 0); ++i) md += " |";
   md += "\n";
 
   if (workload_name == "k8s") {

@@ -2,7 +2,8 @@
 // real etcd, both started here from their binaries (free loopback ports,
 // fresh data dirs under /tmp, default fsync durability), alternating which
 // goes first, for several rounds; prints medians side by side with the
-// Capstan/etcd ratio.
+// Capstan/etcd ratio. A third target, `floor`, is capstan-grpc-floor: gRPC
+// alone, with no storage (bench/loadgen/grpc_floor.cc).
 
 #ifndef CAPSTAN_BENCH_LOADGEN_COMPARE_H_
 #define CAPSTAN_BENCH_LOADGEN_COMPARE_H_
@@ -22,6 +23,7 @@ struct CompareOptions {
   std::string etcd_binary = "/usr/bin/etcd";
   std::string capstan_flags;   // extra flags, space-separated
   std::string etcd_flags;
+  std::string floor_binary;    // default: capstan-grpc-floor next to capstan-bench
   std::string targets = "capstan,etcd";
   bool keep_data = false;
   absl::Duration ready_timeout = absl::Seconds(30);
@@ -34,6 +36,9 @@ struct CompareOptions {
 
 // The capstan binary built beside capstan-bench: <dir>/server/capstan or <dir>/capstan.
 std::string DefaultCapstanBinary();
+
+// capstan-grpc-floor beside capstan-bench.
+std::string DefaultFloorBinary();
 
 // Returns the process exit code: 0 only if every run completed without a
 // failed request.
