@@ -34,6 +34,7 @@ class ConnectionPool {
   size_t size() const { return conns_.size(); }
   etcdserverpb::KV::Stub& Kv(size_t client) { return *At(client).kv; }
   etcdserverpb::Watch::Stub& Watch(size_t client) { return *At(client).watch; }
+  const std::shared_ptr<grpc::Channel>& Channel(size_t client) { return At(client).channel; }
   etcdserverpb::Lease::Stub& Lease(size_t client) { return *At(client).lease; }
   etcdserverpb::Maintenance::Stub& Maintenance(size_t client) { return *At(client).maintenance; }
   // Capstan's watch cache; etcd answers its calls UNIMPLEMENTED.

@@ -83,6 +83,17 @@ void DeliveryTracker::WriteCommitted(int64_t revision, SteadyClock::time_point s
 
 void DeliveryTracker::EventReceived(int64_t revision, SteadyClock::time_point received) {
   std::lock_guard<std::mutex> l(mu_);
+  EventReceivedLocked(revision, received);
+}
+
+void DeliveryTracker::EventsReceived(absl::Span<const int64_t> revisions,
+                                     SteadyClock::time_point received) {
+  if (revisions.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (int64_t revision : revisions) EventReceivedLocked(revision, received);
+}
+
+void DeliveryTracker::EventReceivedLocked(int64_t revision, SteadyClock::time_point received) {
   auto it = pending_.find(revision);
   if (it == pending_.end()) {
     early_[revision].push_back(received);

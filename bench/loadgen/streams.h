@@ -10,13 +10,19 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include <google/protobuf/arena.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/types/span.h"
 #include "bench/loadgen/histogram.h"
+#include "bench/loadgen/watch_summary.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -27,6 +33,12 @@ using SteadyClock = std::chrono::steady_clock;
 // thread, one at a time, in stream order; it must not block. Send() may be
 // called from any thread; requests are written in order, one write in
 // flight.
+//
+// A protobuf response is parsed into an arena that is reset before the next read:
+// a watch response carries thousands of events, and parsing them into a
+// reused heap message would free and reallocate every event's KeyValue and
+// its strings (protobuf's Clear deletes sub-messages), which made the parse
+// the largest part of the client's CPU in the watch benchmarks.
 template <typename Request, typename Response>
 class BidiStream : public grpc::ClientBidiReactor<Request, Response> {
  public:
@@ -89,8 +101,12 @@ class BidiStream : public grpc::ClientBidiReactor<Request, Response> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream is ending; OnDone follows
-    on_response_(response_);
-    this->StartRead(&response_);
+    on_response_(*response_);
+    if constexpr (std::is_base_of_v<google::protobuf::MessageLite, Response>) {
+      arena_.Reset();
+      response_ = google::protobuf::Arena::CreateMessage<Response>(&arena_);
+    }
+    this->StartRead(response_);
   }
 
   void OnDone(const grpc::Status& status) override {
@@ -101,18 +117,28 @@ class BidiStream : public grpc::ClientBidiReactor<Request, Response> {
   }
 
  protected:
-  explicit BidiStream(Handler on_response) : on_response_(std::move(on_response)) {}
+  explicit BidiStream(Handler on_response)
+      : on_response_(std::move(on_response)), arena_(ArenaOptions()),
+        response_(google::protobuf::Arena::Create<Response>(&arena_)) {}
   // Called by the subclass once the call is bound to this reactor.
   void Begin() {
-    this->StartRead(&response_);
+    this->StartRead(response_);
     this->StartCall();
   }
 
   grpc::ClientContext ctx_;
 
  private:
+  static google::protobuf::ArenaOptions ArenaOptions() {
+    google::protobuf::ArenaOptions o;
+    o.start_block_size = 64 << 10;
+    o.max_block_size = 1 << 20;
+    return o;
+  }
+
   Handler on_response_;
-  Response response_;  // owned by the read in flight
+  google::protobuf::Arena arena_;  // holds response_; reset between reads of a message
+  Response* response_;             // owned by the read in flight
 
   std::mutex mu_;
   std::condition_variable done_cv_;
@@ -132,6 +158,19 @@ class WatchStream final
   WatchStream(etcdserverpb::Watch::Stub& stub, Handler on_response)
       : BidiStream(std::move(on_response)) {
     stub.async()->Watch(&ctx_, this);
+    Begin();
+  }
+};
+
+// A Watch stream read as WatchResponseSummary: what the watch benchmarks
+// need of each response, without parsing keys and values; starts at once.
+class WatchSummaryStream final
+    : public BidiStream<etcdserverpb::WatchRequest, WatchResponseSummary> {
+ public:
+  WatchSummaryStream(const std::shared_ptr<grpc::Channel>& channel, Handler on_response)
+      : BidiStream(std::move(on_response)) {
+    grpc::TemplatedGenericStub<etcdserverpb::WatchRequest, WatchResponseSummary> stub(channel);
+    stub.PrepareBidiStreamingCall(&ctx_, "/etcdserverpb.Watch/Watch", grpc::StubOptions(), this);
     Begin();
   }
 };
@@ -170,6 +209,9 @@ class DeliveryTracker {
   // `expected_events` events across all watchers.
   void WriteCommitted(int64_t revision, SteadyClock::time_point started, int expected_events);
   void EventReceived(int64_t revision, SteadyClock::time_point received);
+  // The events of one response, all received at `received`: one lock for
+  // all of them.
+  void EventsReceived(absl::Span<const int64_t> revisions, SteadyClock::time_point received);
 
   uint64_t Matched() const;
   // Events still expected from committed writes.
@@ -182,6 +224,7 @@ class DeliveryTracker {
     SteadyClock::time_point started, completed;
     int remaining = 0;
   };
+  void EventReceivedLocked(int64_t revision, SteadyClock::time_point received);
   Histogram* const latency_;
   Histogram* const after_completion_;
   mutable std::mutex mu_;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/keys.h"
@@ -25,7 +26,6 @@ namespace {
 
 using etcdserverpb::PutRequest;
 using etcdserverpb::WatchRequest;
-using etcdserverpb::WatchResponse;
 
 uint64_t Nanos(SteadyClock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
@@ -37,7 +37,7 @@ class TimedWatchStreams {
  public:
   // on_event (optional) sees every event, on a gRPC thread.
   TimedWatchStreams(Histogram* create_latency, DeliveryTracker* tracker, ErrorCounter* errors,
-                    std::function<void(const mvccpb::Event&)> on_event = nullptr)
+                    std::function<void(const EventSummary&)> on_event = nullptr)
       : create_latency_(create_latency), tracker_(tracker), errors_(errors),
         on_event_(std::move(on_event)) {}
 
@@ -47,8 +47,8 @@ class TimedWatchStreams {
     for (int i = 0; i < n; ++i) {
       auto state = std::make_unique<StreamState>();
       StreamState* st = state.get();
-      st->stream = std::make_unique<WatchStream>(
-          pool.Watch(i), [this, st](const WatchResponse& r) { OnResponse(st, r); });
+      st->stream = std::make_unique<WatchSummaryStream>(
+          pool.Channel(i), [this, st](const WatchResponseSummary& r) { OnResponse(st, r); });
       streams_.push_back(std::move(state));
     }
   }
@@ -96,14 +96,14 @@ class TimedWatchStreams {
 
  private:
   struct StreamState {
-    std::unique_ptr<WatchStream> stream;
+    std::unique_ptr<WatchSummaryStream> stream;
     std::mutex mu;
     std::deque<SteadyClock::time_point> create_sent;  // guarded by mu
   };
 
-  void OnResponse(StreamState* st, const WatchResponse& r) {
+  void OnResponse(StreamState* st, const WatchResponseSummary& r) {
     const auto now = SteadyClock::now();
-    if (r.created()) {
+    if (r.created) {
       SteadyClock::time_point sent;
       {
         std::lock_guard<std::mutex> l(st->mu);
@@ -111,29 +111,32 @@ class TimedWatchStreams {
         sent = st->create_sent.front();
         st->create_sent.pop_front();
       }
-      if (r.watch_id() < 0 || r.canceled()) {
-        errors_->Add(absl::StrCat("watch create refused: ", r.cancel_reason()));
+      if (r.watch_id < 0 || r.canceled) {
+        errors_->Add(absl::StrCat("watch create refused: ", r.cancel_reason));
         failed_.fetch_add(1);
       } else {
         create_latency_->Record(Nanos(now - sent));
         created_.fetch_add(1);
       }
     }
-    if (r.canceled() && !r.created()) {
-      errors_->Add(absl::StrCat("watch canceled by the server: ", r.cancel_reason()));
+    if (r.canceled && !r.created) {
+      errors_->Add(absl::StrCat("watch canceled by the server: ", r.cancel_reason));
     }
-    for (const auto& ev : r.events()) {
-      tracker_->EventReceived(ev.kv().mod_revision(), now);
-      if (on_event_) on_event_(ev);
+    absl::InlinedVector<int64_t, 64> revisions;
+    revisions.reserve(r.events.size());
+    for (const auto& ev : r.events) revisions.push_back(ev.mod_revision);
+    tracker_->EventsReceived(revisions, now);
+    if (on_event_) {
+      for (const auto& ev : r.events) on_event_(ev);
     }
-    events_.fetch_add(r.events_size());
-    if (r.events_size() > 0) last_event_ns_.store(now.time_since_epoch().count());
+    events_.fetch_add(r.events.size());
+    if (!r.events.empty()) last_event_ns_.store(now.time_since_epoch().count());
   }
 
   Histogram* const create_latency_;
   DeliveryTracker* const tracker_;
   ErrorCounter* const errors_;
-  const std::function<void(const mvccpb::Event&)> on_event_;
+  const std::function<void(const EventSummary&)> on_event_;
   std::vector<std::unique_ptr<StreamState>> streams_;
   std::atomic<uint64_t> requested_{0}, created_{0}, failed_{0}, events_{0};
   std::atomic<int64_t> last_event_ns_{0};
@@ -333,10 +336,10 @@ class WatchPrefixWorkload final : public Workload {
     DeliveryTracker tracker(&event_latency);
     std::atomic<uint64_t> with_prev{0}, overwrites{0};
     TimedWatchStreams streams(&create_latency, &tracker, &errors,
-                              [&](const mvccpb::Event& ev) {
-                                if (ev.kv().version() > 1) {
+                              [&](const EventSummary& ev) {
+                                if (ev.version > 1) {
                                   overwrites.fetch_add(1, std::memory_order_relaxed);
-                                  if (ev.has_prev_kv()) with_prev.fetch_add(1, std::memory_order_relaxed);
+                                  if (ev.has_prev_kv) with_prev.fetch_add(1, std::memory_order_relaxed);
                                 }
                               });
     streams.Open(*ctx.pool, 1);
