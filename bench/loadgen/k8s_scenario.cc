@@ -214,7 +214,7 @@ PhaseResult K8sWorkload::InitialList(ConnectionPool& pool, RunReport& r) const {
   p.name = "initial list";
   p.has_throughput = false;
   const auto t = Clock::now();
-  ListResult lr = ListPrefix(pool.Kv(0), kPodsPrefix, page_limit_, nullptr);
+  ListResult lr = CountPrefix(pool.Channel(0), kPodsPrefix, page_limit_, nullptr);
   p.seconds = Since(t) / 1e9;
   if (!lr.status.ok()) {
     p.errors = 1;
@@ -344,7 +344,7 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
       }
       next += absl::ToChronoNanoseconds(relist_interval_);
       const auto t = Clock::now();
-      ListResult lr = ListPrefix(ctx.pool->Kv(i++), kPodsPrefix, page_limit_, &page.latency);
+      ListResult lr = CountPrefix(ctx.pool->Channel(i++), kPodsPrefix, page_limit_, &page.latency);
       if (lr.status.ok()) {
         relist.latency.Record(Since(t));
       } else {

@@ -151,7 +151,7 @@ class LargeListWorkload final : public Workload {
       uint64_t bytes = 0;
       for (int i = 0; i < lists_; ++i) {
         const auto t = std::chrono::steady_clock::now();
-        ListResult lr = ListPrefix(ctx.pool->Kv(i), prefix_, 0, nullptr);
+        ListResult lr = CountPrefix(ctx.pool->Channel(i), prefix_, 0, nullptr);
         if (check(list_errors, lr)) p.latency.Record(SinceNs(t));
         bytes = lr.bytes;
       }
@@ -175,7 +175,7 @@ class LargeListWorkload final : public Workload {
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < lists_; ++i) {
         const auto t = std::chrono::steady_clock::now();
-        ListResult lr = ListPrefix(ctx.pool->Kv(i), prefix_, page_limit_, &page.latency);
+        ListResult lr = CountPrefix(ctx.pool->Channel(i), prefix_, page_limit_, &page.latency);
         if (check(list_errors, lr)) walk.latency.Record(SinceNs(t));
       }
       progress.Stop();
@@ -206,7 +206,7 @@ class LargeListWorkload final : public Workload {
         listers.emplace_back([&, t] {
           for (int i = 0; i < lists_; ++i) {
             const auto s = std::chrono::steady_clock::now();
-            ListResult lr = ListPrefix(ctx.pool->Kv(t), prefix_, 0, nullptr);
+            ListResult lr = CountPrefix(ctx.pool->Channel(t), prefix_, 0, nullptr);
             if (check(list_errors, lr)) p.latency.Record(SinceNs(s));
           }
         });

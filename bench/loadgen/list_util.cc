@@ -1,15 +1,31 @@
 #include "bench/loadgen/list_util.h"
 
 #include <chrono>
+#include <future>
+
+#include <grpcpp/generic/generic_stub.h>
 
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/keys.h"
+#include "bench/loadgen/response_summary.h"
 
 namespace capstan::bench {
 
-ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
-                      Histogram* page_latency,
-                      const std::function<void(const mvccpb::KeyValue&)>& each_object) {
+namespace {
+
+// What a page contributes to a list.
+struct Page {
+  int64_t revision = 0;
+  uint64_t objects = 0;
+  uint64_t bytes = 0;
+  bool more = false;
+  std::string last_key;
+};
+
+// The pagination loop; fetch(request, &page) makes the Range call.
+template <typename Fetch>
+ListResult Paginate(const std::string& prefix, int64_t limit, Histogram* page_latency,
+                    Fetch fetch) {
   ListResult out;
   const std::string end = PrefixEnd(prefix);
   std::string key = prefix;
@@ -19,11 +35,9 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
     req.set_range_end(end);
     req.set_limit(limit);
     if (out.revision != 0) req.set_revision(out.revision);
-    etcdserverpb::RangeResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    Page page;
     const auto start = std::chrono::steady_clock::now();
-    out.status = kv.Range(&ctx, req, &resp);
+    out.status = fetch(req, &page);
     if (page_latency != nullptr && out.status.ok()) {
       page_latency->Record(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -31,16 +45,57 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
     }
     if (!out.status.ok()) return out;
     ++out.pages;
-    if (out.revision == 0) out.revision = resp.header().revision();
-    out.objects += resp.kvs_size();
-    for (const auto& kvp : resp.kvs()) {
-      out.bytes += kvp.value().size();
-      if (each_object) each_object(kvp);
-    }
-    if (!resp.more() || resp.kvs_size() == 0 || limit == 0) return out;
-    key = resp.kvs(resp.kvs_size() - 1).key();
+    if (out.revision == 0) out.revision = page.revision;
+    out.objects += page.objects;
+    out.bytes += page.bytes;
+    if (!page.more || page.objects == 0 || limit == 0) return out;
+    key = std::move(page.last_key);
     key.push_back('\0');
   }
+}
+
+}  // namespace
+
+ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
+                      Histogram* page_latency,
+                      const std::function<void(const mvccpb::KeyValue&)>& each_object) {
+  return Paginate(prefix, limit, page_latency, [&](const etcdserverpb::RangeRequest& req, Page* page) {
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = kv.Range(&ctx, req, &resp);
+    if (!s.ok()) return s;
+    page->revision = resp.header().revision();
+    page->objects = resp.kvs_size();
+    page->more = resp.more();
+    for (const auto& kvp : resp.kvs()) {
+      page->bytes += kvp.value().size();
+      if (each_object) each_object(kvp);
+    }
+    if (resp.kvs_size() > 0) page->last_key = resp.kvs(resp.kvs_size() - 1).key();
+    return s;
+  });
+}
+
+ListResult CountPrefix(const std::shared_ptr<grpc::Channel>& channel, const std::string& prefix,
+                       int64_t limit, Histogram* page_latency) {
+  grpc::TemplatedGenericStub<etcdserverpb::RangeRequest, RangeResponseSummary> stub(channel);
+  return Paginate(prefix, limit, page_latency, [&](const etcdserverpb::RangeRequest& req, Page* page) {
+    RangeResponseSummary resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, "/etcdserverpb.KV/Range", grpc::StubOptions(), &req, &resp,
+                   [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    grpc::Status s = done.get_future().get();
+    if (!s.ok()) return s;
+    page->revision = resp.revision;
+    page->objects = resp.kvs;
+    page->bytes = resp.value_bytes;
+    page->more = resp.more;
+    page->last_key = std::move(resp.last_key);
+    return s;
+  });
 }
 
 }  // namespace capstan::bench

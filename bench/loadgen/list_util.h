@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -30,6 +31,12 @@ struct ListResult {
 ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
                       Histogram* page_latency,
                       const std::function<void(const mvccpb::KeyValue&)>& each_object = nullptr);
+
+// The same list when only the counts are wanted: each page is read as a
+// RangeResponseSummary (response_summary.h), whose values are skipped on
+// the wire instead of being copied into a RangeResponse.
+ListResult CountPrefix(const std::shared_ptr<grpc::Channel>& channel, const std::string& prefix,
+                       int64_t limit, Histogram* page_latency);
 
 }  // namespace capstan::bench
 

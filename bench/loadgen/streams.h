@@ -22,7 +22,7 @@
 
 #include "absl/types/span.h"
 #include "bench/loadgen/histogram.h"
-#include "bench/loadgen/watch_summary.h"
+#include "bench/loadgen/response_summary.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {

@@ -1,6 +1,8 @@
-#include "bench/loadgen/watch_summary.h"
+#include "bench/loadgen/response_summary.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -107,6 +109,82 @@ TEST(WatchSummaryTest, RefusesWhatIsNotAWatchResponse) {
   EXPECT_FALSE(ParseBytes(std::string("\x0c", 1), &s));
   // Field number 0.
   EXPECT_FALSE(ParseBytes(std::string("\x00\x01", 2), &s));
+}
+
+etcdserverpb::RangeResponse SomeRange() {
+  etcdserverpb::RangeResponse r;
+  r.mutable_header()->set_revision(1234);
+  r.mutable_header()->set_member_id(99);
+  for (int i = 0; i < 4; ++i) {
+    auto* kv = r.add_kvs();
+    kv->set_key("/registry/pods/ns/p" + std::to_string(i));
+    kv->set_value(std::string(100 * (i + 1), 'x'));
+    kv->set_mod_revision(1000 + i);
+  }
+  r.set_more(true);
+  r.set_count(40);
+  return r;
+}
+
+TEST(RangeSummaryTest, CountsKeyValuesAndKeepsTheLastKey) {
+  const etcdserverpb::RangeResponse r = SomeRange();
+  RangeResponseSummary s;
+  s.last_key = "stale";
+  const std::string bytes = r.SerializeAsString();
+  ASSERT_TRUE(s.Parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  EXPECT_EQ(s.revision, 1234);
+  EXPECT_TRUE(s.more);
+  EXPECT_EQ(s.count, 40);
+  EXPECT_EQ(s.kvs, 4u);
+  EXPECT_EQ(s.value_bytes, 100u + 200u + 300u + 400u);
+  EXPECT_EQ(s.last_key, "/registry/pods/ns/p3");
+
+  etcdserverpb::RangeResponse empty;
+  const std::string none = empty.SerializeAsString();
+  ASSERT_TRUE(s.Parse(reinterpret_cast<const uint8_t*>(none.data()), none.size()));
+  EXPECT_EQ(s.kvs, 0u);
+  EXPECT_EQ(s.last_key, "");
+  EXPECT_FALSE(s.more);
+}
+
+// gRPC hands a message over in slices; the summary reads them in place.
+grpc::ByteBuffer InSlices(const std::string& bytes, size_t slice) {
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; i < bytes.size(); i += slice) {
+    slices.emplace_back(bytes.data() + i, std::min(slice, bytes.size() - i));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+TEST(RangeSummaryTest, DeserializesAcrossSlices) {
+  const std::string bytes = SomeRange().SerializeAsString();
+  for (size_t slice : {size_t{1}, size_t{7}, size_t{64}, bytes.size()}) {
+    SCOPED_TRACE(slice);
+    grpc::ByteBuffer buffer = InSlices(bytes, slice);
+    RangeResponseSummary s;
+    ASSERT_TRUE(grpc::SerializationTraits<RangeResponseSummary>::Deserialize(&buffer, &s).ok());
+    EXPECT_EQ(s.kvs, 4u);
+    EXPECT_EQ(s.value_bytes, 1000u);
+    EXPECT_EQ(s.last_key, "/registry/pods/ns/p3");
+  }
+  // Cut short: a nested length runs past the message's end.
+  grpc::ByteBuffer cut = InSlices(bytes.substr(0, bytes.size() - 5), 16);
+  RangeResponseSummary s;
+  EXPECT_EQ(grpc::SerializationTraits<RangeResponseSummary>::Deserialize(&cut, &s).error_code(),
+            grpc::StatusCode::INTERNAL);
+}
+
+TEST(WatchSummaryTest, DeserializesAcrossSlices) {
+  WatchResponse r;
+  r.set_watch_id(3);
+  for (int i = 0; i < 3; ++i) r.add_events()->mutable_kv()->set_mod_revision(50 + i);
+  const std::string bytes = r.SerializeAsString();
+  grpc::ByteBuffer buffer = InSlices(bytes, 5);
+  WatchResponseSummary s;
+  ASSERT_TRUE(grpc::SerializationTraits<WatchResponseSummary>::Deserialize(&buffer, &s).ok());
+  ExpectSummaryOf(r, s);
+  grpc::ByteBuffer cut = InSlices(bytes.substr(0, bytes.size() - 1), 5);
+  EXPECT_FALSE(grpc::SerializationTraits<WatchResponseSummary>::Deserialize(&cut, &s).ok());
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
-#include "bench/loadgen/watch_summary.h"
+#include "bench/loadgen/response_summary.h"
+
+#include <climits>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 namespace capstan::bench {
 
@@ -20,8 +23,15 @@ constexpr int kResponseEvents = 11;
 constexpr int kEventType = 1;
 constexpr int kEventKv = 2;
 constexpr int kEventPrevKv = 3;
+constexpr int kKvKey = 1;
 constexpr int kKvModRevision = 3;
 constexpr int kKvVersion = 4;
+constexpr int kKvValue = 5;
+constexpr int kRangeHeader = 1;
+constexpr int kRangeKvs = 2;
+constexpr int kRangeMore = 3;
+constexpr int kRangeCount = 4;
+constexpr int kHeaderRevision = 3;
 
 bool IsVarint(uint32_t tag) {
   return WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT;
@@ -83,6 +93,23 @@ bool ParseEvent(CodedInputStream* in, EventSummary* ev) {
   });
 }
 
+// A RangeResponse's KeyValue: counts it, adds its value's size and keeps
+// its key as the last one seen.
+bool ParseRangeKeyValue(CodedInputStream* in, RangeResponseSummary* out) {
+  ++out->kvs;
+  return ParseNested(in, [&](uint32_t tag) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field == kKvKey && IsLengthDelimited(tag)) return WireFormatLite::ReadBytes(in, &out->last_key);
+    if (field == kKvValue && IsLengthDelimited(tag)) {
+      uint32_t size;
+      if (!in->ReadVarint32(&size) || !in->Skip(static_cast<int>(size))) return false;
+      out->value_bytes += size;
+      return true;
+    }
+    return WireFormatLite::SkipField(in, tag);
+  });
+}
+
 }  // namespace
 
 void WatchResponseSummary::Clear() {
@@ -95,8 +122,13 @@ void WatchResponseSummary::Clear() {
 }
 
 bool WatchResponseSummary::Parse(const uint8_t* data, size_t size) {
-  Clear();
   CodedInputStream in(data, static_cast<int>(size));
+  return Parse(&in);
+}
+
+bool WatchResponseSummary::Parse(CodedInputStream* stream) {
+  Clear();
+  CodedInputStream& in = *stream;
   while (const uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     bool ok;
@@ -120,27 +152,73 @@ bool WatchResponseSummary::Parse(const uint8_t* data, size_t size) {
   return in.ConsumedEntireMessage();
 }
 
+void RangeResponseSummary::Clear() {
+  revision = 0;
+  more = false;
+  count = 0;
+  kvs = 0;
+  value_bytes = 0;
+  last_key.clear();
+}
+
+bool RangeResponseSummary::Parse(const uint8_t* data, size_t size) {
+  CodedInputStream in(data, static_cast<int>(size));
+  return Parse(&in);
+}
+
+bool RangeResponseSummary::Parse(CodedInputStream* stream) {
+  Clear();
+  CodedInputStream& in = *stream;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    bool ok;
+    if (field == kRangeHeader && IsLengthDelimited(tag)) {
+      ok = ParseNested(&in, [&](uint32_t t) {
+        if (WireFormatLite::GetTagFieldNumber(t) == kHeaderRevision && IsVarint(t)) {
+          return ReadInt64(&in, &revision);
+        }
+        return WireFormatLite::SkipField(&in, t);
+      });
+    } else if (field == kRangeKvs && IsLengthDelimited(tag)) {
+      ok = ParseRangeKeyValue(&in, this);
+    } else if (field == kRangeMore && IsVarint(tag)) {
+      uint64_t v;
+      ok = in.ReadVarint64(&v);
+      more = v != 0;
+    } else if (field == kRangeCount && IsVarint(tag)) {
+      ok = ReadInt64(&in, &count);
+    } else {
+      ok = WireFormatLite::SkipField(&in, tag);
+    }
+    if (!ok) return false;
+  }
+  return in.ConsumedEntireMessage();
+}
+
 }  // namespace capstan::bench
 
-namespace grpc {
+namespace grpc::internal {
 
-Status SerializationTraits<capstan::bench::WatchResponseSummary>::Deserialize(
-    ByteBuffer* buffer, capstan::bench::WatchResponseSummary* msg) {
-  std::vector<Slice> slices;
-  Status dumped = buffer->Dump(&slices);
-  buffer->Clear();
-  if (!dumped.ok()) return dumped;
+template <typename Summary>
+Status DeserializeSummary(ByteBuffer* buffer, Summary* msg) {
+  // Read in place, slice by slice: a full list is hundreds of megabytes.
+  const size_t length = buffer->Length();
   bool parsed;
-  if (slices.size() == 1) {
-    parsed = msg->Parse(slices[0].begin(), slices[0].size());
-  } else {
-    thread_local std::string flat;
-    flat.clear();
-    for (const Slice& s : slices) flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    parsed = msg->Parse(reinterpret_cast<const uint8_t*>(flat.data()), flat.size());
+  {
+    ProtoBufferReader reader(buffer);
+    if (!reader.status().ok()) return reader.status();
+    google::protobuf::io::CodedInputStream in(&reader);
+    in.SetTotalBytesLimit(INT_MAX);
+    // With a limit at the message's end, a nested length past it is caught.
+    in.PushLimit(static_cast<int>(length));
+    parsed = msg->Parse(&in);
   }
-  if (!parsed) return Status(StatusCode::INTERNAL, "not a WatchResponse");
+  buffer->Clear();
+  if (!parsed) return Status(StatusCode::INTERNAL, "a response that does not decode");
   return Status::OK;
 }
 
-}  // namespace grpc
+template Status DeserializeSummary(ByteBuffer*, capstan::bench::WatchResponseSummary*);
+template Status DeserializeSummary(ByteBuffer*, capstan::bench::RangeResponseSummary*);
+
+}  // namespace grpc::internal
