@@ -65,6 +65,21 @@ void Histogram::RecordN(uint64_t value, uint64_t count) {
   AtomicMax(max_, value);
 }
 
+void Histogram::RecordAll(const uint64_t* values, size_t n) {
+  if (n == 0) return;
+  uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+  for (size_t i = 0; i < n; ++i) {
+    counts_[BucketIndex(values[i])].fetch_add(1, std::memory_order_relaxed);
+    sum += values[i];
+    lo = std::min(lo, values[i]);
+    hi = std::max(hi, values[i]);
+  }
+  count_.fetch_add(n, std::memory_order_relaxed);
+  sum_.fetch_add(sum, std::memory_order_relaxed);
+  AtomicMin(min_, lo);
+  AtomicMax(max_, hi);
+}
+
 void Histogram::Merge(const Histogram& other) {
   if (other.Count() == 0) return;
   for (size_t i = 0; i < kNumBuckets; ++i) {

@@ -39,6 +39,9 @@ class Histogram {
 
   void Record(uint64_t value) { RecordN(value, 1); }
   void RecordN(uint64_t value, uint64_t count);
+  // Records every value: the same as Record for each, with the count, sum,
+  // min and max updated once (for callers that have many at a time).
+  void RecordAll(const uint64_t* values, size_t n);
   // Adds every sample of other to this histogram.
   void Merge(const Histogram& other);
   void Reset();

@@ -48,10 +48,8 @@ struct WatchResponseSummary {
 
   void Clear();
   // Decodes a serialized etcdserverpb.WatchResponse; false if the bytes are
-  // not one. Fields it does not keep are skipped, not checked. The stream
-  // must have a limit at the message's end (an array-backed one has).
+  // not one. Fields it does not keep are skipped, not checked.
   bool Parse(const uint8_t* data, size_t size);
-  bool Parse(google::protobuf::io::CodedInputStream* in);
 };
 
 struct RangeResponseSummary {
@@ -64,7 +62,8 @@ struct RangeResponseSummary {
 
   void Clear();
   // Decodes a serialized etcdserverpb.RangeResponse; false if the bytes are
-  // not one. The same as WatchResponseSummary::Parse otherwise.
+  // not one. Fields it does not keep are skipped, not checked. The stream
+  // must have a limit at the message's end (an array-backed one has).
   bool Parse(const uint8_t* data, size_t size);
   bool Parse(google::protobuf::io::CodedInputStream* in);
 };
@@ -74,9 +73,8 @@ struct RangeResponseSummary {
 namespace grpc {
 
 namespace internal {
-// Flattens the buffer and runs Summary::Parse over it.
-template <typename Summary>
-Status DeserializeSummary(ByteBuffer* buffer, Summary* msg);
+Status DeserializeSummary(ByteBuffer* buffer, capstan::bench::WatchResponseSummary* msg);
+Status DeserializeSummary(ByteBuffer* buffer, capstan::bench::RangeResponseSummary* msg);
 }  // namespace internal
 
 // Lets a gRPC call read a summary in place of the response it summarizes.

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "absl/container/inlined_vector.h"
 #include "bench/loadgen/async_call.h"
 
 namespace capstan::bench {
@@ -82,33 +83,33 @@ void DeliveryTracker::WriteCommitted(int64_t revision, SteadyClock::time_point s
 }
 
 void DeliveryTracker::EventReceived(int64_t revision, SteadyClock::time_point received) {
-  std::lock_guard<std::mutex> l(mu_);
-  EventReceivedLocked(revision, received);
+  EventsReceived({revision}, received);
 }
 
 void DeliveryTracker::EventsReceived(absl::Span<const int64_t> revisions,
                                      SteadyClock::time_point received) {
   if (revisions.empty()) return;
+  auto since = [received](SteadyClock::time_point t) {
+    return static_cast<uint64_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - t).count()));
+  };
+  // One histogram update for all of them, before a waiter can see the last
+  // of them counted.
+  absl::InlinedVector<uint64_t, 64> latencies;
   std::lock_guard<std::mutex> l(mu_);
-  for (int64_t revision : revisions) EventReceivedLocked(revision, received);
-}
-
-void DeliveryTracker::EventReceivedLocked(int64_t revision, SteadyClock::time_point received) {
-  auto it = pending_.find(revision);
-  if (it == pending_.end()) {
-    early_[revision].push_back(received);
-    return;
+  for (int64_t revision : revisions) {
+    auto it = pending_.find(revision);
+    if (it == pending_.end()) {
+      early_[revision].push_back(received);
+      continue;
+    }
+    latencies.push_back(since(it->second.started));
+    if (after_completion_ != nullptr) after_completion_->Record(since(it->second.completed));
+    ++matched_;
+    --outstanding_;
+    if (--it->second.remaining <= 0) pending_.erase(it);
   }
-  latency_->Record(static_cast<uint64_t>(std::max<int64_t>(
-      0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.started).count())));
-  if (after_completion_ != nullptr) {
-    after_completion_->Record(static_cast<uint64_t>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - it->second.completed)
-               .count())));
-  }
-  ++matched_;
-  --outstanding_;
-  if (--it->second.remaining <= 0) pending_.erase(it);
+  latency_->RecordAll(latencies.data(), latencies.size());
   if (outstanding_ == 0) cv_.notify_all();
 }
 

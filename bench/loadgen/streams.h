@@ -224,7 +224,6 @@ class DeliveryTracker {
     SteadyClock::time_point started, completed;
     int remaining = 0;
   };
-  void EventReceivedLocked(int64_t revision, SteadyClock::time_point received);
   Histogram* const latency_;
   Histogram* const after_completion_;
   mutable std::mutex mu_;
