@@ -8,11 +8,14 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "bench/loadgen/client_security.h"
+#include "bench/loadgen/response_summary.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -69,6 +72,22 @@ template <typename Done>
 void AsyncRange(etcdserverpb::KV::Stub& kv, etcdserverpb::RangeRequest req, Done done) {
   CallAsync<etcdserverpb::RangeResponse>(
       [&kv](auto* c, auto* q, auto* r, auto cb) { kv.async()->Range(c, q, r, std::move(cb)); },
+      std::move(req), std::move(done));
+}
+
+// A Range whose response is only waited for, not looked at: read as a
+// RangeResponseSummary (response_summary.h), so that a big response costs
+// the client no parsing into a RangeResponse. done gets the status and the
+// summary.
+template <typename Done>
+void AsyncRangeSummary(const std::shared_ptr<grpc::Channel>& channel,
+                       etcdserverpb::RangeRequest req, Done done) {
+  static const std::string* const kMethod = new std::string("/etcdserverpb.KV/Range");
+  CallAsync<RangeResponseSummary>(
+      [channel](auto* c, auto* q, auto* r, auto cb) {
+        grpc::TemplatedGenericStub<etcdserverpb::RangeRequest, RangeResponseSummary>(channel)
+            .UnaryCall(c, *kMethod, grpc::StubOptions(), q, r, std::move(cb));
+      },
       std::move(req), std::move(done));
 }
 

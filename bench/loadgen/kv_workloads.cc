@@ -132,8 +132,8 @@ class RangeWorkload final : public Workload {
       req.set_range_end(end_);
       req.set_limit(limit_);
       req.set_serializable(consistency_ == "s");
-      AsyncRange(ctx.pool->Kv(client), std::move(req),
-                 [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
+      AsyncRangeSummary(ctx.pool->Channel(client), std::move(req),
+                        [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
     };
     r.phases.push_back(RunClosedLoop(o, issue));
     r.notes.push_back(consistency_ == "l" ? "bench with linearizable range"
