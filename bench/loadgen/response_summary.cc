@@ -144,49 +144,50 @@ class FlatReader {
   const uint8_t* end_ = nullptr;
 };
 
-// A KeyValue: keeps mod_revision and version. A repeated KeyValue field
-// merges into the one before it, as protobuf's parsers do.
-bool ParseKeyValue(FlatReader in, EventSummary* ev) {
+// Runs on_field(field, wire_type, in) for each field of a message; on_field
+// reads or skips the field's value from `in` and returns false on malformed
+// input.
+template <typename OnField>
+bool ForEachField(FlatReader in, OnField on_field) {
   uint32_t field, wire;
   while (!in.done()) {
-    if (!in.Tag(&field, &wire)) return false;
-    bool ok;
-    if (field == kKvModRevision && wire == WireFormatLite::WIRETYPE_VARINT) {
-      ok = in.Int64(&ev->mod_revision);
-    } else if (field == kKvVersion && wire == WireFormatLite::WIRETYPE_VARINT) {
-      ok = in.Int64(&ev->version);
-    } else {
-      ok = in.Skip(wire);
-    }
-    if (!ok) return false;
+    if (!in.Tag(&field, &wire) || !on_field(field, wire, in)) return false;
   }
   return true;
 }
 
-bool ParseEvent(FlatReader in, EventSummary* ev) {
-  uint32_t field, wire;
-  while (!in.done()) {
-    if (!in.Tag(&field, &wire)) return false;
-    bool ok;
-    if (field == kEventType && wire == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t type;
-      ok = in.Varint(&type);
+constexpr uint32_t kVarint = WireFormatLite::WIRETYPE_VARINT;
+constexpr uint32_t kBytes = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+
+// A KeyValue: keeps mod_revision and version. A repeated KeyValue field
+// merges into the one before it, as protobuf's parsers do.
+bool ParseKeyValue(FlatReader body, EventSummary* ev) {
+  return ForEachField(body, [ev](uint32_t field, uint32_t wire, FlatReader& in) {
+    if (field == kKvModRevision && wire == kVarint) return in.Int64(&ev->mod_revision);
+    if (field == kKvVersion && wire == kVarint) return in.Int64(&ev->version);
+    return in.Skip(wire);
+  });
+}
+
+bool ParseEvent(FlatReader body, EventSummary* ev) {
+  return ForEachField(body, [ev](uint32_t field, uint32_t wire, FlatReader& in) {
+    if (field == kEventType && wire == kVarint) {
+      int64_t type;
+      if (!in.Int64(&type)) return false;
       ev->type = static_cast<int>(type);
-    } else if ((field == kEventKv || field == kEventPrevKv) &&
-               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      FlatReader body;
-      ok = in.Bytes(&body);
+      return true;
+    }
+    if ((field == kEventKv || field == kEventPrevKv) && wire == kBytes) {
+      FlatReader kv;
+      if (!in.Bytes(&kv)) return false;
       if (field == kEventPrevKv) {
         ev->has_prev_kv = true;
-      } else {
-        ok = ok && ParseKeyValue(body, ev);
+        return true;
       }
-    } else {
-      ok = in.Skip(wire);
+      return ParseKeyValue(kv, ev);
     }
-    if (!ok) return false;
-  }
-  return true;
+    return in.Skip(wire);
+  });
 }
 
 // A RangeResponse's KeyValue: counts it, adds its value's size and keeps
@@ -219,35 +220,27 @@ void WatchResponseSummary::Clear() {
 
 bool WatchResponseSummary::Parse(const uint8_t* data, size_t size) {
   Clear();
-  FlatReader in(data, data + size);
-  uint32_t field, wire;
-  while (!in.done()) {
-    if (!in.Tag(&field, &wire)) return false;
-    bool ok;
-    if (wire == WireFormatLite::WIRETYPE_VARINT &&
-        (field == kResponseWatchId || field == kResponseCreated || field == kResponseCanceled ||
-         field == kResponseCompactRevision)) {
+  return ForEachField(FlatReader(data, data + size), [this](uint32_t field, uint32_t wire,
+                                                             FlatReader& in) {
+    if (wire == kVarint && (field == kResponseWatchId || field == kResponseCreated ||
+                            field == kResponseCanceled || field == kResponseCompactRevision)) {
       int64_t v;
-      ok = in.Int64(&v);
+      if (!in.Int64(&v)) return false;
       if (field == kResponseWatchId) watch_id = v;
       if (field == kResponseCreated) created = v != 0;
       if (field == kResponseCanceled) canceled = v != 0;
       if (field == kResponseCompactRevision) compact_revision = v;
-    } else if ((field == kResponseCancelReason || field == kResponseEvents) &&
-               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      FlatReader body;
-      ok = in.Bytes(&body);
-      if (ok && field == kResponseCancelReason) {
-        cancel_reason.assign(reinterpret_cast<const char*>(body.data()), body.size());
-      } else if (ok) {
-        ok = ParseEvent(body, &events.emplace_back());
-      }
-    } else {
-      ok = in.Skip(wire);
+      return true;
     }
-    if (!ok) return false;
-  }
-  return true;
+    if ((field == kResponseCancelReason || field == kResponseEvents) && wire == kBytes) {
+      FlatReader body;
+      if (!in.Bytes(&body)) return false;
+      if (field == kResponseEvents) return ParseEvent(body, &events.emplace_back());
+      cancel_reason.assign(reinterpret_cast<const char*>(body.data()), body.size());
+      return true;
+    }
+    return in.Skip(wire);
+  });
 }
 
 void RangeResponseSummary::Clear() {

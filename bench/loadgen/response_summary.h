@@ -75,31 +75,28 @@ namespace grpc {
 namespace internal {
 Status DeserializeSummary(ByteBuffer* buffer, capstan::bench::WatchResponseSummary* msg);
 Status DeserializeSummary(ByteBuffer* buffer, capstan::bench::RangeResponseSummary* msg);
-}  // namespace internal
 
 // Lets a gRPC call read a summary in place of the response it summarizes.
 // Summaries are never sent.
-template <>
-class SerializationTraits<capstan::bench::WatchResponseSummary> {
+template <typename Summary>
+class SummaryTraits {
  public:
-  static Status Serialize(const capstan::bench::WatchResponseSummary&, ByteBuffer*, bool*) {
+  static Status Serialize(const Summary&, ByteBuffer*, bool*) {
     return Status(StatusCode::UNIMPLEMENTED, "a response summary is only decoded");
   }
-  static Status Deserialize(ByteBuffer* buffer, capstan::bench::WatchResponseSummary* msg) {
-    return internal::DeserializeSummary(buffer, msg);
+  static Status Deserialize(ByteBuffer* buffer, Summary* msg) {
+    return DeserializeSummary(buffer, msg);
   }
 };
+}  // namespace internal
 
 template <>
-class SerializationTraits<capstan::bench::RangeResponseSummary> {
- public:
-  static Status Serialize(const capstan::bench::RangeResponseSummary&, ByteBuffer*, bool*) {
-    return Status(StatusCode::UNIMPLEMENTED, "a response summary is only decoded");
-  }
-  static Status Deserialize(ByteBuffer* buffer, capstan::bench::RangeResponseSummary* msg) {
-    return internal::DeserializeSummary(buffer, msg);
-  }
-};
+class SerializationTraits<capstan::bench::WatchResponseSummary>
+    : public internal::SummaryTraits<capstan::bench::WatchResponseSummary> {};
+
+template <>
+class SerializationTraits<capstan::bench::RangeResponseSummary>
+    : public internal::SummaryTraits<capstan::bench::RangeResponseSummary> {};
 
 }  // namespace grpc
 
