@@ -172,7 +172,7 @@ bool ParseKeyValue(FlatReader body, EventSummary* ev) {
 bool ParseEvent(FlatReader body, EventSummary* ev) {
   return ForEachField(body, [ev](uint32_t field, uint32_t wire, FlatReader& in) {
     if (field == kEventType && wire == kVarint) {
-      int64_t type;
+      int64_t type = 0;
       if (!in.Int64(&type)) return false;
       ev->type = static_cast<int>(type);
       return true;
@@ -224,7 +224,7 @@ bool WatchResponseSummary::Parse(const uint8_t* data, size_t size) {
                                                              FlatReader& in) {
     if (wire == kVarint && (field == kResponseWatchId || field == kResponseCreated ||
                             field == kResponseCanceled || field == kResponseCompactRevision)) {
-      int64_t v;
+      int64_t v = 0;
       if (!in.Int64(&v)) return false;
       if (field == kResponseWatchId) watch_id = v;
       if (field == kResponseCreated) created = v != 0;
