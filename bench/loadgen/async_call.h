@@ -8,7 +8,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <string>
 #include <utility>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -82,11 +81,10 @@ void AsyncRange(etcdserverpb::KV::Stub& kv, etcdserverpb::RangeRequest req, Done
 template <typename Done>
 void AsyncRangeSummary(const std::shared_ptr<grpc::Channel>& channel,
                        etcdserverpb::RangeRequest req, Done done) {
-  static const std::string* const kMethod = new std::string("/etcdserverpb.KV/Range");
   CallAsync<RangeResponseSummary>(
       [channel](auto* c, auto* q, auto* r, auto cb) {
         grpc::TemplatedGenericStub<etcdserverpb::RangeRequest, RangeResponseSummary>(channel)
-            .UnaryCall(c, *kMethod, grpc::StubOptions(), q, r, std::move(cb));
+            .UnaryCall(c, RangeMethod(), grpc::StubOptions(), q, r, std::move(cb));
       },
       std::move(req), std::move(done));
 }

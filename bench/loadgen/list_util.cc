@@ -3,11 +3,8 @@
 #include <chrono>
 #include <future>
 
-#include <grpcpp/generic/generic_stub.h>
-
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/keys.h"
-#include "bench/loadgen/response_summary.h"
 
 namespace capstan::bench {
 
@@ -79,22 +76,17 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
 
 ListResult CountPrefix(const std::shared_ptr<grpc::Channel>& channel, const std::string& prefix,
                        int64_t limit, Histogram* page_latency) {
-  grpc::TemplatedGenericStub<etcdserverpb::RangeRequest, RangeResponseSummary> stub(channel);
   return Paginate(prefix, limit, page_latency, [&](const etcdserverpb::RangeRequest& req, Page* page) {
-    RangeResponseSummary resp;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     std::promise<grpc::Status> done;
-    stub.UnaryCall(&ctx, "/etcdserverpb.KV/Range", grpc::StubOptions(), &req, &resp,
-                   [&done](grpc::Status s) { done.set_value(std::move(s)); });
-    grpc::Status s = done.get_future().get();
-    if (!s.ok()) return s;
-    page->revision = resp.revision;
-    page->objects = resp.kvs;
-    page->bytes = resp.value_bytes;
-    page->more = resp.more;
-    page->last_key = std::move(resp.last_key);
-    return s;
+    AsyncRangeSummary(channel, req, [&](const grpc::Status& s, RangeResponseSummary& resp) {
+      page->revision = resp.revision;
+      page->objects = resp.kvs;
+      page->bytes = resp.value_bytes;
+      page->more = resp.more;
+      page->last_key = std::move(resp.last_key);
+      done.set_value(s);
+    });
+    return done.get_future().get();
   });
 }
 

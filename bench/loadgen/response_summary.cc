@@ -209,6 +209,16 @@ bool ParseRangeKeyValue(CodedInputStream* in, RangeResponseSummary* out) {
 
 }  // namespace
 
+const std::string& WatchMethod() {
+  static const std::string* const method = new std::string("/etcdserverpb.Watch/Watch");
+  return *method;
+}
+
+const std::string& RangeMethod() {
+  static const std::string* const method = new std::string("/etcdserverpb.KV/Range");
+  return *method;
+}
+
 void WatchResponseSummary::Clear() {
   watch_id = 0;
   created = false;

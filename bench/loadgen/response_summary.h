@@ -1,11 +1,20 @@
 // What the benchmarks read of the responses they receive most of, decoded
-// straight from the wire with protobuf's CodedInputStream:
+// straight from the wire:
 //
 // - WatchResponseSummary: a WatchResponse's own fields and, per event, its
 //   type, the KeyValue's mod_revision and version and whether it carries a
-//   prev_kv;
+//   prev_kv; read whole by a small reader over contiguous bytes (a watch
+//   response is small);
 // - RangeResponseSummary: a RangeResponse's revision, more and count, how
-//   many KeyValues it holds, the sum of their value sizes and the last key.
+//   many KeyValues it holds, the sum of their value sizes and the last key;
+//   read slice by slice with protobuf's CodedInputStream (a full list is
+//   hundreds of megabytes, never copied whole).
+//
+// A gRPC call reads a summary in place of the response through a generic
+// stub (grpc::TemplatedGenericStub<Request, Summary>) and the
+// SerializationTraits below, with the method names WatchMethod() and
+// RangeMethod(). Summaries are plain values: one per call or stream, not
+// shared between threads.
 //
 // A benchmark with 1,000 watchers on a key receives millions of events a
 // second, and a full list of 100,000 pods hundreds of megabytes; parsing
@@ -30,6 +39,12 @@
 #include <grpcpp/support/status.h>
 
 namespace capstan::bench {
+
+// The full gRPC method names, for generic stubs. They live as long as the
+// process: gRPC keeps a pointer to a call's method name (its interceptors
+// read it) after the stub call returns.
+const std::string& WatchMethod();
+const std::string& RangeMethod();
 
 struct EventSummary {
   int type = 0;  // mvccpb::Event::EventType: 0 PUT, 1 DELETE

@@ -34,11 +34,11 @@ using SteadyClock = std::chrono::steady_clock;
 // called from any thread; requests are written in order, one write in
 // flight.
 //
-// A protobuf response is parsed into an arena that is reset before the next read:
-// a watch response carries thousands of events, and parsing them into a
-// reused heap message would free and reallocate every event's KeyValue and
-// its strings (protobuf's Clear deletes sub-messages), which made the parse
-// the largest part of the client's CPU in the watch benchmarks.
+// A protobuf response is parsed into an arena that is reset before the next
+// read: a watch response carries thousands of events, and parsing them into
+// a reused heap message would free and reallocate every event's KeyValue and
+// its strings (protobuf's Clear deletes sub-messages). Any other Response (a
+// summary, response_summary.h) is one object reused for every read.
 template <typename Request, typename Response>
 class BidiStream : public grpc::ClientBidiReactor<Request, Response> {
  public:
@@ -170,7 +170,7 @@ class WatchSummaryStream final
   WatchSummaryStream(const std::shared_ptr<grpc::Channel>& channel, Handler on_response)
       : BidiStream(std::move(on_response)) {
     grpc::TemplatedGenericStub<etcdserverpb::WatchRequest, WatchResponseSummary> stub(channel);
-    stub.PrepareBidiStreamingCall(&ctx_, "/etcdserverpb.Watch/Watch", grpc::StubOptions(), this);
+    stub.PrepareBidiStreamingCall(&ctx_, WatchMethod(), grpc::StubOptions(), this);
     Begin();
   }
 };
