@@ -2,11 +2,13 @@
 // per request, to tell how much of a benchmark's time is gRPC's and the
 // kernel's rather than the server's own.
 //
-// It serves KV.Put, KV.Range, Lease.LeaseGrant and Lease.LeaseKeepAlive on
-// gRPC's callback API with Capstan's channel settings, and does nothing
-// else: a put goes into a hash map in memory (nothing is written to disk,
-// nothing is versioned), a range answers the one key it names, a lease is a
-// number, and every answer is written from the thread that received the
+// It serves KV.Put, KV.Txn (of puts), KV.Range, Lease.LeaseGrant and
+// Lease.LeaseKeepAlive on gRPC's callback API with Capstan's channel
+// settings, and does nothing else: a put encodes its KeyValue once into an
+// ordered map in memory (nothing is written to disk, nothing is versioned),
+// a range answers with those encodings as they are, sharing their bytes
+// (no copy, no encoding per response), a lease is a number, and every
+// answer is written from the thread that received the
 // request (unless --answer-thread: then puts are answered by one other
 // thread, in batches, as Capstan's committer hands its groups to be
 // answered). No real server can be cheaper per request with this gRPC, so a
@@ -31,9 +33,11 @@
 #include <thread>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <grpcpp/grpcpp.h>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -44,6 +48,8 @@ namespace {
 
 constexpr uint64_t kClusterId = 0x1000;
 constexpr uint64_t kMemberId = 0x2000;
+// RangeResponse.kvs: field 2, length-delimited.
+constexpr uint32_t kRangeResponseKvsTag = (2 << 3) | 2;
 
 void FillHeader(int64_t revision, etcdserverpb::ResponseHeader* h) {
   h->set_cluster_id(kClusterId);
@@ -52,20 +58,35 @@ void FillHeader(int64_t revision, etcdserverpb::ResponseHeader* h) {
   h->set_raft_term(2);
 }
 
-// Keys and values, and a counter standing in for the revision.
+// A KeyValue as it goes into a RangeResponse: the field's tag and length,
+// then the message, in one refcounted slice that every response holding it
+// shares.
+grpc::Slice EncodeKv(const std::string& key, const std::string& value, int64_t revision) {
+  mvccpb::KeyValue kv;
+  kv.set_key(key);
+  kv.set_value(value);
+  kv.set_create_revision(revision);
+  kv.set_mod_revision(revision);
+  kv.set_version(1);
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.WriteTag(kRangeResponseKvsTag);
+    out.WriteVarint64(kv.ByteSizeLong());
+    kv.SerializeWithCachedSizes(&out);
+  }
+  return grpc::Slice(std::move(bytes));
+}
+
+// Keys and their encoded KeyValues in order, and a counter standing in for
+// the revision.
 class Memory {
  public:
   int64_t Put(const std::string& key, const std::string& value) {
     absl::MutexLock l(&mu_);
-    values_[key] = value;
-    return ++rev_;
-  }
-
-  int64_t Get(const std::string& key, std::string* value, bool* found) const {
-    absl::MutexLock l(&mu_);
-    auto it = values_.find(key);
-    *found = it != values_.end();
-    if (*found) *value = it->second;
+    ++rev_;
+    values_.insert_or_assign(key, EncodeKv(key, value, rev_));
     return rev_;
   }
 
@@ -74,9 +95,48 @@ class Memory {
     return rev_;
   }
 
+  // Appends the encoded KeyValues of [key, end) in order, at most `limit` of them (0:
+  // all), with whether more follow. An empty end is the key alone, "\0" every
+  // key from `key` on. The lock
+  // is taken for a chunk of keys at a time, so that puts never wait for a
+  // whole list: a list is not a snapshot (the floor keeps no history).
+  int64_t Scan(const std::string& key, const std::string& end, int64_t limit,
+               std::vector<grpc::Slice>* out, bool* more) const {
+    constexpr size_t kChunk = 1024;
+    *more = false;
+    int64_t rev = 0;
+    const bool to_last = end == std::string(1, '\0');
+    std::string from = key;
+    int64_t found = 0;
+    bool first = true;
+    for (;;) {
+      absl::MutexLock l(&mu_);
+      if (first) rev = rev_;
+      first = false;
+      if (end.empty()) {
+        auto it = values_.find(key);
+        if (it != values_.end()) out->push_back(it->second);
+        return rev;
+      }
+      auto it = values_.lower_bound(from);
+      auto inside = [&] { return it != values_.end() && (to_last || it->first < end); };
+      size_t taken = 0;
+      for (; inside() && taken < kChunk; ++it, ++taken) {
+        if (limit > 0 && found == limit) {
+          *more = true;
+          return rev;
+        }
+        out->push_back(it->second);
+        ++found;
+      }
+      if (!inside()) return rev;
+      from = it->first;
+    }
+  }
+
  private:
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<std::string, grpc::Slice> values_ ABSL_GUARDED_BY(mu_);
   int64_t rev_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -124,7 +184,11 @@ class Answerer {
   std::thread thread_;
 };
 
-class FloorKv final : public etcdserverpb::KV::CallbackService {
+using FloorKvBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
+    etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_Txn<
+        etcdserverpb::KV::Service>>>;
+
+class FloorKv final : public FloorKvBase {
  public:
   // Puts are answered by `answerer` if it is not null.
   FloorKv(Memory* memory, Answerer* answerer) : memory_(memory), answerer_(answerer) {}
@@ -142,27 +206,51 @@ class FloorKv final : public etcdserverpb::KV::CallbackService {
     return reactor;
   }
 
-  // Only single keys: enough for `range KEY`, which is what it is for.
-  grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx,
-                                  const etcdserverpb::RangeRequest* req,
-                                  etcdserverpb::RangeResponse* resp) override {
+  // Txns of puts only (what `capstan-bench fill` loads with); compares are
+  // not evaluated.
+  grpc::ServerUnaryReactor* Txn(grpc::CallbackServerContext* ctx,
+                                const etcdserverpb::TxnRequest* req,
+                                etcdserverpb::TxnResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    if (!req->range_end().empty()) {
-      reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED, "the floor serves single keys only"));
+    int64_t rev = 0;
+    for (const auto& op : req->success()) {
+      if (!op.has_request_put()) {
+        reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED, "the floor's txns hold puts only"));
+        return reactor;
+      }
+      rev = memory_->Put(op.request_put().key(), op.request_put().value());
+      resp->add_responses()->mutable_response_put();
+    }
+    FillHeader(rev != 0 ? rev : memory_->Rev(), resp->mutable_header());
+    resp->set_succeeded(true);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // Keys, ranges and prefixes with a limit, answered with the stored
+  // encodings as they are: the response's slices are the stored ones, so
+  // nothing is copied or encoded per list. Revisions and every other field
+  // of the request are ignored, and `count` is only what was walked (the
+  // keys returned, one more if there are more).
+  grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    grpc::ByteBuffer in(*request);
+    etcdserverpb::RangeRequest req;
+    if (!grpc::SerializationTraits<etcdserverpb::RangeRequest>::Deserialize(&in, &req).ok()) {
+      reactor->Finish(grpc::Status(grpc::INTERNAL, "grpc: error unmarshalling request"));
       return reactor;
     }
-    std::string value;
-    bool found = false;
-    FillHeader(memory_->Get(req->key(), &value, &found), resp->mutable_header());
-    if (found) {
-      auto* kv = resp->add_kvs();
-      kv->set_key(req->key());
-      kv->set_value(std::move(value));
-      kv->set_create_revision(1);
-      kv->set_mod_revision(1);
-      kv->set_version(1);
-      resp->set_count(1);
-    }
+    std::vector<grpc::Slice> slices(1);
+    bool more = false;
+    etcdserverpb::RangeResponse head;
+    FillHeader(memory_->Scan(req.key(), req.range_end(), req.limit(), &slices, &more),
+               head.mutable_header());
+    head.set_more(more);
+    head.set_count(static_cast<int64_t>(slices.size() - 1) + (more ? 1 : 0));
+    slices[0] = grpc::Slice(head.SerializeAsString());
+    grpc::ByteBuffer out(slices.data(), slices.size());
+    response->Swap(&out);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -265,7 +353,7 @@ int Main(int argc, char** argv) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--answer-thread] "
                    "[other flags, ignored]\n\n"
-                   "Answers KV.Put, KV.Range (one key), Lease.LeaseGrant and "
+                   "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant and "
                    "Lease.LeaseKeepAlive\nfrom memory with no storage: the cost of gRPC alone, "
                    "for benchmarks.\nNot a server: nothing is durable or versioned.\n\n"
                    "  --answer-thread  answer puts from one other thread, in batches\n";
