@@ -136,6 +136,17 @@ class Backend {
       Cf cf, const std::vector<std::string_view>& keys,
       absl::FunctionRef<void(size_t i, std::string_view value)> visit) const;
 
+  // As MultiGetVisit, but reads by walking one iterator through the keys in
+  // their sorted order, stepping over what lies between them and seeking
+  // across long gaps, rather than looking each key up on its own: cheaper
+  // when most of the keys between the smallest and the largest are asked
+  // for (a big Range of keys written together). When a key cannot be read,
+  // the keys before it may not have been visited (RocksDB's visits none).
+  // The default is MultiGetVisit.
+  virtual absl::Status ScanVisit(
+      Cf cf, const std::vector<std::string_view>& keys,
+      absl::FunctionRef<void(size_t i, std::string_view value)> visit) const;
+
   // A new iterator over the latest data of cf. The caller owns it; it must
   // be destroyed before the Backend.
   virtual std::unique_ptr<Iterator> NewIterator(Cf cf) const = 0;

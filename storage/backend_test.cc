@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace capstan::storage {
@@ -125,6 +126,55 @@ TEST_F(BackendTest, MultiGetVisitStopsAtAMissingKey) {
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_NE(s.message().find("key 1"), std::string_view::npos) << s;
   EXPECT_EQ(visited, 1);
+}
+
+// Values big enough to span many blocks, half in SST files and half in the
+// memtable, asked for out of order, with runs, gaps longer than a walk takes
+// before it seeks, and a repeated key: each value is still whole when it is
+// visited, after the walk has moved past its block.
+TEST_F(BackendTest, ScanVisitHandsValuesInKeyOrderFromFilesAndMemtable) {
+  auto b = OpenBackend();
+  auto value_of = [](int i) { return std::string(1000, static_cast<char>('a' + i % 26)) + std::to_string(i); };
+  auto key_of = [](int i) { return absl::StrFormat("k%05d", i); };
+  WriteBatch files;
+  for (int i = 0; i < 2000; i += 2) files.Put(Cf::kKey, key_of(i), value_of(i));
+  ASSERT_TRUE(b->Write(&files).ok());
+  ASSERT_TRUE(b->CompactAll().ok());
+  WriteBatch memtable;
+  for (int i = 1; i < 2000; i += 2) memtable.Put(Cf::kKey, key_of(i), value_of(i));
+  ASSERT_TRUE(b->Write(&memtable).ok());
+
+  std::vector<int> wanted;
+  for (int i = 1999; i >= 1000; --i) wanted.push_back(i);     // a dense run, backwards
+  for (int i = 0; i < 1000; i += 37) wanted.push_back(i);     // gaps: seeks
+  wanted.push_back(1500);                                     // asked twice
+  std::vector<std::string> keys;
+  for (int i : wanted) keys.push_back(key_of(i));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  size_t next = 0;
+  ASSERT_TRUE(b->ScanVisit(Cf::kKey, views, [&](size_t i, std::string_view value) {
+                 ASSERT_EQ(i, next++);
+                 EXPECT_EQ(value, value_of(wanted[i])) << keys[i];
+               }).ok());
+  EXPECT_EQ(next, keys.size());
+}
+
+TEST_F(BackendTest, ScanVisitVisitsNothingWhenAKeyIsMissing) {
+  auto b = OpenBackend();
+  WriteBatch batch;
+  batch.Put(Cf::kKey, "a", "1");
+  batch.Put(Cf::kKey, "c", "3");
+  ASSERT_TRUE(b->Write(&batch).ok());
+  int visited = 0;
+  auto s = b->ScanVisit(Cf::kKey, {"a", "b", "c"}, [&](size_t, std::string_view) { ++visited; });
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_NE(s.message().find("key 1"), std::string_view::npos) << s;
+  EXPECT_EQ(visited, 0);
+  // Past the last key in the family.
+  s = b->ScanVisit(Cf::kKey, {"a", "d"}, [&](size_t, std::string_view) { ++visited; });
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_NE(s.message().find("key 1"), std::string_view::npos) << s;
+  EXPECT_EQ(visited, 0);
 }
 
 TEST_F(BackendTest, CheckpointIsAConsistentCopy) {
