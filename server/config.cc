@@ -707,6 +707,10 @@ std::vector<FlagSpec> BuildFlags() {
        "watch cache. Empty disables the cache."},
       {"lease-revoke-rate", Section::kCapstan, Int(&S::lease_revoke_rate), "1000",
        "Most expired leases revoked per second (etcd's fixed rate is 1000). Must be > 0."},
+      {"backend-cache-bytes", Section::kCapstan, Int(&S::backend_cache_bytes), "268435456",
+       "Bytes of uncompressed storage blocks kept in memory for reads. Memory is taken\n"
+       "as blocks are read. Below the data's size, a full list of a big prefix reads and\n"
+       "decompresses blocks again on every list. Must be >= 0."},
 
       // ---- Not listed by section ----
       {"config-file", Section::kHidden, Str(&S::config_file), "''", ""},
@@ -1078,6 +1082,10 @@ absl::Status ValidateAtStart(ServerConfig& c) {
     c.warnings.push_back(absl::StrFormat(
         "quota exceeds the maximum value (quota-size-bytes %d, maximum-value-bytes %d)",
         c.quota_backend_bytes, ServerConfig::kMaxQuotaBackendBytes));
+  }
+  if (c.backend_cache_bytes < 0) {
+    return VerifyError(
+        absl::StrCat("--backend-cache-bytes must be >=0 (set to ", c.backend_cache_bytes, ")"));
   }
   if (c.lease_revoke_rate <= 0) {
     return VerifyError(

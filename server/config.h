@@ -240,6 +240,10 @@ struct ServerConfig {
   std::vector<std::string> watch_cache_prefixes = {"/registry/pods/", "/registry/minions/",
                                                    "/registry/leases/"};
   int64_t lease_revoke_rate = 1000;  // --lease-revoke-rate: leases revoked per second
+  // --backend-cache-bytes: RocksDB's block cache, the uncompressed blocks
+  // kept in memory for reads (etcd relies on the kernel's page cache over its
+  // mmap instead).
+  int64_t backend_cache_bytes = int64_t{256} << 20;
 
   // ---- Command, not configuration ------------------------------------------
   std::string config_file;  // --config-file: the YAML file read instead of flags and env

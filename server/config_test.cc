@@ -783,8 +783,9 @@ TEST(ServerConfigTest, ProxyIsRefused) {
 TEST(ServerConfigTest, CapstanFlags) {
   absl::StatusOr<ServerConfig> c =
       Parse({"--watch-cache-prefixes=/registry/pods/,,/registry/events/,/registry/pods/",
-             "--lease-revoke-rate=50", "--backend-batch-limit=64"});
+             "--lease-revoke-rate=50", "--backend-batch-limit=64", "--backend-cache-bytes=4096"});
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backend_cache_bytes, 4096);
   EXPECT_THAT(c->watch_cache_prefixes, ElementsAre("/registry/pods/", "/registry/events/"));
   EXPECT_EQ(c->lease_revoke_rate, 50);
   EXPECT_EQ(c->backend_batch_limit, 64);
@@ -793,6 +794,8 @@ TEST(ServerConfigTest, CapstanFlags) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->watch_cache_prefixes, IsEmpty());
   ExpectVerifyError(Parse({"--lease-revoke-rate=0"}), "--lease-revoke-rate must be >0 (set to 0)");
+  ExpectVerifyError(Parse({"--backend-cache-bytes=-1"}),
+                    "--backend-cache-bytes must be >=0 (set to -1)");
 }
 
 TEST(ServerConfigTest, GetConfigFailureOfOtherStatus) {
@@ -834,6 +837,7 @@ TEST(UsageTextTest, ListsEverySectionAndFlag) {
            "--tls-min-version 'TLS1.2'",
            "--watch-cache-prefixes '/registry/pods/,/registry/minions/,/registry/leases/'",
            "--lease-revoke-rate 1000",
+           "--backend-cache-bytes 268435456",
        }) {
     EXPECT_THAT(usage, HasSubstr(std::string("\n  ") + flag + "\n")) << flag;
   }

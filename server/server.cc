@@ -117,6 +117,7 @@ absl::Status Server::Init() {
   backend_options.dir = BackendDir(config_.data_dir);
   RemoveSnapshotLeftovers(backend_options.dir);
   backend_options.sync = !config_.unsafe_no_fsync;
+  backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();
 

@@ -154,6 +154,8 @@ struct Options {
   std::chrono::seconds auto_compaction_period{0};
   // Expired leases revoked per second at most (--lease-revoke-rate).
   int64_t lease_revoke_rate = 1000;
+  // Memory for uncompressed storage blocks read (--backend-cache-bytes).
+  int64_t backend_cache_bytes = int64_t{256} << 20;
   // Key prefixes the watch cache serves (--watch-cache-prefixes). Prefixes
   // containing "/pods/", "/minions/" or "/leases/" get the Kubernetes
   // indexes of that resource (pods: metadata.namespace, spec.nodeName,

@@ -54,6 +54,7 @@ std::vector<std::string> FlagsOf(const Options& o) {
       absl::StrCat("--backend-batch-interval=",
                    server::FormatGoDuration(absl::FromChrono(o.backend_batch_interval))),
       absl::StrCat("--lease-revoke-rate=", o.lease_revoke_rate),
+      absl::StrCat("--backend-cache-bytes=", o.backend_cache_bytes),
       absl::StrCat("--watch-cache-prefixes=", absl::StrJoin(o.watch_cache_prefixes, ",")),
   };
   if (!o.fsync) args.push_back("--unsafe-no-fsync");
