@@ -30,7 +30,7 @@ for round in $(seq 1 "${ROUNDS}"); do
       --key-space-size 100000 | grep -E '^\| put \|')
     after=$(cpu_ticks "${PID}")
     groups=$(curl -s "http://127.0.0.1:${PORT}/metrics" |
-      awk '/^capstan_commit_groups_total/ {print $2}')
+      awk '/^capstan_commit_groups_total/ {print $2}' || true)
     kill "${PID}"
     wait "${PID}" 2>/dev/null || true
     PID=
