@@ -27,6 +27,14 @@ class BackendTest : public ::testing::Test {
     return std::move(*b);
   }
 
+  // Writes key/value pairs of the key family in one batch.
+  static void PutKeys(Backend* b,
+                      std::initializer_list<std::pair<std::string, std::string>> pairs) {
+    WriteBatch batch;
+    for (const auto& [k, v] : pairs) batch.Put(Cf::kKey, k, v);
+    ASSERT_TRUE(b->Write(&batch).ok());
+  }
+
   std::string dir_;
 };
 
@@ -82,10 +90,7 @@ TEST_F(BackendTest, IteratorAndDeleteRange) {
 
 TEST_F(BackendTest, MultiGetAnswersEachKey) {
   auto b = OpenBackend();
-  WriteBatch batch;
-  batch.Put(Cf::kKey, "x", "1");
-  batch.Put(Cf::kKey, "z", "3");
-  ASSERT_TRUE(b->Write(&batch).ok());
+  PutKeys(b.get(), {{"x", "1"}, {"z", "3"}});
   std::vector<std::string> values;
   auto st = b->MultiGet(Cf::kKey, {"z", "y", "x"}, &values);
   ASSERT_EQ(st.size(), 3u);
@@ -117,9 +122,7 @@ TEST_F(BackendTest, MultiGetVisitHandsValuesInKeyOrder) {
 
 TEST_F(BackendTest, MultiGetVisitStopsAtAMissingKey) {
   auto b = OpenBackend();
-  WriteBatch batch;
-  batch.Put(Cf::kKey, "x", "1");
-  ASSERT_TRUE(b->Write(&batch).ok());
+  PutKeys(b.get(), {{"x", "1"}});
   int visited = 0;
   auto s = b->MultiGetVisit(Cf::kKey, {"x", "missing", "x"},
                             [&](size_t, std::string_view) { ++visited; });
@@ -161,10 +164,7 @@ TEST_F(BackendTest, ScanVisitHandsValuesInKeyOrderFromFilesAndMemtable) {
 
 TEST_F(BackendTest, ScanVisitVisitsNothingWhenAKeyIsMissing) {
   auto b = OpenBackend();
-  WriteBatch batch;
-  batch.Put(Cf::kKey, "a", "1");
-  batch.Put(Cf::kKey, "c", "3");
-  ASSERT_TRUE(b->Write(&batch).ok());
+  PutKeys(b.get(), {{"a", "1"}, {"c", "3"}});
   int visited = 0;
   auto s = b->ScanVisit(Cf::kKey, {"a", "b", "c"}, [&](size_t, std::string_view) { ++visited; });
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
