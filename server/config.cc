@@ -708,9 +708,9 @@ std::vector<FlagSpec> BuildFlags() {
       {"lease-revoke-rate", Section::kCapstan, Int(&S::lease_revoke_rate), "1000",
        "Most expired leases revoked per second (etcd's fixed rate is 1000). Must be > 0."},
       {"backend-cache-bytes", Section::kCapstan, Int(&S::backend_cache_bytes), "268435456",
-       "Bytes of uncompressed storage blocks kept in memory for reads. Memory is taken\n"
-       "as blocks are read. Below the data's size, a full list of a big prefix reads and\n"
-       "decompresses blocks again on every list. Must be >= 0."},
+       "Bytes of uncompressed storage blocks kept in memory for reads, taken as blocks\n"
+       "are read. A full list of a prefix bigger than this reads and decompresses its\n"
+       "blocks again every time. Must be >= 0."},
 
       // ---- Not listed by section ----
       {"config-file", Section::kHidden, Str(&S::config_file), "''", ""},
