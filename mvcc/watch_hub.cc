@@ -385,15 +385,20 @@ size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, in
 bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
                               size_t* delivered, size_t max_backlog_bytes) {
   const int64_t rev = groups.back().rev;
-  // Events per watcher, in revision order. Most groups reach few watchers.
+  // Events per watcher, in revision order. Each watcher carries its slot
+  // for this round, so that an event reaching a thousand watchers costs no
+  // lookup per watcher.
   std::vector<std::pair<Watcher*, std::vector<const WatchEvent*>>> per_watcher;
-  absl::flat_hash_map<Watcher*, size_t> slot;
+  const uint64_t round = ++dispatch_round_;
   auto add = [&](Watcher* w, const WatchEvent& ev) {
     if (ev.rev < w->min_rev) return;
     if (ev.is_delete ? w->no_delete : w->no_put) return;
-    auto [it, inserted] = slot.try_emplace(w, per_watcher.size());
-    if (inserted) per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
-    per_watcher[it->second].second.push_back(&ev);
+    if (w->dispatch_round != round) {
+      w->dispatch_round = round;
+      w->dispatch_slot = per_watcher.size();
+      per_watcher.emplace_back(w, std::vector<const WatchEvent*>());
+    }
+    per_watcher[w->dispatch_slot].second.push_back(&ev);
   };
   for (const Pending& g : groups) {
     for (const WatchEvent& ev : g.events) {

@@ -281,6 +281,7 @@ class WatchHub {
   absl::flat_hash_set<WatchStream*> streams_;
   int64_t last_notified_rev_ = 0;
   uint64_t next_serial_ = 0;
+  uint64_t dispatch_round_ = 0;  // DispatchLocked calls so far
   bool stopping_ = false;
   absl::Time next_progress_;
 

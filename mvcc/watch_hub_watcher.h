@@ -3,6 +3,7 @@
 #ifndef CAPSTAN_MVCC_WATCH_HUB_WATCHER_H_
 #define CAPSTAN_MVCC_WATCH_HUB_WATCHER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,6 +29,10 @@ struct HubWatcher {
   // Events were queued since the last periodic progress tick: etcd skips
   // the watcher's next notification.
   bool events_since_progress = false;
+  // Where the dispatch under way collects this watcher's events: its slot,
+  // valid while dispatch_round is the hub's current round.
+  uint64_t dispatch_round = 0;
+  size_t dispatch_slot = 0;
 
   bool Matches(std::string_view k) const {
     if (single) return k == key;
