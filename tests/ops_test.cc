@@ -114,16 +114,24 @@ TEST_P(QuotaTest, FillAlarmRecoverDisarm) {
   EXPECT_TRUE(list.exit.exited && list.exit.exit_code == 0) << list.err;
   EXPECT_NE(list.out.find("alarm:NOSPACE"), std::string::npos) << list.out;
 
-  // Reads, deletes, compaction and defragmentation still work.
+  // Reads, deletes, compaction and defragmentation still work. The refused
+  // put is not stored by Capstan, which checks the quota before applying.
+  // etcd checks it twice: before proposing, against a size that moves only
+  // when its backend commits (every 100 ms), and while applying, where a put
+  // that crosses the quota is stored and still answered NOSPACE
+  // (quotaApplierV3.Put); which of the two refuses it depends on timing.
+  const int stored_refused = GetParam() == ServerFlavor::kEtcd ? 1 : 0;
   etcdserverpb::RangeResponse range;
   ASSERT_TRUE(RangeAll(s, 0, &range).ok());
-  EXPECT_EQ(range.count(), written);
+  EXPECT_GE(range.count(), written);
+  EXPECT_LE(range.count(), written + stored_refused);
+  const int64_t stored = range.count();
   etcdserverpb::DeleteRangeRequest del;
   del.set_key("/quota/");
   del.set_range_end("/quota0");
   etcdserverpb::DeleteRangeResponse del_resp;
   ASSERT_TRUE(s.kv->DeleteRange(Deadline().get(), del, &del_resp).ok());
-  EXPECT_EQ(del_resp.deleted(), written);
+  EXPECT_EQ(del_resp.deleted(), stored);
   etcdserverpb::CompactionRequest compact;
   compact.set_revision(del_resp.header().revision());
   compact.set_physical(true);
