@@ -68,15 +68,18 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       fi
       [ -f "$out/compare-$name.md" ] && { cat "$out/compare-$name.md"; echo; } >> "$summary"
     }
-    # put and lease-keepalive also run against capstan-grpc-floor, gRPC with
-    # no server behind it: the most any gRPC C++ server could reach here.
+    # put, large-list and lease-keepalive also run against capstan-grpc-floor,
+    # gRPC with no server behind it: the most any gRPC C++ server could reach
+    # here.
     run_compare put --targets capstan,floor,etcd --conns 10 --clients 100 \
       put --key-size 8 --val-size 256 --total 20000 --key-space-size 100000
     run_compare range --conns 10 --clients 100 \
       range /bench/range/key --populate 1 --val-size 256 --total 20000
+    run_compare range-prefix100-s --conns 10 --clients 100 \
+      range /bench/p/ --prefix --populate 100 --val-size 256 --total 10000 --consistency s
     run_compare txn-put --conns 10 --clients 100 \
       txn-put --key-size 8 --val-size 256 --total 10000 --key-space-size 100000
-    run_compare large-list-small --conns 4 --clients 32 \
+    run_compare large-list-small --targets capstan,floor,etcd --conns 4 --clients 32 \
       large-list --objects 5000 --lists 3 --concurrent-lists 4 --put-rate 50
     run_compare compaction-small --conns 4 --clients 16 \
       compaction --keys 100000 --rate 200
