@@ -172,9 +172,8 @@ absl::Status KvStore::ReadRecords(const std::vector<Revision>& revs, std::vector
                                   bool include_pending) const {
   out->clear();
   out->resize(revs.size());
-  std::vector<std::string> keys;
-  std::vector<size_t> slots;
-  keys.reserve(revs.size());
+  std::vector<Revision> stored;
+  std::vector<size_t> slots;  // stored[j] is revs[slots[j]]
   for (size_t i = 0; i < revs.size(); ++i) {
     if (include_pending) {
       if (auto p = pending_.find(revs[i]); p != pending_.end()) {
@@ -182,29 +181,19 @@ absl::Status KvStore::ReadRecords(const std::vector<Revision>& revs, std::vector
         continue;
       }
     }
-    keys.push_back(RevisionKey(revs[i]));
+    stored.push_back(revs[i]);
     slots.push_back(i);
   }
-  if (keys.empty()) return absl::OkStatus();
-  std::vector<std::string_view> views(keys.begin(), keys.end());
-  std::vector<std::string> values;
-  auto statuses = backend_->MultiGet(Cf::kKey, views, &values);
-  for (size_t j = 0; j < slots.size(); ++j) {
-    if (!statuses[j].ok()) {
-      // The index names a revision the backend does not hold: a broken
-      // invariant unless a compaction raced this read, which the read epoch
-      // rules out.
-      return absl::InternalError(
-          absl::StrCat("revision ", revs[slots[j]].main, "_", revs[slots[j]].sub,
-                       " missing from storage: ", statuses[j].ToString()));
-    }
-    (*out)[slots[j]] = std::move(values[j]);
-  }
-  return absl::OkStatus();
+  if (stored.empty()) return absl::OkStatus();
+  return VisitRecords(stored, [&](size_t j, std::string_view record) {
+    (*out)[slots[j]].assign(record);
+  });
 }
 
-absl::Status KvStore::VisitRecords(const std::vector<Revision>& revs,
-                                   absl::FunctionRef<void(std::string_view record)> visit) const {
+absl::Status KvStore::VisitRecords(
+    const std::vector<Revision>& revs,
+    absl::FunctionRef<void(size_t i, std::string_view record)> visit) const {
+  if (revs.empty()) return absl::OkStatus();
   std::vector<std::string> keys;
   keys.reserve(revs.size());
   for (const auto& r : revs) keys.push_back(RevisionKey(r));
@@ -219,12 +208,14 @@ absl::Status KvStore::VisitRecords(const std::vector<Revision>& revs,
                                       });
   const bool dense = revs.size() >= 2 && (hi->main - lo->main + 1) <=
                                             kScanDensity * static_cast<int64_t>(revs.size());
-  auto each = [&visit](size_t, std::string_view value) { visit(value); };
-  auto s = dense ? backend_->ScanVisit(Cf::kKey, views, each)
-                 : backend_->MultiGetVisit(Cf::kKey, views, each);
+  auto s = dense ? backend_->ScanVisit(Cf::kKey, views, visit)
+                 : backend_->MultiGetVisit(Cf::kKey, views, visit);
   if (!s.ok()) {
-    // As in ReadRecords: the read epoch rules out a compaction racing this.
-    return absl::InternalError(absl::StrCat("record missing from storage: ", s.ToString()));
+    // The index names a revision the backend does not hold: a broken
+    // invariant unless a compaction raced this read, which the read epoch
+    // rules out.
+    return absl::InternalError(absl::StrCat("a record of revisions ", lo->main, " to ", hi->main,
+                                            " is missing from storage: ", s.ToString()));
   }
   return absl::OkStatus();
 }
@@ -239,7 +230,7 @@ absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* 
   }
   const RecordVisitor stream = [this](const std::vector<Revision>& revs,
                                      absl::FunctionRef<void(std::string_view)> visit) {
-    return VisitRecords(revs, visit);
+    return VisitRecords(revs, [&visit](size_t, std::string_view record) { visit(record); });
   };
   return RangeAt(
       view->index, req, rev, view->rev,

@@ -319,12 +319,15 @@ class KvStore {
 
   // Reads the stored records at revs, in order; records written in the
   // group being committed are served from pending_ (committer thread only).
+  // Through VisitRecords.
   absl::Status ReadRecords(const std::vector<Revision>& revs, std::vector<std::string>* out,
                            bool include_pending) const;
-  // Hands the committed records at revs to visit, in order, without copying
-  // each into a string (a Range's path; any thread).
+  // Hands the committed record at revs[i] to visit(i, record), in order,
+  // without copying it into a string; the record is valid during the call
+  // only. Revisions lying close together are read by one walk through the
+  // key family (Backend::ScanVisit), others by one MultiGet. Any thread.
   absl::Status VisitRecords(const std::vector<Revision>& revs,
-                            absl::FunctionRef<void(std::string_view record)> visit) const;
+                            absl::FunctionRef<void(size_t i, std::string_view record)> visit) const;
 
   const KvStoreOptions options_;
   const std::unique_ptr<storage::Backend> backend_;
