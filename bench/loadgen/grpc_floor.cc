@@ -95,33 +95,31 @@ class Memory {
     return rev_;
   }
 
-  // Appends the encoded KeyValues of [key, end) in order, at most `limit` of them (0:
-  // all), with whether more follow. An empty end is the key alone, "\0" every
-  // key from `key` on. The lock
-  // is taken for a chunk of keys at a time, so that puts never wait for a
-  // whole list: a list is not a snapshot (the floor keeps no history).
+  // Appends the encoded KeyValues of [key, end) to out in order, at most
+  // `limit` of them (0: all), with whether more follow, and returns the
+  // revision when it began. An empty end is the key alone, "\0" every key
+  // from `key` on. The lock is taken for a chunk of keys at a time, so that
+  // puts never wait for a whole list: a list is not a snapshot (the floor
+  // keeps no history).
   int64_t Scan(const std::string& key, const std::string& end, int64_t limit,
                std::vector<grpc::Slice>* out, bool* more) const {
     constexpr size_t kChunk = 1024;
     *more = false;
-    int64_t rev = 0;
+    if (end.empty()) {
+      absl::MutexLock l(&mu_);
+      if (auto it = values_.find(key); it != values_.end()) out->push_back(it->second);
+      return rev_;
+    }
     const bool to_last = end == std::string(1, '\0');
-    std::string from = key;
+    int64_t rev = 0;  // rev_ is never 0
     int64_t found = 0;
-    bool first = true;
+    std::string from = key;
     for (;;) {
       absl::MutexLock l(&mu_);
-      if (first) rev = rev_;
-      first = false;
-      if (end.empty()) {
-        auto it = values_.find(key);
-        if (it != values_.end()) out->push_back(it->second);
-        return rev;
-      }
+      if (rev == 0) rev = rev_;
       auto it = values_.lower_bound(from);
       auto inside = [&] { return it != values_.end() && (to_last || it->first < end); };
-      size_t taken = 0;
-      for (; inside() && taken < kChunk; ++it, ++taken) {
+      for (size_t taken = 0; inside() && taken < kChunk; ++it, ++taken) {
         if (limit > 0 && found == limit) {
           *more = true;
           return rev;

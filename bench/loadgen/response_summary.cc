@@ -283,7 +283,7 @@ bool RangeResponseSummary::Parse(CodedInputStream* stream) {
     } else if (field == kRangeKvs && IsLengthDelimited(tag)) {
       ok = ParseRangeKeyValue(&in, this);
     } else if (field == kRangeMore && IsVarint(tag)) {
-      uint64_t v;
+      uint64_t v = 0;
       ok = in.ReadVarint64(&v);
       more = v != 0;
     } else if (field == kRangeCount && IsVarint(tag)) {

@@ -95,7 +95,7 @@ void DeliveryTracker::EventsReceived(absl::Span<const int64_t> revisions,
   };
   // One histogram update for all of them, before a waiter can see the last
   // of them counted.
-  absl::InlinedVector<uint64_t, 64> latencies;
+  absl::InlinedVector<uint64_t, 64> latencies, after_completion;
   std::lock_guard<std::mutex> l(mu_);
   for (int64_t revision : revisions) {
     auto it = pending_.find(revision);
@@ -104,12 +104,15 @@ void DeliveryTracker::EventsReceived(absl::Span<const int64_t> revisions,
       continue;
     }
     latencies.push_back(since(it->second.started));
-    if (after_completion_ != nullptr) after_completion_->Record(since(it->second.completed));
+    if (after_completion_ != nullptr) after_completion.push_back(since(it->second.completed));
     ++matched_;
     --outstanding_;
     if (--it->second.remaining <= 0) pending_.erase(it);
   }
   latency_->RecordAll(latencies.data(), latencies.size());
+  if (after_completion_ != nullptr) {
+    after_completion_->RecordAll(after_completion.data(), after_completion.size());
+  }
   if (outstanding_ == 0) cv_.notify_all();
 }
 
