@@ -53,7 +53,7 @@ sanitize: sanitize-thread sanitize-address
 # API). Reports inside uninstrumented Debian libraries are suppressed by
 # scripts/tsan.supp, each entry with its reason (docs/RELIABILITY.md).
 TSAN_TESTS := capstan_index_test capstan_storage_test capstan_mvcc_test \
-  capstan_mvcc_concurrency_test capstan_watch_lease_test capstan_watchcache_test \
+  capstan_mvcc_concurrency_test capstan_watch_hub_test capstan_lease_test capstan_watchcache_test \
   capstan_bulk_reads_test capstan_embed_test capstan_embed_c_test
 sanitize-thread: deps
 	cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAPSTAN_SANITIZE=thread -DCAPSTAN_BUILD_BENCHMARKS=OFF
@@ -65,7 +65,7 @@ sanitize-thread: deps
 # watch cache, plus the fault-injection test (docs/RELIABILITY.md).
 ASAN_TESTS := capstan_index_test capstan_storage_test capstan_bbolt_reader_test \
   capstan_mvcc_test capstan_mvcc_concurrency_test capstan_mvcc_model_test \
-  capstan_watch_lease_test capstan_auth_store_test capstan_watchcache_test fault_injection_test
+  capstan_watch_hub_test capstan_lease_test capstan_auth_store_test capstan_watchcache_test fault_injection_test
 sanitize-address: deps
 	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo '-DCAPSTAN_SANITIZE=address;undefined' -DCAPSTAN_BUILD_BENCHMARKS=OFF
 	cmake --build build/asan -j $(JOBS) --target $(ASAN_TESTS)

@@ -1,4 +1,4 @@
-// Named errors of the KV layer.
+// Named errors of the KV layer (auth/errors.h holds auth's).
 //
 // Expected failures are values with names (etcd's ErrCompacted,
 // ErrFutureRev, ...). Each is an absl::Status carrying its Error as a
@@ -32,24 +32,6 @@ enum class Error {
   kLeaseTtlTooLarge,  // etcdserver: too large lease TTL
   kStopped,           // etcdserver: server stopped
   kStorageFailed,     // the backend failed a write; the store no longer accepts writes
-  // Auth (mvcc/auth_store.h), etcd's auth.Err*.
-  kRootUserNotExist,      // etcdserver: root user does not exist
-  kRootRoleNotExist,      // etcdserver: root user does not have root role
-  kUserAlreadyExist,      // etcdserver: user name already exists
-  kUserEmpty,             // etcdserver: user name is empty
-  kUserNotFound,          // etcdserver: user name not found
-  kRoleAlreadyExist,      // etcdserver: role name already exists
-  kRoleNotFound,          // etcdserver: role name not found
-  kRoleEmpty,             // etcdserver: role name is empty
-  kAuthFailed,            // etcdserver: authentication failed, invalid user ID or password
-  kPermissionDenied,      // etcdserver: permission denied
-  kRoleNotGranted,        // etcdserver: role is not granted to the user
-  kPermissionNotGranted,  // etcdserver: permission is not granted to the role
-  kAuthNotEnabled,        // etcdserver: authentication is not enabled
-  kInvalidAuthToken,      // etcdserver: invalid auth token
-  kInvalidAuthMgmt,       // etcdserver: invalid auth management
-  kPermissionNotGiven,    // etcdserver: permission not given
-  kAuthOldRevision,       // etcdserver: revision of auth store is old
 };
 
 // A Status carrying `e`.

@@ -2,64 +2,15 @@
 
 namespace capstan::mvcc {
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-void AppendVarint(uint64_t v, std::string* out) {
-  char buf[10];
-  int n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<char>(v);
-  out->append(buf, n);
-}
-
-void AppendTag(int field, int wire_type, std::string* out) {
-  AppendVarint((static_cast<uint64_t>(field) << 3) | wire_type, out);
-}
-
-void AppendVarintField(int field, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  AppendTag(field, 0, out);
-  AppendVarint(v, out);
-}
-
-void AppendBytesField(int field, std::string_view bytes, std::string* out) {
-  AppendTag(field, 2, out);
-  AppendVarint(bytes.size(), out);
-  out->append(bytes);
-}
-
-bool ReadVarint(const char** p, const char* end, uint64_t* v) {
-  uint64_t result = 0;
-  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-    uint8_t b = static_cast<uint8_t>(*(*p)++);
-    result |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = result;
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string EncodeKeyValue(const KeyValueView& kv) {
   std::string out;
   out.reserve(kv.key.size() + kv.value.size() + 40);
-  if (!kv.key.empty()) AppendBytesField(1, kv.key, &out);
-  AppendVarintField(2, static_cast<uint64_t>(kv.create_revision), &out);
-  AppendVarintField(3, static_cast<uint64_t>(kv.mod_revision), &out);
-  AppendVarintField(4, static_cast<uint64_t>(kv.version), &out);
-  if (!kv.value.empty()) AppendBytesField(5, kv.value, &out);
-  AppendVarintField(6, static_cast<uint64_t>(kv.lease), &out);
+  if (!kv.key.empty()) util::AppendBytesField(1, kv.key, &out);
+  util::AppendVarintField(2, static_cast<uint64_t>(kv.create_revision), &out);
+  util::AppendVarintField(3, static_cast<uint64_t>(kv.mod_revision), &out);
+  util::AppendVarintField(4, static_cast<uint64_t>(kv.version), &out);
+  if (!kv.value.empty()) util::AppendBytesField(5, kv.value, &out);
+  util::AppendVarintField(6, static_cast<uint64_t>(kv.lease), &out);
   return out;
 }
 
@@ -74,14 +25,14 @@ bool WalkFields(std::string_view bytes, Visit visit) {
   while (p < end) {
     const char* start = p;
     uint64_t tag;
-    if (!ReadVarint(&p, end, &tag)) return false;
+    if (!util::ReadVarint(&p, end, &tag)) return false;
     const int field = static_cast<int>(tag >> 3);
     const int wire = static_cast<int>(tag & 7);
     uint64_t v = 0;
     std::string_view payload;
     switch (wire) {
       case 0:
-        if (!ReadVarint(&p, end, &v)) return false;
+        if (!util::ReadVarint(&p, end, &v)) return false;
         break;
       case 1:
         if (end - p < 8) return false;
@@ -89,7 +40,7 @@ bool WalkFields(std::string_view bytes, Visit visit) {
         break;
       case 2: {
         uint64_t len;
-        if (!ReadVarint(&p, end, &len) || static_cast<uint64_t>(end - p) < len) return false;
+        if (!util::ReadVarint(&p, end, &len) || static_cast<uint64_t>(end - p) < len) return false;
         payload = std::string_view(p, len);
         p += len;
         break;
@@ -140,10 +91,10 @@ std::string StripValue(std::string_view record) {
 
 void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out) {
   if (!strip_value) {
-    AppendBytesField(field, record, out);
+    util::AppendBytesField(field, record, out);
     return;
   }
-  AppendBytesField(field, StripValue(record), out);
+  util::AppendBytesField(field, StripValue(record), out);
 }
 
 void AppendRecordField(int field, std::string_view record, bool strip_value, ByteSink* out) {
@@ -153,8 +104,8 @@ void AppendRecordField(int field, std::string_view record, bool strip_value, Byt
     record = stripped;
   }
   std::string prefix;  // tag and length: at most 1 + 10 bytes here
-  AppendTag(field, 2, &prefix);
-  AppendVarint(record.size(), &prefix);
+  util::AppendTag(field, 2, &prefix);
+  util::AppendVarint(record.size(), &prefix);
   out->Append(prefix);
   out->Append(record);
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/coding.h"
+
 namespace capstan::mvcc {
 
 // A decoded view of a stored KeyValue. Views point into the record's bytes
@@ -43,16 +45,6 @@ class ByteSink {
 // the record's value field (5) is left out (keys_only).
 void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out);
 void AppendRecordField(int field, std::string_view record, bool strip_value, ByteSink* out);
-
-// Protobuf wire helpers.
-void AppendVarint(uint64_t v, std::string* out);
-// The bytes AppendVarint writes for v.
-size_t VarintSize(uint64_t v);
-void AppendTag(int field, int wire_type, std::string* out);
-void AppendVarintField(int field, uint64_t v, std::string* out);  // omitted when v == 0
-void AppendBytesField(int field, std::string_view bytes, std::string* out);
-// Reads a varint at *p (< end), advancing *p. Returns false on malformed input.
-bool ReadVarint(const char** p, const char* end, uint64_t* v);
 
 }  // namespace capstan::mvcc
 

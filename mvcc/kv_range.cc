@@ -8,8 +8,8 @@
 #include <mutex>
 
 #include "mvcc/errors.h"
-#include "mvcc/go_sort.h"
 #include "mvcc/kv_codec.h"
+#include "util/go_sort.h"
 
 namespace capstan::mvcc {
 
@@ -256,9 +256,9 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
     auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
     const int n = static_cast<int>(items.size());
     if (order == RangeRequest::ASCEND) {
-      GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
+      util::GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
     } else {
-      GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
+      util::GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
     }
   }
   size_t n = items.size();

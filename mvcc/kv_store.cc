@@ -4,16 +4,16 @@
 #include <future>
 #include <utility>
 
-#include "mvcc/check.h"
 #include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_range.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
-#include "mvcc/thread_name.h"
 #include "mvcc/watch_hub.h"
 #include "spdlog/spdlog.h"
+#include "util/check.h"
+#include "util/thread_name.h"
 
 namespace capstan::mvcc {
 
@@ -76,7 +76,7 @@ absl::Status KvStore::Recover() {
   }
 
   if (auto s = backend_->Get(Cf::kMeta, kConsistentIndexKey, &value); s.ok() && value.size() == 8) {
-    applied_index_.store(ReadBigEndian64(value.data()));
+    applied_index_.store(util::ReadBigEndian64(value.data()));
   }
 
   // Rebuild the key index by replaying history in revision order, as etcd's
@@ -90,7 +90,7 @@ absl::Status KvStore::Recover() {
     auto lit = backend_->NewIterator(Cf::kLease);
     for (lit->SeekToFirst(); lit->Valid(); lit->Next()) {
       int64_t id, ttl;
-      if (!DecodeLeaseRecord(lit->value(), &id, &ttl)) {
+      if (!lease::DecodeLeaseRecord(lit->value(), &id, &ttl)) {
         return absl::DataLossError("lease family holds a corrupt record");
       }
       lessor_.Restore(id, ttl);

@@ -36,10 +36,10 @@
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
+#include "lease/lessor.h"
 #include "mvcc/kv_codec.h"
-#include "mvcc/latency_histogram.h"
-#include "mvcc/lessor.h"
 #include "storage/backend.h"
+#include "util/latency_histogram.h"
 
 namespace capstan::mvcc {
 
@@ -67,7 +67,7 @@ struct KvStoreOptions {
   int64_t lease_revoke_rate = 1000;
   // A lease granted a shorter TTL gets this one (etcd's minimum, derived
   // from --election-timeout and --heartbeat-interval).
-  int64_t min_lease_ttl_seconds = Lessor::kMinTtlSeconds;
+  int64_t min_lease_ttl_seconds = lease::Lessor::kMinTtlSeconds;
   // How often expired leases are looked for.
   absl::Duration lease_check_interval = absl::Milliseconds(500);
   // The high 16 bits of lease ids the store picks (etcd uses its member id).
@@ -225,7 +225,7 @@ class KvStore {
   absl::Status Defragment() { return backend_->CompactAll(); }
 
   // The leases; keep-alives and reads go to it directly.
-  Lessor* lessor() { return &lessor_; }
+  lease::Lessor* lessor() { return &lessor_; }
 
   // Sends every committed change to hub from now on, in revision order,
   // after it is durable and published. Pass null to stop. The hub must stay
@@ -253,7 +253,7 @@ class KvStore {
   };
   Stats GetStats() const;
   // Durations of the group commits' synced backend writes.
-  const LatencyHistogram& commit_latency() const { return commit_latency_; }
+  const util::LatencyHistogram& commit_latency() const { return commit_latency_; }
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
@@ -375,11 +375,11 @@ class KvStore {
   bool compact_stopped_ = false;        // a compaction failed: no more run
   std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_;
 
-  LatencyHistogram commit_latency_;
+  util::LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
       stat_groups_{0}, stat_group_writes_{0}, stat_lease_grants_{0};
 
-  Lessor lessor_;
+  lease::Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only
 
   // Active alarms and the storage failure: changed by the committer, read by

@@ -6,7 +6,6 @@
 #include <set>
 #include <utility>
 
-#include "mvcc/check.h"
 #include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
@@ -15,6 +14,7 @@
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
 #include "mvcc/watch_hub.h"
+#include "util/check.h"
 
 namespace capstan::mvcc {
 
@@ -353,7 +353,7 @@ class KvStore::Applier {
       DeleteRangeResponse unused;
       if (auto s = DeleteRange(d, &unused, /*checked=*/true); !s.ok()) return s;
     }
-    s_->batch_.Delete(Cf::kLease, LeaseKey(r.id()));
+    s_->batch_.Delete(Cf::kLease, lease::LeaseKey(r.id()));
     s_->lessor_.Revoke(r.id());
     resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
     return absl::OkStatus();
@@ -539,7 +539,7 @@ class KvStore::Applier {
 
 absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req,
                                       etcdserverpb::LeaseGrantResponse* resp) {
-  if (req.ttl() > Lessor::kMaxTtlSeconds) return MakeError(Error::kLeaseTtlTooLarge);
+  if (req.ttl() > lease::Lessor::kMaxTtlSeconds) return MakeError(Error::kLeaseTtlTooLarge);
   int64_t id = req.id();
   if (id == 0) {
     // Pick an unused positive id: the configured prefix in the high bits,
@@ -555,7 +555,7 @@ absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req
     return MakeError(Error::kLeaseExists);
   }
   const int64_t ttl = std::max(req.ttl(), options_.min_lease_ttl_seconds);
-  batch_.Put(Cf::kLease, LeaseKey(id), EncodeLeaseRecord(id, ttl));
+  batch_.Put(Cf::kLease, lease::LeaseKey(id), lease::EncodeLeaseRecord(id, ttl));
   lessor_.Grant(id, ttl);
   stat_lease_grants_.fetch_add(1, std::memory_order_relaxed);
   resp->set_id(id);
@@ -695,7 +695,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   }
   if (batch_.Count() > 0) {
     std::string index_bytes;
-    AppendBigEndian64(applied, &index_bytes);
+    util::AppendBigEndian64(applied, &index_bytes);
     batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);
     const absl::Time write_start = absl::Now();
     absl::Status s = backend_->Write(&batch_);

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "mvcc/crc32c.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
+#include "util/crc32c.h"
 
 namespace capstan::mvcc {
 
@@ -25,7 +25,7 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
   // As etcd's hashByRev: the revisions a compaction at `rev` would keep.
   if (view->compact_rev > 0) view->index.Keep(rev, &keep);
 
-  uint32_t h = Crc32cExtend(0, "key");
+  uint32_t h = util::Crc32cExtend(0, "key");
   const std::string upper = RevisionKey(Revision{rev + 1, 0});
   auto it = backend_->NewIterator(Cf::kKey);
   for (it->SeekToFirst(); it->Valid() && it->key() < upper; it->Next()) {
@@ -35,8 +35,8 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
     // Revisions at or below the compaction revision that compaction does
     // not keep are about to be deleted: leave them out.
     if (r.main <= view->compact_rev && !keep.empty() && !keep.contains(r)) continue;
-    h = Crc32cExtend(h, it->key());
-    h = Crc32cExtend(h, it->value());
+    h = util::Crc32cExtend(h, it->key());
+    h = util::Crc32cExtend(h, it->value());
   }
   if (auto s = it->status(); !s.ok()) return s;
   *hash = h;
@@ -51,8 +51,8 @@ absl::StatusOr<uint32_t> KvStore::Hash() const {
   for (Cf cf : {Cf::kKey, Cf::kMeta, Cf::kLease, Cf::kAuth, Cf::kAlarm}) {
     auto it = backend_->NewIterator(cf);
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      h = Crc32cExtend(h, it->key());
-      h = Crc32cExtend(h, it->value());
+      h = util::Crc32cExtend(h, it->key());
+      h = util::Crc32cExtend(h, it->value());
     }
     if (auto s = it->status(); !s.ok()) return s;
   }

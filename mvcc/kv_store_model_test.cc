@@ -44,8 +44,8 @@
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
-#include "mvcc/test_backend.h"
 #include "mvcc/revision_key.h"
+#include "mvcc/test_backend.h"
 #include "storage/backend.h"
 
 #if defined(__SANITIZE_THREAD__)

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "index/revision.h"
+#include "util/coding.h"
 
 namespace capstan::mvcc {
 
@@ -26,10 +27,6 @@ std::string RevisionKey(Revision rev, bool tombstone = false);
 
 // Parses a revision key. Returns false if bytes is not one.
 bool ParseRevisionKey(std::string_view bytes, Revision* rev, bool* tombstone);
-
-// Big-endian fixed 64-bit encoding used by revision keys and meta records.
-void AppendBigEndian64(uint64_t v, std::string* out);
-uint64_t ReadBigEndian64(const char* p);
 
 }  // namespace capstan::mvcc
 

@@ -6,9 +6,9 @@
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
-#include "mvcc/thread_name.h"
 #include "mvcc/watch_hub_watcher.h"
 #include "spdlog/spdlog.h"
+#include "util/thread_name.h"
 
 namespace capstan::mvcc {
 
@@ -192,11 +192,11 @@ const std::string& EventField(const WatchEvent& ev, bool with_prev) {
   if (field.empty()) {
     std::string event;
     event.reserve(ev.kv.size() + (with_prev ? ev.prev_kv.size() : 0) + 16);
-    AppendVarintField(1, ev.is_delete ? 1 : 0, &event);
-    AppendBytesField(2, ev.kv, &event);
-    if (with_prev && ev.has_prev) AppendBytesField(3, ev.prev_kv, &event);
+    util::AppendVarintField(1, ev.is_delete ? 1 : 0, &event);
+    util::AppendBytesField(2, ev.kv, &event);
+    if (with_prev && ev.has_prev) util::AppendBytesField(3, ev.prev_kv, &event);
     field.reserve(event.size() + 8);
-    AppendBytesField(11, event, &field);
+    util::AppendBytesField(11, event, &field);
   }
   return field;
 }

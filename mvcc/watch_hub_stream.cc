@@ -26,13 +26,13 @@ std::string EncodeResponse(const std::string& header, int64_t watch_id, bool cre
   if (joined_events != nullptr) size += joined_events->size();
   std::string out;
   out.reserve(size);
-  AppendBytesField(1, header, &out);
-  AppendVarintField(2, static_cast<uint64_t>(watch_id), &out);
-  AppendVarintField(3, created ? 1 : 0, &out);
-  AppendVarintField(4, canceled ? 1 : 0, &out);
-  AppendVarintField(5, static_cast<uint64_t>(compact_revision), &out);
-  if (!cancel_reason.empty()) AppendBytesField(6, cancel_reason, &out);
-  AppendVarintField(7, fragment ? 1 : 0, &out);
+  util::AppendBytesField(1, header, &out);
+  util::AppendVarintField(2, static_cast<uint64_t>(watch_id), &out);
+  util::AppendVarintField(3, created ? 1 : 0, &out);
+  util::AppendVarintField(4, canceled ? 1 : 0, &out);
+  util::AppendVarintField(5, static_cast<uint64_t>(compact_revision), &out);
+  if (!cancel_reason.empty()) util::AppendBytesField(6, cancel_reason, &out);
+  util::AppendVarintField(7, fragment ? 1 : 0, &out);
   for (size_t i = 0; i < num_events; ++i) out.append(*events[i]);
   if (joined_events != nullptr) out.append(*joined_events);
   return out;
@@ -42,8 +42,8 @@ std::string EncodeResponse(const std::string& header, int64_t watch_id, bool cre
 // (encoded ResponseHeader), this watch id, no events, and fragment set or
 // not: what etcd's sendFragments counts besides the events.
 size_t ResponseBaseSize(size_t header_size, int64_t watch_id, bool fragment) {
-  size_t n = 1 + VarintSize(header_size) + header_size;
-  if (watch_id != 0) n += 1 + VarintSize(static_cast<uint64_t>(watch_id));
+  size_t n = 1 + util::VarintSize(header_size) + header_size;
+  if (watch_id != 0) n += 1 + util::VarintSize(static_cast<uint64_t>(watch_id));
   if (fragment) n += 2;
   return n;
 }
@@ -51,9 +51,9 @@ size_t ResponseBaseSize(size_t header_size, int64_t watch_id, bool fragment) {
 }  // namespace
 
 WatchStream::WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header) : hub_(hub) {
-  AppendVarintField(1, header.cluster_id(), &header_prefix_);
-  AppendVarintField(2, header.member_id(), &header_prefix_);
-  AppendVarintField(4, header.raft_term(), &header_suffix_);
+  util::AppendVarintField(1, header.cluster_id(), &header_prefix_);
+  util::AppendVarintField(2, header.member_id(), &header_prefix_);
+  util::AppendVarintField(4, header.raft_term(), &header_suffix_);
 }
 
 WatchStream::~WatchStream() { Close(); }
@@ -62,7 +62,7 @@ std::string WatchStream::EncodeHeader(int64_t rev) const {
   std::string h;
   h.reserve(header_prefix_.size() + header_suffix_.size() + 12);
   h.append(header_prefix_);
-  AppendVarintField(3, static_cast<uint64_t>(rev), &h);
+  util::AppendVarintField(3, static_cast<uint64_t>(rev), &h);
   h.append(header_suffix_);
   return h;
 }
@@ -105,7 +105,7 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
   size_t total = 0;
   for (const std::string* f : fields) total += f->size();
   const size_t header_size = header_prefix_.size() + header_suffix_.size() +
-                             (rev != 0 ? 1 + VarintSize(static_cast<uint64_t>(rev)) : 0);
+                             (rev != 0 ? 1 + util::VarintSize(static_cast<uint64_t>(rev)) : 0);
   const size_t whole_base = ResponseBaseSize(header_size, watch_id, false);
   // Into the watcher's response still waiting in the queue.
   if (auto open = open_events_.find(watch_id); open != open_events_.end()) {

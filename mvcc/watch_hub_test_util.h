@@ -35,7 +35,7 @@ using mvccpb::Event;
 inline constexpr std::chrono::milliseconds kWait{10000};
 inline constexpr std::chrono::milliseconds kQuiet{300};
 
-// The client side of one Watch stream, driven like server/watch_service.cc's
+// The client side of one Watch stream, driven like server/api/watch_service.cc's
 // reactor drives it: the hub hands a message to the deliver function when
 // the writer is idle (the write is then "in flight"); when that write
 // completes (OnWriteDone) the reader calls Pop, and a popped message is the

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
+#include "util/thread_name.h"
 
 namespace capstan::server {
 

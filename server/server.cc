@@ -14,41 +14,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "auth/auth_store.h"
 #include "grpcpp/grpcpp.h"
-#include "mvcc/auth_store.h"
+#include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
-#include "server/auth_service.h"
+#include "server/api/auth_service.h"
+#include "server/api/bulk_reads.h"
+#include "server/api/cache_service.h"
+#include "server/api/election_service.h"
+#include "server/api/health_service.h"
+#include "server/api/kv_service.h"
+#include "server/api/lease_service.h"
+#include "server/api/lock_service.h"
+#include "server/api/maintenance_service.h"
+#include "server/api/snapshot_stream.h"
+#include "server/api/watch_service.h"
 #include "server/auto_compactor.h"
-#include "server/bulk_reads.h"
-#include "server/cache_service.h"
-#include "server/client_http.h"
-#include "server/client_listener.h"
-#include "server/data_dir.h"
-#include "server/grpc_metrics.h"
-#include "server/metrics.h"
-#include "server/metrics_tls.h"
-#include "server/http_endpoints.h"
-#include "server/election_service.h"
-#include "server/health_service.h"
-#include "server/json_gateway.h"
-#include "server/kv_service.h"
-#include "server/lease_service.h"
-#include "server/lock_service.h"
-#include "server/maintenance_service.h"
-#include "server/member.h"
-#include "server/snapshot.h"
-#include "server/tls.h"
-#include "server/watch_service.h"
+#include "server/http/client_http.h"
+#include "server/http/client_listener.h"
+#include "server/http/http_endpoints.h"
+#include "server/http/json_gateway.h"
+#include "server/observability/grpc_metrics.h"
+#include "server/observability/metrics.h"
+#include "server/security/metrics_tls.h"
+#include "server/security/tls.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
+#include "storage/data_dir.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
 
-const char kEtcdApiVersion[] = CAPSTAN_ETCD_API_VERSION;
-const char kEtcdClusterVersion[] = CAPSTAN_ETCD_CLUSTER_VERSION;
-const char kCapstanVersion[] = CAPSTAN_VERSION;
 
 namespace {
 
@@ -111,22 +108,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config)
 }
 
 absl::Status Server::Init() {
-  if (auto s = PrepareDataDir(config_.data_dir); !s.ok()) return s;
+  if (auto s = storage::PrepareDataDir(config_.data_dir); !s.ok()) return s;
 
   storage::BackendOptions backend_options;
-  backend_options.dir = BackendDir(config_.data_dir);
+  backend_options.dir = storage::BackendDir(config_.data_dir);
   RemoveSnapshotLeftovers(backend_options.dir);
   backend_options.sync = !config_.unsafe_no_fsync;
   backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();
 
-  auto member = LoadOrCreateMember(backend->get(), config_.name,
+  auto member = membership::LoadOrCreateMember(backend->get(), config_.name,
                                    UrlStrings(InitialPeerUrls(config_)),
                                    UrlStrings(config_.advertise_client_urls),
                                    config_.initial_cluster_token);
   if (!member.ok()) return member.status();
-  member_ = std::make_unique<MemberInfo>(std::move(*member));
+  member_ = std::make_unique<membership::MemberInfo>(std::move(*member));
 
   mvcc::KvStoreOptions kv_options;
   if (config_.backend_batch_limit > 0) kv_options.batch_limit = static_cast<int>(config_.backend_batch_limit);
@@ -173,15 +170,15 @@ absl::Status Server::Init() {
   // Auth: users, roles and tokens on the store; the gate checks every request.
   // The auth service owns both; services are destroyed after the gRPC server
   // and the store are gone.
-  mvcc::AuthStoreOptions auth_options;
+  auth::AuthStoreOptions auth_options;
   auth_options.bcrypt_cost = static_cast<int>(config_.bcrypt_cost);
   auth_options.token_ttl = absl::Seconds(static_cast<int64_t>(config_.auth_token_ttl_seconds));
   if (config_.auth_token_type == "jwt") {
-    auto jwt = mvcc::JwtTokens::Create(config_.auth_token_options);
+    auto jwt = auth::JwtTokens::Create(config_.auth_token_options);
     if (!jwt.ok()) return jwt.status();
     auth_options.jwt = std::move(*jwt);
   }
-  auto auth_store = mvcc::AuthStore::Open(store_.get(), auth_options);
+  auto auth_store = auth::AuthStore::Open(store_.get(), auth_options);
   if (!auth_store.ok()) return auth_store.status();
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
                                             member_.get());

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/config.h"
+#include "server/config/config.h"
+#include "server/config/version.h"
 
 struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
@@ -31,6 +32,10 @@ namespace capstan::watchcache {
 class Cache;
 }
 
+namespace capstan::membership {
+struct MemberInfo;
+}  // namespace capstan::membership
+
 namespace capstan::server {
 
 class AutoCompactor;
@@ -43,7 +48,6 @@ class GrpcMetrics;
 class Metrics;
 class HttpEndpoints;
 class Recipes;
-struct MemberInfo;
 
 class Server {
  public:
@@ -62,7 +66,7 @@ class Server {
   mvcc::KvStore* store() const { return store_.get(); }
   mvcc::WatchHub* hub() const { return hub_.get(); }
   watchcache::Cache* cache() const { return cache_.get(); }
-  const MemberInfo& member() const { return *member_; }
+  const membership::MemberInfo& member() const { return *member_; }
   // The port each client URL was bound to, in order (after Serve; useful
   // with port 0).
   const std::vector<int>& client_ports() const { return client_ports_; }
@@ -77,7 +81,7 @@ class Server {
   absl::Status Init();
 
   const ServerConfig config_;
-  std::unique_ptr<MemberInfo> member_;
+  std::unique_ptr<membership::MemberInfo> member_;
   std::unique_ptr<mvcc::KvStore> store_;
   std::unique_ptr<mvcc::WatchHub> hub_;
   // The Kubernetes watch cache, fed by the store and the hub.
@@ -109,11 +113,6 @@ class Server {
   std::vector<int> client_ports_;
   bool shut_down_ = false;
 };
-
-// The etcd version whose API Capstan implements (Status.version, /version).
-extern const char kEtcdApiVersion[];
-extern const char kEtcdClusterVersion[];
-extern const char kCapstanVersion[];
 
 }  // namespace capstan::server
 

@@ -35,7 +35,7 @@ inline constexpr int kNumCfs = 5;
 
 // A file system the backend does all its I/O through, in place of the
 // operating system's. Opaque outside storage/: RocksDB's view of it is
-// defined in storage/rocks_file_system.h. Made by storage/fault_injection_fs.h
+// defined in storage/rocks_file_system.h. Made by storage/testing/fault_injection_fs.h
 // for tests that fail writes, fsyncs or fill the disk.
 class FileSystem {
  public:

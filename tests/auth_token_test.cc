@@ -18,9 +18,9 @@
 #include "absl/strings/str_split.h"
 #include "capstan/v1/cache.grpc.pb.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpc_reply.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "grpc_reply.h"
 #include "process_fixture.h"
 
 namespace capstan::testing {

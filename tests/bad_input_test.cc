@@ -385,7 +385,7 @@ TEST_F(BadInputTest, EveryBadRequestGetsEtcdsAnswerAndTheServerKeepsServing) {
 
 // Valid requests with bytes changed, cut, inserted or appended, sent to
 // both servers: every answer has etcd's code and text, decoding errors
-// included (server/go_unmarshal.h). The methods are ones no field value can
+// included (server/api/go_unmarshal.h). The methods are ones no field value can
 // make etcd 3.4 crash on (it panics on an invalid sort target or alarm
 // action), and their requests have no string fields (C++ protobuf refuses
 // a string that is not UTF-8, etcd does not).

@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "capstan/v1/cache.grpc.pb.h"
+#include "cmd/cache_proxy.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "process_fixture.h"
-#include "server/cache_proxy.h"
 #include "watchcache/errors.h"
 #include "watchcache/k8s_test_objects.h"
 

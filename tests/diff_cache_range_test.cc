@@ -1,5 +1,5 @@
 // Range on a prefix Capstan's watch cache holds (/registry/pods/), answered
-// from the cache where it can (server/cache_range.h), against real etcd:
+// from the cache where it can (server/api/cache_range.h), against real etcd:
 // random single-key and range reads with limit, count_only, keys_only, past
 // revisions and sort orders, between random pod writes, deletes, writes
 // elsewhere and compactions. Its own binary: its keys are not under a

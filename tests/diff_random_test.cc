@@ -789,7 +789,7 @@ INSTANTIATE_TEST_SUITE_P(Seeds, DiffRandomKvTest, ::testing::ValuesIn(Seeds()), 
 
 // The same steps on keys under /registry/pods/, a prefix Capstan's watch
 // cache holds, so that Ranges inside it are answered by the cache where it
-// can (server/cache_range.h) and the rest by the store. A suite of its own
+// can (server/api/cache_range.h) and the rest by the store. A suite of its own
 // has servers of its own; seeds run in order, so a from-key range of one
 // seed sees no other seed's keys.
 class DiffRandomCachedKvTest : public DiffRandomTest {

@@ -30,12 +30,12 @@
 #include "httplib.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
-#include "server/errors.h"
-#include "server/http_endpoints.h"
+#include "server/api/errors.h"
+#include "server/http/http_endpoints.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
-#include "storage/fault_injection_fs.h"
+#include "storage/testing/fault_injection_fs.h"
 
 namespace capstan {
 namespace {
@@ -123,7 +123,7 @@ class FaultInjectionTest : public ::testing::Test {
 
   // GET /health from the endpoints the server would serve: {status, body}.
   std::pair<int, std::string> Health() {
-    server::MemberInfo member;
+    membership::MemberInfo member;
     server::HttpEndpoints endpoints(store_.get(), &member, {"3.5.0", "3.5.0", "test"});
     const int port = FreePort();
     EXPECT_TRUE(endpoints.Listen("127.0.0.1", port).ok());

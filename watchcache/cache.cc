@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "mvcc/thread_name.h"
+#include "util/thread_name.h"
 #include "watchcache/errors.h"
 #include "watchcache/store_feed.h"
 

@@ -77,7 +77,7 @@ class CacheStoreTest : public ::testing::Test {
     const char* end = p + res.kvs_wire.size();
     while (p < end) {
       uint64_t tag, len;
-      EXPECT_TRUE(mvcc::ReadVarint(&p, end, &tag) && mvcc::ReadVarint(&p, end, &len));
+      EXPECT_TRUE(util::ReadVarint(&p, end, &tag) && util::ReadVarint(&p, end, &len));
       std::string rec(p, len);
       p += len;
       mvcc::KeyValueView kv;

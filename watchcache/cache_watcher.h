@@ -27,8 +27,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "util/mutex.h"
 #include "watchcache/cache_types.h"
-#include "watchcache/mutex.h"
 #include "watchcache/selector.h"
 
 namespace capstan::watchcache {
@@ -78,7 +78,7 @@ class CacheWatcher : public std::enable_shared_from_this<CacheWatcher> {
   const Selector selector_;
   const bool allow_bookmarks_;
 
-  Mutex mu_;
+  util::Mutex mu_;
   // The initial ADDED events (a snapshot's objects), served before queue_.
   std::vector<ObjectRef> initial_ ABSL_GUARDED_BY(mu_);
   size_t initial_pos_ ABSL_GUARDED_BY(mu_) = 0;
@@ -94,7 +94,7 @@ class CacheWatcher : public std::enable_shared_from_this<CacheWatcher> {
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_bookmark_ ABSL_GUARDED_BY(mu_);
 
-  Mutex notify_mu_;
+  util::Mutex notify_mu_;
   std::function<void()> notify_ ABSL_GUARDED_BY(notify_mu_);
 
   // Owned by the ResourceCache, under its mu_: the dispatch stamp that

@@ -4,8 +4,8 @@
 #include <new>
 #include <vector>
 
-#include "mvcc/check.h"
 #include "mvcc/kv_codec.h"
+#include "util/check.h"
 
 namespace capstan::watchcache {
 namespace {

@@ -62,7 +62,7 @@ bool ForEachField(std::string_view msg, Visit visit) {
   const char* end = p + msg.size();
   while (p < end) {
     uint64_t tag;
-    if (!mvcc::ReadVarint(&p, end, &tag)) return false;
+    if (!util::ReadVarint(&p, end, &tag)) return false;
     const int field = static_cast<int>(tag >> 3);
     const int wt = static_cast<int>(tag & 7);
     if (field == 0) return false;
@@ -70,7 +70,7 @@ bool ForEachField(std::string_view msg, Visit visit) {
     std::string_view bytes;
     switch (wt) {
       case 0:
-        if (!mvcc::ReadVarint(&p, end, &v)) return false;
+        if (!util::ReadVarint(&p, end, &v)) return false;
         break;
       case 1:
         if (end - p < 8) return false;
@@ -78,7 +78,7 @@ bool ForEachField(std::string_view msg, Visit visit) {
         break;
       case 2: {
         uint64_t len;
-        if (!mvcc::ReadVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
+        if (!util::ReadVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
         bytes = std::string_view(p, len);
         p += len;
         break;
@@ -471,11 +471,11 @@ bool IndexExtractor::ExtractJson(std::string_view value, Extracted* out) const {
 std::string K8sProtobufEnvelope(std::string_view api_version, std::string_view kind,
                                 std::string_view raw) {
   std::string type_meta;
-  mvcc::AppendBytesField(1, api_version, &type_meta);
-  mvcc::AppendBytesField(2, kind, &type_meta);
+  util::AppendBytesField(1, api_version, &type_meta);
+  util::AppendBytesField(2, kind, &type_meta);
   std::string out(kK8sMagic);
-  mvcc::AppendBytesField(1, type_meta, &out);
-  mvcc::AppendBytesField(2, raw, &out);
+  util::AppendBytesField(1, type_meta, &out);
+  util::AppendBytesField(2, raw, &out);
   return out;
 }
 

@@ -90,8 +90,8 @@ TEST(IndexExtractor, UndecodableValues) {
   EXPECT_FALSE(ex.Extract(bad, &e));
   // A compressed raw (contentEncoding set) is not decoded.
   std::string env(std::string_view("k8s\0", 4));
-  mvcc::AppendBytesField(2, "raw", &env);
-  mvcc::AppendBytesField(3, "gzip", &env);
+  util::AppendBytesField(2, "raw", &env);
+  util::AppendBytesField(3, "gzip", &env);
   EXPECT_FALSE(ex.Extract(env, &e));
   EXPECT_FALSE(e.decoded);
 }

@@ -23,37 +23,37 @@ struct PodFields {
 // annotations=12}, spec=2 {containers=2 {name=1, image=2}, nodeName=10},
 // status=3 {phase=1}} in the protobuf storage format.
 inline std::string PodProtobuf(const PodFields& p) {
-  using mvcc::AppendBytesField;
+  using util::AppendBytesField;
   std::string meta;
-  AppendBytesField(1, p.name, &meta);
-  AppendBytesField(3, p.ns, &meta);
-  AppendBytesField(5, "uid-" + p.ns + "-" + p.name, &meta);
+  util::AppendBytesField(1, p.name, &meta);
+  util::AppendBytesField(3, p.ns, &meta);
+  util::AppendBytesField(5, "uid-" + p.ns + "-" + p.name, &meta);
   for (const auto& [k, v] : p.labels) {
     std::string entry;
-    AppendBytesField(1, k, &entry);
-    AppendBytesField(2, v, &entry);
-    AppendBytesField(11, entry, &meta);
+    util::AppendBytesField(1, k, &entry);
+    util::AppendBytesField(2, v, &entry);
+    util::AppendBytesField(11, entry, &meta);
   }
   if (p.padding > 0) {
     std::string entry;
-    AppendBytesField(1, "kubectl.kubernetes.io/last-applied-configuration", &entry);
+    util::AppendBytesField(1, "kubectl.kubernetes.io/last-applied-configuration", &entry);
     std::string filler(p.padding, 'x');
     for (size_t i = 0; i < filler.size(); ++i) filler[i] = static_cast<char>('a' + (i * 7 + p.name.size()) % 26);
-    AppendBytesField(2, filler, &entry);
-    AppendBytesField(12, entry, &meta);
+    util::AppendBytesField(2, filler, &entry);
+    util::AppendBytesField(12, entry, &meta);
   }
   std::string container;
-  AppendBytesField(1, "main", &container);
-  AppendBytesField(2, "registry.k8s.io/pause:3.9", &container);
+  util::AppendBytesField(1, "main", &container);
+  util::AppendBytesField(2, "registry.k8s.io/pause:3.9", &container);
   std::string spec;
-  AppendBytesField(2, container, &spec);
-  if (!p.node.empty()) AppendBytesField(10, p.node, &spec);
+  util::AppendBytesField(2, container, &spec);
+  if (!p.node.empty()) util::AppendBytesField(10, p.node, &spec);
   std::string status;
-  if (!p.phase.empty()) AppendBytesField(1, p.phase, &status);
+  if (!p.phase.empty()) util::AppendBytesField(1, p.phase, &status);
   std::string pod;
-  AppendBytesField(1, meta, &pod);
-  AppendBytesField(2, spec, &pod);
-  AppendBytesField(3, status, &pod);
+  util::AppendBytesField(1, meta, &pod);
+  util::AppendBytesField(2, spec, &pod);
+  util::AppendBytesField(3, status, &pod);
   return K8sProtobufEnvelope("v1", "Pod", pod);
 }
 

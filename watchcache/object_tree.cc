@@ -3,7 +3,7 @@
 #include <atomic>
 #include <utility>
 
-#include "mvcc/check.h"
+#include "util/check.h"
 
 namespace capstan::watchcache {
 namespace tree_internal {

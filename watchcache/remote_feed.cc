@@ -9,8 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
+#include "util/thread_name.h"
 
 namespace capstan::watchcache {
 namespace {

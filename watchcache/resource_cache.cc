@@ -9,8 +9,8 @@
 #include <cmath>
 #include <utility>
 
-#include "mvcc/check.h"
 #include "mvcc/kv_codec.h"
+#include "util/check.h"
 #include "watchcache/errors.h"
 
 namespace capstan::watchcache {
@@ -67,17 +67,17 @@ ObjectRef ResourceCache::MakeObject(std::string_view kv_record) {
 }
 
 int64_t ResourceCache::rev() const {
-  ReaderMutexLock l(&mu_);
+  util::ReaderMutexLock l(&mu_);
   return rev_;
 }
 
 bool ResourceCache::ready() const {
-  ReaderMutexLock l(&mu_);
+  util::ReaderMutexLock l(&mu_);
   return ready_;
 }
 
 bool ResourceCache::WaitReady(absl::Duration timeout) const {
-  ReaderMutexLock l(&mu_);
+  util::ReaderMutexLock l(&mu_);
   auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return ready_ || stopped_; };
   return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && ready_;
 }
@@ -133,9 +133,9 @@ void ResourceCache::Reset(int64_t rev, std::vector<ObjectRef> objects) {
             [](const ObjectRef& a, const ObjectRef& b) { return a->key() < b->key(); });
   Notifications notify;
   {
-    MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     for (auto& [p, w] : watchers_) {
-      MutexLock wl(&w->mu_);
+      util::MutexLock wl(&w->mu_);
       if (w->state_ != CacheWatcher::State::kDone) EndLocked(w.get(), CacheReinitialized(), &notify);
     }
     SweepEndedLocked();
@@ -163,7 +163,7 @@ void ResourceCache::Apply(std::vector<FeedChange> changes, int64_t header_rev) {
   const absl::Time now = absl::Now();
   Notifications notify;
   {
-    MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     CHECK(ready_) << "Apply before Reset";
     SweepEndedLocked();
     for (size_t i = 0; i < changes.size(); ++i) {
@@ -208,7 +208,7 @@ void ResourceCache::Apply(std::vector<FeedChange> changes, int64_t header_rev) {
 }
 
 void ResourceCache::AdvanceTo(int64_t rev) {
-  MutexLock l(&mu_);
+  util::MutexLock l(&mu_);
   if (rev > rev_) rev_ = rev;
 }
 
@@ -253,10 +253,10 @@ void ResourceCache::EvictLocked(absl::Time now) {
 void ResourceCache::Stop() {
   Notifications notify;
   {
-    MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     stopped_ = true;
     for (auto& [p, w] : watchers_) {
-      MutexLock wl(&w->mu_);
+      util::MutexLock wl(&w->mu_);
       EndLocked(w.get(), CacheStopped(), &notify);
     }
     SweepEndedLocked();
@@ -266,7 +266,7 @@ void ResourceCache::Stop() {
 
 ResourceCache::Stats ResourceCache::GetStats(bool estimate_indexes) const {
   Stats s;
-  ReaderMutexLock l(&mu_);
+  util::ReaderMutexLock l(&mu_);
   s.rev = rev_;
   s.oldest_rev = snapshots_.empty() ? 0 : OldestRevLocked();
   s.objects = tree_.size();
@@ -279,7 +279,7 @@ ResourceCache::Stats ResourceCache::GetStats(bool estimate_indexes) const {
   s.snapshots = snapshots_.size();
   s.watchers = watchers_.size();
   for (const auto& [p, w] : watchers_) {
-    MutexLock wl(&w->mu_);
+    util::MutexLock wl(&w->mu_);
     if (w->state_ == CacheWatcher::State::kBehind) ++s.watchers_behind;
   }
   s.watchers_cut_off = watchers_cut_off_.load(std::memory_order_relaxed);

@@ -41,10 +41,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "watchcache/cache_types.h"
 #include "watchcache/cache_watcher.h"
 #include "watchcache/index_extractor.h"
-#include "watchcache/mutex.h"
 #include "watchcache/object_tree.h"
 #include "watchcache/selector.h"
 
@@ -188,7 +188,7 @@ class ResourceCache {
   std::atomic<bool> use_indexes_;
   std::atomic<uint64_t> undecoded_{0};
 
-  mutable Mutex mu_;
+  mutable util::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t rev_ ABSL_GUARDED_BY(mu_) = 0;
@@ -213,7 +213,7 @@ class ResourceCache {
   // Ended watchers still registered for dispatch (unregistered lazily, at
   // the next exclusive section). A leaf lock: watchers end under a shared
   // mu_ too.
-  Mutex ended_mu_;
+  util::Mutex ended_mu_;
   std::vector<CacheWatcher*> ended_ ABSL_GUARDED_BY(ended_mu_);
   uint64_t stamp_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_watcher_id_ ABSL_GUARDED_BY(mu_) = 1;

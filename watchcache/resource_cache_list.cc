@@ -9,7 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "mvcc/check.h"
+#include "util/check.h"
 #include "watchcache/continue_token.h"
 #include "watchcache/errors.h"
 
@@ -43,12 +43,12 @@ absl::Status ResourceCache::WaitConsistent() {
   const absl::Time deadline = absl::Now() + options_.wait_timeout;
   for (;;) {
     {
-      ReaderMutexLock l(&mu_);
+      util::ReaderMutexLock l(&mu_);
       if (stopped_) return CacheStopped();
       if (rev_ >= want) return absl::OkStatus();
     }
     if (request_progress_) request_progress_();
-    ReaderMutexLock l(&mu_);
+    util::ReaderMutexLock l(&mu_);
     const absl::Duration left = deadline - absl::Now();
     if (AwaitRevLocked(want, std::min(left, kProgressRetry))) return absl::OkStatus();
     if (stopped_) return CacheStopped();
@@ -97,7 +97,7 @@ bool ResourceCache::IndexCandidatesLocked(const Selector& sel, std::vector<Objec
 }
 
 std::optional<TreeSnapshot> ResourceCache::SnapshotAt(int64_t rev, int64_t* cache_rev) const {
-  ReaderMutexLock l(&mu_);
+  util::ReaderMutexLock l(&mu_);
   if (cache_rev != nullptr) *cache_rev = rev_;
   if (!ready_ || stopped_ || rev > rev_ || rev < OldestRevLocked()) return std::nullopt;
   return SnapshotAtLocked(rev);
@@ -152,7 +152,7 @@ absl::StatusOr<ListResult> ResourceCache::List(const ListOptions& opts) {
   bool indexed = false;
   bool historical = false;  // snap is older than the index
   {
-    ReaderMutexLock l(&mu_);
+    util::ReaderMutexLock l(&mu_);
     const int64_t need = std::max(exact, min_rev);
     if (need > rev_ && !AwaitRevLocked(need, options_.wait_timeout)) {
       if (stopped_) return CacheStopped();

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "mvcc/check.h"
+#include "util/check.h"
 #include "watchcache/errors.h"
 
 namespace capstan::watchcache {
@@ -46,7 +46,7 @@ bool CacheWatcher::Transition(const CacheEvent& ev, WatchEvent* out) const {
 }
 
 void CacheWatcher::Notify() {
-  MutexLock l(&notify_mu_);
+  util::MutexLock l(&notify_mu_);
   if (notify_) notify_();
 }
 
@@ -56,7 +56,7 @@ size_t CacheWatch::Pop(std::vector<WatchEvent>* out, size_t max_events) {
   CacheWatcher* w = w_.get();
   size_t n = 0;
   {
-    MutexLock l(&w->mu_);
+    util::MutexLock l(&w->mu_);
     while (n < max_events && w->initial_pos_ < w->initial_.size()) {
       WatchEvent ev;
       ev.type = EventType::kAdded;
@@ -93,7 +93,7 @@ size_t CacheWatch::Pop(std::vector<WatchEvent>* out, size_t max_events) {
   }
   n = w->owner_->CatchUp(w, out, max_events);
   if (n == 0) {
-    MutexLock l(&w->mu_);
+    util::MutexLock l(&w->mu_);
     if (w->queue_.empty() && w->state_ == CacheWatcher::State::kLive) {
       w->waiting_ = true;
     } else if (w->state_ != CacheWatcher::State::kDone) {
@@ -106,17 +106,17 @@ size_t CacheWatch::Pop(std::vector<WatchEvent>* out, size_t max_events) {
 }
 
 bool CacheWatch::done() {
-  MutexLock l(&w_->mu_);
+  util::MutexLock l(&w_->mu_);
   return w_->state_ == CacheWatcher::State::kDone && w_->queue_.empty();
 }
 
 absl::Status CacheWatch::status() {
-  MutexLock l(&w_->mu_);
+  util::MutexLock l(&w_->mu_);
   return w_->end_;
 }
 
 void CacheWatch::SetNotify(std::function<void()> fn) {
-  MutexLock l(&w_->notify_mu_);
+  util::MutexLock l(&w_->notify_mu_);
   w_->notify_ = std::move(fn);
 }
 
@@ -241,7 +241,7 @@ void ResourceCache::DispatchLocked(const std::shared_ptr<const CacheEvent>& ev, 
 void ResourceCache::OfferLocked(CacheWatcher* w, const CacheEvent& ev, Notifications* notify) {
   WatchEvent out;
   if (!w->Transition(ev, &out)) return;
-  MutexLock wl(&w->mu_);
+  util::MutexLock wl(&w->mu_);
   if (w->state_ != CacheWatcher::State::kLive) return;
   if (w->queue_.size() >= options_.watcher_queue_events) {
     // Fall behind: the rest (from this revision on, whole) comes from the
@@ -275,14 +275,14 @@ void ResourceCache::EndLocked(CacheWatcher* w, absl::Status status, Notification
     w->waiting_ = false;
     notify->push_back(w->shared_from_this());
   }
-  MutexLock l(&ended_mu_);
+  util::MutexLock l(&ended_mu_);
   ended_.push_back(w);
 }
 
 void ResourceCache::SweepEndedLocked() {
   std::vector<CacheWatcher*> ended;
   {
-    MutexLock l(&ended_mu_);
+    util::MutexLock l(&ended_mu_);
     ended.swap(ended_);
   }
   for (CacheWatcher* w : ended) {
@@ -300,8 +300,8 @@ size_t ResourceCache::CatchUp(CacheWatcher* w, std::vector<WatchEvent>* out, siz
   Notifications notify;
   size_t n = 0;
   {
-    ReaderMutexLock l(&mu_);
-    MutexLock wl(&w->mu_);
+    util::ReaderMutexLock l(&mu_);
+    util::MutexLock wl(&w->mu_);
     if (w->state_ != CacheWatcher::State::kBehind) return 0;
     if (w->next_rev_ - 1 < OldestRevLocked()) {
       EndLocked(w,
@@ -340,9 +340,9 @@ size_t ResourceCache::CatchUp(CacheWatcher* w, std::vector<WatchEvent>* out, siz
 }
 
 void ResourceCache::Remove(CacheWatcher* w) {
-  MutexLock l(&mu_);
+  util::MutexLock l(&mu_);
   {
-    MutexLock wl(&w->mu_);
+    util::MutexLock wl(&w->mu_);
     if (w->state_ != CacheWatcher::State::kDone) {
       w->state_ = CacheWatcher::State::kDone;
       w->queue_.clear();
@@ -352,7 +352,7 @@ void ResourceCache::Remove(CacheWatcher* w) {
   }
   UnregisterLocked(w);
   {
-    MutexLock el(&ended_mu_);
+    util::MutexLock el(&ended_mu_);
     ended_.erase(std::remove(ended_.begin(), ended_.end(), w), ended_.end());
   }
   watchers_.erase(w);
@@ -361,10 +361,10 @@ void ResourceCache::Remove(CacheWatcher* w) {
 void ResourceCache::Tick(absl::Time now) {
   Notifications notify;
   {
-    MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     SweepEndedLocked();
     for (auto& [p, w] : watchers_) {
-      MutexLock wl(&w->mu_);
+      util::MutexLock wl(&w->mu_);
       if (w->state_ == CacheWatcher::State::kBehind &&
           now - w->behind_since_ > options_.slow_watcher_budget) {
         EndLocked(w.get(),
@@ -420,7 +420,7 @@ absl::StatusOr<std::unique_ptr<CacheWatch>> ResourceCache::Watch(const WatchOpti
   bool indexed = false;
   int64_t start_rev;
   {
-    MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     if (stopped_) return CacheStopped();
     if (from > rev_ && !AwaitRevLocked(from, options_.wait_timeout)) {
       if (stopped_) return CacheStopped();
@@ -428,7 +428,7 @@ absl::StatusOr<std::unique_ptr<CacheWatch>> ResourceCache::Watch(const WatchOpti
     }
     if (!initial && from < OldestRevLocked()) return TooOldResourceVersion(from, OldestRevLocked());
     SweepEndedLocked();
-    MutexLock wl(&w->mu_);
+    util::MutexLock wl(&w->mu_);
     w->next_bookmark_ = absl::Now() + options_.bookmark_interval;
     if (initial) {
       // The state at rev_, then live events after it.
@@ -466,7 +466,7 @@ absl::StatusOr<std::unique_ptr<CacheWatch>> ResourceCache::Watch(const WatchOpti
         return true;
       });
     }
-    MutexLock wl(&w->mu_);
+    util::MutexLock wl(&w->mu_);
     if (w->state_ != CacheWatcher::State::kDone) w->initial_ = std::move(objs);
   }
   return std::unique_ptr<CacheWatch>(new CacheWatch(std::move(w), start_rev));

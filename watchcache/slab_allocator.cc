@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "boost/lockfree/stack.hpp"
-#include "mvcc/check.h"
+#include "util/check.h"
 
 namespace capstan::watchcache {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
-#include "mvcc/thread_name.h"
 #include "spdlog/spdlog.h"
+#include "util/thread_name.h"
 
 namespace capstan::watchcache {
 namespace {
@@ -24,16 +24,16 @@ bool Fields(std::string_view msg, Visit visit) {
   const char* end = p + msg.size();
   while (p < end) {
     uint64_t tag;
-    if (!mvcc::ReadVarint(&p, end, &tag)) return false;
+    if (!util::ReadVarint(&p, end, &tag)) return false;
     const int field = static_cast<int>(tag >> 3);
     const int wt = static_cast<int>(tag & 7);
     uint64_t v = 0;
     std::string_view bytes;
     if (wt == 0) {
-      if (!mvcc::ReadVarint(&p, end, &v)) return false;
+      if (!util::ReadVarint(&p, end, &v)) return false;
     } else if (wt == 2) {
       uint64_t len;
-      if (!mvcc::ReadVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
+      if (!util::ReadVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
       bytes = std::string_view(p, len);
       p += len;
     } else if (wt == 1 && end - p >= 8) {

@@ -43,11 +43,11 @@
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/proc_stats.h"
 #include "bench/loadgen/server_process.h"
+#include "capstan/v1/cache.pb.h"
+#include "cmd/cache_proxy.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "server/cache_proxy.h"
-#include "capstan/v1/cache.pb.h"
 #include "watchcache/k8s_test_objects.h"
 #include "watchcache/resource_cache.h"
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "storage/bbolt_reader.h"
+#include "storage/etcdfmt/bbolt_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto reader = capstan::storage::BboltReader::FromBytes(
+  auto reader = capstan::etcdfmt::BboltReader::FromBytes(
       std::string(reinterpret_cast<const char*>(data), size));
   if (!reader.ok()) return 0;
   (*reader)->Check().IgnoreError();

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "server/config_file.h"
+#include "server/config/config_file.h"
 
 namespace {
 

@@ -9,14 +9,14 @@
 
 #include "etcdserverpb/raft_internal.pb.h"
 #include "raftpb/raft.pb.h"
-#include "server/etcd_wal.h"
+#include "storage/etcdfmt/etcd_wal.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   for (bool last : {false, true}) {
     uint32_t crc = 0;
     bool torn = false;
-    auto s = capstan::server::DecodeEtcdWalFile(
+    auto s = capstan::etcdfmt::DecodeEtcdWalFile(
         bytes, last, &crc, &torn, [](int64_t type, std::string_view record) {
           if (type == 4) std::abort();  // CRC records are consumed by the reader
           if (type == 2) {

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "etcdserverpb/rpc.pb.h"
-#include "server/go_unmarshal.h"
+#include "server/api/go_unmarshal.h"
 #include "v3electionpb/v3election.pb.h"
 #include "v3lockpb/v3lock.pb.h"
 

@@ -1,6 +1,6 @@
 // etcd requests decoded from fuzzed bytes and handled by a real store, as
-// the gRPC services hand them over (server/kv_service.cc,
-// server/watch_service.cc): the first byte picks Range, Put, DeleteRange,
+// the gRPC services hand them over (server/api/kv_service.cc,
+// server/api/watch_service.cc): the first byte picks Range, Put, DeleteRange,
 // Txn, Compaction or Watch; the rest is parsed as that protobuf message
 // (bytes that do not parse are refused, as the services refuse them).
 // Every request must be answered (an error is fine) without crashing, and

@@ -1,0 +1,726 @@
+#include "auth/auth_store.h"
+
+#include <crypt.h>
+
+#include <algorithm>
+#include <future>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "auth/errors.h"
+#include "storage/backend.h"
+#include "util/go_sort.h"
+
+namespace capstan::auth {
+
+using mvcc::KvStore;
+using mvcc::WriteRequest;
+namespace {
+
+using storage::Cf;
+
+// Keys of the kAuth family: etcd's buckets as `capstan migrate` writes them.
+constexpr char kEnabledKey[] = "auth/authEnabled";
+constexpr char kRevisionKey[] = "auth/authRevision";
+constexpr char kUserPrefix[] = "authUsers/";
+constexpr char kRolePrefix[] = "authRoles/";
+constexpr char kRoot[] = "root";
+
+std::string EncodeRevision(uint64_t rev) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(rev & 0xff);
+    rev >>= 8;
+  }
+  return out;
+}
+
+uint64_t DecodeRevision(std::string_view b) {
+  uint64_t rev = 0;
+  for (unsigned char c : b) rev = (rev << 8) | c;
+  return rev;
+}
+
+bool HasRole(const authpb::User& u, const std::string& role) {
+  return std::find(u.roles().begin(), u.roles().end(), role) != u.roles().end();
+}
+
+// etcd's isValidPermissionRange.
+bool IsValidPermissionRange(const std::string& key, const std::string& range_end) {
+  if (key.empty()) return false;
+  if (range_end.empty()) return true;
+  if (key < range_end) return true;
+  return range_end == std::string(1, '\0');
+}
+
+bool CheckHash(const std::string& hash, const std::string& password) {
+  auto data = std::make_unique<crypt_data>();
+  const char* got = crypt_r(password.c_str(), hash.c_str(), data.get());
+  if (got == nullptr || got[0] == '*') return false;
+  // Compare without an early exit.
+  std::string_view g(got);
+  if (g.size() != hash.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < g.size(); ++i) diff |= static_cast<unsigned char>(g[i] ^ hash[i]);
+  return diff == 0;
+}
+
+std::string RandomTokenPrefix() {
+  static constexpr char kLetters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::random_device rd;  // /dev/urandom
+  std::string out(16, 'a');
+  for (char& c : out) c = kLetters[rd() % 52];
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- RangeSet
+
+void RangeSet::Add(std::string_view key, std::string_view range_end) {
+  if (range_end.empty()) {
+    std::string end(key);
+    end.push_back('\0');
+    intervals_.push_back({std::string(key), std::move(end)});
+  } else if (range_end == std::string_view("\0", 1)) {
+    intervals_.push_back({std::string(key), std::string()});
+  } else {
+    intervals_.push_back({std::string(key), std::string(range_end)});
+  }
+}
+
+void RangeSet::Seal() {
+  std::sort(intervals_.begin(), intervals_.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::vector<Interval> merged;
+  for (auto& iv : intervals_) {
+    if (!merged.empty()) {
+      Interval& cur = merged.back();
+      if (cur.end.empty()) continue;  // unbounded: absorbs the rest
+      if (iv.begin <= cur.end) {      // overlapping or adjacent
+        if (iv.end.empty() || iv.end > cur.end) cur.end = iv.end;
+        continue;
+      }
+    }
+    merged.push_back(std::move(iv));
+  }
+  intervals_ = std::move(merged);
+}
+
+bool RangeSet::ContainsInterval(std::string_view begin, std::string_view end) const {
+  auto it = std::upper_bound(intervals_.begin(), intervals_.end(), begin,
+                             [](std::string_view b, const Interval& iv) { return b < iv.begin; });
+  if (it == intervals_.begin()) return false;
+  const Interval& iv = *std::prev(it);
+  if (iv.end.empty()) return true;
+  if (end.empty()) return false;
+  return end <= iv.end;
+}
+
+bool RangeSet::ContainsKey(std::string_view key) const {
+  auto it = std::upper_bound(intervals_.begin(), intervals_.end(), key,
+                             [](std::string_view k, const Interval& iv) { return k < iv.begin; });
+  if (it == intervals_.begin()) return false;
+  const Interval& iv = *std::prev(it);
+  return iv.end.empty() || key < iv.end;
+}
+
+bool RangeSet::Covers(std::string_view key, std::string_view range_end) const {
+  if (range_end.empty()) return ContainsKey(key);
+  if (range_end == std::string_view("\0", 1)) return ContainsInterval(key, {});
+  // A reversed range holds no keys; etcd's interval tree has no defined
+  // answer for it (docs/COMPATIBILITY.md): allowed where key itself is.
+  if (range_end <= key) return ContainsKey(key);
+  return ContainsInterval(key, range_end);
+}
+
+// ---------------------------------------------------------------- State
+
+void AuthStore::State::RebuildPerms() {
+  perms.clear();
+  for (const auto& [name, user] : users) {
+    auto p = std::make_shared<UserPerms>();
+    p->root = HasRole(user, kRoot);
+    for (const auto& role_name : user.roles()) {
+      auto r = roles.find(role_name);
+      if (r == roles.end()) continue;
+      for (const auto& perm : r->second.keypermission()) {
+        if (perm.permtype() == authpb::Permission::READ ||
+            perm.permtype() == authpb::Permission::READWRITE) {
+          p->read.Add(perm.key(), perm.range_end());
+        }
+        if (perm.permtype() == authpb::Permission::WRITE ||
+            perm.permtype() == authpb::Permission::READWRITE) {
+          p->write.Add(perm.key(), perm.range_end());
+        }
+      }
+    }
+    p->read.Seal();
+    p->write.Seal();
+    perms[name] = std::move(p);
+  }
+}
+
+// ---------------------------------------------------------------- AuthStore
+
+AuthStore::AuthStore(KvStore* kv, const AuthStoreOptions& options) : kv_(kv), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<AuthStore>> AuthStore::Open(KvStore* store,
+                                                           const AuthStoreOptions& options) {
+  std::unique_ptr<AuthStore> as(new AuthStore(store, options));
+  if (auto s = as->Load(); !s.ok()) return s;
+  return as;
+}
+
+absl::Status AuthStore::Load() {
+  auto state = std::make_shared<State>();
+  auto it = kv_->backend()->NewIterator(Cf::kAuth);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    std::string_view k = it->key();
+    std::string_view v = it->value();
+    if (k == kEnabledKey) {
+      state->enabled = v.size() == 1 && v[0] == 1;
+    } else if (k == kRevisionKey) {
+      state->revision = DecodeRevision(v);
+    } else if (k.substr(0, sizeof(kUserPrefix) - 1) == kUserPrefix) {
+      authpb::User u;
+      if (!u.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        return absl::DataLossError("corrupt auth user record " + std::string(k));
+      }
+      state->users[std::string(k.substr(sizeof(kUserPrefix) - 1))] = std::move(u);
+    } else if (k.substr(0, sizeof(kRolePrefix) - 1) == kRolePrefix) {
+      authpb::Role r;
+      if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        return absl::DataLossError("corrupt auth role record " + std::string(k));
+      }
+      state->roles[std::string(k.substr(sizeof(kRolePrefix) - 1))] = std::move(r);
+    }
+  }
+  if (auto s = it->status(); !s.ok()) return s;
+  // etcd commits revision 1 when it finds none; the first mutation stores it.
+  if (state->revision == 0) state->revision = 1;
+  state->RebuildPerms();
+  applied_ = state;
+  state_ = state;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const AuthStore::State> AuthStore::Current() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return state_;
+}
+
+bool AuthStore::Enabled() const { return Current()->enabled; }
+uint64_t AuthStore::Revision() const { return Current()->revision; }
+
+void AuthStore::Submit(Mutation m, Done done) {
+  struct Pending {
+    std::shared_ptr<const State> next;  // null: nothing to publish
+    Changes changes;
+  };
+  auto pending = std::make_shared<Pending>();
+  WriteRequest w;
+  w.kind = WriteRequest::Kind::kCustom;
+  // Committer thread: applies m to the newest applied state and stages the
+  // changed records. Nothing is staged when m fails.
+  w.apply_batch = [this, m = std::move(m), pending](storage::WriteBatch* batch) -> absl::Status {
+    auto next = std::make_shared<State>(*applied_);
+    if (auto s = m(next.get(), &pending->changes); !s.ok()) return s;
+    if (!pending->changes.changed) return absl::OkStatus();
+    if (pending->changes.bump_revision) next->revision++;
+    next->RebuildPerms();
+    for (const auto& name : pending->changes.users) {
+      const std::string key = absl::StrCat(kUserPrefix, name);
+      auto u = next->users.find(name);
+      if (u == next->users.end()) {
+        batch->Delete(Cf::kAuth, key);
+      } else {
+        batch->Put(Cf::kAuth, key, u->second.SerializeAsString());
+      }
+    }
+    for (const auto& name : pending->changes.roles) {
+      const std::string key = absl::StrCat(kRolePrefix, name);
+      auto r = next->roles.find(name);
+      if (r == next->roles.end()) {
+        batch->Delete(Cf::kAuth, key);
+      } else {
+        batch->Put(Cf::kAuth, key, r->second.SerializeAsString());
+      }
+    }
+    if (pending->changes.enabled) {
+      batch->Put(Cf::kAuth, kEnabledKey, std::string(1, next->enabled ? '\1' : '\0'));
+    }
+    batch->Put(Cf::kAuth, kRevisionKey, EncodeRevision(next->revision));
+    applied_ = next;
+    pending->next = std::move(next);
+    return absl::OkStatus();
+  };
+  // Committer thread, once durable: publish, then drop stale tokens.
+  w.done = [this, pending, done = std::move(done)](absl::Status s) mutable {
+    if (s.ok() && pending->next) {
+      {
+        std::lock_guard<std::mutex> lock(state_mu_);
+        state_ = pending->next;
+      }
+      const Changes& c = pending->changes;
+      if (c.drop_all_tokens || !c.invalidate_users.empty()) {
+        std::lock_guard<std::mutex> lock(tokens_mu_);
+        if (c.drop_all_tokens) {
+          tokens_.clear();
+        } else {
+          absl::erase_if(tokens_, [&](const auto& kv) {
+            return std::find(c.invalidate_users.begin(), c.invalidate_users.end(),
+                             kv.second.user) != c.invalidate_users.end();
+          });
+        }
+      }
+    }
+    done(s);
+  };
+  kv_->Submit(std::move(w));
+}
+
+absl::Status AuthStore::Wait(const std::function<void(Done)>& mutation) {
+  std::promise<absl::Status> p;
+  auto f = p.get_future();
+  mutation([&p](absl::Status s) { p.set_value(s); });
+  return f.get();
+}
+
+void AuthStore::AuthEnable(Done done) {
+  Submit(
+      [](State* s, Changes* c) -> absl::Status {
+        if (s->enabled) {
+          c->changed = false;  // etcd ignores it
+          return absl::OkStatus();
+        }
+        auto root = s->users.find(kRoot);
+        if (root == s->users.end()) return MakeError(Error::kRootUserNotExist);
+        if (!HasRole(root->second, kRoot)) return MakeError(Error::kRootRoleNotExist);
+        s->enabled = true;
+        c->enabled = true;
+        c->bump_revision = false;  // etcd's AuthEnable keeps the revision
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::AuthDisable(Done done) {
+  Submit(
+      [](State* s, Changes* c) -> absl::Status {
+        if (!s->enabled) {
+          c->changed = false;
+          return absl::OkStatus();
+        }
+        s->enabled = false;
+        c->enabled = true;
+        c->drop_all_tokens = true;
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::UserAdd(const std::string& name, const std::string& hashed_password,
+                        bool no_password, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        if (name.empty()) return MakeError(Error::kUserEmpty);
+        if (s->users.count(name)) return MakeError(Error::kUserAlreadyExist);
+        authpb::User u;
+        u.set_name(name);
+        if (!no_password) u.set_password(hashed_password);
+        u.mutable_options()->set_no_password(no_password);
+        s->users[name] = std::move(u);
+        c->users.push_back(name);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::UserDelete(const std::string& name, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        if (s->enabled && name == kRoot) return MakeError(Error::kInvalidAuthMgmt);
+        if (!s->users.erase(name)) return MakeError(Error::kUserNotFound);
+        c->users.push_back(name);
+        c->invalidate_users.push_back(name);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::UserChangePassword(const std::string& name, const std::string& hashed_password,
+                                   Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        auto u = s->users.find(name);
+        if (u == s->users.end()) return MakeError(Error::kUserNotFound);
+        u->second.set_password(hashed_password);
+        c->users.push_back(name);
+        c->invalidate_users.push_back(name);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::UserGrantRole(const std::string& user, const std::string& role, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        auto u = s->users.find(user);
+        if (u == s->users.end()) return MakeError(Error::kUserNotFound);
+        if (role != kRoot && !s->roles.count(role)) return MakeError(Error::kRoleNotFound);
+        auto* roles = u->second.mutable_roles();
+        auto pos = std::lower_bound(roles->begin(), roles->end(), role);
+        if (pos != roles->end() && *pos == role) {
+          c->changed = false;  // already granted: etcd ignores it
+          return absl::OkStatus();
+        }
+        const int idx = static_cast<int>(pos - roles->begin());
+        roles->Add(std::string(role));
+        for (int i = roles->size() - 1; i > idx; --i) roles->SwapElements(i, i - 1);
+        c->users.push_back(user);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::UserRevokeRole(const std::string& user, const std::string& role, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        if (s->enabled && user == kRoot && role == kRoot) return MakeError(Error::kInvalidAuthMgmt);
+        auto u = s->users.find(user);
+        if (u == s->users.end()) return MakeError(Error::kUserNotFound);
+        auto* roles = u->second.mutable_roles();
+        auto pos = std::find(roles->begin(), roles->end(), role);
+        if (pos == roles->end()) return MakeError(Error::kRoleNotGranted);
+        roles->erase(pos);
+        c->users.push_back(user);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::RoleAdd(const std::string& name, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        if (name.empty()) return MakeError(Error::kRoleEmpty);
+        if (s->roles.count(name)) return MakeError(Error::kRoleAlreadyExist);
+        authpb::Role r;
+        r.set_name(name);
+        s->roles[name] = std::move(r);
+        c->roles.push_back(name);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::RoleDelete(const std::string& name, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        if (s->enabled && name == kRoot) return MakeError(Error::kInvalidAuthMgmt);
+        if (!s->roles.erase(name)) return MakeError(Error::kRoleNotFound);
+        c->roles.push_back(name);
+        // Users holding the role lose it.
+        for (auto& [uname, u] : s->users) {
+          auto* roles = u.mutable_roles();
+          auto pos = std::find(roles->begin(), roles->end(), name);
+          if (pos == roles->end()) continue;
+          roles->erase(pos);
+          c->users.push_back(uname);
+        }
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::RoleGrantPermission(const std::string& role, const authpb::Permission& perm,
+                                    Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        auto r = s->roles.find(role);
+        if (r == s->roles.end()) return MakeError(Error::kRoleNotFound);
+        if (!IsValidPermissionRange(perm.key(), perm.range_end())) {
+          return MakeError(Error::kInvalidAuthMgmt);
+        }
+        auto* perms = r->second.mutable_keypermission();
+        // As etcd: look at the first permission whose key is not less.
+        auto pos = std::find_if(perms->begin(), perms->end(),
+                                [&](const authpb::Permission& p) { return p.key() >= perm.key(); });
+        if (pos != perms->end() && pos->key() == perm.key() &&
+            pos->range_end() == perm.range_end()) {
+          pos->set_permtype(perm.permtype());
+        } else {
+          // Appended, then sorted by key with Go's sort.Sort as etcd does:
+          // not stable, so permissions on one key (a point and a range from
+          // it) keep the order that algorithm leaves (GoSort).
+          *perms->Add() = perm;
+          util::GoSort(
+              perms->size(), [&](int i, int j) { return perms->Get(i).key() < perms->Get(j).key(); },
+              [&](int i, int j) { perms->SwapElements(i, j); });
+        }
+        c->roles.push_back(role);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void AuthStore::RoleRevokePermission(const std::string& role, const std::string& key,
+                                     const std::string& range_end, Done done) {
+  Submit(
+      [=](State* s, Changes* c) -> absl::Status {
+        auto r = s->roles.find(role);
+        if (r == s->roles.end()) return MakeError(Error::kRoleNotFound);
+        auto* perms = r->second.mutable_keypermission();
+        const int before = perms->size();
+        perms->erase(std::remove_if(perms->begin(), perms->end(),
+                                    [&](const authpb::Permission& p) {
+                                      return p.key() == key && p.range_end() == range_end;
+                                    }),
+                     perms->end());
+        if (perms->size() == before) return MakeError(Error::kPermissionNotGranted);
+        c->roles.push_back(role);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+// ---------------------------------------------------------------- reads
+
+absl::StatusOr<authpb::User> AuthStore::GetUser(const std::string& name) const {
+  auto s = Current();
+  auto u = s->users.find(name);
+  if (u == s->users.end()) return MakeError(Error::kUserNotFound);
+  return u->second;
+}
+
+absl::StatusOr<authpb::Role> AuthStore::GetRole(const std::string& name) const {
+  auto s = Current();
+  auto r = s->roles.find(name);
+  if (r == s->roles.end()) return MakeError(Error::kRoleNotFound);
+  return r->second;
+}
+
+absl::StatusOr<std::vector<authpb::Permission>> AuthStore::RolePermissions(
+    const std::string& name) const {
+  auto role = GetRole(name);
+  if (!role.ok()) return role.status();
+  std::vector<authpb::Permission> out;
+  if (name == kRoot) {
+    authpb::Permission all;
+    all.set_permtype(authpb::Permission::READWRITE);
+    all.set_range_end(std::string(1, '\0'));
+    out.push_back(std::move(all));
+    return out;
+  }
+  out.assign(role->keypermission().begin(), role->keypermission().end());
+  return out;
+}
+
+std::vector<std::string> AuthStore::UserNames() const {
+  auto s = Current();
+  std::vector<std::string> out;
+  for (const auto& [name, u] : s->users) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> AuthStore::RoleNames() const {
+  auto s = Current();
+  std::vector<std::string> out;
+  for (const auto& [name, r] : s->roles) out.push_back(name);
+  return out;
+}
+
+bool AuthStore::UserHasRole(const std::string& user, const std::string& role) const {
+  auto s = Current();
+  auto u = s->users.find(user);
+  return u != s->users.end() && HasRole(u->second, role);
+}
+
+// ---------------------------------------------------------------- tokens
+
+absl::StatusOr<std::string> AuthStore::HashPassword(const std::string& password) const {
+  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
+  if (crypt_gensalt_rn("$2b$", static_cast<unsigned long>(options_.bcrypt_cost), nullptr, 0, salt,
+                       sizeof(salt)) == nullptr) {
+    return absl::InternalError("bcrypt: cannot make a salt");
+  }
+  auto data = std::make_unique<crypt_data>();
+  const char* hash = crypt_r(password.c_str(), salt, data.get());
+  if (hash == nullptr || hash[0] == '*') return absl::InternalError("bcrypt: hashing failed");
+  return std::string(hash);
+}
+
+absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
+                                                    const std::string& password) {
+  auto s = Current();
+  if (!s->enabled) return MakeError(Error::kAuthNotEnabled);
+  auto u = s->users.find(name);
+  if (u == s->users.end()) return MakeError(Error::kAuthFailed);
+  if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
+  if (!CheckHash(u->second.password(), password)) return MakeError(Error::kAuthFailed);
+  const absl::Time now = absl::Now();
+  if (options_.jwt) return options_.jwt->Sign(name, s->revision, now);
+  std::lock_guard<std::mutex> lock(tokens_mu_);
+  absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
+  std::string token;
+  do {
+    token = absl::StrCat(RandomTokenPrefix(), ".", kv_->AppliedIndex() + (++token_index_));
+  } while (tokens_.contains(token));
+  tokens_[token] = Token{name, now + options_.token_ttl};
+  return token;
+}
+
+absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
+  const absl::Time now = absl::Now();
+  if (options_.jwt) {
+    auto claims = options_.jwt->Verify(token, now);
+    if (!claims.ok()) return claims.status();
+    return AuthInfo{std::move(claims->username), claims->revision};
+  }
+  std::string user;
+  {
+    std::lock_guard<std::mutex> lock(tokens_mu_);
+    auto it = tokens_.find(token);
+    if (it == tokens_.end()) return MakeError(Error::kInvalidAuthToken);
+    if (it->second.expires <= now) {
+      tokens_.erase(it);
+      return MakeError(Error::kInvalidAuthToken);
+    }
+    it->second.expires = now + options_.token_ttl;  // refreshed on use
+    user = it->second.user;
+  }
+  return AuthInfo{std::move(user), Revision()};
+}
+
+AuthInfo AuthStore::InfoFromCommonName(const std::string& cn) const {
+  return AuthInfo{cn, Revision()};
+}
+
+size_t AuthStore::TEST_NumTokens() {
+  std::lock_guard<std::mutex> lock(tokens_mu_);
+  return tokens_.size();
+}
+
+// ---------------------------------------------------------------- checks
+
+absl::Status AuthStore::CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
+                                     std::string_view range_end, PermType type) const {
+  if (!s.enabled) return absl::OkStatus();
+  if (info.revision == 0) return MakeError(Error::kUserEmpty);
+  if (info.revision < s.revision) return MakeError(Error::kAuthOldRevision);
+  auto p = s.perms.find(info.user);
+  if (p == s.perms.end()) return MakeError(Error::kPermissionDenied);
+  if (p->second->root) return absl::OkStatus();
+  const RangeSet& set = type == PermType::kRead ? p->second->read : p->second->write;
+  if (set.Covers(key, range_end)) return absl::OkStatus();
+  return MakeError(Error::kPermissionDenied);
+}
+
+absl::Status AuthStore::CheckRange(const AuthInfo& info, std::string_view key,
+                                   std::string_view range_end, PermType type) const {
+  auto s = Current();
+  return CheckRangeIn(*s, info, key, range_end, type);
+}
+
+absl::Status AuthStore::CheckAdmin(const AuthInfo& info) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  if (info.user.empty()) return MakeError(Error::kUserEmpty);
+  auto p = s->perms.find(info.user);
+  if (p == s->perms.end()) return MakeError(Error::kUserNotFound);
+  if (!p->second->root) return MakeError(Error::kPermissionDenied);
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
+                                         PermType type) const {
+  if (lease_id == 0 || !s.enabled) return absl::OkStatus();
+  auto lease = kv_->lessor()->Get(lease_id, /*with_keys=*/true);
+  if (!lease) return absl::OkStatus();
+  for (const auto& key : lease->keys) {
+    if (auto st = CheckRangeIn(s, info, key, {}, type); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckLeaseKeys(const AuthInfo& info, int64_t lease_id,
+                                       PermType type) const {
+  auto s = Current();
+  return CheckLeaseKeysIn(*s, info, lease_id, type);
+}
+
+absl::Status AuthStore::CheckTxnIn(const State& s, const AuthInfo& info,
+                                   const etcdserverpb::TxnRequest& txn, TxnRules rules) const {
+  for (const auto& cmp : txn.compare()) {
+    if (auto st = CheckRangeIn(s, info, cmp.key(), cmp.range_end(), PermType::kRead); !st.ok()) {
+      return st;
+    }
+  }
+  for (const auto* ops : {&txn.success(), &txn.failure()}) {
+    for (const auto& op : *ops) {
+      absl::Status st;
+      switch (op.request_case()) {
+        case etcdserverpb::RequestOp::kRequestRange:
+          st = CheckRangeIn(s, info, op.request_range().key(), op.request_range().range_end(),
+                            PermType::kRead);
+          break;
+        case etcdserverpb::RequestOp::kRequestPut:
+          if (rules == TxnRules::kEtcd34) {
+            st = CheckRangeIn(s, info, op.request_put().key(), {}, PermType::kWrite);
+          } else {
+            st = CheckPutIn(s, info, op.request_put());  // as a plain Put
+          }
+          break;
+        case etcdserverpb::RequestOp::kRequestDeleteRange: {
+          const auto& d = op.request_delete_range();
+          if (d.prev_kv()) st = CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kRead);
+          if (st.ok()) st = CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kWrite);
+          break;
+        }
+        case etcdserverpb::RequestOp::kRequestTxn:
+          if (rules == TxnRules::kCurrent) st = CheckTxnIn(s, info, op.request_txn(), rules);
+          break;
+        default:
+          break;
+      }
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckPutIn(const State& s, const AuthInfo& info,
+                                   const etcdserverpb::PutRequest& put) const {
+  if (auto st = CheckRangeIn(s, info, put.key(), {}, PermType::kWrite); !st.ok()) return st;
+  // A lease already holding keys this user can't write can't be attached to
+  // more: the user could not revoke it.
+  if (auto st = CheckLeaseKeysIn(s, info, put.lease(), PermType::kWrite); !st.ok()) return st;
+  if (put.prev_kv()) return CheckRangeIn(s, info, put.key(), {}, PermType::kRead);
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckPut(const AuthInfo& info, const etcdserverpb::PutRequest& put) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  return CheckPutIn(*s, info, put);
+}
+
+absl::Status AuthStore::CheckDeleteRange(const AuthInfo& info,
+                                         const etcdserverpb::DeleteRangeRequest& del) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  if (auto st = CheckRangeIn(*s, info, del.key(), del.range_end(), PermType::kWrite); !st.ok()) {
+    return st;
+  }
+  if (del.prev_kv()) return CheckRangeIn(*s, info, del.key(), del.range_end(), PermType::kRead);
+  return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                                 TxnRules rules) const {
+  auto s = Current();
+  if (!s->enabled) return absl::OkStatus();
+  return CheckTxnIn(*s, info, txn, rules);
+}
+
+}  // namespace capstan::auth

@@ -1,0 +1,253 @@
+// AuthStore: etcd v3's users, roles, key-range permissions and simple tokens,
+// layered on the KV store's durability.
+//
+// Every mutation (user/role changes, enable/disable) is a WriteRequest of
+// kind kCustom: the committer applies it in order with every other write,
+// stages the changed records into its group batch (column family kAuth, in
+// the layout `capstan migrate` produces from etcd's buckets:
+// "auth/authEnabled", "auth/authRevision", "authUsers/<name>" ->
+// authpb.User, "authRoles/<name>" -> authpb.Role) and the mutation becomes
+// visible to permission checks only once it is durable. Each successful
+// mutation but AuthEnable bumps the auth revision, as etcd's commitRevision
+// does.
+//
+// Permission checks read an immutable published state (users, roles and each
+// user's merged read/write key ranges, like etcd's range_perm_cache) and take
+// only a short lock to fetch it. Simple tokens ("<random>.<index>") live in
+// memory only (as in etcd), expire after the configured TTL unless used, and
+// are dropped when their user is deleted or changes password, and when auth
+// is disabled.
+//
+// Password hashing and checking (bcrypt) is CPU-heavy: HashPassword and
+// Authenticate run it on the calling thread, so call them off gRPC reactor
+// threads. Mutations never hash on the committer thread.
+//
+// Thread safety: every public method may be called from any thread.
+
+#ifndef CAPSTAN_AUTH_AUTH_STORE_H_
+#define CAPSTAN_AUTH_AUTH_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "auth/jwt_token.h"
+#include "authpb/auth.pb.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "mvcc/kv_store.h"
+
+namespace capstan::auth {
+
+// Who a request comes from: etcd's AuthInfo. revision 0 means "no user"
+// (no token and no client certificate).
+struct AuthInfo {
+  std::string user;
+  uint64_t revision = 0;
+};
+
+enum class PermType { kRead, kWrite };
+
+// Key ranges a user may read or write: disjoint, sorted, merged intervals
+// [begin, end) (an empty end means unbounded), built from the permissions of
+// all the user's roles. Contains() answers whether the union covers a
+// range, like etcd's interval-tree Contains; Intersects() whether one key
+// is covered.
+class RangeSet {
+ public:
+  // Adds etcd's permission range: range_end empty: the single key; "\0":
+  // every key from key on; else [key, range_end).
+  void Add(std::string_view key, std::string_view range_end);
+  // Merges overlapping and adjacent intervals. REQUIRES: called after the
+  // last Add and before any query.
+  void Seal();
+  // True if the union covers the request range [key, range_end) (range_end
+  // "\0": unbounded; empty: the single key; at or below key: as key alone).
+  bool Covers(std::string_view key, std::string_view range_end) const;
+
+  struct Interval {
+    std::string begin;
+    std::string end;  // empty: unbounded
+  };
+  const std::vector<Interval>& intervals() const { return intervals_; }
+
+ private:
+  bool ContainsInterval(std::string_view begin, std::string_view end) const;
+  bool ContainsKey(std::string_view key) const;
+  std::vector<Interval> intervals_;
+};
+
+struct AuthStoreOptions {
+  // bcrypt cost of new password hashes (--bcrypt-cost).
+  int bcrypt_cost = 10;
+  // Simple tokens expire after this long without use (--auth-token-ttl).
+  absl::Duration token_ttl = absl::Seconds(300);
+  // Set: issue and accept JWT tokens (--auth-token jwt,...) instead of
+  // simple tokens.
+  std::shared_ptr<const JwtTokens> jwt;
+};
+
+class AuthStore {
+ public:
+  // Loads the auth records from store's backend; a store without an auth
+  // revision starts at revision 1, as etcd does. store must outlive the
+  // auth store.
+  static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
+                                                         const AuthStoreOptions& options);
+
+  AuthStore(const AuthStore&) = delete;
+  AuthStore& operator=(const AuthStore&) = delete;
+
+  bool Enabled() const;
+  uint64_t Revision() const;
+  mvcc::KvStore* kv() const { return kv_; }
+
+  // --- Mutations. Each is queued to the KV store's committer; done runs on
+  // the committer thread (must not block) once the change is durable and
+  // visible, or with the error that refused it (etcd's texts via Error).
+  using Done = absl::AnyInvocable<void(absl::Status)>;
+
+  void AuthEnable(Done done);
+  void AuthDisable(Done done);
+  // hashed_password: from HashPassword (ignored with no_password).
+  void UserAdd(const std::string& name, const std::string& hashed_password, bool no_password,
+               Done done);
+  void UserDelete(const std::string& name, Done done);
+  void UserChangePassword(const std::string& name, const std::string& hashed_password, Done done);
+  void UserGrantRole(const std::string& user, const std::string& role, Done done);
+  void UserRevokeRole(const std::string& user, const std::string& role, Done done);
+  void RoleAdd(const std::string& name, Done done);
+  void RoleDelete(const std::string& name, Done done);
+  void RoleGrantPermission(const std::string& role, const authpb::Permission& perm, Done done);
+  void RoleRevokePermission(const std::string& role, const std::string& key,
+                            const std::string& range_end, Done done);
+
+  // Blocking forms of the mutations, for tests and tools.
+  absl::Status Wait(const std::function<void(Done)>& mutation);
+
+  // --- Reads of the published state.
+  absl::StatusOr<authpb::User> GetUser(const std::string& name) const;
+  absl::StatusOr<authpb::Role> GetRole(const std::string& name) const;
+  // RoleGet's answer: the root role reports READWRITE on every key.
+  absl::StatusOr<std::vector<authpb::Permission>> RolePermissions(const std::string& name) const;
+  std::vector<std::string> UserNames() const;
+  std::vector<std::string> RoleNames() const;
+  bool UserHasRole(const std::string& user, const std::string& role) const;
+
+  // --- Passwords and tokens.
+  // A bcrypt hash of password at the configured cost (CPU-heavy).
+  absl::StatusOr<std::string> HashPassword(const std::string& password) const;
+  // Checks the password (CPU-heavy) and issues a token: a JWT carrying the
+  // current auth revision with options.jwt, else a simple token.
+  absl::StatusOr<std::string> Authenticate(const std::string& name, const std::string& password);
+  // The identity a token stands for (a simple token's TTL is refreshed; a
+  // JWT carries the auth revision it was issued at); kInvalidAuthToken if it
+  // is unknown, expired, or a JWT with a bad signature.
+  absl::StatusOr<AuthInfo> InfoFromToken(const std::string& token);
+  // The identity of a verified client certificate's common name.
+  AuthInfo InfoFromCommonName(const std::string& cn) const;
+
+  // --- Permission checks (etcd's isOpPermitted and IsAdminPermitted): ok
+  // when auth is disabled; kUserEmpty without a user; kAuthOldRevision
+  // (range checks) when info predates the current auth revision (a JWT
+  // issued before an auth change); kPermissionDenied (or kUserNotFound for
+  // admin) otherwise.
+  absl::Status CheckRange(const AuthInfo& info, std::string_view key, std::string_view range_end,
+                          PermType type) const;
+  absl::Status CheckAdmin(const AuthInfo& info) const;
+  // type permission on every key attached to the lease (etcd's
+  // checkLeasePuts for kWrite); ok for lease 0 or a lease that does not
+  // exist.
+  absl::Status CheckLeaseKeys(const AuthInfo& info, int64_t lease_id, PermType type) const;
+  // Every compare and every operation of a txn, recursively, each as its own
+  // request would be checked (a put's prev_kv and lease included), as etcd
+  // releases from 2026 on do; etcd 3.4.23 checks neither nested txns nor a
+  // put's prev_kv and lease inside a txn.
+  //
+  // kEtcd34 checks as etcd 3.4.23 (and every release before its 2026 fixes)
+  // checks a txn when it applies one: compares and ranges read, puts write
+  // only, deletes read for prev_kv then write, nested txns not at all. A
+  // replay of such an etcd's log (capstan migrate) applies what it applied.
+  enum class TxnRules { kCurrent, kEtcd34 };
+  absl::Status CheckTxn(const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                        TxnRules rules = TxnRules::kCurrent) const;
+  // A Put (write on the key, write on the lease's other keys, read for
+  // prev_kv) and a DeleteRange (write, then read for prev_kv), as etcd's
+  // authApplierV3 checks them.
+  absl::Status CheckPut(const AuthInfo& info, const etcdserverpb::PutRequest& put) const;
+  absl::Status CheckDeleteRange(const AuthInfo& info,
+                                const etcdserverpb::DeleteRangeRequest& del) const;
+
+  // Test hook: the tokens currently valid.
+  size_t TEST_NumTokens();
+
+ private:
+  struct UserPerms {
+    RangeSet read, write;
+    bool root = false;
+  };
+  // One immutable version of the auth state.
+  struct State {
+    bool enabled = false;
+    uint64_t revision = 0;
+    std::map<std::string, authpb::User> users;
+    std::map<std::string, authpb::Role> roles;
+    absl::flat_hash_map<std::string, std::shared_ptr<const UserPerms>> perms;
+    void RebuildPerms();
+  };
+  // What a mutation changed, to stage.
+  struct Changes {
+    std::vector<std::string> users, roles;  // names whose records changed
+    bool enabled = false;
+    std::vector<std::string> invalidate_users;  // whose tokens to drop
+    bool drop_all_tokens = false;
+    bool changed = true;  // false: a no-op that keeps the revision
+    bool bump_revision = true;  // false: staged, but the revision stays
+  };
+  using Mutation = std::function<absl::Status(State* next, Changes* changes)>;
+
+  AuthStore(mvcc::KvStore* kv, const AuthStoreOptions& options);
+  absl::Status Load();
+  void Submit(Mutation m, Done done);
+  std::shared_ptr<const State> Current() const;
+  absl::Status CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
+                            std::string_view range_end, PermType type) const;
+  absl::Status CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
+                               PermType type) const;
+  absl::Status CheckTxnIn(const State& s, const AuthInfo& info, const etcdserverpb::TxnRequest& txn,
+                          TxnRules rules) const;
+  absl::Status CheckPutIn(const State& s, const AuthInfo& info,
+                          const etcdserverpb::PutRequest& put) const;
+
+  mvcc::KvStore* const kv_;
+  const AuthStoreOptions options_;
+
+  // The state with every applied mutation, durable or not: committer only.
+  std::shared_ptr<const State> applied_;
+
+  // The published (durable) state. Lock order: state_mu_ is a leaf lock.
+  mutable std::mutex state_mu_;
+  std::shared_ptr<const State> state_;
+
+  struct Token {
+    std::string user;
+    absl::Time expires;
+  };
+  // Lock order: tokens_mu_ is a leaf lock.
+  std::mutex tokens_mu_;
+  absl::flat_hash_map<std::string, Token> tokens_;
+  uint64_t token_index_ = 0;
+};
+
+}  // namespace capstan::auth
+
+#endif  // CAPSTAN_AUTH_AUTH_STORE_H_

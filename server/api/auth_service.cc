@@ -1,0 +1,341 @@
+#include "server/api/auth_service.h"
+
+#include <thread>
+#include <utility>
+
+#include "auth/errors.h"
+#include "grpcpp/security/auth_context.h"
+#include "mvcc/errors.h"
+#include "server/api/errors.h"
+
+namespace capstan::server {
+namespace {
+
+using auth::AuthInfo;
+using auth::PermType;
+
+// Runs CPU-heavy bcrypt work off the gRPC reactor threads. The RPC it serves
+// is finished by fn (or by a done callback fn arranges), so the gRPC server's
+// shutdown waits for it.
+void RunDetached(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- AuthGate
+
+absl::StatusOr<AuthInfo> AuthGate::Identify(const grpc::ServerContextBase& ctx) const {
+  // etcd's AuthInfoFromCtx: nobody, and no token is looked at, while auth is
+  // off.
+  if (!store_->Enabled()) return AuthInfo{};
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("token");
+  if (it == md.end()) it = md.find("authorization");
+  if (it != md.end()) {
+    return store_->InfoFromToken(std::string(it->second.data(), it->second.size()));
+  }
+  if (client_cert_auth_) {
+    auto ac = ctx.auth_context();
+    if (ac && ac->IsPeerAuthenticated()) {
+      auto cn = ac->FindPropertyValues("x509_common_name");
+      if (!cn.empty()) return store_->InfoFromCommonName(std::string(cn[0].data(), cn[0].size()));
+    }
+  }
+  return AuthInfo{};
+}
+
+absl::Status AuthGate::CheckRange(const grpc::ServerContextBase& ctx,
+                                  const etcdserverpb::RangeRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  if (auto s = store_->CheckRange(*info, req.key(), req.range_end(), PermType::kRead); !s.ok()) {
+    return s;
+  }
+  // etcd's doSerialize: a read is answered only for the current auth
+  // revision (a JWT from another revision, even a later one, is stale).
+  if (info->revision != 0 && info->revision != store_->Revision() && store_->Enabled()) {
+    return auth::MakeError(auth::Error::kAuthOldRevision);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuthGate::CheckPut(const grpc::ServerContextBase& ctx,
+                                const etcdserverpb::PutRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckPut(*info, req);
+}
+
+absl::Status AuthGate::CheckDeleteRange(const grpc::ServerContextBase& ctx,
+                                        const etcdserverpb::DeleteRangeRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckDeleteRange(*info, req);
+}
+
+absl::Status AuthGate::CheckTxn(const grpc::ServerContextBase& ctx,
+                                const etcdserverpb::TxnRequest& req) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckTxn(*info, req);
+}
+
+absl::Status AuthGate::CheckWatch(const grpc::ServerContextBase& ctx, std::string_view key,
+                                  std::string_view range_end) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  // etcd turns an empty watch key into "\0".
+  if (key.empty()) key = std::string_view("\0", 1);
+  return store_->CheckRange(*info, key, range_end, PermType::kRead);
+}
+
+absl::Status AuthGate::CheckLeaseRevoke(const grpc::ServerContextBase& ctx,
+                                        int64_t lease_id) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckLeaseKeys(*info, lease_id, PermType::kWrite);
+}
+
+absl::Status AuthGate::CheckLeaseTimeToLive(const grpc::ServerContextBase& ctx,
+                                            int64_t lease_id) const {
+  if (!store_->Enabled()) return absl::OkStatus();
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  // Even for a lease without keys, or none at all.
+  if (info->revision == 0) return auth::MakeError(auth::Error::kUserEmpty);
+  return store_->CheckLeaseKeys(*info, lease_id, PermType::kRead);
+}
+
+absl::Status AuthGate::CheckAdmin(const grpc::ServerContextBase& ctx) const {
+  auto info = Identify(ctx);
+  if (!info.ok()) return info.status();
+  return store_->CheckAdmin(*info);
+}
+
+absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
+  return Identify(ctx).status();
+}
+
+// ---------------------------------------------------------------- AuthService
+
+AuthService::AuthService(std::unique_ptr<auth::AuthStore> store, bool client_cert_auth,
+                         const membership::MemberInfo* member)
+    : store_(std::move(store)), owned_gate_(store_.get(), client_cert_auth), member_(member) {
+  DecodeUnary("AuthEnable", &AuthService::AuthEnable);
+  DecodeUnary("AuthDisable", &AuthService::AuthDisable);
+  DecodeUnary("AuthStatus", &AuthService::AuthStatus);
+  DecodeUnary("Authenticate", &AuthService::Authenticate);
+  DecodeUnary("UserAdd", &AuthService::UserAdd);
+  DecodeUnary("UserGet", &AuthService::UserGet);
+  DecodeUnary("UserList", &AuthService::UserList);
+  DecodeUnary("UserDelete", &AuthService::UserDelete);
+  DecodeUnary("UserChangePassword", &AuthService::UserChangePassword);
+  DecodeUnary("UserGrantRole", &AuthService::UserGrantRole);
+  DecodeUnary("UserRevokeRole", &AuthService::UserRevokeRole);
+  DecodeUnary("RoleAdd", &AuthService::RoleAdd);
+  DecodeUnary("RoleGet", &AuthService::RoleGet);
+  DecodeUnary("RoleList", &AuthService::RoleList);
+  DecodeUnary("RoleDelete", &AuthService::RoleDelete);
+  DecodeUnary("RoleGrantPermission", &AuthService::RoleGrantPermission);
+  DecodeUnary("RoleRevokePermission", &AuthService::RoleRevokePermission);
+}
+
+template <typename Response>
+void AuthService::Finish(grpc::ServerUnaryReactor* reactor, Response* resp,
+                         const absl::Status& s) const {
+  if (s.ok()) {
+    membership::FillHeader(*member_, resp->mutable_header());
+    resp->mutable_header()->set_revision(gate_->store()->kv()->Rev());
+  }
+  reactor->Finish(ToGrpcStatus(s));
+}
+
+template <typename Response>
+auth::AuthStore::Done AuthService::FinishWhenDone(grpc::ServerUnaryReactor* reactor,
+                                                  Response* resp) const {
+  return [this, reactor, resp](absl::Status s) { Finish(reactor, resp, s); };
+}
+
+template <typename Response, typename Start>
+grpc::ServerUnaryReactor* AuthService::Admin(grpc::CallbackServerContext* ctx, Response* resp,
+                                             Start start, AllowedFn also_allowed) const {
+  auto* reactor = ctx->DefaultReactor();
+  auto info = gate_->Identify(*ctx);
+  absl::Status s = info.ok() ? gate_->store()->CheckAdmin(*info) : info.status();
+  if (!s.ok() && !(info.ok() && also_allowed && also_allowed(*info))) {
+    Finish(reactor, resp, s);
+    return reactor;
+  }
+  start(reactor);
+  return reactor;
+}
+
+// An admin-only mutation: `mutate` runs with store and done (which finishes
+// the RPC) for an admin caller.
+#define CAPSTAN_ADMIN_MUTATION(Name, Req, Resp, mutate)                                        \
+  grpc::ServerUnaryReactor* AuthService::Name(grpc::CallbackServerContext* ctx,               \
+                                              const etcdserverpb::Req* req,                   \
+                                              etcdserverpb::Resp* resp) {                      \
+    return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {                           \
+      auth::AuthStore* store = gate_->store();                                                 \
+      auth::AuthStore::Done done = FinishWhenDone(reactor, resp);                              \
+      (void)req;                                                                               \
+      mutate;                                                                                  \
+    });                                                                                        \
+  }
+
+CAPSTAN_ADMIN_MUTATION(AuthEnable, AuthEnableRequest, AuthEnableResponse,
+                       store->AuthEnable(std::move(done)))
+CAPSTAN_ADMIN_MUTATION(AuthDisable, AuthDisableRequest, AuthDisableResponse,
+                       store->AuthDisable(std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserDelete, AuthUserDeleteRequest, AuthUserDeleteResponse,
+                       store->UserDelete(req->name(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserGrantRole, AuthUserGrantRoleRequest, AuthUserGrantRoleResponse,
+                       store->UserGrantRole(req->user(), req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(UserRevokeRole, AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse,
+                       store->UserRevokeRole(req->name(), req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleAdd, AuthRoleAddRequest, AuthRoleAddResponse,
+                       store->RoleAdd(req->name(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleDelete, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
+                       store->RoleDelete(req->role(), std::move(done)))
+CAPSTAN_ADMIN_MUTATION(RoleRevokePermission, AuthRoleRevokePermissionRequest,
+                       AuthRoleRevokePermissionResponse,
+                       store->RoleRevokePermission(req->role(), req->key(), req->range_end(),
+                                                   std::move(done)))
+#undef CAPSTAN_ADMIN_MUTATION
+
+grpc::ServerUnaryReactor* AuthService::RoleGrantPermission(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::AuthRoleGrantPermissionRequest* req,
+    etcdserverpb::AuthRoleGrantPermissionResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    if (!req->has_perm()) {
+      Finish(reactor, resp, auth::MakeError(auth::Error::kPermissionNotGiven));
+      return;
+    }
+    gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp));
+  });
+}
+
+grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthUserAddRequest* req,
+                                               etcdserverpb::AuthUserAddResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    auth::AuthStore* store = gate_->store();
+    const bool no_password = req->options().no_password();
+    if (no_password || !req->hashedpassword().empty()) {
+      store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
+      return;
+    }
+    RunDetached([this, store, req, resp, reactor] {
+      auto hash = store->HashPassword(req->password());
+      if (!hash.ok()) {
+        Finish(reactor, resp, hash.status());
+        return;
+      }
+      store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp));
+    });
+  });
+}
+
+grpc::ServerUnaryReactor* AuthService::UserChangePassword(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::AuthUserChangePasswordRequest* req,
+    etcdserverpb::AuthUserChangePasswordResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    auth::AuthStore* store = gate_->store();
+    if (!req->hashedpassword().empty()) {
+      store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
+      return;
+    }
+    RunDetached([this, store, req, resp, reactor] {
+      auto hash = store->HashPassword(req->password());
+      if (!hash.ok()) {
+        Finish(reactor, resp, hash.status());
+        return;
+      }
+      store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp));
+    });
+  });
+}
+
+grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::AuthenticateRequest* req,
+                                                    etcdserverpb::AuthenticateResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auth::AuthStore* store = gate_->store();
+  if (!store->Enabled()) {
+    Finish(reactor, resp, auth::MakeError(auth::Error::kAuthNotEnabled));
+    return reactor;
+  }
+  RunDetached([this, store, req, resp, reactor] {
+    auto token = store->Authenticate(req->name(), req->password());
+    if (token.ok()) resp->set_token(*token);
+    Finish(reactor, resp, token.status());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthService::AuthStatus(grpc::CallbackServerContext* ctx,
+                                                  const etcdserverpb::AuthStatusRequest*,
+                                                  etcdserverpb::AuthStatusResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    resp->set_enabled(gate_->store()->Enabled());
+    resp->set_authrevision(gate_->store()->Revision());
+    Finish(reactor, resp, absl::OkStatus());
+  });
+}
+
+grpc::ServerUnaryReactor* AuthService::UserGet(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthUserGetRequest* req,
+                                               etcdserverpb::AuthUserGetResponse* resp) {
+  // A user may read itself.
+  auto self = [req](const auth::AuthInfo& info) { return req->name() == info.user; };
+  return Admin(
+      ctx, resp,
+      [&](grpc::ServerUnaryReactor* reactor) {
+        auto user = gate_->store()->GetUser(req->name());
+        if (user.ok()) {
+          for (const auto& r : user->roles()) resp->add_roles(r);
+        }
+        Finish(reactor, resp, user.status());
+      },
+      self);
+}
+
+grpc::ServerUnaryReactor* AuthService::RoleGet(grpc::CallbackServerContext* ctx,
+                                               const etcdserverpb::AuthRoleGetRequest* req,
+                                               etcdserverpb::AuthRoleGetResponse* resp) {
+  auth::AuthStore* store = gate_->store();
+  // A user may read its own roles.
+  auto own = [store, req](const auth::AuthInfo& info) {
+    return store->UserHasRole(info.user, req->role());
+  };
+  return Admin(
+      ctx, resp,
+      [&](grpc::ServerUnaryReactor* reactor) {
+        auto perms = store->RolePermissions(req->role());
+        if (perms.ok()) {
+          for (auto& p : *perms) *resp->add_perm() = std::move(p);
+        }
+        Finish(reactor, resp, perms.status());
+      },
+      own);
+}
+
+grpc::ServerUnaryReactor* AuthService::UserList(grpc::CallbackServerContext* ctx,
+                                                const etcdserverpb::AuthUserListRequest*,
+                                                etcdserverpb::AuthUserListResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    for (auto& n : gate_->store()->UserNames()) resp->add_users(std::move(n));
+    Finish(reactor, resp, absl::OkStatus());
+  });
+}
+
+grpc::ServerUnaryReactor* AuthService::RoleList(grpc::CallbackServerContext* ctx,
+                                                const etcdserverpb::AuthRoleListRequest*,
+                                                etcdserverpb::AuthRoleListResponse* resp) {
+  return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
+    for (auto& n : gate_->store()->RoleNames()) resp->add_roles(std::move(n));
+    Finish(reactor, resp, absl::OkStatus());
+  });
+}
+
+}  // namespace capstan::server

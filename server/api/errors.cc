@@ -1,0 +1,152 @@
+#include "server/api/errors.h"
+
+#include <string>
+
+#include "auth/errors.h"
+#include "mvcc/errors.h"
+
+namespace capstan::server {
+namespace {
+
+struct EtcdError {
+  grpc::StatusCode code;
+  const char* text;
+};
+
+// etcd's api/v3rpc/rpctypes/error.go, for the errors Capstan produces.
+EtcdError EtcdErrorOf(mvcc::Error e) {
+  using mvcc::Error;
+  switch (e) {
+    case Error::kEmptyKey: return {grpc::INVALID_ARGUMENT, "etcdserver: key is not provided"};
+    case Error::kKeyNotFound: return {grpc::INVALID_ARGUMENT, "etcdserver: key not found"};
+    case Error::kValueProvided: return {grpc::INVALID_ARGUMENT, "etcdserver: value is provided"};
+    case Error::kLeaseProvided: return {grpc::INVALID_ARGUMENT, "etcdserver: lease is provided"};
+    case Error::kTooManyOps:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: too many operations in txn request"};
+    case Error::kDuplicateKey:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: duplicate key given in txn request"};
+    case Error::kInvalidSortOption:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: invalid sort option"};
+    case Error::kCompacted:
+      return {grpc::OUT_OF_RANGE, "etcdserver: mvcc: required revision has been compacted"};
+    case Error::kFutureRev:
+      return {grpc::OUT_OF_RANGE, "etcdserver: mvcc: required revision is a future revision"};
+    case Error::kNoSpace:
+      return {grpc::RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded"};
+    case Error::kCorrupt: return {grpc::DATA_LOSS, "etcdserver: corrupt cluster"};
+    case Error::kRequestTooLarge:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: request is too large"};
+    case Error::kLeaseNotFound: return {grpc::NOT_FOUND, "etcdserver: requested lease not found"};
+    case Error::kLeaseExists: return {grpc::FAILED_PRECONDITION, "etcdserver: lease already exists"};
+    case Error::kLeaseTtlTooLarge: return {grpc::OUT_OF_RANGE, "etcdserver: too large lease TTL"};
+    case Error::kStopped: return {grpc::UNAVAILABLE, "etcdserver: server stopped"};
+    case Error::kStorageFailed:
+      return {grpc::UNAVAILABLE, "etcdserver: storage failed; writes are no longer accepted"};
+  }
+  return {grpc::UNKNOWN, "etcdserver: unknown error"};
+}
+
+EtcdError EtcdErrorOf(auth::Error e) {
+  using auth::Error;
+  switch (e) {
+    case Error::kRootUserNotExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: root user does not exist"};
+    case Error::kRootRoleNotExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: root user does not have root role"};
+    case Error::kUserAlreadyExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: user name already exists"};
+    case Error::kUserEmpty: return {grpc::INVALID_ARGUMENT, "etcdserver: user name is empty"};
+    case Error::kUserNotFound: return {grpc::FAILED_PRECONDITION, "etcdserver: user name not found"};
+    case Error::kRoleAlreadyExist:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: role name already exists"};
+    case Error::kRoleNotFound: return {grpc::FAILED_PRECONDITION, "etcdserver: role name not found"};
+    case Error::kRoleEmpty: return {grpc::INVALID_ARGUMENT, "etcdserver: role name is empty"};
+    case Error::kAuthFailed:
+      return {grpc::INVALID_ARGUMENT,
+              "etcdserver: authentication failed, invalid user ID or password"};
+    case Error::kPermissionDenied: return {grpc::PERMISSION_DENIED, "etcdserver: permission denied"};
+    case Error::kRoleNotGranted:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: role is not granted to the user"};
+    case Error::kPermissionNotGranted:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: permission is not granted to the role"};
+    case Error::kAuthNotEnabled:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: authentication is not enabled"};
+    case Error::kInvalidAuthToken: return {grpc::UNAUTHENTICATED, "etcdserver: invalid auth token"};
+    case Error::kInvalidAuthMgmt:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: invalid auth management"};
+    case Error::kPermissionNotGiven:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: permission not given"};
+    case Error::kAuthOldRevision:
+      return {grpc::INVALID_ARGUMENT, "etcdserver: revision of auth store is old"};
+  }
+  return {grpc::UNKNOWN, "etcdserver: unknown error"};
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  if (auto e = mvcc::ErrorOf(s)) {
+    EtcdError ee = EtcdErrorOf(*e);
+    return grpc::Status(ee.code, ee.text);
+  }
+  if (auto e = auth::ErrorOf(s)) {
+    EtcdError ee = EtcdErrorOf(*e);
+    return grpc::Status(ee.code, ee.text);
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status ToUnconvertedAuthStatus(const absl::Status& s) {
+  using auth::Error;
+  auto e = auth::ErrorOf(s);
+  if (!e) return ToGrpcStatus(s);
+  switch (*e) {
+    case Error::kUserEmpty:
+    case Error::kUserNotFound:
+    case Error::kPermissionDenied:
+    case Error::kInvalidAuthToken:
+      // auth's texts are etcd's auth texts without their package prefix.
+      return grpc::Status(grpc::UNKNOWN, "auth: " + std::string(s.message()));
+    default:
+      return ToGrpcStatus(s);
+  }
+}
+
+const char* GoCodeName(grpc::StatusCode code) {
+  static const char* kNames[] = {"OK",
+                                 "Canceled",
+                                 "Unknown",
+                                 "InvalidArgument",
+                                 "DeadlineExceeded",
+                                 "NotFound",
+                                 "AlreadyExists",
+                                 "PermissionDenied",
+                                 "ResourceExhausted",
+                                 "FailedPrecondition",
+                                 "Aborted",
+                                 "OutOfRange",
+                                 "Unimplemented",
+                                 "Internal",
+                                 "Unavailable",
+                                 "DataLoss",
+                                 "Unauthenticated"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i <= 16 ? kNames[i] : "Unknown";
+}
+
+std::string GoErrorText(const grpc::Status& s) {
+  return std::string("rpc error: code = ") + GoCodeName(s.error_code()) +
+         " desc = " + s.error_message();
+}
+
+std::string WatchRefusalReason(const absl::Status& s) {
+  using auth::Error;
+  if (!auth::Is(s, Error::kInvalidAuthToken) && !auth::Is(s, Error::kAuthOldRevision) &&
+      !auth::Is(s, Error::kUserEmpty)) {
+    return GoErrorText(ToGrpcStatus(auth::MakeError(Error::kPermissionDenied)));
+  }
+  return GoErrorText(ToGrpcStatus(s));
+}
+
+}  // namespace capstan::server

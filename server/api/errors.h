@@ -1,0 +1,37 @@
+// The one place where Capstan's errors become etcd's gRPC codes and texts.
+
+#ifndef CAPSTAN_SERVER_API_ERRORS_H_
+#define CAPSTAN_SERVER_API_ERRORS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace capstan::server {
+
+// Maps a status from the layers below to the grpc::Status etcd would send:
+// a named mvcc::Error gets etcd's code and exact text ("etcdserver: ...");
+// anything else keeps its code with its message.
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// etcd's maintenance server returns the auth store's errors unconverted:
+// clients see code Unknown with the auth package's text ("auth: permission
+// denied"). Maps an auth error that way; anything else as ToGrpcStatus.
+grpc::Status ToUnconvertedAuthStatus(const absl::Status& s);
+
+// Go gRPC's name of a status code ("InvalidArgument", "Unauthenticated").
+const char* GoCodeName(grpc::StatusCode code);
+
+// A status as a Go client prints it, which etcd puts in texts such as a
+// watch's cancel reason: "rpc error: code = PermissionDenied desc = ...".
+std::string GoErrorText(const grpc::Status& s);
+
+// The cancel reason etcd gives a watcher it refuses to create (its watch
+// server's isWatchPermitted): a bad token, an old auth revision and no user
+// keep their own error; anything else reads as "permission denied".
+std::string WatchRefusalReason(const absl::Status& s);
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_API_ERRORS_H_

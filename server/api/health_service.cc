@@ -1,0 +1,74 @@
+#include "server/api/health_service.h"
+
+#include <mutex>
+#include <string>
+
+namespace capstan::server {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+namespace {
+
+// etcd registers its status under the empty name only.
+HealthCheckResponse::ServingStatus StatusOf(const std::string& service) {
+  return service.empty() ? HealthCheckResponse::SERVING : HealthCheckResponse::SERVICE_UNKNOWN;
+}
+
+// Sends the status once, then holds the stream open until the client goes
+// away or the server stops (the status never changes). Deletes itself.
+class WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+ public:
+  explicit WatchReactor(HealthCheckResponse::ServingStatus status) {
+    status_.set_status(status);
+    StartWrite(&status_);
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> l(mu_);
+    writing_ = false;
+    if (!ok || cancelled_) FinishLocked();
+  }
+  // Finish waits for the write in flight: gRPC allows no Finish while one is.
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void FinishLocked() {
+    if (finished_) return;
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Stream has ended."));
+  }
+
+  HealthCheckResponse status_;
+  std::mutex mu_;
+  bool writing_ = true;     // the status is being written; guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+  bool finished_ = false;   // guarded by mu_
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* ctx,
+                                               const HealthCheckRequest* request,
+                                               HealthCheckResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  const HealthCheckResponse::ServingStatus status = StatusOf(request->service());
+  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
+    return reactor;
+  }
+  response->set_status(status);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext*, const HealthCheckRequest* request) {
+  return new WatchReactor(StatusOf(request->service()));
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,185 @@
+#include "server/api/kv_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mvcc/kv_codec.h"
+#include "mvcc/kv_range.h"
+#include "mvcc/kv_store.h"
+#include "server/api/auth_service.h"
+#include "server/api/bulk_reads.h"
+#include "server/api/errors.h"
+#include "server/api/go_unmarshal.h"
+#include "server/api/grpc_buffers.h"
+
+namespace capstan::server {
+
+namespace {
+
+// A Range that may visit more keys than this runs on the bulk threads.
+constexpr int64_t kBulkRangeKeys = 1000;
+
+// Whether req may return many keys: decided from the current index, which
+// stops counting at the threshold, so the check costs little.
+bool IsBulkRange(const mvcc::KvStore& store, const etcdserverpb::RangeRequest& req) {
+  if (req.range_end().empty() || req.count_only()) return false;
+  if (req.limit() > 0 && req.limit() <= kBulkRangeKeys) return false;
+  auto view = store.View();
+  return view->index.Count(req.key(), req.range_end(), view->rev, kBulkRangeKeys + 1) >
+         kBulkRangeKeys;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) {
+  auto* reactor = ctx->DefaultReactor();
+  auto req = std::make_shared<etcdserverpb::RangeRequest>();
+  if (std::string error = DecodeAsEtcd(*request, req.get()); !error.empty()) {
+    reactor->Finish(UnmarshalStatus(error));
+    return reactor;
+  }
+  if (auth_ != nullptr) {
+    // A malformed request gets its own error first, as from etcd's gRPC
+    // layer, then the auth checks.
+    absl::Status s = mvcc::ValidateRange(*req);
+    if (s.ok()) s = auth_->CheckRange(*ctx, *req);
+    if (!s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  if (bulk_ != nullptr && IsBulkRange(*store_, *req)) {
+    bulk_->Run([this, req, response, reactor] {
+      ServeRange(*req, response, reactor, /*big=*/true);
+    });
+  } else {
+    ServeRange(*req, response, reactor, /*big=*/false);
+  }
+  return reactor;
+}
+
+void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
+                           grpc::ServerUnaryReactor* reactor, bool big) {
+  mvcc::RangeResult result;
+  std::unique_ptr<mvcc::ByteSink> blocks;
+  if (big) {
+    blocks = bulk_->NewSink();
+    result.kvs_sink = blocks.get();
+    result.parallel = &bulk_->parallel_read();
+  }
+  if (auto s = store_->Range(req, &result); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return;
+  }
+  // RangeResponse: header (1), kvs (2, already encoded), more (3), count
+  // (4), sent as three slices so the kvs are never copied again.
+  etcdserverpb::ResponseHeader header;
+  membership::FillHeader(*member_, &header);
+  header.set_revision(result.rev);
+  std::vector<std::string> parts(3);
+  util::AppendBytesField(1, header.SerializeAsString(), &parts[0]);
+  parts[1] = std::move(result.kvs_wire);
+  if (result.more) util::AppendVarintField(3, 1, &parts[2]);
+  util::AppendVarintField(4, static_cast<uint64_t>(result.count), &parts[2]);
+  if (blocks != nullptr) {
+    std::vector<std::unique_ptr<mvcc::ByteSink>> kvs;
+    kvs.push_back(std::move(blocks));
+    for (auto& part : result.kvs_parts) kvs.push_back(std::move(part));
+    bulk_->Hold(std::move(parts[0]), std::move(kvs), std::move(parts[2]), response);
+  } else if (bulk_ != nullptr) {
+    bulk_->Hold(std::move(parts), response);
+  } else {
+    PartsToBuffer(std::move(parts), response);
+  }
+  reactor->Finish(grpc::Status::OK);
+}
+
+namespace {
+
+// A write RPC received as bytes: its decoded request and the response, alive
+// until the committer is done with the write.
+template <typename Request, typename Response>
+struct RawWriteCall {
+  Request request;
+  Response response;
+};
+
+}  // namespace
+
+// Writes are raw methods: a request is decoded here, so that one that does
+// not decode gets etcd's answer (server/api/decoded.h), and handed to the
+// committer with its response in one allocation.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* KvService::SubmitWrite(
+    grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out,
+    absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const) {
+  auto* reactor = ctx->DefaultReactor();
+  auto call = std::make_unique<RawWriteCall<Request, Response>>();
+  if (std::string error = DecodeAsEtcd(*in, &call->request); !error.empty()) {
+    reactor->Finish(UnmarshalStatus(error));
+    return reactor;
+  }
+  // The committer need not check its shape again.
+  absl::Status refused =
+      CheckWrite(auth_, *ctx, call->request, store_->options().max_txn_ops, check);
+  if (!refused.ok()) {
+    reactor->Finish(ToGrpcStatus(refused));
+    return reactor;
+  }
+  auto* c = call.release();
+  mvcc::WriteRequest w;
+  w.kind = kind;
+  w.validated = true;
+  w.request = &c->request;
+  w.response = &c->response;
+  w.done = [c, reactor, out, member = member_](absl::Status s) {
+    std::unique_ptr<RawWriteCall<Request, Response>> owned(c);
+    if (s.ok()) {
+      membership::FillHeader(*member, c->response.mutable_header());
+      StringToBuffer(c->response.SerializeAsString(), out);
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  store_->Submit(std::move(w));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::PutRequest, etcdserverpb::PutResponse>(
+      ctx, mvcc::WriteRequest::Kind::kPut, request, response, &AuthGate::CheckPut);
+}
+
+grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
+      ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response, &AuthGate::CheckDeleteRange);
+}
+
+grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) {
+  return SubmitWrite<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>(
+      ctx, mvcc::WriteRequest::Kind::kTxn, request, response, &AuthGate::CheckTxn);
+}
+
+grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) {
+  // Compaction needs an authenticated user, no key permission.
+  return SubmitWrite<etcdserverpb::CompactionRequest, etcdserverpb::CompactionResponse>(
+      ctx, mvcc::WriteRequest::Kind::kCompact, request, response, nullptr);
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,150 @@
+#include "server/api/lease_service.h"
+
+#include "auth/errors.h"
+#include "mvcc/errors.h"
+#include "server/api/auth_service.h"
+#include "server/api/errors.h"
+#include "server/api/write_rpc.h"
+
+namespace capstan::server {
+namespace {
+
+using etcdserverpb::LeaseKeepAliveRequest;
+using etcdserverpb::LeaseKeepAliveResponse;
+
+// One keep-alive stream: each request renews one lease and is answered
+// with its TTL (0 if the lease does not exist), one at a time.
+class KeepAliveReactor final
+    : public grpc::ServerBidiReactor<Decoded<LeaseKeepAliveRequest>, LeaseKeepAliveResponse> {
+ public:
+  KeepAliveReactor(mvcc::KvStore* store, const membership::MemberInfo* member)
+      : store_(store), member_(member) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (!request_.ok()) {
+      Finish(StreamUnmarshalStatus(request_.error));
+      return;
+    }
+    const int64_t id = request_.message.id();
+    response_.Clear();
+    membership::FillHeader(*member_, response_.mutable_header());
+    response_.mutable_header()->set_revision(store_->Rev());
+    response_.set_id(id);
+    response_.set_ttl(store_->lessor()->Renew(id).value_or(0));
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  mvcc::KvStore* const store_;
+  const membership::MemberInfo* const member_;
+  Decoded<LeaseKeepAliveRequest> request_;
+  LeaseKeepAliveResponse response_;
+};
+
+}  // namespace
+
+LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member, const AuthGate* auth)
+    : store_(store), member_(member), auth_(auth) {
+  DecodeUnary("LeaseGrant", &LeaseService::LeaseGrant);
+  DecodeUnary("LeaseRevoke", &LeaseService::LeaseRevoke);
+  DecodeUnary("LeaseTimeToLive", &LeaseService::LeaseTimeToLive);
+  DecodeUnary("LeaseLeases", &LeaseService::LeaseLeases);
+  DecodeBidi<LeaseKeepAliveRequest, LeaseKeepAliveResponse>(
+      "LeaseKeepAlive",
+      [this](grpc::CallbackServerContext*) { return new KeepAliveReactor(store_, member_); });
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* ctx,
+                                                   const etcdserverpb::LeaseGrantRequest* request,
+                                                   etcdserverpb::LeaseGrantResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // No permission is needed, but a bad token is refused.
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckIdentity(*ctx); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseGrant, request,
+                  response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::LeaseRevokeRequest* request,
+                                                    etcdserverpb::LeaseRevokeResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // Revoking deletes the attached keys: the user must be able to write each.
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckLeaseRevoke(*ctx, request->id()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseRevoke, request,
+                  response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::LeaseTimeToLiveRequest* request,
+    etcdserverpb::LeaseTimeToLiveResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // As etcd 3.5.13+: listing a lease's keys needs read permission on each
+  // (3.4 lists them to anyone); without keys nothing is checked.
+  uint64_t auth_revision = 0;
+  if (auth_ != nullptr && request->keys()) {
+    auth_revision = auth_->store()->Revision();
+    if (auto s = auth_->CheckLeaseTimeToLive(*ctx, request->id()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  membership::FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  response->set_id(request->id());
+  if (auto info = store_->lessor()->Get(request->id(), request->keys())) {
+    response->set_ttl(info->remaining_ttl);
+    response->set_grantedttl(info->granted_ttl);
+    for (auto& k : info->keys) response->add_keys(std::move(k));
+  } else {
+    response->set_ttl(-1);  // etcd's answer for a lease that does not exist
+  }
+  // The keys were checked against an auth state that has since changed.
+  if (auth_revision != 0 && auth_->store()->Enabled() &&
+      auth_->store()->Revision() != auth_revision) {
+    reactor->Finish(ToGrpcStatus(auth::MakeError(auth::Error::kAuthOldRevision)));
+    return reactor;
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::LeaseLeases(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::LeaseLeasesRequest*,
+                                                    etcdserverpb::LeaseLeasesResponse* response) {
+  membership::FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  for (int64_t id : store_->lessor()->List()) response->add_leases()->set_id(id);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,190 @@
+#include "server/api/maintenance_service.h"
+
+#include <thread>
+#include <utility>
+
+#include "server/api/auth_service.h"
+#include "server/api/errors.h"
+#include "server/api/snapshot_stream.h"
+#include "server/api/write_rpc.h"
+
+namespace capstan::server {
+namespace {
+
+// A Snapshot stream refused before it starts.
+class RefusedSnapshot final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
+ public:
+  explicit RefusedSnapshot(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+MaintenanceService::MaintenanceService(mvcc::KvStore* store, const membership::MemberInfo* member,
+                                       std::string version, const AuthGate* auth)
+    : store_(store), member_(member), version_(std::move(version)), auth_(auth) {
+  DecodeUnary("Alarm", &MaintenanceService::Alarm);
+  DecodeUnary("Status", &MaintenanceService::Status);
+  DecodeUnary("Defragment", &MaintenanceService::Defragment);
+  DecodeUnary("Hash", &MaintenanceService::Hash);
+  DecodeUnary("HashKV", &MaintenanceService::HashKV);
+  DecodeUnary("MoveLeader", &MaintenanceService::MoveLeader);
+  DecodeUnary("Downgrade", &MaintenanceService::Downgrade);
+  DecodeServerStream<etcdserverpb::SnapshotRequest, etcdserverpb::SnapshotResponse>(
+      "Snapshot", [this](grpc::CallbackServerContext* ctx,
+                         const Decoded<etcdserverpb::SnapshotRequest>* request) {
+        return Snapshot(ctx, request);
+      });
+}
+
+// Defragment, Snapshot, Hash and HashKV need the root role when auth is on
+// (etcd's authMaintenanceServer, which returns the auth errors unconverted);
+// Status, Alarm and MoveLeader do not.
+#define CAPSTAN_REQUIRE_ROOT(ctx)                         \
+  if (auth_ != nullptr) {                                 \
+    if (auto s = auth_->CheckAdmin(*(ctx)); !s.ok()) {    \
+      auto* reactor = (ctx)->DefaultReactor();            \
+      reactor->Finish(ToUnconvertedAuthStatus(s));        \
+      return reactor;                                     \
+    }                                                     \
+  }
+
+grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext* ctx,
+                                                     const etcdserverpb::StatusRequest*,
+                                                     etcdserverpb::StatusResponse* response) {
+  membership::FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(store_->Rev());
+  response->set_version(version_);
+  response->set_dbsize(static_cast<int64_t>(store_->backend()->SizeOnDisk()));
+  response->set_dbsizeinuse(static_cast<int64_t>(store_->backend()->LiveDataSize()));
+  response->set_leader(member_->member_id);
+  // One member: every applied request is a committed raft entry, plus the
+  // entry each term starts with.
+  const uint64_t index = store_->AppliedIndex() + member_->raft_term;
+  response->set_raftindex(index);
+  response->set_raftappliedindex(index);
+  response->set_raftterm(member_->raft_term);
+  response->set_islearner(false);
+  for (const auto& a : store_->Alarms()) {
+    // etcd lists alarms as the AlarmMember's text form.
+    response->add_errors("memberID:" + std::to_string(a.memberid()) +
+                         " alarm:" + etcdserverpb::AlarmType_Name(a.alarm()) + " ");
+  }
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::AlarmRequest* request,
+                                                    etcdserverpb::AlarmResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kAlarm, request,
+                  response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Defragment(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::DefragmentRequest*,
+    etcdserverpb::DefragmentResponse*) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
+  auto* reactor = ctx->DefaultReactor();
+  // A full backend compaction takes a while: run it off the gRPC threads.
+  // Reads and writes continue meanwhile.
+  // etcd answers with an empty response (no header).
+  std::thread([this, reactor] { reactor->Finish(ToGrpcStatus(store_->Defragment())); }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Hash(grpc::CallbackServerContext* ctx,
+                                                   const etcdserverpb::HashRequest*,
+                                                   etcdserverpb::HashResponse* response) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
+  auto* reactor = ctx->DefaultReactor();
+  const int64_t rev = store_->Rev();
+  auto hash = store_->Hash();
+  if (!hash.ok()) {
+    reactor->Finish(ToGrpcStatus(hash.status()));
+    return reactor;
+  }
+  membership::FillHeader(*member_, response->mutable_header());
+  response->mutable_header()->set_revision(rev);
+  response->set_hash(*hash);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext* ctx,
+                                                     const etcdserverpb::HashKVRequest* request,
+                                                     etcdserverpb::HashKVResponse* response) {
+  CAPSTAN_REQUIRE_ROOT(ctx)
+  auto* reactor = ctx->DefaultReactor();
+  uint32_t hash;
+  int64_t compact_rev, hash_rev;
+  absl::Status s = store_->HashKV(request->revision(), &hash, &compact_rev, &hash_rev);
+  if (s.ok()) {
+    membership::FillHeader(*member_, response->mutable_header());
+    response->mutable_header()->set_revision(store_->Rev());
+    response->set_hash(hash);
+    // etcd's compaction revision is -1 until the first compaction.
+    response->set_compact_revision(compact_rev == 0 ? -1 : compact_rev);
+    response->set_hash_revision(hash_rev);
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Snapshot(
+    grpc::CallbackServerContext* ctx, const Decoded<etcdserverpb::SnapshotRequest>* request) {
+  if (!request->ok()) return new RefusedSnapshot(StreamUnmarshalStatus(request->error));
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckAdmin(*ctx); !s.ok()) {
+      return new RefusedSnapshot(ToUnconvertedAuthStatus(s));
+    }
+  }
+  return NewSnapshotReactor(store_, *member_);
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::MoveLeader(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::MoveLeaderRequest* request,
+    etcdserverpb::MoveLeaderResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  // One member: it already leads; any other target is not a member.
+  if (request->targetid() != member_->member_id) {
+    reactor->Finish(grpc::Status(grpc::FAILED_PRECONDITION, "etcdserver: bad leader transferee"));
+    return reactor;
+  }
+  // etcd answers an empty response (no header).
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerContext* ctx,
+                                                        const etcdserverpb::DowngradeRequest*,
+                                                        etcdserverpb::DowngradeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED,
+                               "capstan: cluster version downgrade is not supported; a Capstan "
+                               "member serves one API version"));
+  return reactor;
+}
+
+#undef CAPSTAN_REQUIRE_ROOT
+
+grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext* ctx,
+                                                     const etcdserverpb::MemberListRequest*,
+                                                     etcdserverpb::MemberListResponse* response) {
+  // etcd's MemberList header carries no revision.
+  membership::FillHeader(*member_, response->mutable_header());
+  auto* m = response->add_members();
+  m->set_id(member_->member_id);
+  m->set_name(member_->name);
+  for (const auto& u : member_->peer_urls) m->add_peerurls(u);
+  for (const auto& u : member_->client_urls) m->add_clienturls(u);
+  m->set_islearner(false);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,75 @@
+// etcdserverpb.Maintenance and etcdserverpb.Cluster for a single member.
+// RPCs not overridden here answer UNIMPLEMENTED (the generated default).
+
+#ifndef CAPSTAN_SERVER_API_MAINTENANCE_SERVICE_H_
+#define CAPSTAN_SERVER_API_MAINTENANCE_SERVICE_H_
+
+#include <string>
+#include <thread>
+
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "membership/member.h"
+#include "mvcc/kv_store.h"
+#include "server/api/decoded.h"
+
+namespace capstan::server {
+
+class AuthGate;
+
+// Thread-safe. store and member must outlive the service.
+class MaintenanceService final : public DecodingService<etcdserverpb::Maintenance> {
+ public:
+  // auth: root checks (null: none); must outlive the service.
+  MaintenanceService(mvcc::KvStore* store, const membership::MemberInfo* member, std::string version,
+                     const AuthGate* auth = nullptr);
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const etcdserverpb::StatusRequest* request,
+                                   etcdserverpb::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Alarm(grpc::CallbackServerContext* ctx,
+                                  const etcdserverpb::AlarmRequest* request,
+                                  etcdserverpb::AlarmResponse* response) override;
+  grpc::ServerUnaryReactor* Defragment(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::DefragmentRequest* request,
+                                       etcdserverpb::DefragmentResponse* response) override;
+  grpc::ServerUnaryReactor* Hash(grpc::CallbackServerContext* ctx,
+                                 const etcdserverpb::HashRequest* request,
+                                 etcdserverpb::HashResponse* response) override;
+  grpc::ServerUnaryReactor* HashKV(grpc::CallbackServerContext* ctx,
+                                   const etcdserverpb::HashKVRequest* request,
+                                   etcdserverpb::HashKVResponse* response) override;
+  grpc::ServerUnaryReactor* MoveLeader(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::MoveLeaderRequest* request,
+                                       etcdserverpb::MoveLeaderResponse* response) override;
+  grpc::ServerUnaryReactor* Downgrade(grpc::CallbackServerContext* ctx,
+                                      const etcdserverpb::DowngradeRequest* request,
+                                      etcdserverpb::DowngradeResponse* response) override;
+
+ private:
+  grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* Snapshot(
+      grpc::CallbackServerContext* ctx, const Decoded<etcdserverpb::SnapshotRequest>* request);
+
+  mvcc::KvStore* const store_;
+  const membership::MemberInfo* const member_;
+  const std::string version_;
+  const AuthGate* const auth_;
+};
+
+class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
+ public:
+  ClusterService(mvcc::KvStore* store, const membership::MemberInfo* member) : store_(store), member_(member) {
+    DecodeUnary("MemberList", &ClusterService::MemberList);
+  }
+
+  grpc::ServerUnaryReactor* MemberList(grpc::CallbackServerContext* ctx,
+                                       const etcdserverpb::MemberListRequest* request,
+                                       etcdserverpb::MemberListResponse* response) override;
+
+ private:
+  mvcc::KvStore* const store_;
+  const membership::MemberInfo* const member_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_API_MAINTENANCE_SERVICE_H_

@@ -1,0 +1,334 @@
+#include "server/api/snapshot_stream.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "mvcc/meta_keys.h"
+#include "mvcc/revision_key.h"
+#include "openssl/evp.h"
+#include "server/config/version.h"
+#include "storage/backend.h"
+#include "storage/data_dir.h"
+#include "storage/etcdfmt/bbolt_writer.h"
+#include "util/crc32c.h"
+#include "util/go_text.h"
+
+namespace capstan::server {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kChunk = 32 << 10;
+// Beside the backend directory: <backend>.snapshot-<pid>-<n>, a checkpoint
+// being streamed.
+constexpr char kTempInfix[] = ".snapshot-";
+// The meta pages' transaction ids (any will do: a snapshot has no history).
+constexpr uint64_t kSnapshotTxid = 2;
+
+// The member as etcd keeps it in its "members" bucket: Go's JSON of
+// membership.Member (id, peerURLs, then name and clientURLs unless empty).
+std::string MemberJson(const membership::MemberInfo& member) {
+  auto list = [](const std::vector<std::string>& urls) {
+    std::vector<std::string> quoted;
+    for (const auto& u : urls) quoted.push_back(absl::StrCat("\"", gotext::JsonEscape(u), "\""));
+    return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+  };
+  std::string json =
+      absl::StrCat("{\"id\":", member.member_id, ",\"peerURLs\":", list(member.peer_urls));
+  if (!member.name.empty()) absl::StrAppend(&json, ",\"name\":\"", gotext::JsonEscape(member.name), "\"");
+  if (!member.client_urls.empty()) {
+    absl::StrAppend(&json, ",\"clientURLs\":", list(member.client_urls));
+  }
+  return json + "}";
+}
+
+// SHA-256 computed as bytes stream by.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  void Update(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
+  std::string Final() {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_, out, &n);
+    return std::string(reinterpret_cast<char*>(out), n);
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+// etcd's buckets in name order, filled from a checkpoint of the backend:
+// the column families are etcd's buckets already (docs/MIGRATION.md), auth
+// split back into its three buckets. The membership buckets hold this
+// member, as etcd's own snapshot holds its cluster's.
+absl::Status WriteEtcdBuckets(storage::Backend* backend, const membership::MemberInfo& member,
+                              etcdfmt::BboltWriter* out) {
+  etcdfmt::BboltWriter& w = *out;
+  // Copies the records of cf under prefix, without the prefix.
+  auto copy = [&](storage::Cf cf, std::string_view prefix) -> absl::Status {
+    auto it = backend->NewIterator(cf);
+    for (it->Seek(prefix); it->Valid() && it->key().substr(0, prefix.size()) == prefix; it->Next()) {
+      if (auto s = w.Put(it->key().substr(prefix.size()), it->value()); !s.ok()) return s;
+    }
+    return it->status();
+  };
+  auto bucket = [&](std::string_view name, storage::Cf cf, std::string_view prefix) {
+    if (auto s = w.BeginBucket(name); !s.ok()) return s;
+    return copy(cf, prefix);
+  };
+  if (auto s = bucket("alarm", storage::Cf::kAlarm, ""); !s.ok()) return s;
+  for (std::string_view name : {"auth", "authRoles", "authUsers"}) {
+    if (auto s = bucket(name, storage::Cf::kAuth, std::string(name) + "/"); !s.ok()) return s;
+  }
+  if (auto s = w.BeginBucket("cluster"); !s.ok()) return s;
+  if (auto s = w.Put("clusterVersion", kEtcdClusterVersion); !s.ok()) return s;
+  if (auto s = bucket("key", storage::Cf::kKey, ""); !s.ok()) return s;
+  if (auto s = bucket("lease", storage::Cf::kLease, ""); !s.ok()) return s;
+  if (auto s = w.BeginBucket("members"); !s.ok()) return s;
+  if (auto s = w.Put(absl::StrCat(absl::Hex(member.member_id)), MemberJson(member)); !s.ok()) {
+    return s;
+  }
+  if (auto s = w.BeginBucket("members_removed"); !s.ok()) return s;
+  if (auto s = w.BeginBucket("meta"); !s.ok()) return s;
+  // etcd's meta records, in key order; Capstan's own stay behind.
+  for (std::string_view key :
+       {mvcc::kConsistentIndexKey, mvcc::kFinishedCompactKey, mvcc::kScheduledCompactKey}) {
+    std::string value;
+    absl::Status read = backend->Get(storage::Cf::kMeta, key, &value);
+    if (absl::IsNotFound(read)) continue;
+    if (!read.ok()) return read;
+    if (auto s = w.Put(key, value); !s.ok()) return s;
+  }
+  return w.Finish(kSnapshotTxid);
+}
+
+// A consistent copy of store's backend: a RocksDB checkpoint (hard links),
+// quick whatever the store's size. Its name is returned.
+absl::StatusOr<std::string> Checkpoint(mvcc::KvStore* store) {
+  static std::atomic<int> counter{0};
+  std::string dir = absl::StrCat(store->backend()->options().dir, kTempInfix, getpid(), "-",
+                                 counter.fetch_add(1));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (auto s = store->backend()->Checkpoint(dir); !s.ok()) return s;
+  return dir;
+}
+
+// Writes the snapshot of a checkpoint to emit in chunks of about kChunk
+// bytes, then removes the checkpoint. Nothing is written to disk: the
+// bbolt file is laid out by a first pass over the data that keeps only its
+// meta pages, which lead the file; a second pass emits the pages after
+// them as they are made. total is called once, before the first chunk,
+// with the bytes to come. A non-OK status from emit stops the writing, as
+// stopped() returning true does during the first pass.
+absl::Status StreamSnapshot(const std::string& checkpoint, const membership::MemberInfo& member,
+                            const std::function<bool()>& stopped,
+                            const std::function<void(uint64_t total)>& total,
+                            const std::function<absl::Status(std::string chunk)>& emit) {
+  absl::Status status;
+  {
+    storage::BackendOptions options;
+    options.dir = checkpoint;
+    options.read_only = true;
+    auto backend = storage::Backend::Open(options);
+    status = backend.status();
+    if (status.ok()) {
+      std::string meta;  // pages 0 and 1, from the first pass
+      uint64_t size = 0;
+      etcdfmt::BboltWriter layout([&](uint64_t id, std::string_view pages) {
+        if (id < 2) meta.append(pages);
+        return stopped() ? absl::CancelledError("snapshot stream ended") : absl::OkStatus();
+      });
+      status = WriteEtcdBuckets(backend->get(), member, &layout);
+      size = layout.size();
+      std::string chunk;
+      if (status.ok()) {
+        total(size);
+        chunk = meta;
+        etcdfmt::BboltWriter pages([&](uint64_t id, std::string_view bytes) {
+          if (id < 2) {
+            // The meta pages again, last: the same as the first pass's.
+            return bytes == std::string_view(meta).substr(id * bytes.size(), bytes.size())
+                       ? absl::OkStatus()
+                       : absl::InternalError("the snapshot's layout changed between passes");
+          }
+          chunk.append(bytes);
+          if (chunk.size() < kChunk) return absl::OkStatus();
+          return emit(std::exchange(chunk, std::string()));
+        });
+        status = WriteEtcdBuckets(backend->get(), member, &pages);
+      }
+      if (status.ok() && !chunk.empty()) status = emit(std::move(chunk));
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(checkpoint, ec);
+  return status;
+}
+
+// Streams a snapshot, one write in flight. A producer thread makes the
+// chunks (StreamSnapshot) into a bounded queue; writes take them from it.
+// The checkpoint is taken in the constructor, while the server surely
+// lives; the producer uses only the checkpoint, and OnDone waits for it.
+class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
+ public:
+  SnapshotReactor(mvcc::KvStore* store, const membership::MemberInfo& member) {
+    auto checkpoint = Checkpoint(store);
+    if (!checkpoint.ok()) {
+      // Through FinishOnce: a cancel may already be on its way to OnCancel.
+      std::unique_lock<std::mutex> lock(mu_);
+      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
+      return;
+    }
+    producer_ = std::thread([this, dir = *std::move(checkpoint), member] {
+      Sha256 sha;
+      absl::Status s = StreamSnapshot(
+          dir, member,
+          [this] {
+            std::lock_guard<std::mutex> lock(mu_);
+            return stop_;
+          },
+          [this](uint64_t total) {
+            std::lock_guard<std::mutex> lock(mu_);
+            remaining_ = total;
+          },
+          [this, &sha](std::string chunk) {
+            sha.Update(chunk);
+            return Push(std::move(chunk));
+          });
+      std::unique_lock<std::mutex> lock(mu_);
+      produced_ = true;
+      status_ = s;
+      if (s.ok()) checksum_ = sha.Final();
+      SendNext(lock);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    in_flight_ = false;
+    space_.notify_all();
+    if (!ok) {
+      stop_ = true;
+      FinishOnce(lock, grpc::Status(grpc::UNAVAILABLE, "snapshot stream broken"));
+      return;
+    }
+    SendNext(lock);
+  }
+
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    space_.notify_all();
+    // With a write in flight, its OnWriteDone(false) finishes.
+    if (!in_flight_) FinishOnce(lock, grpc::Status(grpc::CANCELLED, "snapshot cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    if (producer_.joinable()) producer_.join();
+    delete this;
+  }
+
+ private:
+  static constexpr size_t kQueuedChunks = 64;  // 2 MiB ahead of the client
+
+  // Queues a chunk, waiting for room; Cancelled once the call has ended.
+  absl::Status Push(std::string chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_.wait(lock, [this] { return stop_ || queue_.size() < kQueuedChunks; });
+    if (stop_) return absl::CancelledError("snapshot stream ended");
+    queue_.push_back(std::move(chunk));
+    SendNext(lock);
+    return absl::OkStatus();
+  }
+
+  // Starts the next write or finishes the call, if nothing is in flight:
+  // data chunks carrying the bytes still to come, then, as etcd, the
+  // SHA-256 alone in the last message. Unlocks lock to call into gRPC.
+  void SendNext(std::unique_lock<std::mutex>& lock) {
+    if (in_flight_ || finished_) return;
+    if (!queue_.empty()) {
+      response_.Clear();
+      remaining_ -= queue_.front().size();
+      response_.set_blob(std::move(queue_.front()));
+      response_.set_remaining_bytes(remaining_);
+      queue_.pop_front();
+      space_.notify_all();
+    } else if (!produced_) {
+      return;
+    } else if (!status_.ok()) {
+      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(status_.message())));
+      return;
+    } else if (!checksum_sent_) {
+      checksum_sent_ = true;
+      response_.Clear();
+      response_.set_blob(checksum_);
+    } else {
+      FinishOnce(lock, grpc::Status::OK);
+      return;
+    }
+    in_flight_ = true;
+    lock.unlock();
+    StartWrite(&response_);
+  }
+
+  void FinishOnce(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    lock.unlock();
+    Finish(status);
+  }
+
+  std::thread producer_;
+  std::mutex mu_;
+  std::condition_variable space_;  // room in queue_, or stop_
+  std::deque<std::string> queue_;  // guarded by mu_, as the fields below
+  uint64_t remaining_ = 0;         // bytes not yet handed to a write
+  bool produced_ = false;          // the producer is done: status_, checksum_ set
+  absl::Status status_;
+  std::string checksum_;
+  bool in_flight_ = false;
+  bool checksum_sent_ = false;
+  bool finished_ = false;
+  bool stop_ = false;  // the call ended or failed: the producer stops
+  etcdserverpb::SnapshotResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* NewSnapshotReactor(
+    mvcc::KvStore* store, const membership::MemberInfo& member) {
+  return new SnapshotReactor(store, member);
+}
+
+void RemoveSnapshotLeftovers(const std::string& backend_dir) {
+  const fs::path dir = fs::path(backend_dir).parent_path();
+  const std::string prefix = fs::path(backend_dir).filename().string() + kTempInfix;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (absl::StartsWith(entry.path().filename().string(), prefix)) fs::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace capstan::server

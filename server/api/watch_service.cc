@@ -1,0 +1,158 @@
+#include "server/api/watch_service.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <memory>
+#include <string>
+
+#include "server/api/auth_service.h"
+#include "server/api/errors.h"
+#include "server/api/go_unmarshal.h"
+#include "server/api/grpc_buffers.h"
+
+namespace capstan::server {
+namespace {
+
+// One Watch stream. Reads requests one at a time and hands them to the
+// hub's WatchStream; writes the responses the hub queues, one at a time.
+// Deletes itself in OnDone.
+class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header,
+               const grpc::CallbackServerContext* ctx, const AuthGate* auth)
+      : stream_(hub->OpenStream(header)), header_(header), ctx_(ctx), auth_(auth) {
+    // Runs under the stream's lock when the reader found the stream's queue
+    // empty; never after stream_->Close().
+    stream_->SetDeliver([this](std::string message) { Send(std::move(message)); });
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client closed its side: as etcd's, the stream goes on sending
+      // until the client cancels it (OnCancel), which a broken call does too.
+      return;
+    }
+    etcdserverpb::WatchRequest req;
+    if (std::string error = DecodeAsEtcd(in_, &req); !error.empty()) {
+      End(StreamUnmarshalStatus(error));
+      return;
+    }
+    switch (req.request_union_case()) {
+      case etcdserverpb::WatchRequest::kCreateRequest:
+        if (auth_ != nullptr) {
+          const auto& c = req.create_request();
+          if (absl::Status s = auth_->CheckWatch(*ctx_, c.key(), c.range_end()); !s.ok()) {
+            SendRefused(s);
+            break;
+          }
+        }
+        stream_->Create(req.create_request());
+        break;
+      case etcdserverpb::WatchRequest::kCancelRequest:
+        stream_->Cancel(req.cancel_request().watch_id());
+        break;
+      case etcdserverpb::WatchRequest::kProgressRequest:
+        stream_->RequestProgress();
+        break;
+      default:
+        break;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(grpc::Status(grpc::UNAVAILABLE, "watch stream broken"));
+      return;
+    }
+    {
+      std::unique_lock<std::mutex> lock(send_mu_);
+      if (!own_.empty()) {
+        std::string message = std::move(own_.front());
+        own_.pop_front();
+        lock.unlock();
+        Write(std::move(message));  // writing_ stays true
+        return;
+      }
+      writing_ = false;
+    }
+    std::string message;
+    bool more = false;
+    if (stream_->Pop(&message, &more)) Send(std::move(message), more);
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    stream_->Close();
+    delete this;
+  }
+
+ private:
+  // Writes message now, or queues it behind the write in flight. With more
+  // (others are queued right behind it), gRPC may hold it back to send it
+  // with them, sparing a flush per message. Lock order: the stream's lock
+  // (held when the hub delivers) before send_mu_; never call into the
+  // stream with send_mu_ held.
+  void Send(std::string message, bool more = false) {
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      if (writing_) {
+        own_.push_back(std::move(message));
+        return;
+      }
+      writing_ = true;
+    }
+    Write(std::move(message), more);
+  }
+
+  // etcd's answer to a watch it refuses (a range the user may not read, no
+  // user, a bad token): created and canceled at once, with watch id -1
+  // (clientv3.InvalidWatchID) whatever id was asked for.
+  void SendRefused(const absl::Status& why) {
+    etcdserverpb::WatchResponse resp;
+    *resp.mutable_header() = header_;
+    resp.mutable_header()->set_revision(auth_->store()->kv()->Rev());
+    resp.set_watch_id(-1);
+    resp.set_created(true);
+    resp.set_canceled(true);
+    resp.set_cancel_reason(WatchRefusalReason(why));
+    Send(resp.SerializeAsString());
+  }
+
+  void Write(std::string message, bool more = false) {
+    StringToBuffer(std::move(message), &out_);
+    grpc::WriteOptions options;
+    if (more) options.set_buffer_hint();
+    StartWrite(&out_, options);
+  }
+
+  void End(const grpc::Status& status) {
+    stream_->Close();
+    if (!finished_.exchange(true)) Finish(status);
+  }
+
+  std::shared_ptr<mvcc::WatchStream> stream_;
+  const etcdserverpb::ResponseHeader header_;
+  const grpc::CallbackServerContext* const ctx_;
+  const AuthGate* const auth_;
+  std::mutex send_mu_;
+  bool writing_ = false;          // a write is in flight; guarded by send_mu_
+  std::deque<std::string> own_;   // messages waiting for it; guarded by send_mu_
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;  // the write in flight
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch(
+    grpc::CallbackServerContext* ctx) {
+  etcdserverpb::ResponseHeader header;
+  membership::FillHeader(*member_, &header);
+  return new WatchReactor(hub_, header, ctx, auth_);
+}
+
+}  // namespace capstan::server

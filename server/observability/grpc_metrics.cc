@@ -1,0 +1,160 @@
+#include "server/observability/grpc_metrics.h"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "server/api/errors.h"
+
+namespace capstan::server {
+namespace {
+
+using RpcType = grpc::internal::RpcMethod::RpcType;
+
+const char* TypeName(int type) {
+  switch (static_cast<RpcType>(type)) {
+    case RpcType::NORMAL_RPC: return "unary";
+    case RpcType::CLIENT_STREAMING: return "client_stream";
+    case RpcType::SERVER_STREAMING: return "server_stream";
+    default: return "bidi_stream";
+  }
+}
+
+// "/etcdserverpb.KV/Range" -> go-grpc-prometheus's labels (grpc_code added
+// by the caller where it applies).
+prometheus::Labels MethodLabels(const std::string& full, int type) {
+  const size_t slash = full.find('/', 1);
+  std::string service = slash == std::string::npos ? full : full.substr(1, slash - 1);
+  std::string method = slash == std::string::npos ? "" : full.substr(slash + 1);
+  return {{"grpc_method", std::move(method)},
+          {"grpc_service", std::move(service)},
+          {"grpc_type", TypeName(type)}};
+}
+
+class MetricsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info)
+      : metrics_(metrics),
+        series_(metrics->ForMethod(info->method(), static_cast<RpcType>(info->type()))),
+        unary_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY) {
+    if (metrics_->times_calls()) start_ = std::chrono::steady_clock::now();
+    metrics_->Started(series_);
+    if (unary_) metrics_->UnaryBegan();
+  }
+
+  // gRPC destroys the interceptor when the call is over, however it ended.
+  ~MetricsInterceptor() override {
+    if (unary_) metrics_->UnaryEnded();
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      double seconds = 0;
+      if (metrics_->times_calls()) {
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      }
+      metrics_->Handled(series_, methods->GetSendStatus().error_code(), seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  GrpcMetrics* const metrics_;
+  GrpcMetrics::MethodSeries* const series_;
+  const bool unary_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class MetricsInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit MetricsInterceptorFactory(GrpcMetrics* metrics) : metrics_(metrics) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MetricsInterceptor(metrics_, info);
+  }
+
+ private:
+  GrpcMetrics* const metrics_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+GrpcMetrics::NewInterceptorFactory() {
+  return std::make_unique<MetricsInterceptorFactory>(this);
+}
+
+GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time)
+    : started_(prometheus::BuildCounter()
+                   .Name("grpc_server_started_total")
+                   .Help("Total number of RPCs started on the server.")
+                   .Register(*registry)),
+      handled_(prometheus::BuildCounter()
+                   .Name("grpc_server_handled_total")
+                   .Help("Total number of RPCs completed on the server, regardless of success or "
+                         "failure.")
+                   .Register(*registry)),
+      handling_(handling_time
+                    ? &prometheus::BuildHistogram()
+                           .Name("grpc_server_handling_seconds")
+                           .Help("Histogram of response latency (seconds) of gRPC that had been "
+                                 "application-level handled by the server.")
+                           .Register(*registry)
+                    : nullptr) {}
+
+// gRPC's codes run from OK (0) to UNAUTHENTICATED (16).
+constexpr int kCodes = grpc::StatusCode::UNAUTHENTICATED + 1;
+
+class GrpcMetrics::MethodSeries {
+ public:
+  prometheus::Labels labels;  // grpc_method, grpc_service, grpc_type
+  prometheus::Counter* started = nullptr;
+  prometheus::Histogram* handling = nullptr;  // null unless extensive
+  // grpc_server_handled_total by code, each made on its first use.
+  std::array<std::atomic<prometheus::Counter*>, kCodes> handled{};
+};
+
+GrpcMetrics::~GrpcMetrics() = default;
+
+GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType type) {
+  const absl::string_view name = method == nullptr ? absl::string_view() : method;
+  absl::MutexLock l(&mu_);
+  auto& series = methods_[name];
+  if (series == nullptr) {
+    series = std::make_unique<MethodSeries>();
+    series->labels = MethodLabels(std::string(name), static_cast<int>(type));
+    series->started = &started_.Add(series->labels);
+    if (handling_ != nullptr) {
+      // Prometheus's default buckets (prometheus.DefBuckets in Go).
+      static const prometheus::Histogram::BucketBoundaries kBuckets = {
+          0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+      series->handling = &handling_->Add(series->labels, kBuckets);
+    }
+  }
+  return series.get();
+}
+
+void GrpcMetrics::Started(MethodSeries* series) { series->started->Increment(); }
+
+void GrpcMetrics::Handled(MethodSeries* series, grpc::StatusCode code, double seconds) {
+  if (series->handling != nullptr) series->handling->Observe(seconds);
+  const bool known = code >= 0 && code < kCodes;
+  prometheus::Counter* counter =
+      known ? series->handled[code].load(std::memory_order_acquire) : nullptr;
+  if (counter == nullptr) {
+    // The family hands out one counter per label set, so two threads that
+    // both get here store the same pointer.
+    prometheus::Labels labels = series->labels;
+    labels.emplace("grpc_code", GoCodeName(code));
+    counter = &handled_.Add(labels);
+    if (known) series->handled[code].store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+}
+
+}  // namespace capstan::server

@@ -1,0 +1,253 @@
+#include "server/observability/metrics.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "server/api/cache_range.h"
+#include "server/api/recipes.h"
+#include "watchcache/cache.h"
+
+namespace capstan::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// One family with one sample (and optional labels).
+MetricFamily Single(std::string name, MetricType type, std::string help, double value,
+                    std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  return MetricFamily{std::move(name), std::move(help), type, {std::move(m)}};
+}
+
+MetricFamily Histogram(std::string name, std::string help, const util::LatencyHistogram& h) {
+  ClientMetric m;
+  for (int i = 0; i < util::LatencyHistogram::kBuckets; ++i) {
+    m.histogram.bucket.push_back({h.Cumulative(i), util::LatencyHistogram::UpperBound(i)});
+  }
+  const uint64_t total = h.Cumulative(util::LatencyHistogram::kBuckets);
+  m.histogram.bucket.push_back({total, std::numeric_limits<double>::infinity()});
+  m.histogram.sample_count = total;
+  m.histogram.sample_sum = h.Sum();
+  return MetricFamily{std::move(name), std::move(help), MetricType::Histogram, {std::move(m)}};
+}
+
+// The store's state, read at collection time (etcd registers most of these
+// as GaugeFuncs over the backend and the mvcc store).
+class StoreMetrics final : public prometheus::Collectable {
+ public:
+  StoreMetrics(mvcc::KvStore* store, std::string server_version)
+      : store_(store), server_version_(std::move(server_version)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const auto stats = store_->GetStats();
+    const auto view = store_->View();
+    auto d = [](auto v) { return static_cast<double>(v); };
+    std::vector<MetricFamily> out;
+    // A single member always has a leader: itself.
+    out.push_back(Single("etcd_server_has_leader", MetricType::Gauge,
+                         "Whether or not a leader exists. 1 is existence, 0 is not.", 1));
+    out.push_back(Single("etcd_server_is_leader", MetricType::Gauge,
+                         "Whether or not this member is a leader. 1 if is, 0 otherwise.", 1));
+    out.push_back(Single("etcd_server_version", MetricType::Gauge,
+                         "Which version is running. 1 for 'server_version' label with current "
+                         "version.",
+                         1, {{"server_version", server_version_}}));
+    out.push_back(Single("etcd_mvcc_db_total_size_in_bytes", MetricType::Gauge,
+                         "Total size of the underlying database physically allocated in bytes.",
+                         d(store_->backend()->SizeOnDisk())));
+    out.push_back(Single("etcd_mvcc_db_total_size_in_use_in_bytes", MetricType::Gauge,
+                         "Total size of the underlying database logically in use in bytes.",
+                         d(store_->backend()->LiveDataSize())));
+    out.push_back(Single("etcd_debugging_mvcc_keys_total", MetricType::Gauge,
+                         "Total number of keys.", d(stats.keys)));
+    out.push_back(Single("etcd_mvcc_put_total", MetricType::Counter,
+                         "Total number of puts seen by this member.", d(stats.puts)));
+    out.push_back(Single("etcd_mvcc_delete_total", MetricType::Counter,
+                         "Total number of deletes seen by this member.", d(stats.deletes)));
+    out.push_back(Single("etcd_mvcc_range_total", MetricType::Counter,
+                         "Total number of ranges seen by this member.", d(stats.ranges)));
+    out.push_back(Single("etcd_mvcc_txn_total", MetricType::Counter,
+                         "Total number of txns seen by this member.", d(stats.txns)));
+    out.push_back(Single("etcd_debugging_mvcc_current_revision", MetricType::Gauge,
+                         "The current revision of store.", d(view->rev)));
+    out.push_back(Single("etcd_debugging_mvcc_compact_revision", MetricType::Gauge,
+                         "The revision of the last compaction in store.", d(view->compact_rev)));
+    out.push_back(Single("etcd_server_proposals_applied_total", MetricType::Gauge,
+                         "The total number of consensus proposals applied.",
+                         d(store_->AppliedIndex())));
+    out.push_back(Single("capstan_commit_groups_total", MetricType::Counter,
+                         "Group commits written to the backend.", d(stats.groups)));
+    out.push_back(Single("capstan_commit_group_requests_total", MetricType::Counter,
+                         "Write requests carried by group commits.", d(stats.group_writes)));
+    // etcd's backend commit and WAL fsync are one synced RocksDB write here
+    // (the group commit), so both families report its latency.
+    for (const char* name :
+         {"etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds"}) {
+      out.push_back(Histogram(name, "The latency distributions of durable group commits.",
+                              store_->commit_latency()));
+    }
+    out.push_back(Single("etcd_server_quota_backend_bytes", MetricType::Gauge,
+                         "Current backend storage quota size in bytes.",
+                         d(store_->options().quota_bytes)));
+    // As etcd's lessor counts them: every grant, those of the Lock and
+    // Election services' sessions included.
+    out.push_back(Single("etcd_debugging_lease_granted_total", MetricType::Counter,
+                         "The total number of granted leases.", d(stats.lease_grants)));
+    out.push_back(Single("capstan_leases", MetricType::Gauge, "Leases held.",
+                         d(store_->lessor()->size())));
+    out.push_back(Single("process_resident_memory_bytes", MetricType::Gauge,
+                         "Resident memory size in bytes.", d(ResidentBytes())));
+    return out;
+  }
+
+ private:
+  mvcc::KvStore* const store_;
+  const std::string server_version_;
+};
+
+// The watch cache's state per resource prefix, and the Ranges it answered.
+class WatchCacheMetrics final : public prometheus::Collectable {
+ public:
+  WatchCacheMetrics(const watchcache::Cache* cache, const CacheRange* ranges)
+      : cache_(cache), ranges_(ranges) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    MetricFamily ranges{"capstan_watch_cache_ranges_total",
+                        "Range requests within a cached prefix, by whether the watch cache "
+                        "answered them (served) or left them to the store (declined).",
+                        MetricType::Counter,
+                        {}};
+    for (const auto& [result, n] : {std::pair<const char*, uint64_t>{"served", ranges_->served()},
+                                    {"declined", ranges_->declined()}}) {
+      ClientMetric m;
+      m.label = {{"result", result}};
+      m.counter.value = static_cast<double>(n);
+      ranges.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(ranges));
+
+    struct Column {
+      const char* name;
+      const char* help;
+      MetricType type;
+      uint64_t (*get)(const watchcache::ResourceCache::Stats&);
+    };
+    static constexpr Column kColumns[] = {
+        {"capstan_watch_cache_revision", "The revision the cached prefix is at.",
+         MetricType::Gauge, [](const auto& s) { return static_cast<uint64_t>(s.rev); }},
+        {"capstan_watch_cache_objects", "Objects held for the cached prefix.", MetricType::Gauge,
+         [](const auto& s) { return s.objects; }},
+        {"capstan_watch_cache_object_bytes", "Bytes of the cached prefix's objects.",
+         MetricType::Gauge, [](const auto& s) { return s.object_bytes; }},
+        {"capstan_watch_cache_watchers", "Watchers of the cached prefix.", MetricType::Gauge,
+         [](const auto& s) { return s.watchers; }},
+        {"capstan_watch_cache_watchers_behind", "Watchers catching up from the event ring.",
+         MetricType::Gauge, [](const auto& s) { return s.watchers_behind; }},
+        {"capstan_watch_cache_watchers_ended_total",
+         "Watchers the cache ended with an error: too far behind, or the cache relisted.",
+         MetricType::Counter, [](const auto& s) { return s.watchers_cut_off; }},
+        {"capstan_watch_cache_events_total", "Changes applied to the cached prefix.",
+         MetricType::Counter, [](const auto& s) { return s.events_applied; }},
+    };
+    std::vector<std::pair<std::string, watchcache::ResourceCache::Stats>> stats;
+    for (const auto& rc : cache_->resources()) {
+      stats.emplace_back(rc->spec().prefix, rc->GetStats(/*estimate_indexes=*/false));
+    }
+    for (const Column& c : kColumns) {
+      MetricFamily f{c.name, c.help, c.type, {}};
+      for (const auto& [prefix, st] : stats) {
+        ClientMetric m;
+        m.label = {{"prefix", prefix}};
+        const auto v = static_cast<double>(c.get(st));
+        if (c.type == MetricType::Counter) {
+          m.counter.value = v;
+        } else {
+          m.gauge.value = v;
+        }
+        f.metric.push_back(std::move(m));
+      }
+      out.push_back(std::move(f));
+    }
+    const auto slab = cache_->allocator()->GetStats();
+    out.push_back(Single("capstan_watch_cache_memory_bytes", MetricType::Gauge,
+                         "Memory the watch cache's allocator holds for objects.",
+                         static_cast<double>(slab.footprint_bytes)));
+    return out;
+  }
+
+ private:
+  const watchcache::Cache* const cache_;
+  const CacheRange* const ranges_;
+};
+
+// The Lock and Election services' calls (server/api/recipes.h).
+class RecipesMetrics final : public prometheus::Collectable {
+ public:
+  explicit RecipesMetrics(const Recipes* recipes) : recipes_(recipes) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    return {Single("capstan_lock_election_calls", MetricType::Gauge,
+                   "Lock and Election service calls in progress: mostly locks and campaigns "
+                   "waiting and Observe streams open.",
+                   static_cast<double>(recipes_->calls_in_progress())),
+            Single("capstan_lock_election_observe_pauses_total", MetricType::Counter,
+                   "Times an Observe stream held its watch back because its client read too "
+                   "slowly.",
+                   static_cast<double>(recipes_->observe_pauses()))};
+  }
+
+ private:
+  const Recipes* const recipes_;
+};
+
+}  // namespace
+
+void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges) {
+  scraped_.push_back(std::make_unique<WatchCacheMetrics>(cache, ranges));
+}
+
+void Metrics::AddRecipes(const Recipes* recipes) {
+  scraped_.push_back(std::make_unique<RecipesMetrics>(recipes));
+}
+
+Metrics::Metrics(mvcc::KvStore* store, std::string server_version)
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  scraped_.push_back(std::make_unique<StoreMetrics>(store, std::move(server_version)));
+}
+
+Metrics::~Metrics() = default;
+
+std::string Metrics::Render() const {
+  std::vector<MetricFamily> families;
+  for (const auto& source : scraped_) {
+    for (auto& f : source->Collect()) families.push_back(std::move(f));
+  }
+  for (auto& f : registry_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace capstan::server

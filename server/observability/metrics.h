@@ -1,0 +1,72 @@
+// The Prometheus metrics served at /metrics, kept in a prometheus-cpp
+// registry and written with its text serializer. Names, types and labels are
+// etcd's where etcd has the metric (etcd_server_has_leader,
+// etcd_mvcc_db_total_size_in_bytes, grpc_server_handled_total{grpc_code=...},
+// ...); what only Capstan has is named capstan_*.
+//
+// Two kinds of metric live here:
+//  - gRPC counters, incremented by the interceptor (server/observability/grpc_metrics.h)
+//    as RPCs start and finish;
+//  - the store's state (sizes, revisions, operation counts, commit latency)
+//    and the watch cache's, read when /metrics is scraped, like etcd's
+//    GaugeFuncs.
+
+#ifndef CAPSTAN_SERVER_OBSERVABILITY_METRICS_H_
+#define CAPSTAN_SERVER_OBSERVABILITY_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mvcc/kv_store.h"
+
+namespace prometheus {
+class Collectable;
+class Registry;
+}  // namespace prometheus
+
+namespace capstan::watchcache {
+class Cache;
+}  // namespace capstan::watchcache
+
+namespace capstan::server {
+
+class CacheRange;
+class Recipes;
+
+// Thread-safe. `store` must outlive the Metrics.
+class Metrics {
+ public:
+  Metrics(mvcc::KvStore* store, std::string server_version);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The registry for metrics that are recorded as events happen (gRPC).
+  // Valid as long as this object.
+  prometheus::Registry* registry() { return registry_.get(); }
+
+  // Adds the watch cache's state per cached prefix and how many Ranges on
+  // those prefixes it answered (capstan_watch_cache_*), read at each scrape.
+  // Call before the first Render; cache and ranges must stay valid while
+  // Render may be called.
+  void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
+
+  // Adds the Lock and Election services' calls in progress and Observe
+  // pauses (capstan_lock_election_*), read at each scrape. Call before the
+  // first Render; recipes must stay valid while Render may be called.
+  void AddRecipes(const Recipes* recipes);
+
+  // The Prometheus text exposition format (version 0.0.4) of every metric.
+  std::string Render() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  // Read at each scrape: the store's, then those added (watch cache,
+  // recipes). Fixed before the first Render.
+  std::vector<std::unique_ptr<prometheus::Collectable>> scraped_;
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_OBSERVABILITY_METRICS_H_
