@@ -220,10 +220,9 @@ void AuthStore::Submit(Mutation m, Done done) {
   };
   auto pending = std::make_shared<Pending>();
   WriteRequest w;
-  w.kind = WriteRequest::Kind::kCustom;
   // Committer thread: applies m to the newest applied state and stages the
   // changed records. Nothing is staged when m fails.
-  w.apply_batch = [this, m = std::move(m), pending](storage::WriteBatch* batch) -> absl::Status {
+  w.op = mvcc::CustomOp{[this, m = std::move(m), pending](storage::WriteBatch* batch) -> absl::Status {
     auto next = std::make_shared<State>(*applied_);
     if (auto s = m(next.get(), &pending->changes); !s.ok()) return s;
     if (!pending->changes.changed) return absl::OkStatus();
@@ -254,7 +253,7 @@ void AuthStore::Submit(Mutation m, Done done) {
     applied_ = next;
     pending->next = std::move(next);
     return absl::OkStatus();
-  };
+  }};
   // Committer thread, once durable: publish, then drop stale tokens.
   w.done = [this, pending, done = std::move(done)](absl::Status s) mutable {
     if (s.ok() && pending->next) {

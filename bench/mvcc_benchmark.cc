@@ -143,7 +143,7 @@ void Load(KvStore* store, const char* prefix, int n, size_t value_size) {
     PutRequest& req = reqs[i % kWindow];
     req.set_key(Key(prefix, i));
     req.set_value(Value(value_size, i));
-    store->Submit({WriteRequest::Kind::kPut, &req, &resps[i % kWindow], window.Release()});
+    store->Submit({PutOp{&req, &resps[i % kWindow]}, window.Release()});
   }
   window.Drain(kWindow);
 }
@@ -200,7 +200,7 @@ void BM_Put(benchmark::State& state) {
     const int slot = static_cast<int>(i % inflight);  // FIFO completion: slot i % inflight is free
     reqs[slot].set_key(keys[i % kKeys]);
     g_write_store->store()->Submit(
-        {WriteRequest::Kind::kPut, &reqs[slot], &resps[slot], window.Release()});
+        {PutOp{&reqs[slot], &resps[slot]}, window.Release()});
     ++i;
   }
   window.Drain(inflight);

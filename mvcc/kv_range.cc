@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/functional/function_ref.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_codec.h"
 #include "util/go_sort.h"
@@ -100,6 +101,187 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a Range must do, from the request alone.
+struct RangePlan {
+  // Min/max revision filters are set.
+  bool filtered = false;
+  // The order the response is sorted in; NONE when the index's key order is
+  // the answer.
+  RangeRequest::SortOrder order = RangeRequest::NONE;
+  // Keys to take from the index, one more than the limit to tell whether
+  // there are more; 0 for all.
+  int64_t fetch = 0;
+  // Filters and orders on what the index holds for each key (every sort
+  // target but the value), so only the records returned are read.
+  bool by_index = false;
+
+  bool sorted() const { return order != RangeRequest::NONE; }
+};
+
+RangePlan PlanRange(const RangeRequest& req) {
+  RangePlan plan;
+  plan.filtered = req.min_mod_revision() != 0 || req.max_mod_revision() != 0 ||
+                  req.min_create_revision() != 0 || req.max_create_revision() != 0;
+  plan.order = req.sort_order();
+  if (req.sort_target() == RangeRequest::KEY) {
+    // Keys come out of the index in ascending key order: ascending by key
+    // is no sort at all (as etcd 3.5 skips it), and the walk may stop at
+    // the limit.
+    if (plan.order == RangeRequest::ASCEND) plan.order = RangeRequest::NONE;
+  } else if (plan.order == RangeRequest::NONE) {
+    // Any other target sorts ascending unless told otherwise (as etcd does).
+    plan.order = RangeRequest::ASCEND;
+  }
+  // With filters or a sort order asked for, everything is fetched and cut
+  // afterwards. As in etcd, a target other than the key with no order sorts
+  // only the keys the limit fetched.
+  const bool cut_after = plan.filtered || (plan.sorted() && req.sort_order() != RangeRequest::NONE);
+  int64_t fetch = cut_after ? 0 : req.limit();
+  if (fetch > 0 && fetch < std::numeric_limits<int64_t>::max()) fetch += 1;
+  plan.fetch = std::max<int64_t>(fetch, 0);
+  // Filters and every sort target but the value need only what the index
+  // holds for each key (the key, its revisions and version): then only the
+  // records returned are read, not every record in the range (a lock's
+  // waiters ask for the oldest key under a prefix).
+  plan.by_index = (plan.filtered || plan.sorted()) && req.sort_target() != RangeRequest::VALUE;
+  return plan;
+}
+
+// The keys a Range selects at a revision, in key order.
+struct RangeKeys {
+  std::vector<Revision> revs;         // each key's record to read
+  std::vector<index::RangeHit> hits;  // each key's index entry (by_index only)
+  int64_t count = 0;                  // every key in the range, fetched or not
+};
+
+RangeKeys CollectKeys(const index::IndexView& index, const RangeRequest& req, int64_t rev,
+                      const RangePlan& plan) {
+  RangeKeys keys;
+  const std::string_view end = req.range_end();
+  // The revisions to fetch, then a count of the keys after them, which reads
+  // no revision (a page of a paginated list counts every key after it).
+  std::string rest;  // the first key not fetched, when the walk stopped early
+  index.Range(req.key(), end, rev, [&](std::string_view key, const index::RangeHit& hit) {
+    if (plan.fetch > 0 && static_cast<int64_t>(keys.revs.size()) == plan.fetch) {
+      rest.assign(key);
+      return false;
+    }
+    keys.revs.push_back(hit.modified);
+    if (plan.by_index) keys.hits.push_back(hit);
+    return true;
+  });
+  keys.count = static_cast<int64_t>(keys.revs.size());
+  if (!rest.empty()) keys.count += index.Count(rest, end, rev);
+  return keys;
+}
+
+// Writes a Range's kvs into its result: to the caller's sink if it gave
+// one, else into kvs_wire, or in parts on the bulk threads.
+class RangeOutput {
+ public:
+  RangeOutput(const RangeRequest& req, const RecordReader& read, const RecordVisitor* stream,
+              RangeResult* result)
+      : req_(req), read_(read), stream_(stream), result_(result) {}
+
+  void Emit(std::string_view record) {
+    if (result_->kvs_sink != nullptr) {
+      AppendRecordField(2, record, req_.keys_only(), result_->kvs_sink);
+    } else {
+      AppendRecordField(2, record, req_.keys_only(), &result_->kvs_wire);
+    }
+  }
+
+  // Reads and emits the records at the first n of `want`: in parts on the
+  // bulk threads for a big range, else in chunks through the caller's
+  // visitor or the reader.
+  absl::Status EmitAt(std::vector<Revision> want, size_t n) {
+    result_->num_kvs = static_cast<int>(n);
+    const ParallelRead* parallel = result_->parallel;
+    if (stream_ != nullptr && parallel != nullptr && parallel->part_records > 0 &&
+        n > parallel->part_records) {
+      want.resize(n);
+      return ReadInParts(std::move(want), *stream_, *parallel, req_.keys_only(),
+                         &result_->kvs_parts);
+    }
+    std::vector<std::string> records;
+    for (size_t i = 0; i < n; i += kFetchChunk) {
+      std::vector<Revision> chunk(want.begin() + i, want.begin() + std::min(n, i + kFetchChunk));
+      if (stream_ != nullptr) {
+        auto s = (*stream_)(chunk, [this](std::string_view record) { Emit(record); });
+        if (!s.ok()) return s;
+      } else {
+        if (auto s = read_(chunk, &records); !s.ok()) return s;
+        for (const auto& r : records) Emit(r);
+      }
+      if (i == 0 && n > chunk.size() && result_->kvs_sink == nullptr) {
+        // Size the response once from the first chunk rather than growing
+        // (and copying) it again and again on a huge range.
+        result_->kvs_wire.reserve(result_->kvs_wire.size() / chunk.size() * n * 9 / 8);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const RangeRequest& req_;
+  const RecordReader& read_;
+  const RecordVisitor* const stream_;
+  RangeResult* const result_;
+};
+
+// The positions in keys.revs that pass req's filters, in the order req
+// sorts them. fields(i) gives the fields of the key at revs[i].
+std::vector<size_t> FilterAndSort(const RangeRequest& req, const RangePlan& plan, size_t keys,
+                                  absl::FunctionRef<KeyValueView(size_t)> fields) {
+  std::vector<size_t> items;
+  items.reserve(keys);
+  for (size_t i = 0; i < keys; ++i) {
+    const KeyValueView kv = fields(i);
+    if (req.max_mod_revision() != 0 && kv.mod_revision > req.max_mod_revision()) continue;
+    if (req.min_mod_revision() != 0 && kv.mod_revision < req.min_mod_revision()) continue;
+    if (req.max_create_revision() != 0 && kv.create_revision > req.max_create_revision()) continue;
+    if (req.min_create_revision() != 0 && kv.create_revision < req.min_create_revision()) continue;
+    items.push_back(i);
+  }
+  if (!plan.sorted()) return items;
+  // etcd sorts with Go's sort.Sort, which is not stable: GoSort leaves equal
+  // elements in the same order it does (the items are the same, in the same
+  // order, whether their fields come from the index or records).
+  auto less = [&fields, target = req.sort_target()](size_t a, size_t b) {
+    // Positions are in key order, and keys are unique.
+    if (target == RangeRequest::KEY) return a < b;
+    const KeyValueView x = fields(a), y = fields(b);
+    switch (target) {
+      case RangeRequest::VERSION: return x.version < y.version;
+      case RangeRequest::CREATE: return x.create_revision < y.create_revision;
+      case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
+      case RangeRequest::VALUE: return x.value < y.value;
+      default: return false;
+    }
+  };
+  auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
+  const int n = static_cast<int>(items.size());
+  if (plan.order == RangeRequest::ASCEND) {
+    util::GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
+  } else {
+    util::GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
+  }
+  return items;
+}
+
+// How many of n results a Range returns under its limit; sets more.
+size_t ApplyLimit(int64_t limit, size_t n, RangeResult* result) {
+  if (limit > 0 && static_cast<int64_t>(n) > limit) {
+    result->more = true;
+    return static_cast<size_t>(limit);
+  }
+  return n;
+}
+
+}  // namespace
+
 absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int64_t rev,
                      int64_t header_rev, const RecordReader& read, RangeResult* result,
                      const RecordVisitor* stream) {
@@ -109,171 +291,51 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   result->kvs_sink = sink;
   result->parallel = parallel;
   result->rev = header_rev;
-
-  const bool filtered = req.min_mod_revision() != 0 || req.max_mod_revision() != 0 ||
-                        req.min_create_revision() != 0 || req.max_create_revision() != 0;
-  RangeRequest::SortOrder order = req.sort_order();
-  if (req.sort_target() == RangeRequest::KEY) {
-    // Keys come out of the index in ascending key order: ascending by key
-    // is no sort at all (as etcd 3.5 skips it), and the walk may stop at
-    // the limit.
-    if (order == RangeRequest::ASCEND) order = RangeRequest::NONE;
-  } else if (order == RangeRequest::NONE) {
-    // Any other target sorts ascending unless told otherwise (as etcd does).
-    order = RangeRequest::ASCEND;
-  }
-  const bool sorted = order != RangeRequest::NONE;
-  // With filters or a sort order asked for, everything is fetched and cut
-  // afterwards; otherwise one record more than the limit tells whether
-  // there is more. As in etcd, a target other than the key with no order
-  // sorts only the keys the limit fetched.
-  int64_t fetch = (filtered || (sorted && req.sort_order() != RangeRequest::NONE)) ? 0 : req.limit();
-  if (fetch > 0 && fetch < std::numeric_limits<int64_t>::max()) fetch += 1;
-  if (fetch < 0) fetch = 0;
-
-  // The kvs go to the caller's sink if it gave one, else into kvs_wire.
-  auto emit = [&req, result](std::string_view record) {
-    if (result->kvs_sink != nullptr) {
-      AppendRecordField(2, record, req.keys_only(), result->kvs_sink);
-    } else {
-      AppendRecordField(2, record, req.keys_only(), &result->kvs_wire);
-    }
-  };
-
-  const std::string_view end = req.range_end();
   if (req.count_only()) {
-    result->count = index.Count(req.key(), end, rev);
+    result->count = index.Count(req.key(), req.range_end(), rev);
     return absl::OkStatus();
   }
-  // Filters and every sort target but the value need only what the index
-  // holds for each key (the key, its revisions and version): then only the
-  // records returned are read, not every record in the range (a lock's
-  // waiters ask for the oldest key under a prefix).
-  const bool by_index = (filtered || sorted) && req.sort_target() != RangeRequest::VALUE;
-  std::vector<index::RangeHit> hits;  // by_index: each key's, in key order
-  // The revisions to fetch, then a count of the keys after them, which reads
-  // no revision (a page of a paginated list counts every key after it).
-  std::vector<Revision> revs;
-  std::string rest;  // the first key not fetched, when the walk stopped early
-  index.Range(req.key(), end, rev, [&](std::string_view key, const index::RangeHit& hit) {
-    if (fetch > 0 && static_cast<int64_t>(revs.size()) == fetch) {
-      rest.assign(key);
-      return false;
-    }
-    revs.push_back(hit.modified);
-    if (by_index) hits.push_back(hit);
-    return true;
-  });
-  int64_t count = static_cast<int64_t>(revs.size());
-  if (!rest.empty()) count += index.Count(rest, end, rev);
-  result->count = count;
 
-  const int64_t limit = req.limit();
-  // Reads and emits the records at the first n of `want`: in parts on the
-  // bulk threads for a big range, else in chunks through the caller's
-  // visitor or the reader.
-  auto output = [&](std::vector<Revision> want, size_t n) -> absl::Status {
-    result->num_kvs = static_cast<int>(n);
-    if (stream != nullptr && parallel != nullptr && parallel->part_records > 0 &&
-        n > parallel->part_records) {
-      want.resize(n);
-      return ReadInParts(std::move(want), *stream, *parallel, req.keys_only(), &result->kvs_parts);
-    }
-    std::vector<std::string> records;
-    for (size_t i = 0; i < n; i += kFetchChunk) {
-      std::vector<Revision> chunk(want.begin() + i, want.begin() + std::min(n, i + kFetchChunk));
-      if (stream != nullptr) {
-        auto s = (*stream)(chunk, emit);
-        if (!s.ok()) return s;
-      } else {
-        if (auto s = read(chunk, &records); !s.ok()) return s;
-        for (const auto& r : records) emit(r);
-      }
-      if (i == 0 && n > chunk.size() && result->kvs_sink == nullptr) {
-        // Size the response once from the first chunk rather than growing
-        // (and copying) it again and again on a huge range.
-        result->kvs_wire.reserve(result->kvs_wire.size() / chunk.size() * n * 9 / 8);
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (!filtered && !sorted) {
-    size_t n = revs.size();
-    if (limit > 0 && static_cast<int64_t>(n) > limit) {
-      n = static_cast<size_t>(limit);
-      result->more = true;
-    }
-    return output(std::move(revs), n);
+  const RangePlan plan = PlanRange(req);
+  RangeKeys keys = CollectKeys(index, req, rev, plan);
+  result->count = keys.count;
+  RangeOutput output(req, read, stream, result);
+  if (!plan.filtered && !plan.sorted()) {
+    const size_t n = ApplyLimit(req.limit(), keys.revs.size(), result);
+    return output.EmitAt(std::move(keys.revs), n);
   }
 
-  // Filtered or sorted: each key's fields to filter and order by (for
-  // revs[i]), from the index (by_index), else from its decoded record.
-  std::vector<KeyValueView> decoded;
-  std::vector<std::string> records;  // !by_index: every record, in key order
-  if (!by_index) {
-    if (auto s = read(revs, &records); !s.ok()) return s;
-    decoded.resize(records.size());
-    for (size_t i = 0; i < records.size(); ++i) {
-      if (!DecodeKeyValue(records[i], &decoded[i])) {
-        return absl::DataLossError("stored record is not a KeyValue");
-      }
-    }
-  }
-  auto fields = [&](size_t i) {
-    if (!by_index) return decoded[i];
-    KeyValueView kv;
-    kv.create_revision = hits[i].created.main;
-    kv.mod_revision = hits[i].modified.main;
-    kv.version = hits[i].version;
-    return kv;
-  };
-  std::vector<size_t> items;  // positions in revs that pass the filters
-  items.reserve(revs.size());
-  for (size_t i = 0; i < revs.size(); ++i) {
-    const KeyValueView kv = fields(i);
-    if (req.max_mod_revision() != 0 && kv.mod_revision > req.max_mod_revision()) continue;
-    if (req.min_mod_revision() != 0 && kv.mod_revision < req.min_mod_revision()) continue;
-    if (req.max_create_revision() != 0 && kv.create_revision > req.max_create_revision()) continue;
-    if (req.min_create_revision() != 0 && kv.create_revision < req.min_create_revision()) continue;
-    items.push_back(i);
-  }
-  if (sorted) {
-    // etcd sorts with Go's sort.Sort, which is not stable: GoSort leaves
-    // equal elements in the same order it does (the items are the same, in
-    // the same order, whether their fields come from the index or records).
-    auto less = [&fields, target = req.sort_target()](size_t a, size_t b) {
-      // Positions are in key order, and keys are unique.
-      if (target == RangeRequest::KEY) return a < b;
-      const KeyValueView x = fields(a), y = fields(b);
-      switch (target) {
-        case RangeRequest::VERSION: return x.version < y.version;
-        case RangeRequest::CREATE: return x.create_revision < y.create_revision;
-        case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
-        case RangeRequest::VALUE: return x.value < y.value;
-        default: return false;
-      }
-    };
-    auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
-    const int n = static_cast<int>(items.size());
-    if (order == RangeRequest::ASCEND) {
-      util::GoSort(n, [&](int i, int j) { return less(items[i], items[j]); }, swap);
-    } else {
-      util::GoSort(n, [&](int i, int j) { return less(items[j], items[i]); }, swap);
-    }
-  }
-  size_t n = items.size();
-  if (limit > 0 && static_cast<int64_t>(n) > limit) {
-    n = static_cast<size_t>(limit);
-    result->more = true;
-  }
-  if (by_index) {
-    // Only now read the records returned, as an unsorted range reads its.
+  if (plan.by_index) {
+    // Filter and order on the index's fields, then read only the records
+    // returned, as an unsorted range reads its.
+    std::vector<size_t> items =
+        FilterAndSort(req, plan, keys.revs.size(), [&keys](size_t i) {
+          KeyValueView kv;
+          kv.create_revision = keys.hits[i].created.main;
+          kv.mod_revision = keys.hits[i].modified.main;
+          kv.version = keys.hits[i].version;
+          return kv;
+        });
+    const size_t n = ApplyLimit(req.limit(), items.size(), result);
     std::vector<Revision> chosen(n);
-    for (size_t i = 0; i < n; ++i) chosen[i] = revs[items[i]];
-    return output(std::move(chosen), n);
+    for (size_t i = 0; i < n; ++i) chosen[i] = keys.revs[items[i]];
+    return output.EmitAt(std::move(chosen), n);
   }
+
+  // Sorted by value: every record is read and decoded to order them.
+  std::vector<std::string> records;
+  if (auto s = read(keys.revs, &records); !s.ok()) return s;
+  std::vector<KeyValueView> decoded(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!DecodeKeyValue(records[i], &decoded[i])) {
+      return absl::DataLossError("stored record is not a KeyValue");
+    }
+  }
+  std::vector<size_t> items =
+      FilterAndSort(req, plan, decoded.size(), [&decoded](size_t i) { return decoded[i]; });
+  const size_t n = ApplyLimit(req.limit(), items.size(), result);
   result->num_kvs = static_cast<int>(n);
-  for (size_t i = 0; i < n; ++i) emit(records[items[i]]);
+  for (size_t i = 0; i < n; ++i) output.Emit(records[items[i]]);
   return absl::OkStatus();
 }
 

@@ -37,24 +37,20 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& opt
 
 KvStore::~KvStore() {
   {
-    std::lock_guard<std::mutex> l(queue_mu_);
+    util::MutexLock l(&queue_mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
-  lease_cv_.notify_all();
   if (lease_expiry_.joinable()) lease_expiry_.join();
   if (committer_.joinable()) committer_.join();
   {
-    std::lock_guard<std::mutex> l(answer_mu_);
+    util::MutexLock l(&answer_mu_);
     answers_closed_ = true;
   }
-  answer_cv_.notify_all();
   if (answerer_.joinable()) answerer_.join();
   {
-    std::lock_guard<std::mutex> l(compact_mu_);
+    util::MutexLock l(&compact_mu_);
     compact_requested_ = -1;  // tells the compactor to exit
   }
-  compact_cv_.notify_all();
   if (compactor_.joinable()) compactor_.join();
   // Physical compactions still waiting are answered, not dropped.
   FailCompactionWaiters(MakeError(Error::kStopped), /*stop=*/true);
@@ -148,7 +144,7 @@ absl::Status KvStore::Recover() {
 }
 
 std::shared_ptr<const ReadView> KvStore::View() const {
-  std::lock_guard<std::mutex> l(view_mu_);
+  util::MutexLock l(&view_mu_);
   return view_;
 }
 
@@ -161,7 +157,7 @@ void KvStore::Publish() {
   view->epoch = epoch_;
   std::shared_ptr<const ReadView> old;
   {
-    std::lock_guard<std::mutex> l(view_mu_);
+    util::MutexLock l(&view_mu_);
     old = std::move(view_);
     view_ = std::move(view);
   }
@@ -242,38 +238,45 @@ absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* 
 
 void KvStore::Submit(WriteRequest write) {
   {
-    std::lock_guard<std::mutex> l(queue_mu_);
+    util::MutexLock l(&queue_mu_);
     if (!stopping_) {
+      // The committer's waits are conditions on the queue, checked when
+      // queue_mu_ is released: it wakes for the first write of a group and
+      // again when the group is full, whatever batch_interval is left.
       queue_.push_back(std::move(write));
-      if (queue_.size() == 1) queue_cv_.notify_one();
       return;
     }
   }
   write.done(MakeError(Error::kStopped));
 }
 
+bool KvStore::QueueReadyLocked() const { return stopping_ || !queue_.empty(); }
+
+bool KvStore::GroupFullLocked() const {
+  return stopping_ || static_cast<int>(queue_.size()) >= options_.batch_limit;
+}
+
+bool KvStore::NextGroup(std::vector<WriteRequest>* group) {
+  util::MutexLock l(&queue_mu_);
+  queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::QueueReadyLocked),
+                             absl::InfiniteDuration());
+  if (queue_.empty() && stopping_) return false;
+  if (options_.batch_interval > absl::ZeroDuration()) {
+    // Let the group grow for at most batch_interval.
+    queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::GroupFullLocked),
+                               options_.batch_interval);
+  }
+  const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.batch_limit));
+  for (size_t i = 0; i < n; ++i) {
+    group->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return true;
+}
+
 void KvStore::CommitLoop() {
   std::vector<WriteRequest> group;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> l(queue_mu_);
-      queue_cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty() && stopping_) return;
-      if (options_.batch_interval > absl::ZeroDuration() &&
-          static_cast<int>(queue_.size()) < options_.batch_limit && !stopping_) {
-        // Let the group grow for at most batch_interval.
-        auto deadline = std::chrono::steady_clock::now() +
-                        absl::ToChronoNanoseconds(options_.batch_interval);
-        queue_cv_.wait_until(l, deadline, [this] {
-          return stopping_ || static_cast<int>(queue_.size()) >= options_.batch_limit;
-        });
-      }
-      const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.batch_limit));
-      for (size_t i = 0; i < n; ++i) {
-        group.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
+  while (NextGroup(&group)) {
     CommitGroup(&group);
     group.clear();
   }
@@ -284,12 +287,10 @@ void KvStore::DeliverAnswers(std::vector<Answer>* answers) {
   // it: a thread hand-off would cost more than the answers.
   constexpr size_t kInlineAnswers = 2;
   {
-    std::lock_guard<std::mutex> l(answer_mu_);
+    util::MutexLock l(&answer_mu_);
     if (answers->size() > kInlineAnswers || answering_ || !answers_.empty()) {
-      const bool wake = answers_.empty();
       for (auto& a : *answers) answers_.push_back(std::move(a));
       answers->clear();
-      if (wake) answer_cv_.notify_one();
       return;
     }
   }
@@ -299,79 +300,79 @@ void KvStore::DeliverAnswers(std::vector<Answer>* answers) {
 
 void KvStore::AnswerLoop() {
   std::vector<Answer> batch;
-  std::unique_lock<std::mutex> l(answer_mu_);
   for (;;) {
-    answer_cv_.wait(l, [this] { return answers_closed_ || !answers_.empty(); });
-    if (answers_.empty()) return;  // closed, and everything answered
-    batch.swap(answers_);
-    answering_ = true;
-    l.unlock();
+    {
+      util::MutexLock l(&answer_mu_);
+      answering_ = false;
+      answer_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::AnswersReadyLocked),
+                                  absl::InfiniteDuration());
+      if (answers_.empty()) return;  // closed, and everything answered
+      batch.swap(answers_);
+      answering_ = true;
+    }
     for (auto& a : batch) a.done(std::move(a.status));
     batch.clear();
-    l.lock();
-    answering_ = false;
   }
 }
 
-template <typename Response>
-absl::StatusOr<Response> KvStore::SubmitAndWait(WriteRequest::Kind kind,
-                                                const google::protobuf::Message& req) {
-  Response resp;
+template <typename Op>
+absl::StatusOr<std::remove_const_t<std::remove_pointer_t<decltype(Op::response)>>>
+KvStore::SubmitAndWait(const std::remove_pointer_t<decltype(Op::request)>& req) {
+  std::remove_pointer_t<decltype(Op::response)> resp;
   std::promise<absl::Status> done;
-  Submit({kind, &req, &resp, [&done](absl::Status s) { done.set_value(s); }});
+  Submit({Op{&req, &resp}, [&done](absl::Status s) { done.set_value(s); }});
   if (auto s = done.get_future().get(); !s.ok()) return s;
   return resp;
 }
 
 absl::StatusOr<etcdserverpb::PutResponse> KvStore::Put(const etcdserverpb::PutRequest& req) {
-  return SubmitAndWait<etcdserverpb::PutResponse>(WriteRequest::Kind::kPut, req);
+  return SubmitAndWait<PutOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::DeleteRangeResponse> KvStore::DeleteRange(
     const etcdserverpb::DeleteRangeRequest& req) {
-  return SubmitAndWait<etcdserverpb::DeleteRangeResponse>(WriteRequest::Kind::kDeleteRange, req);
+  return SubmitAndWait<DeleteRangeOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::TxnResponse> KvStore::Txn(const etcdserverpb::TxnRequest& req) {
-  return SubmitAndWait<etcdserverpb::TxnResponse>(WriteRequest::Kind::kTxn, req);
+  return SubmitAndWait<TxnOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::CompactionResponse> KvStore::Compact(
     const etcdserverpb::CompactionRequest& req) {
-  return SubmitAndWait<etcdserverpb::CompactionResponse>(WriteRequest::Kind::kCompact, req);
+  return SubmitAndWait<CompactOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::LeaseGrantResponse> KvStore::LeaseGrant(
     const etcdserverpb::LeaseGrantRequest& req) {
-  return SubmitAndWait<etcdserverpb::LeaseGrantResponse>(WriteRequest::Kind::kLeaseGrant, req);
+  return SubmitAndWait<LeaseGrantOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::LeaseRevokeResponse> KvStore::LeaseRevoke(
     const etcdserverpb::LeaseRevokeRequest& req) {
-  return SubmitAndWait<etcdserverpb::LeaseRevokeResponse>(WriteRequest::Kind::kLeaseRevoke, req);
+  return SubmitAndWait<LeaseRevokeOp>(req);
 }
 
 absl::StatusOr<etcdserverpb::AlarmResponse> KvStore::Alarm(const etcdserverpb::AlarmRequest& req) {
-  return SubmitAndWait<etcdserverpb::AlarmResponse>(WriteRequest::Kind::kAlarm, req);
+  return SubmitAndWait<AlarmOp>(req);
 }
 
 void KvStore::LeaseExpiryLoop() {
-  const auto interval = absl::ToChronoNanoseconds(options_.lease_check_interval);
   // Revocations allowed per check, from the per-second rate.
   const size_t per_check = static_cast<size_t>(std::max<int64_t>(
       1, options_.lease_revoke_rate * absl::ToInt64Milliseconds(options_.lease_check_interval) / 1000));
   for (;;) {
     {
-      std::unique_lock<std::mutex> l(queue_mu_);
-      lease_cv_.wait_for(l, interval, [this] { return stopping_; });
+      util::MutexLock l(&queue_mu_);
+      queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::StoppingLocked),
+                                 options_.lease_check_interval);
       if (stopping_) return;
     }
     for (int64_t id : lessor_.Expired(per_check)) {
       auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
       req->set_id(id);
       auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
-      Submit({WriteRequest::Kind::kLeaseRevoke, req.get(), resp.get(),
-              [req, resp](absl::Status) {}});
+      Submit({LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}});
     }
   }
 }
@@ -386,7 +387,7 @@ void KvStore::FailStop(const absl::Status& cause, std::string_view what) {
       "is refused{}, reads keep serving the last durable revision {}; restart to recover",
       what, cause.ToString(), no_space ? " with the NOSPACE alarm (disk full)" : "",
       View()->rev);
-  std::lock_guard<std::mutex> l(alarm_mu_);
+  util::MutexLock l(&alarm_mu_);
   storage_failure_ = cause;
   if (no_space && !std::any_of(alarms_.begin(), alarms_.end(), [](const auto& a) {
         return a.alarm() == etcdserverpb::NOSPACE;
@@ -405,7 +406,7 @@ absl::Status KvStore::FailedWriteError() const {
 }
 
 absl::Status KvStore::StorageFailure() const {
-  std::lock_guard<std::mutex> l(alarm_mu_);
+  util::MutexLock l(&alarm_mu_);
   return storage_failure_;
 }
 

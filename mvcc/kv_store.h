@@ -17,15 +17,14 @@
 #define CAPSTAN_MVCC_KV_STORE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,8 +37,10 @@
 #include "index/tree_index.h"
 #include "lease/lessor.h"
 #include "mvcc/kv_codec.h"
+#include "mvcc/write_request.h"
 #include "storage/backend.h"
 #include "util/latency_histogram.h"
+#include "util/mutex.h"
 
 namespace capstan::mvcc {
 
@@ -123,36 +124,6 @@ struct RangeResult {
   std::vector<std::unique_ptr<ByteSink>> kvs_parts;
 };
 
-// A write applied by the committer. The request and response objects are
-// owned by the caller and must stay alive until `done` runs. The committer
-// fills the response (its header carries only the revision) and calls done
-// exactly once, after the write is durable and visible, or with the error
-// that refused it. done runs on the store's answer thread (or, for a small
-// group with nothing queued before it, on the committer), in commit order:
-// it must not block.
-struct WriteRequest {
-  // kInternal is KvStore's own: `apply` runs on the committer thread inside
-  // a group (used to compact the key index in batches between writes).
-  // kCustom is for stores layered on the KV store's durability (auth):
-  // `apply_batch` runs on the committer thread in order with every other
-  // write and may stage records into the group's batch; `done` runs once
-  // they are durable (with apply_batch's error, if it failed, and nothing
-  // staged by a failed apply_batch may remain: check before staging).
-  enum class Kind {
-    kPut, kDeleteRange, kTxn, kCompact, kLeaseGrant, kLeaseRevoke, kAlarm, kInternal, kCustom
-  };
-  Kind kind;
-  const google::protobuf::Message* request = nullptr;
-  google::protobuf::Message* response = nullptr;
-  absl::AnyInvocable<void(absl::Status)> done;
-  // The caller already checked the request with ValidateWrite (the KV
-  // service does, before its auth checks): the committer skips the txn
-  // checks that cost (the duplicate-key walk), off its serial path.
-  bool validated = false;
-  absl::AnyInvocable<void()> apply;
-  absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> apply_batch;
-};
-
 // A write request's shape, checked as etcd's gRPC layer checks it before
 // anything else, auth included (v3rpc's checkPutRequest, checkDeleteRequest,
 // checkTxnRequest and checkIntervals): a key, no value with ignore_value,
@@ -186,8 +157,10 @@ class KvStore {
   // Serves a Range with etcd's semantics from the latest published view.
   absl::Status Range(const etcdserverpb::RangeRequest& req, RangeResult* result) const;
 
-  // Queues a write for the committer. See WriteRequest for the contract.
-  void Submit(WriteRequest write);
+  // Queues a write for the committer (mvcc/write_request.h has the
+  // contract). A write submitted after the store began to stop is answered
+  // Error::kStopped at once.
+  void Submit(WriteRequest write) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
   // Blocking conveniences over Submit, for tests and tools.
   absl::StatusOr<etcdserverpb::PutResponse> Put(const etcdserverpb::PutRequest& req);
@@ -234,7 +207,7 @@ class KvStore {
 
   // Blocks until the compaction scheduled most recently has deleted its
   // revisions from the backend.
-  void WaitCompactionDone();
+  void WaitCompactionDone() ABSL_LOCKS_EXCLUDED(compact_mu_);
 
   // Write requests applied over the store's life, kept durable with each
   // group: the member's raft index and applied index in Status.
@@ -259,16 +232,44 @@ class KvStore {
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
 
   // Submit, then wait for the answer (the blocking conveniences).
-  template <typename Response>
-  absl::StatusOr<Response> SubmitAndWait(WriteRequest::Kind kind,
-                                         const google::protobuf::Message& req);
+  template <typename Op>
+  absl::StatusOr<std::remove_const_t<std::remove_pointer_t<decltype(Op::response)>>> SubmitAndWait(
+      const std::remove_pointer_t<decltype(Op::request)>& req);
 
   KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend);
 
   absl::Status Recover();
   void CommitLoop();
-  void CommitGroup(std::vector<WriteRequest>* group);
-  void Publish();
+  // Committer thread: takes the next group from the queue, waiting for one
+  // (and, with batch_interval, for it to grow). False once stopping with
+  // nothing queued.
+  bool NextGroup(std::vector<WriteRequest>* group) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Whether the committer has work, or should stop (queue_mu_'s waits).
+  bool QueueReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
+  bool GroupFullLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
+  bool StoppingLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_) { return stopping_; }
+
+  // One group commit, in phases (kv_store_apply.cc), all on the committer:
+  //   admit:   refuse what may not be applied (failed store, CORRUPT alarm,
+  //            quota, size), before anything changes;
+  //   apply:   each admitted write changes the live index and stages its
+  //            records into batch_;
+  //   commit:  one synced backend write of the batch with the applied index;
+  //   publish: the new view to readers, the group's events to the watch
+  //            hub, a scheduled compaction to the compactor;
+  //   answer:  each write's done, in order (physical compactions once their
+  //            compaction is done).
+  struct Group;
+  void CommitGroup(std::vector<WriteRequest>* writes);
+  // The error that refuses w before it is applied, or OK.
+  absl::Status Admit(const WriteRequest& w, int64_t backend_size, int64_t* group_cost,
+                     Group* group);
+  // Applies an admitted write; sets group->changed when it changed state.
+  absl::Status Apply(WriteRequest& w, size_t i, Group* group);
+  void CommitBatch(Group* group);
+  void PublishGroup(Group* group);
+  void AnswerGroup(Group* group);
+  void Publish() ABSL_LOCKS_EXCLUDED(view_mu_);
   // A committed write's done and its result.
   struct Answer {
     absl::AnyInvocable<void(absl::Status)> done;
@@ -284,19 +285,19 @@ class KvStore {
   void RunCompaction(int64_t rev);
   // Answers every caller waiting for a physical compaction with status;
   // with stop, no compaction runs any more.
-  void FailCompactionWaiters(const absl::Status& status, bool stop);
+  void FailCompactionWaiters(const absl::Status& status, bool stop) ABSL_LOCKS_EXCLUDED(compact_mu_);
   absl::Status ApplyCompact(const etcdserverpb::CompactionRequest& req,
                             etcdserverpb::CompactionResponse* resp);
   // Runs fn on the committer thread between groups and waits for it.
-  void RunOnCommitter(absl::AnyInvocable<void()> fn);
+  void RunOnCommitter(absl::AnyInvocable<void()> fn) ABSL_LOCKS_EXCLUDED(queue_mu_);
   bool LeaseExists(int64_t id) const { return lessor_.Exists(id); }
   absl::Status ApplyAlarm(const etcdserverpb::AlarmRequest& req, etcdserverpb::AlarmResponse* resp);
   // Refuses a write that adds data while NOSPACE is raised or when it would
   // take the backend over the quota (raising NOSPACE). *group_cost carries
   // the bytes the group has added so far.
-  absl::Status CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost);
+  absl::Status CheckQuota(const WriteOp& op, int64_t backend_size, int64_t* group_cost);
   // Whether w is refused while a CORRUPT alarm is active.
-  static bool RefusedWhileCorrupt(const WriteRequest& w);
+  static bool RefusedWhileCorrupt(const WriteOp& op);
   absl::Status LoadAlarms();
   // Committer thread: enters the failed state after `what` failed with
   // cause (the first cause is kept) and logs why.
@@ -353,27 +354,32 @@ class KvStore {
   int64_t backend_size_ = 0;
   absl::Time backend_size_at_ = absl::InfinitePast();
 
-  // The published view. Lock order: view_mu_ is a leaf lock.
-  mutable std::mutex view_mu_;
-  std::shared_ptr<const ReadView> view_;
+  // Locks. Each is a leaf: no other lock of the store is taken while one is
+  // held, and nothing blocks, does I/O or calls out under one. Waits use
+  // absl::Mutex's conditions (the waiter's condition is checked on every
+  // unlock), so no write to a guarded member can miss its waiter.
 
-  // The request queue.
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<WriteRequest> queue_;
-  bool stopping_ = false;
-  // Wakes the lease expiry thread at shutdown (queue_cv_ is the committer's
-  // alone, so a notify_one always reaches it).
-  std::condition_variable lease_cv_;
+  // The published view.
+  mutable util::Mutex view_mu_;
+  std::shared_ptr<const ReadView> view_ ABSL_GUARDED_BY(view_mu_);
+
+  // The request queue; the committer and the lease expiry thread wait on it.
+  util::Mutex queue_mu_;
+  std::deque<WriteRequest> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
 
   // Physical compaction requests, handed from the committer.
-  std::mutex compact_mu_;
-  std::condition_variable compact_cv_;
-  int64_t compact_requested_ = 0;  // newest scheduled compaction revision
-  int64_t compact_finished_ = 0;   // newest finished compaction revision
-  std::weak_ptr<Epoch> compact_epoch_;  // readers the newest compaction waits for
-  bool compact_stopped_ = false;        // a compaction failed: no more run
-  std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_;
+  mutable util::Mutex compact_mu_;
+  // Newest scheduled compaction revision; -1 tells the compactor to exit.
+  int64_t compact_requested_ ABSL_GUARDED_BY(compact_mu_) = 0;
+  int64_t compact_finished_ ABSL_GUARDED_BY(compact_mu_) = 0;  // newest finished
+  // The readers the newest compaction waits for.
+  std::weak_ptr<Epoch> compact_epoch_ ABSL_GUARDED_BY(compact_mu_);
+  bool compact_stopped_ ABSL_GUARDED_BY(compact_mu_) = false;  // a compaction failed: no more run
+  std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_
+      ABSL_GUARDED_BY(compact_mu_);
+  bool CompactionWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
+  bool CompactionDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
 
   util::LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
@@ -384,24 +390,27 @@ class KvStore {
 
   // Active alarms and the storage failure: changed by the committer, read by
   // anyone.
-  mutable std::mutex alarm_mu_;
-  std::vector<etcdserverpb::AlarmMember> alarms_;  // guarded by alarm_mu_
-  absl::Status storage_failure_;                   // guarded by alarm_mu_
+  mutable util::Mutex alarm_mu_;
+  std::vector<etcdserverpb::AlarmMember> alarms_ ABSL_GUARDED_BY(alarm_mu_);
+  absl::Status storage_failure_ ABSL_GUARDED_BY(alarm_mu_);
   // Whether alarms_ holds a NOSPACE / a CORRUPT alarm, kept by
   // AlarmsChangedLocked so that the committer's checks of every write take
   // no lock.
   std::atomic<bool> no_space_alarm_{false}, corrupt_alarm_{false};
-  // REQUIRES: alarm_mu_ held; called after every change of alarms_.
-  void AlarmsChangedLocked();
+  // Called after every change of alarms_.
+  void AlarmsChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(alarm_mu_);
 
   // Answers of committed groups, run off the committer so that the next
   // group's write overlaps sending them (answering a group of gRPC calls
-  // costs about as much as its fsync). Lock order: a leaf lock.
-  std::mutex answer_mu_;
-  std::condition_variable answer_cv_;
-  std::vector<Answer> answers_;
-  bool answering_ = false;  // the answer thread is running a batch
-  bool answers_closed_ = false;
+  // costs about as much as its fsync).
+  util::Mutex answer_mu_;
+  std::vector<Answer> answers_ ABSL_GUARDED_BY(answer_mu_);
+  // The answer thread is running a batch.
+  bool answering_ ABSL_GUARDED_BY(answer_mu_) = false;
+  bool answers_closed_ ABSL_GUARDED_BY(answer_mu_) = false;
+  bool AnswersReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(answer_mu_) {
+    return answers_closed_ || !answers_.empty();
+  }
 
   std::thread committer_;
   std::thread answerer_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -582,116 +583,120 @@ bool IsTxnReadOnly(const TxnRequest& txn) {
 // While a CORRUPT alarm is active etcd's corrupt applier refuses what goes
 // through consensus: writes, compactions, lease grants and revocations.
 // Ranges and read-only txns are served as usual.
-bool KvStore::RefusedWhileCorrupt(const WriteRequest& w) {
-  switch (w.kind) {
-    case WriteRequest::Kind::kPut:
-    case WriteRequest::Kind::kDeleteRange:
-    case WriteRequest::Kind::kCompact:
-    case WriteRequest::Kind::kLeaseGrant:
-    case WriteRequest::Kind::kLeaseRevoke:
-      return true;
-    case WriteRequest::Kind::kTxn:
-      return !IsTxnReadOnly(static_cast<const TxnRequest&>(*w.request));
-    default:
-      return false;
-  }
+bool KvStore::RefusedWhileCorrupt(const WriteOp& op) {
+  if (const auto* txn = std::get_if<TxnOp>(&op)) return !IsTxnReadOnly(*txn->request);
+  return std::holds_alternative<PutOp>(op) || std::holds_alternative<DeleteRangeOp>(op) ||
+         std::holds_alternative<CompactOp>(op) || std::holds_alternative<LeaseGrantOp>(op) ||
+         std::holds_alternative<LeaseRevokeOp>(op);
 }
 
-void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
-  std::vector<absl::Status> results(group->size());
-  // Physical compactions answer once their compaction is done.
-  std::vector<bool> deferred(group->size(), false);
+// The state of one group commit as it moves through its phases.
+struct KvStore::Group {
+  explicit Group(std::vector<WriteRequest>* w)
+      : writes(w), results(w->size()), deferred(w->size(), false) {}
+  std::vector<WriteRequest>* const writes;
+  std::vector<absl::Status> results;
+  // Physical compactions, answered once their compaction is done.
+  std::vector<bool> deferred;
+  // Something changed that readers must see: publish a new view.
   bool changed = false;
+};
+
+void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
+  Group group(writes);
   if (options_.quota_bytes > 0 && absl::Now() - backend_size_at_ > absl::Milliseconds(100)) {
     // Measuring the backend lists its files: do it at most every 100 ms.
     backend_size_ = static_cast<int64_t>(backend_->SizeOnDisk());
     backend_size_at_ = absl::Now();
   }
-  const int64_t backend_size = backend_size_;
   int64_t group_cost = 0;
-  for (size_t i = 0; i < group->size(); ++i) {
-    WriteRequest& w = (*group)[i];
-    // After a storage failure only reads pass: the store's own internal
-    // steps (their waiters must not hang) and listing alarms.
-    if (failed_ && w.kind != WriteRequest::Kind::kInternal &&
-        !(w.kind == WriteRequest::Kind::kAlarm &&
-          static_cast<const etcdserverpb::AlarmRequest&>(*w.request).action() ==
-              etcdserverpb::AlarmRequest::GET)) {
-      results[i] = FailedWriteError();
-      continue;
-    }
-    if (Corrupt() && RefusedWhileCorrupt(w)) {
-      results[i] = MakeError(Error::kCorrupt);
-      continue;
-    }
-    if (auto s = CheckQuota(w, backend_size, &group_cost); !s.ok()) {
-      results[i] = s;
-      changed = true;  // the alarm may have been raised
-      continue;
-    }
-    if (w.kind == WriteRequest::Kind::kCustom) {
-      results[i] = w.apply_batch(&batch_);
-      continue;
-    }
-    if (w.kind == WriteRequest::Kind::kAlarm) {
-      results[i] = ApplyAlarm(static_cast<const etcdserverpb::AlarmRequest&>(*w.request),
-                              static_cast<etcdserverpb::AlarmResponse*>(w.response));
-      changed = true;
-      continue;
-    }
-    if (w.kind == WriteRequest::Kind::kInternal) {
-      w.apply();
-      changed = true;
-      continue;
-    }
-    if (w.kind == WriteRequest::Kind::kCompact) {
-      const auto& req = static_cast<const etcdserverpb::CompactionRequest&>(*w.request);
-      results[i] = ApplyCompact(req, static_cast<etcdserverpb::CompactionResponse*>(w.response));
-      if (results[i].ok()) {
-        changed = true;
-        deferred[i] = req.physical();
-      }
-      continue;
-    }
-    if (w.request->ByteSizeLong() > static_cast<size_t>(options_.max_request_bytes)) {
-      results[i] = MakeError(Error::kRequestTooLarge);
-      continue;
-    }
-    Applier applier(this);
-    switch (w.kind) {
-      case WriteRequest::Kind::kPut:
-        results[i] = applier.Put(static_cast<const PutRequest&>(*w.request),
-                                 static_cast<PutResponse*>(w.response), false);
-        break;
-      case WriteRequest::Kind::kDeleteRange:
-        results[i] = applier.DeleteRange(static_cast<const DeleteRangeRequest&>(*w.request),
-                                         static_cast<DeleteRangeResponse*>(w.response), false);
-        break;
-      case WriteRequest::Kind::kTxn:
-        results[i] = applier.Txn(static_cast<const TxnRequest&>(*w.request),
-                                 static_cast<TxnResponse*>(w.response), w.validated);
-        break;
-      case WriteRequest::Kind::kLeaseGrant:
-        results[i] = ApplyLeaseGrant(static_cast<const etcdserverpb::LeaseGrantRequest&>(*w.request),
-                                     static_cast<etcdserverpb::LeaseGrantResponse*>(w.response));
-        break;
-      case WriteRequest::Kind::kLeaseRevoke:
-        results[i] = applier.LeaseRevoke(
-            static_cast<const etcdserverpb::LeaseRevokeRequest&>(*w.request),
-            static_cast<etcdserverpb::LeaseRevokeResponse*>(w.response));
-        break;
-      default:
-        break;
-    }
-    if (results[i].ok() && applier.changed()) {
-      current_rev_ = applier.main();
-      changed = true;
-    }
+  for (size_t i = 0; i < writes->size(); ++i) {
+    WriteRequest& w = (*writes)[i];
+    group.results[i] = Admit(w, backend_size_, &group_cost, &group);
+    if (group.results[i].ok()) group.results[i] = Apply(w, i, &group);
   }
+  CommitBatch(&group);
+  PublishGroup(&group);
+  AnswerGroup(&group);
+}
 
+absl::Status KvStore::Admit(const WriteRequest& w, int64_t backend_size, int64_t* group_cost,
+                            Group* group) {
+  // After a storage failure only reads pass: the store's own internal
+  // steps (their waiters must not hang) and listing alarms.
+  if (failed_) {
+    const auto* alarm = std::get_if<AlarmOp>(&w.op);
+    const bool read = std::holds_alternative<InternalOp>(w.op) ||
+                      (alarm && alarm->request->action() == etcdserverpb::AlarmRequest::GET);
+    if (!read) return FailedWriteError();
+  }
+  if (Corrupt() && RefusedWhileCorrupt(w.op)) return MakeError(Error::kCorrupt);
+  if (auto s = CheckQuota(w.op, backend_size, group_cost); !s.ok()) {
+    group->changed = true;  // the alarm may have been raised
+    return s;
+  }
+  // Compactions, alarms and Capstan's own steps are not size-checked.
+  const bool sized = !std::holds_alternative<CompactOp>(w.op) &&
+                     !std::holds_alternative<AlarmOp>(w.op);
+  if (sized && RequestBytes(w.op) > static_cast<size_t>(options_.max_request_bytes)) {
+    return MakeError(Error::kRequestTooLarge);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvStore::Apply(WriteRequest& w, size_t i, Group* group) {
+  // Writes that take a revision go through one Applier each.
+  auto revision = [this, group](Applier& applier, absl::Status s) {
+    if (s.ok() && applier.changed()) {
+      current_rev_ = applier.main();
+      group->changed = true;
+    }
+    return s;
+  };
+  return std::visit(
+      [&](auto& op) -> absl::Status {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, CustomOp>) {
+          return op.apply_batch(&batch_);
+        } else if constexpr (std::is_same_v<T, InternalOp>) {
+          op.apply();
+          group->changed = true;
+          return absl::OkStatus();
+        } else if constexpr (std::is_same_v<T, AlarmOp>) {
+          group->changed = true;
+          return ApplyAlarm(*op.request, op.response);
+        } else if constexpr (std::is_same_v<T, CompactOp>) {
+          absl::Status s = ApplyCompact(*op.request, op.response);
+          if (s.ok()) {
+            group->changed = true;
+            group->deferred[i] = op.request->physical();
+          }
+          return s;
+        } else if constexpr (std::is_same_v<T, LeaseGrantOp>) {
+          return ApplyLeaseGrant(*op.request, op.response);
+        } else {
+          Applier applier(this);
+          if constexpr (std::is_same_v<T, PutOp>) {
+            return revision(applier, applier.Put(*op.request, op.response, false));
+          } else if constexpr (std::is_same_v<T, DeleteRangeOp>) {
+            return revision(applier, applier.DeleteRange(*op.request, op.response, false));
+          } else if constexpr (std::is_same_v<T, TxnOp>) {
+            return revision(applier, applier.Txn(*op.request, op.response, w.validated));
+          } else {
+            static_assert(std::is_same_v<T, LeaseRevokeOp>, "every write kind is applied");
+            return revision(applier, applier.LeaseRevoke(*op.request, op.response));
+          }
+        }
+      },
+      w.op);
+}
+
+void KvStore::CommitBatch(Group* group) {
+  // The applied index counts the client writes (not the store's own steps)
+  // and is written with the data it covers, in the same batch.
   uint64_t applied = applied_index_.load(std::memory_order_relaxed);
-  for (const auto& w : *group) {
-    if (w.kind != WriteRequest::Kind::kInternal) ++applied;
+  for (const auto& w : *group->writes) {
+    if (!std::holds_alternative<InternalOp>(w.op)) ++applied;
   }
   if (batch_.Count() > 0) {
     std::string index_bytes;
@@ -706,19 +711,22 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
       // Fail-stop: the group's changes are in the live index but not durable.
       // They are never published, and no later write is accepted.
       FailStop(s, "a group commit failed");
-      for (auto& r : results) {
+      for (auto& r : group->results) {
         if (r.ok()) r = FailedWriteError();
       }
-      changed = false;
+      group->changed = false;
       group_events_.clear();
     }
   }
   if (!failed_) applied_index_.store(applied, std::memory_order_release);
   stat_groups_.fetch_add(1, std::memory_order_relaxed);
-  stat_group_writes_.fetch_add(group->size(), std::memory_order_relaxed);
+  stat_group_writes_.fetch_add(group->writes->size(), std::memory_order_relaxed);
+}
+
+void KvStore::PublishGroup(Group* group) {
   // A failed store never publishes again: its live index holds the failed
   // group's changes, which are not durable.
-  if (changed && !failed_) Publish();
+  if (group->changed && !failed_) Publish();
   if (!group_events_.empty()) {
     if (WatchHub* hub = hub_.load(std::memory_order_acquire)) {
       hub->Notify(current_rev_, std::move(group_events_));
@@ -727,31 +735,29 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* group) {
   }
   if (compaction_barrier_) {
     if (!failed_) {
-      std::lock_guard<std::mutex> l(compact_mu_);
+      util::MutexLock l(&compact_mu_);
       compact_requested_ = compact_rev_;
       compact_epoch_ = compaction_barrier_;
-      compact_cv_.notify_all();
     }
     compaction_barrier_.reset();
   }
+}
+
+void KvStore::AnswerGroup(Group* group) {
   std::vector<Answer> answers;
-  answers.reserve(group->size());
-  for (size_t i = 0; i < group->size(); ++i) {
-    WriteRequest& w = (*group)[i];
-    if (w.kind == WriteRequest::Kind::kInternal) continue;
-    if (deferred[i] && results[i].ok()) {
-      const int64_t rev = static_cast<const etcdserverpb::CompactionRequest&>(*w.request).revision();
-      {
-        std::lock_guard<std::mutex> l(compact_mu_);
-        if (compact_finished_ < rev) {
-          compact_waiters_.emplace_back(rev, std::move(w.done));
-          continue;
-        }
+  answers.reserve(group->writes->size());
+  for (size_t i = 0; i < group->writes->size(); ++i) {
+    WriteRequest& w = (*group->writes)[i];
+    if (std::holds_alternative<InternalOp>(w.op)) continue;
+    if (group->deferred[i] && group->results[i].ok()) {
+      const int64_t rev = std::get<CompactOp>(w.op).request->revision();
+      util::MutexLock l(&compact_mu_);
+      if (compact_finished_ < rev) {
+        compact_waiters_.emplace_back(rev, std::move(w.done));
+        continue;
       }
-      answers.push_back({std::move(w.done), absl::OkStatus()});
-      continue;
     }
-    answers.push_back({std::move(w.done), std::move(results[i])});
+    answers.push_back({std::move(w.done), std::move(group->results[i])});
   }
   DeliverAnswers(&answers);
 }

@@ -35,18 +35,15 @@ absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
 
 void KvStore::RunOnCommitter(absl::AnyInvocable<void()> fn) {
   std::promise<void> ran;
-  WriteRequest w;
-  w.kind = WriteRequest::Kind::kInternal;
-  w.apply = [&fn, &ran] {
+  WriteRequest w{InternalOp{[&fn, &ran] {
     fn();
     ran.set_value();
-  };
+  }}};
   {
-    std::lock_guard<std::mutex> l(queue_mu_);
+    util::MutexLock l(&queue_mu_);
     if (stopping_) return;
     queue_.push_back(std::move(w));
   }
-  queue_cv_.notify_one();
   ran.get_future().wait();
 }
 
@@ -55,11 +52,9 @@ void KvStore::CompactionLoop() {
     int64_t rev;
     std::weak_ptr<Epoch> barrier;
     {
-      std::unique_lock<std::mutex> l(compact_mu_);
-      compact_cv_.wait(l, [this] {
-        return compact_requested_ < 0 ||
-               (!compact_stopped_ && compact_requested_ > compact_finished_);
-      });
+      util::MutexLock l(&compact_mu_);
+      compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionWorkLocked),
+                                   absl::InfiniteDuration());
       if (compact_requested_ < 0) return;
       rev = compact_requested_;
       barrier = compact_epoch_;
@@ -68,7 +63,7 @@ void KvStore::CompactionLoop() {
     // revisions it removes; wait for them to finish.
     while (!barrier.expired()) {
       {
-        std::lock_guard<std::mutex> l(compact_mu_);
+        util::MutexLock l(&compact_mu_);
         if (compact_requested_ < 0) return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -85,7 +80,7 @@ void KvStore::RunCompaction(int64_t rev) {
     std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
     RunOnCommitter([this, batch, rev] { index_.CompactKeys(batch, rev, nullptr); });
     {
-      std::lock_guard<std::mutex> l(queue_mu_);
+      util::MutexLock l(&queue_mu_);
       if (stopping_) return;
     }
   }
@@ -130,7 +125,7 @@ void KvStore::RunCompaction(int64_t rev) {
   }
   std::vector<absl::AnyInvocable<void(absl::Status)>> done;
   {
-    std::lock_guard<std::mutex> l(compact_mu_);
+    util::MutexLock l(&compact_mu_);
     compact_finished_ = std::max(compact_finished_, rev);
     for (auto it2 = compact_waiters_.begin(); it2 != compact_waiters_.end();) {
       if (it2->first <= compact_finished_) {
@@ -141,7 +136,6 @@ void KvStore::RunCompaction(int64_t rev) {
       }
     }
   }
-  compact_cv_.notify_all();
   for (auto& d : done) d(absl::OkStatus());
   (void)deleted;
 }
@@ -149,20 +143,26 @@ void KvStore::RunCompaction(int64_t rev) {
 void KvStore::FailCompactionWaiters(const absl::Status& status, bool stop) {
   std::vector<absl::AnyInvocable<void(absl::Status)>> waiters;
   {
-    std::lock_guard<std::mutex> l(compact_mu_);
+    util::MutexLock l(&compact_mu_);
     if (stop) compact_stopped_ = true;
     for (auto& [rev, done] : compact_waiters_) waiters.push_back(std::move(done));
     compact_waiters_.clear();
   }
-  compact_cv_.notify_all();
   for (auto& d : waiters) d(status);
 }
 
+bool KvStore::CompactionWorkLocked() const {
+  return compact_requested_ < 0 || (!compact_stopped_ && compact_requested_ > compact_finished_);
+}
+
 void KvStore::WaitCompactionDone() {
-  std::unique_lock<std::mutex> l(compact_mu_);
-  compact_cv_.wait(l, [this] {
-    return compact_requested_ < 0 || compact_stopped_ || compact_finished_ >= compact_requested_;
-  });
+  util::MutexLock l(&compact_mu_);
+  compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionDoneLocked),
+                               absl::InfiniteDuration());
+}
+
+bool KvStore::CompactionDoneLocked() const {
+  return compact_requested_ < 0 || compact_stopped_ || compact_finished_ >= compact_requested_;
 }
 
 }  // namespace capstan::mvcc

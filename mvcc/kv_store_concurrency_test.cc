@@ -181,7 +181,7 @@ class ConcurrencyHarness {
     for (size_t i = 0; i < reqs.size(); ++i) {
       PutRequest* req = reqs[i].get();
       PutResponse* resp = resps[i].get();
-      store_->Submit({WriteRequest::Kind::kPut, req, resp, [&, req, resp](absl::Status s) {
+      store_->Submit({PutOp{req, resp}, [&, req, resp](absl::Status s) {
                         EXPECT_TRUE(s.ok()) << s;
                         LogChange(resp->header().revision(), req->key(), req->value());
                         std::lock_guard<std::mutex> l(mu);
@@ -262,7 +262,7 @@ class ConcurrencyHarness {
       slot->req.set_key(DataKey(static_cast<int>(rng() % kDataKeys)));
       slot->req.set_value(DataValue(slot->req.key(), ++n, &rng));
       slot->resp.Clear();
-      store_->Submit({WriteRequest::Kind::kPut, &slot->req, &slot->resp, [&, slot](absl::Status s) {
+      store_->Submit({PutOp{&slot->req, &slot->resp}, [&, slot](absl::Status s) {
                         EXPECT_TRUE(s.ok()) << s;
                         if (s.ok()) {
                           LogChange(slot->resp.header().revision(), slot->req.key(),
@@ -665,7 +665,7 @@ class KvStoreCompactionAnswerTest : public ::testing::Test {
     request_.set_revision(rev);
     request_.set_physical(true);
     auto flag = std::make_shared<DoneFlag>();
-    store_->Submit({WriteRequest::Kind::kCompact, &request_, &response_, Record(flag)});
+    store_->Submit({CompactOp{&request_, &response_}, Record(flag)});
     EXPECT_TRUE(WaitFor([&] { return store_->CompactRev() == rev; }, std::chrono::seconds(5)));
     return flag;
   }

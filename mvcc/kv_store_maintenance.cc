@@ -60,7 +60,7 @@ absl::StatusOr<uint32_t> KvStore::Hash() const {
 }
 
 std::vector<AlarmMember> KvStore::Alarms() const {
-  std::lock_guard<std::mutex> l(alarm_mu_);
+  util::MutexLock l(&alarm_mu_);
   return alarms_;
 }
 
@@ -78,22 +78,25 @@ void KvStore::AlarmsChangedLocked() {
 }
 
 absl::Status KvStore::LoadAlarms() {
+  std::vector<AlarmMember> loaded;
   auto it = backend_->NewIterator(Cf::kAlarm);
-  std::lock_guard<std::mutex> l(alarm_mu_);
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     AlarmMember m;
     if (!m.ParseFromArray(it->key().data(), static_cast<int>(it->key().size()))) {
       return absl::DataLossError("alarm family holds a corrupt record");
     }
-    alarms_.push_back(m);
+    loaded.push_back(m);
   }
+  if (auto s = it->status(); !s.ok()) return s;
+  util::MutexLock l(&alarm_mu_);
+  alarms_ = std::move(loaded);
   AlarmsChangedLocked();
-  return it->status();
+  return absl::OkStatus();
 }
 
 absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmResponse* resp) {
   resp->mutable_header()->set_revision(current_rev_);
-  std::lock_guard<std::mutex> l(alarm_mu_);
+  util::MutexLock l(&alarm_mu_);
   auto match = [&req](const AlarmMember& a) {
     return a.memberid() == req.memberid() && a.alarm() == req.alarm();
   };
@@ -138,36 +141,32 @@ namespace {
 
 // What a write adds to the backend, roughly; 0 for writes that only
 // delete. Mirrors etcd's quota cost: the request plus per-key overhead.
-int64_t WriteCost(const WriteRequest& w) {
-  constexpr int64_t kKeyOverhead = 256;
-  switch (w.kind) {
-    case WriteRequest::Kind::kPut:
-      return static_cast<int64_t>(w.request->ByteSizeLong()) + kKeyOverhead;
-    case WriteRequest::Kind::kLeaseGrant:
-      return 64;
-    case WriteRequest::Kind::kTxn: {
-      const auto& t = static_cast<const etcdserverpb::TxnRequest&>(*w.request);
-      int64_t cost = 0;
-      std::function<void(const etcdserverpb::TxnRequest&)> walk = [&](const auto& txn) {
-        for (const auto* ops : {&txn.success(), &txn.failure()}) {
-          for (const auto& op : *ops) {
-            if (op.has_request_put()) cost += op.request_put().ByteSizeLong() + kKeyOverhead;
-            if (op.has_request_txn()) walk(op.request_txn());
-          }
-        }
-      };
-      walk(t);
-      return cost;
+constexpr int64_t kKeyOverhead = 256;
+
+int64_t TxnCost(const etcdserverpb::TxnRequest& txn) {
+  int64_t cost = 0;
+  for (const auto* ops : {&txn.success(), &txn.failure()}) {
+    for (const auto& op : *ops) {
+      if (op.has_request_put()) cost += op.request_put().ByteSizeLong() + kKeyOverhead;
+      if (op.has_request_txn()) cost += TxnCost(op.request_txn());
     }
-    default:
-      return 0;
   }
+  return cost;
+}
+
+int64_t WriteCost(const WriteOp& op) {
+  if (const auto* put = std::get_if<PutOp>(&op)) {
+    return static_cast<int64_t>(put->request->ByteSizeLong()) + kKeyOverhead;
+  }
+  if (std::holds_alternative<LeaseGrantOp>(op)) return 64;
+  if (const auto* txn = std::get_if<TxnOp>(&op)) return TxnCost(*txn->request);
+  return 0;
 }
 
 }  // namespace
 
-absl::Status KvStore::CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost) {
-  const int64_t cost = WriteCost(w);
+absl::Status KvStore::CheckQuota(const WriteOp& op, int64_t backend_size, int64_t* group_cost) {
+  const int64_t cost = WriteCost(op);
   if (cost == 0) return absl::OkStatus();
   if (NoSpace()) return MakeError(Error::kNoSpace);
   if (options_.quota_bytes <= 0) return absl::OkStatus();

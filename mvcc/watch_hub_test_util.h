@@ -246,7 +246,7 @@ class WatchHubTest : public ::testing::Test {
       for (size_t j = 0; j < n; ++j) {
         reqs[j].set_key(kvs[i + j].first);
         reqs[j].set_value(kvs[i + j].second);
-        store_->Submit({WriteRequest::Kind::kPut, &reqs[j], &resps[j], [&](absl::Status s) {
+        store_->Submit({PutOp{&reqs[j], &resps[j]}, [&](absl::Status s) {
                           std::lock_guard<std::mutex> l(mu);
                           if (!s.ok()) ok = false;
                           if (--left == 0) cv.notify_all();

@@ -228,7 +228,7 @@ TEST_F(FaultInjectionTest, FullDiskRaisesNoSpaceAndReadsGoOn) {
   list.set_action(etcdserverpb::AlarmRequest::GET);
   etcdserverpb::AlarmResponse listed;
   std::promise<absl::Status> done;
-  store_->Submit({mvcc::WriteRequest::Kind::kAlarm, &list, &listed,
+  store_->Submit({mvcc::AlarmOp{&list, &listed},
                   [&done](absl::Status s) { done.set_value(s); }});
   ASSERT_TRUE(done.get_future().get().ok());
   ASSERT_EQ(listed.alarms_size(), 1);

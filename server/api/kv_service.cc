@@ -117,10 +117,9 @@ struct RawWriteCall {
 // Writes are raw methods: a request is decoded here, so that one that does
 // not decode gets etcd's answer (server/api/decoded.h), and handed to the
 // committer with its response in one allocation.
-template <typename Request, typename Response>
+template <typename Op, typename Request, typename Response>
 grpc::ServerUnaryReactor* KvService::SubmitWrite(
-    grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out,
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
     absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const) {
   auto* reactor = ctx->DefaultReactor();
   auto call = std::make_unique<RawWriteCall<Request, Response>>();
@@ -137,10 +136,8 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
   }
   auto* c = call.release();
   mvcc::WriteRequest w;
-  w.kind = kind;
+  w.op = Op{&c->request, &c->response};
   w.validated = true;
-  w.request = &c->request;
-  w.response = &c->response;
   w.done = [c, reactor, out, member = member_](absl::Status s) {
     std::unique_ptr<RawWriteCall<Request, Response>> owned(c);
     if (s.ok()) {
@@ -156,30 +153,26 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
 grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
-  return SubmitWrite<etcdserverpb::PutRequest, etcdserverpb::PutResponse>(
-      ctx, mvcc::WriteRequest::Kind::kPut, request, response, &AuthGate::CheckPut);
+  return SubmitWrite<mvcc::PutOp>(ctx, request, response, &AuthGate::CheckPut);
 }
 
 grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  return SubmitWrite<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
-      ctx, mvcc::WriteRequest::Kind::kDeleteRange, request, response, &AuthGate::CheckDeleteRange);
+  return SubmitWrite<mvcc::DeleteRangeOp>(ctx, request, response, &AuthGate::CheckDeleteRange);
 }
 
 grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
-  return SubmitWrite<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>(
-      ctx, mvcc::WriteRequest::Kind::kTxn, request, response, &AuthGate::CheckTxn);
+  return SubmitWrite<mvcc::TxnOp>(ctx, request, response, &AuthGate::CheckTxn);
 }
 
 grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* request,
                                              grpc::ByteBuffer* response) {
   // Compaction needs an authenticated user, no key permission.
-  return SubmitWrite<etcdserverpb::CompactionRequest, etcdserverpb::CompactionResponse>(
-      ctx, mvcc::WriteRequest::Kind::kCompact, request, response, nullptr);
+  return SubmitWrite<mvcc::CompactOp>(ctx, request, response, nullptr);
 }
 
 }  // namespace capstan::server

@@ -66,11 +66,13 @@ class KvService final : public KvServiceBase {
 
   // Decodes a write request, checks it with `check` (null: an authenticated
   // user is enough) when auth is on, submits it and finishes the RPC with the
-  // encoded response when the committer is done with it.
-  template <typename Request, typename Response>
+  // encoded response when the committer is done with it. Op is the write's
+  // kind (mvcc/write_request.h).
+  template <typename Op,
+            typename Request = std::remove_const_t<std::remove_pointer_t<decltype(Op::request)>>,
+            typename Response = std::remove_pointer_t<decltype(Op::response)>>
   grpc::ServerUnaryReactor* SubmitWrite(
-      grpc::CallbackServerContext* ctx, mvcc::WriteRequest::Kind kind, const grpc::ByteBuffer* in,
-      grpc::ByteBuffer* out,
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
       absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const);
 
   mvcc::KvStore* const store_;

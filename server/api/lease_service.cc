@@ -81,8 +81,7 @@ grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* 
       return reactor;
     }
   }
-  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseGrant, request,
-                  response);
+  SubmitAndFinish(store_, member_, reactor, mvcc::LeaseGrantOp{request, response});
   return reactor;
 }
 
@@ -97,8 +96,7 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
       return reactor;
     }
   }
-  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kLeaseRevoke, request,
-                  response);
+  SubmitAndFinish(store_, member_, reactor, mvcc::LeaseRevokeOp{request, response});
   return reactor;
 }
 

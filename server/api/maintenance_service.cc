@@ -79,8 +79,7 @@ grpc::ServerUnaryReactor* MaintenanceService::Alarm(grpc::CallbackServerContext*
                                                     const etcdserverpb::AlarmRequest* request,
                                                     etcdserverpb::AlarmResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  SubmitAndFinish(store_, member_, reactor, mvcc::WriteRequest::Kind::kAlarm, request,
-                  response);
+  SubmitAndFinish(store_, member_, reactor, mvcc::AlarmOp{request, response});
   return reactor;
 }
 

@@ -153,8 +153,7 @@ ResponseHeader RecipeCall::Header(int64_t revision) const {
 }
 
 template <typename Req, typename Resp>
-void RecipeCall::Write(mvcc::WriteRequest::Kind kind, Req req,
-                       std::function<void(absl::StatusOr<Resp>)> then, bool validated) {
+void RecipeCall::Write(Req req, std::function<void(absl::StatusOr<Resp>)> then, bool validated) {
   struct Pending {
     Req req;
     Resp resp;
@@ -162,10 +161,8 @@ void RecipeCall::Write(mvcc::WriteRequest::Kind kind, Req req,
   auto p = std::make_shared<Pending>();
   p->req = std::move(req);
   mvcc::WriteRequest w;
-  w.kind = kind;
+  w.op = mvcc::ClientOp<Req, Resp>{&p->req, &p->resp};
   w.validated = validated;
-  w.request = &p->req;
-  w.response = &p->resp;
   {
     std::lock_guard<std::mutex> l(recipes_->writes_mu_);
     ++recipes_->writes_in_flight_;
@@ -195,7 +192,7 @@ void RecipeCall::Session(int64_t lease, std::function<void(int64_t)> then) {
   etcdserverpb::LeaseGrantRequest req;
   req.set_ttl(kSessionTtl);
   Write<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>(
-      mvcc::WriteRequest::Kind::kLeaseGrant, std::move(req),
+      std::move(req),
       [this, then = std::move(then)](absl::StatusOr<etcdserverpb::LeaseGrantResponse> r) {
         if (!r.ok()) return End(RecipeStatus(r.status()));
         then(r->id());
@@ -204,7 +201,7 @@ void RecipeCall::Session(int64_t lease, std::function<void(int64_t)> then) {
 
 template <typename Req, typename Resp>
 void RecipeCall::CheckedWrite(
-    mvcc::WriteRequest::Kind kind, Req req,
+    Req req,
     absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Req&) const,
     std::function<void(absl::StatusOr<Resp>)> then) {
   // As the KV service checks a client's write.
@@ -214,12 +211,11 @@ void RecipeCall::CheckedWrite(
     if (then) then(s);
     return;
   }
-  Write<Req, Resp>(kind, std::move(req), std::move(then), /*validated=*/true);
+  Write<Req, Resp>(std::move(req), std::move(then), /*validated=*/true);
 }
 
 void RecipeCall::Txn(TxnRequest req, std::function<void(absl::StatusOr<TxnResponse>)> then) {
-  CheckedWrite<TxnRequest, TxnResponse>(mvcc::WriteRequest::Kind::kTxn, std::move(req),
-                                        &AuthGate::CheckTxn, std::move(then));
+  CheckedWrite<TxnRequest, TxnResponse>(std::move(req), &AuthGate::CheckTxn, std::move(then));
 }
 
 void RecipeCall::TxnDetached(TxnRequest req) { Txn(std::move(req), nullptr); }
@@ -230,8 +226,7 @@ void RecipeCall::Delete(
   etcdserverpb::DeleteRangeRequest req;
   req.set_key(key);
   CheckedWrite<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>(
-      mvcc::WriteRequest::Kind::kDeleteRange, std::move(req), &AuthGate::CheckDeleteRange,
-      std::move(then));
+      std::move(req), &AuthGate::CheckDeleteRange, std::move(then));
 }
 
 void RecipeCall::DeleteDetached(const std::string& key) { Delete(key, nullptr); }

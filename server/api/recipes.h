@@ -151,16 +151,16 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
  private:
   friend class Recipes;
 
-  // Submits a write; then gets its outcome (unless null). validated: the
-  // caller ran ValidateWrite on it (WriteRequest::validated).
+  // Submits a write (the client write of mvcc/write_request.h whose request
+  // is Req); then gets its outcome (unless null). validated: the caller ran
+  // ValidateWrite on it (WriteRequest::validated).
   template <typename Req, typename Resp>
-  void Write(mvcc::WriteRequest::Kind kind, Req req, std::function<void(absl::StatusOr<Resp>)> then,
-             bool validated = false);
+  void Write(Req req, std::function<void(absl::StatusOr<Resp>)> then, bool validated = false);
   // Checks the write's shape, then the caller's permission with check, and
   // submits it; a refusal goes to then (unless null).
   template <typename Req, typename Resp>
   void CheckedWrite(
-      mvcc::WriteRequest::Kind kind, Req req,
+      Req req,
       absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Req&) const,
       std::function<void(absl::StatusOr<Resp>)> then);
   void WaitDelete(const std::string& key, int64_t rev, std::function<void(absl::Status)> then);

@@ -12,21 +12,17 @@
 
 namespace capstan::server {
 
-// REQUIRES: request and response belong to the RPC of reactor (they live
-// until it finishes); store and member outlive it.
-template <typename Response>
+// REQUIRES: op's request and response belong to the RPC of reactor (they
+// live until it finishes); store and member outlive it. Op is one of
+// mvcc's client writes (mvcc/write_request.h).
+template <typename Op>
 void SubmitAndFinish(mvcc::KvStore* store, const membership::MemberInfo* member,
-                     grpc::ServerUnaryReactor* reactor, mvcc::WriteRequest::Kind kind,
-                     const google::protobuf::Message* request, Response* response) {
-  mvcc::WriteRequest w;
-  w.kind = kind;
-  w.request = request;
-  w.response = response;
-  w.done = [reactor, response, member](absl::Status s) {
-    if (s.ok()) membership::FillHeader(*member, response->mutable_header());
-    reactor->Finish(ToGrpcStatus(s));
-  };
-  store->Submit(std::move(w));
+                     grpc::ServerUnaryReactor* reactor, Op op) {
+  auto* response = op.response;
+  store->Submit({std::move(op), [reactor, response, member](absl::Status s) {
+                   if (s.ok()) membership::FillHeader(*member, response->mutable_header());
+                   reactor->Finish(ToGrpcStatus(s));
+                 }});
 }
 
 }  // namespace capstan::server

@@ -1,0 +1,95 @@
+// WriteRequest: one write for the KV store's committer, typed.
+//
+// The writes a client makes are the requests etcd puts in its Raft log, the
+// fields of etcdserverpb::InternalRaftRequest: put, delete_range, txn,
+// compaction, lease_grant, lease_revoke and alarm. A WriteRequest holds one
+// of them as a typed pair (the request and the response the committer
+// fills), so the committer dispatches on the type instead of casting a
+// protobuf::Message back. Two more kinds are Capstan's own and never leave
+// the member: an InternalOp (a step of the store itself, run between
+// writes) and a CustomOp (a store layered on the KV store's durability,
+// such as auth, staging its own records).
+//
+// ToInternalRaftRequest gives a client write the shape etcd's Raft log
+// carries, the entry a replicated member proposes.
+//
+// Thread safety: plain values; a WriteRequest is handed to KvStore::Submit
+// and from then on touched by the committer only.
+
+#ifndef CAPSTAN_MVCC_WRITE_REQUEST_H_
+#define CAPSTAN_MVCC_WRITE_REQUEST_H_
+
+#include <cstddef>
+#include <variant>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "etcdserverpb/raft_internal.pb.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "storage/backend.h"
+
+namespace capstan::mvcc {
+
+// A client write: the request, and the response the committer fills (its
+// header carries only the revision). Both are owned by the submitter and
+// must stay alive until the write's `done` runs.
+template <typename Request, typename Response>
+struct ClientOp {
+  const Request* request = nullptr;
+  Response* response = nullptr;
+};
+
+using PutOp = ClientOp<etcdserverpb::PutRequest, etcdserverpb::PutResponse>;
+using DeleteRangeOp = ClientOp<etcdserverpb::DeleteRangeRequest, etcdserverpb::DeleteRangeResponse>;
+using TxnOp = ClientOp<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>;
+using CompactOp = ClientOp<etcdserverpb::CompactionRequest, etcdserverpb::CompactionResponse>;
+using LeaseGrantOp = ClientOp<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>;
+using LeaseRevokeOp =
+    ClientOp<etcdserverpb::LeaseRevokeRequest, etcdserverpb::LeaseRevokeResponse>;
+using AlarmOp = ClientOp<etcdserverpb::AlarmRequest, etcdserverpb::AlarmResponse>;
+
+// The store's own step: `apply` runs on the committer thread inside a group,
+// between writes (compacting the key index in batches). It takes no
+// revision and is not counted in the applied index.
+struct InternalOp {
+  absl::AnyInvocable<void()> apply;
+};
+
+// A store layered on the KV store's durability (auth): `apply_batch` runs on
+// the committer thread in order with every other write and may stage
+// records into the group's batch; the write's `done` runs once they are
+// durable, with apply_batch's error if it failed. Nothing staged by a failed
+// apply_batch may remain: check before staging.
+struct CustomOp {
+  absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> apply_batch;
+};
+
+using WriteOp = std::variant<PutOp, DeleteRangeOp, TxnOp, CompactOp, LeaseGrantOp, LeaseRevokeOp,
+                             AlarmOp, InternalOp, CustomOp>;
+
+// A write applied by the committer, which calls `done` exactly once: after
+// the write is durable and visible, or with the error that refused it. done
+// runs on the store's answer thread (or, for a small group with nothing
+// queued before it, on the committer), in commit order: it must not block.
+struct WriteRequest {
+  WriteOp op;
+  absl::AnyInvocable<void(absl::Status)> done;
+  // The submitter already checked the request with ValidateWrite (the KV
+  // service does, before its auth checks): the committer skips the txn
+  // checks that cost (the duplicate-key walk), off its serial path.
+  bool validated = false;
+};
+
+// A client write's request as etcd's Raft log carries it: `out` gets a copy
+// of the request in the matching field of InternalRaftRequest (the header
+// and ID are the caller's). Returns false, leaving `out` alone, for an
+// InternalOp or a CustomOp, which never leave the member.
+bool ToInternalRaftRequest(const WriteOp& op, etcdserverpb::InternalRaftRequest* out);
+
+// The encoded size of a client write's request (what --max-request-bytes
+// limits); 0 for an InternalOp or a CustomOp.
+size_t RequestBytes(const WriteOp& op);
+
+}  // namespace capstan::mvcc
+
+#endif  // CAPSTAN_MVCC_WRITE_REQUEST_H_
