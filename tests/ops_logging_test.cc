@@ -40,7 +40,7 @@ struct LogLine {
 // checkout.
 std::vector<LogLine> ParseLog(const std::string& text) {
   static const std::regex kTs(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z)");
-  static const std::regex kCaller(R"([a-z_]+/[a-z_]+\.(cc|h):[1-9]\d*)");
+  static const std::regex kCaller(R"((?:[a-z_]+/)+[a-z_0-9]+\.(cc|h):[1-9]\d*)");
   static const std::set<std::string> kLevels = {"debug", "info",  "warn",
                                                 "error", "panic", "fatal"};
   std::vector<LogLine> lines;
