@@ -16,9 +16,9 @@ namespace {
 using S = ServerConfig;
 constexpr bool kNoEffect = true;
 
-// The table, one function per --help section or two, in --help's order.
+// The table in parts of a --help section or a few, in table order.
 
-// The member: its name, data, listeners, limits and gRPC settings.
+// The member: its name, data directory, listeners and backend.
 std::vector<FlagSpec> MemberFlags() {
   return {
       {"name", Section::kMember, Str(&S::name), "'default'",
@@ -78,6 +78,13 @@ std::vector<FlagSpec> MemberFlags() {
       {"backend-batch-limit", Section::kMember, Int(&S::backend_batch_limit), "'0'",
        "Capstan: the most write requests in one group commit. 0 uses Capstan's default.\n"
        "In etcd: the maximum operations before committing the backend transaction."},
+  };
+}
+
+// The member's limits on requests, gRPC's keepalives and sockets, the
+// gateway (still in --help's Member section).
+std::vector<FlagSpec> RequestAndGrpcFlags() {
+  return {
       {"max-txn-ops", Section::kMember, Uint(&S::max_txn_ops), "'128'",
        "Maximum number of operations permitted in a transaction."},
       {"max-request-bytes", Section::kMember, Uint(&S::max_request_bytes), "'1572864'",
@@ -462,12 +469,15 @@ std::vector<FlagSpec> HiddenFlags() {
       {"vv", Section::kHidden, Legacy(), "", "", kNoEffect},
   };
 }
+
+// The parts above, in table order.
 std::vector<FlagSpec> BuildFlags() {
   std::vector<FlagSpec> flags;
-  for (std::vector<FlagSpec> (*section)() :
-       {MemberFlags, ClusteringFlags, SecurityFlags, AuthMonitoringAndLoggingFlags,
-        TracingAndProxyFlags, ExperimentalFlags, UnsafeAndCapstanFlags, HiddenFlags}) {
-    std::vector<FlagSpec> more = section();
+  for (std::vector<FlagSpec> (*part)() :
+       {MemberFlags, RequestAndGrpcFlags, ClusteringFlags, SecurityFlags,
+        AuthMonitoringAndLoggingFlags, TracingAndProxyFlags, ExperimentalFlags,
+        UnsafeAndCapstanFlags, HiddenFlags}) {
+    std::vector<FlagSpec> more = part();
     flags.insert(flags.end(), std::make_move_iterator(more.begin()),
                  std::make_move_iterator(more.end()));
   }
