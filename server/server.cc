@@ -8,8 +8,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -82,6 +86,36 @@ std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
   return out;
 }
 
+// The KV store's options from the flags that bear on it.
+mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id) {
+  mvcc::KvStoreOptions kv_options;
+  if (config.backend_batch_limit > 0) kv_options.batch_limit = static_cast<int>(config.backend_batch_limit);
+  kv_options.batch_interval = config.backend_batch_interval;
+  kv_options.max_txn_ops = static_cast<int>(config.max_txn_ops);
+  kv_options.max_request_bytes = static_cast<int64_t>(config.max_request_bytes);
+  kv_options.compaction_batch_limit = static_cast<int>(config.experimental_compaction_batch_limit);
+  kv_options.compaction_sleep_interval = config.experimental_compaction_sleep_interval;
+  kv_options.lease_revoke_rate = config.lease_revoke_rate;
+  kv_options.min_lease_ttl_seconds = config.MinLeaseTtlSeconds();
+  kv_options.lease_id_prefix = static_cast<uint16_t>(member_id & 0xffff);
+  kv_options.quota_bytes = config.QuotaBackendBytes();
+  kv_options.member_id = member_id;
+  return kv_options;
+}
+
+// The client TLS settings if an https client or metrics URL needs them and
+// a certificate is configured (or --auto-tls); else empty.
+absl::StatusOr<std::optional<ClientTls>> ClientTlsIfNeeded(const ServerConfig& config) {
+  const bool wants_tls =
+      std::any_of(config.listen_client_urls.begin(), config.listen_client_urls.end(), IsTls) ||
+      std::any_of(config.listen_metrics_urls.begin(), config.listen_metrics_urls.end(),
+                  [](const Url& u) { return u.scheme == "https"; });
+  if (!wants_tls || !HasClientCertificate(config)) return std::optional<ClientTls>();
+  auto resolved = ResolveClientTls(config);
+  if (!resolved.ok()) return resolved.status();
+  return std::optional<ClientTls>(*std::move(resolved));
+}
+
 }  // namespace
 
 Server::Server(const ServerConfig& config) : config_(config) {}
@@ -108,6 +142,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config)
 }
 
 absl::Status Server::Init() {
+  if (auto s = OpenStore(); !s.ok()) return s;
+  if (auto s = StartWatchHubAndCache(); !s.ok()) return s;
+  if (auto s = BuildServices(); !s.ok()) return s;
+  StartAutoCompaction();
+  return absl::OkStatus();
+}
+
+absl::Status Server::OpenStore() {
   if (auto s = storage::PrepareDataDir(config_.data_dir); !s.ok()) return s;
 
   storage::BackendOptions backend_options;
@@ -125,20 +167,8 @@ absl::Status Server::Init() {
   if (!member.ok()) return member.status();
   member_ = std::make_unique<membership::MemberInfo>(std::move(*member));
 
-  mvcc::KvStoreOptions kv_options;
-  if (config_.backend_batch_limit > 0) kv_options.batch_limit = static_cast<int>(config_.backend_batch_limit);
-  kv_options.batch_interval = config_.backend_batch_interval;
-  kv_options.max_txn_ops = static_cast<int>(config_.max_txn_ops);
-  kv_options.max_request_bytes = static_cast<int64_t>(config_.max_request_bytes);
-  kv_options.compaction_batch_limit = static_cast<int>(config_.experimental_compaction_batch_limit);
-  kv_options.compaction_sleep_interval = config_.experimental_compaction_sleep_interval;
-  kv_options.lease_revoke_rate = config_.lease_revoke_rate;
-  kv_options.min_lease_ttl_seconds = config_.MinLeaseTtlSeconds();
-  kv_options.lease_id_prefix = static_cast<uint16_t>(member_->member_id & 0xffff);
-  kv_options.quota_bytes = config_.QuotaBackendBytes();
-  kv_options.member_id = member_->member_id;
   const auto start = std::chrono::steady_clock::now();
-  auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
+  auto store = mvcc::KvStore::Open(StoreOptions(config_, member_->member_id), std::move(*backend));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
   SPDLOG_INFO("opened store: revision {}, compacted revision {}, {} keys, recovered in {} ms",
@@ -146,7 +176,10 @@ absl::Status Server::Init() {
                std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::steady_clock::now() - start)
                    .count());
+  return absl::OkStatus();
+}
 
+absl::Status Server::StartWatchHubAndCache() {
   mvcc::WatchHubOptions hub_options;
   // etcd's watch server fragments at the request limit plus gRPC's
   // allowance (v3rpc: maxRequestBytes + grpcOverheadBytes).
@@ -166,7 +199,10 @@ absl::Status Server::Init() {
     if (!cache.ok()) return cache.status();
     cache_ = std::move(*cache);
   }
+  return absl::OkStatus();
+}
 
+absl::Status Server::BuildServices() {
   // Auth: users, roles and tokens on the store; the gate checks every request.
   // The auth service owns both; services are destroyed after the gRPC server
   // and the store are gone.
@@ -204,6 +240,10 @@ absl::Status Server::Init() {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }
   services_.push_back(std::move(auth));
+  return absl::OkStatus();
+}
+
+void Server::StartAutoCompaction() {
   // Auto compaction belongs to the store: it runs whether or not the server
   // listens (an embedded store may never serve).
   if (config_.auto_compaction_mode == CompactionMode::kPeriodic &&
@@ -214,37 +254,26 @@ absl::Status Server::Init() {
     auto_compactor_ = std::make_unique<AutoCompactor>(store_.get(), absl::ZeroDuration(),
                                                       config_.auto_compaction_revisions);
   }
-  return absl::OkStatus();
 }
 
-absl::Status Server::Serve() {
-  if (grpc_server_ || shut_down_) {
-    return absl::FailedPreconditionError("the server is already serving");
-  }
-  // The client TLS settings, shared by https client and metrics URLs.
+// What Serve's phases hand on to one another; lives for one call of Serve.
+struct Server::Listening {
+  // The client TLS settings, shared by https client and metrics URLs; empty
+  // when no such URL needs them or none are configured.
   std::optional<ClientTls> client_tls;
-  const bool wants_tls =
-      std::any_of(config_.listen_client_urls.begin(), config_.listen_client_urls.end(), IsTls) ||
-      std::any_of(config_.listen_metrics_urls.begin(), config_.listen_metrics_urls.end(),
-                  [](const Url& u) { return u.scheme == "https"; });
-  if (wants_tls && HasClientCertificate(config_)) {
-    auto resolved = ResolveClientTls(config_);
-    if (!resolved.ok()) return resolved.status();
-    client_tls = *std::move(resolved);
-  }
-
   grpc::ServerBuilder builder;
-  std::vector<int> bound(config_.listen_client_urls.size(), 0);
-  std::shared_ptr<grpc::ServerCredentials> tls;
-  // http:// and https:// client URLs serve gRPC and HTTP/1.1 on one port
-  // unless --listen-client-http-urls takes HTTP elsewhere; gRPC alone
-  // listens on the others (and on unix ones).
-  const bool shared_ports = config_.listen_client_http_urls.empty();
-  // client_listeners_[i] shares its port with gRPC if listener_urls[i] is a
-  // client URL, else serves HTTP alone.
+  // The port gRPC bound for each client URL, in order (0 until it started;
+  // set by BindClientUrls for the URLs whose port HTTP shares).
+  std::vector<int> bound;
+  // client_listeners_[i] shares its port with gRPC if i < with_grpc (its URL
+  // is a client URL), else serves HTTP alone; listener_urls[i] is its URL.
   std::vector<const Url*> listener_urls;
+  size_t with_grpc = 0;
   // gRPC's TLS credentials, made once for every https/unixs client URL.
-  auto tls_credentials = [&]() -> absl::Status {
+  std::shared_ptr<grpc::ServerCredentials> tls;
+
+  // Makes tls unless it was made. Fails if no certificate was configured.
+  absl::Status MakeGrpcTls() {
     if (tls) return absl::OkStatus();
     if (!client_tls) {
       return absl::InvalidArgumentError(
@@ -255,33 +284,64 @@ absl::Status Server::Serve() {
     if (!made.ok()) return made.status();
     tls = *made;
     return absl::OkStatus();
-  };
+  }
+};
+
+absl::Status Server::Serve() {
+  if (grpc_server_ || shut_down_) {
+    return absl::FailedPreconditionError("the server is already serving");
+  }
+  Listening l;
+  auto client_tls = ClientTlsIfNeeded(config_);
+  if (!client_tls.ok()) return client_tls.status();
+  l.client_tls = *std::move(client_tls);
+  if (auto s = BindClientUrls(l); !s.ok()) return s;
+  ConfigureGrpc(l);
+  if (auto s = BindClientHttpUrls(l); !s.ok()) return s;
+  if (auto s = StartGrpc(l); !s.ok()) return s;
+  StartClientHttp(l);
+  if (auto s = ListenOnMetricsUrls(l); !s.ok()) return s;
+  LogReady();
+  return absl::OkStatus();
+}
+
+absl::Status Server::BindClientUrls(Listening& l) {
+  l.bound.assign(config_.listen_client_urls.size(), 0);
+  // http:// and https:// client URLs serve gRPC and HTTP/1.1 on one port
+  // unless --listen-client-http-urls takes HTTP elsewhere; gRPC alone
+  // listens on the others (and on unix ones).
+  const bool shared_ports = config_.listen_client_http_urls.empty();
   for (size_t i = 0; i < config_.listen_client_urls.size(); ++i) {
     const Url& url = config_.listen_client_urls[i];
     if (shared_ports && (url.scheme == "http" || url.scheme == "https")) {
       if (url.scheme == "https" && !grpc_tls_acceptor_) {
-        if (auto s = tls_credentials(); !s.ok()) return s;
+        if (auto s = l.MakeGrpcTls(); !s.ok()) return s;
         // gRPC does its own handshake on the connections handed to it.
-        grpc_tls_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
-            grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tls);
-        auto ctx = NewHttpsContext(*client_tls);
+        grpc_tls_acceptor_ = l.builder.experimental().AddExternalConnectionAcceptor(
+            grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, l.tls);
+        auto ctx = NewHttpsContext(*l.client_tls);
         if (!ctx.ok()) return ctx.status();
         https_context_.reset(*ctx);
       }
       auto listener = BindClientListener(url, config_.socket_reuse_port);
       if (!listener.ok()) return listener.status();
-      bound[i] = (*listener)->port();
+      l.bound[i] = (*listener)->port();
       client_listeners_.push_back(*std::move(listener));
-      listener_urls.push_back(&url);
+      l.listener_urls.push_back(&url);
       continue;
     }
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (IsTls(url)) {
-      if (auto s = tls_credentials(); !s.ok()) return s;
-      creds = tls;
+      if (auto s = l.MakeGrpcTls(); !s.ok()) return s;
+      creds = l.tls;
     }
-    builder.AddListeningPort(GrpcAddress(url), creds, &bound[i]);
+    l.builder.AddListeningPort(GrpcAddress(url), creds, &l.bound[i]);
   }
+  return absl::OkStatus();
+}
+
+void Server::ConfigureGrpc(Listening& l) {
+  grpc::ServerBuilder& builder = l.builder;
   for (auto& s : services_) builder.RegisterService(s.get());
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
@@ -309,7 +369,10 @@ absl::Status Server::Serve() {
   // server bind a port this one serves and split its clients between them.
   // etcd sets it only with --socket-reuse-port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, config_.socket_reuse_port ? 1 : 0);
-  const size_t with_grpc = client_listeners_.size();
+}
+
+absl::Status Server::BindClientHttpUrls(Listening& l) {
+  l.with_grpc = client_listeners_.size();
   for (const Url& url : config_.listen_client_http_urls) {
     if (url.scheme != "http") {
       return absl::UnimplementedError(absl::StrCat(
@@ -318,17 +381,21 @@ absl::Status Server::Serve() {
     auto listener = BindClientListener(url, config_.socket_reuse_port);
     if (!listener.ok()) return listener.status();
     client_listeners_.push_back(*std::move(listener));
-    listener_urls.push_back(&url);
+    l.listener_urls.push_back(&url);
   }
-  grpc_server_ = builder.BuildAndStart();
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc(Listening& l) {
+  grpc_server_ = l.builder.BuildAndStart();
   if (!grpc_server_) {
     for (const auto& url : config_.listen_client_urls) {
       if (auto s = ProbeListen(url); !s.ok()) return s;
     }
     return absl::UnavailableError("cannot start the gRPC server");
   }
-  for (size_t i = 0; i < bound.size(); ++i) {
-    if (bound[i] == 0) {
+  for (size_t i = 0; i < l.bound.size(); ++i) {
+    if (l.bound[i] == 0) {
       // gRPC does not say why; the usual cause is a port in use.
       if (auto s = ProbeListen(config_.listen_client_urls[i]); !s.ok()) return s;
       return absl::UnavailableError(absl::StrCat("cannot listen on client URL ",
@@ -338,8 +405,11 @@ absl::Status Server::Serve() {
                  IsTls(config_.listen_client_urls[i]) ? "securely " : "insecurely ",
                  config_.listen_client_urls[i].String());
   }
-  client_ports_ = bound;
+  client_ports_ = l.bound;
+  return absl::OkStatus();
+}
 
+void Server::StartClientHttp(const Listening& l) {
   http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
                                           Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
                                           metrics_.get());
@@ -355,15 +425,18 @@ absl::Status Server::Serve() {
     http->Adopt(fd, ctx);
   };
   for (size_t i = 0; i < client_listeners_.size(); ++i) {
-    if (i < with_grpc && listener_urls[i]->scheme == "https") {
+    if (i < l.with_grpc && l.listener_urls[i]->scheme == "https") {
       client_listeners_[i]->StartTls(grpc_tls_acceptor_.get(), adopt_tls);
       continue;
     }
-    client_listeners_[i]->Start(i < with_grpc ? grpc_server_.get() : nullptr, adopt);
-    if (i >= with_grpc) {
-      SPDLOG_INFO("serving client HTTP traffic insecurely on {}", listener_urls[i]->String());
+    client_listeners_[i]->Start(i < l.with_grpc ? grpc_server_.get() : nullptr, adopt);
+    if (i >= l.with_grpc) {
+      SPDLOG_INFO("serving client HTTP traffic insecurely on {}", l.listener_urls[i]->String());
     }
   }
+}
+
+absl::Status Server::ListenOnMetricsUrls(const Listening& l) {
   for (const auto& url : config_.listen_metrics_urls) {
     if (url.scheme != "http" && url.scheme != "https") {
       return absl::UnimplementedError(
@@ -374,17 +447,21 @@ absl::Status Server::Serve() {
       return absl::InvalidArgumentError(absl::StrCat("metrics URL ", url.String(), " has no port"));
     }
     const bool https = url.scheme == "https";
-    if (https && !client_tls) {
+    if (https && !l.client_tls) {
       // etcd's error (transport.NewListener) for an https URL without TLS.
       return absl::InvalidArgumentError(absl::StrCat("cannot listen on TLS for ", url.host,
                                                      ": KeyFile and CertFile are not presented"));
     }
-    if (auto s = http_->Listen(url.Hostname(), port, https ? &*client_tls : nullptr); !s.ok()) {
+    if (auto s = http_->Listen(url.Hostname(), port, https ? &*l.client_tls : nullptr); !s.ok()) {
       return s;
     }
     SPDLOG_INFO("serving metrics and health {}on {}", https ? "securely " : "insecurely ",
                  url.String());
   }
+  return absl::OkStatus();
+}
+
+void Server::LogReady() const {
   // etcd writes these two once its member serves: tools that start etcd and
   // wait for its log (etcd's own e2e harness among them) look for both.
   SPDLOG_INFO("enabled capabilities for version: cluster-version {}",
@@ -396,7 +473,6 @@ absl::Status Server::Serve() {
       member_->cluster_id);
   SPDLOG_INFO("ready to serve client requests: name {}, member {:x}, cluster {:x}", member_->name,
                member_->member_id, member_->cluster_id);
-  return absl::OkStatus();
 }
 
 void Server::Shutdown() {

@@ -2,6 +2,9 @@
 // serves etcd's gRPC API on the client URLs (and on http:// ones HTTP/1.1
 // beside it: the JSON gateway and the HTTP endpoints), the HTTP endpoints on
 // the metrics URLs, and shuts down gracefully.
+//
+// Thread safety: Start, Open, Serve and Shutdown (and the destructor) must
+// not run concurrently with one another; they share no lock.
 
 #ifndef CAPSTAN_SERVER_SERVER_H_
 #define CAPSTAN_SERVER_SERVER_H_
@@ -77,8 +80,58 @@ class Server {
   ~Server();
 
  private:
+  // What Serve's phases hand on to one another (server.cc).
+  struct Listening;
+
   explicit Server(const ServerConfig& config);
+
+  // Open: OpenStore, StartWatchHubAndCache, BuildServices, then
+  // StartAutoCompaction. On failure the caller calls Shutdown.
   absl::Status Init();
+  // Prepares the data directory, opens its backend, loads (or creates) this
+  // member's record in it and opens the KV store on it.
+  // REQUIRES: nothing opened yet.
+  absl::Status OpenStore();
+  // Starts the watch hub on the store and, with --watch-cache-prefixes, the
+  // watch cache it feeds. REQUIRES: OpenStore succeeded.
+  absl::Status StartWatchHubAndCache();
+  // Builds the gRPC services (auth first: every other service checks its
+  // gate) on the store, the hub and the cache; nothing serves them yet.
+  // REQUIRES: StartWatchHubAndCache succeeded.
+  absl::Status BuildServices();
+  // Starts auto-compaction if --auto-compaction-retention asks for it.
+  // REQUIRES: OpenStore succeeded.
+  void StartAutoCompaction();
+
+  // Serve's phases, in this order. On failure the caller calls Shutdown,
+  // which stops whatever the earlier phases started.
+  //
+  // Binds the client URLs: those whose port gRPC and HTTP share (http and
+  // https, unless --listen-client-http-urls is set) to client_listeners_,
+  // the others as gRPC listening ports in l.builder. Makes gRPC's TLS and
+  // HTTPS's context for https URLs. REQUIRES: Init succeeded;
+  // l.client_tls resolved; nothing bound yet.
+  absl::Status BindClientUrls(Listening& l);
+  // Registers the services with l.builder, creates the metrics and gRPC's
+  // interceptor for them, and sets gRPC's limits and keepalives from the
+  // flags. REQUIRES: BindClientUrls succeeded.
+  void ConfigureGrpc(Listening& l);
+  // Binds --listen-client-http-urls (HTTP only) after the shared ports in
+  // client_listeners_. REQUIRES: ConfigureGrpc done.
+  absl::Status BindClientHttpUrls(Listening& l);
+  // Starts the gRPC server and checks that it bound every client URL,
+  // saying why not as Go would; sets client_ports_.
+  // REQUIRES: BindClientHttpUrls succeeded.
+  absl::Status StartGrpc(Listening& l);
+  // Creates the HTTP endpoints, the JSON gateway and the HTTP client side,
+  // and starts every client listener handing connections to gRPC or HTTP.
+  // REQUIRES: StartGrpc succeeded.
+  void StartClientHttp(const Listening& l);
+  // Serves the HTTP endpoints on --listen-metrics-urls.
+  // REQUIRES: StartClientHttp done (http_ exists).
+  absl::Status ListenOnMetricsUrls(const Listening& l);
+  // The lines etcd logs once it serves. REQUIRES: every phase succeeded.
+  void LogReady() const;
 
   const ServerConfig config_;
   std::unique_ptr<membership::MemberInfo> member_;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -221,16 +223,113 @@ void ClientListener::Stop() {
   close(wake_[1]);
 }
 
+namespace {
+
+// A connection accepted but not yet sorted between gRPC and HTTP.
+struct Unsorted {
+  int fd;
+  std::chrono::steady_clock::time_point deadline;
+  bool partial;  // some preface bytes seen: more are awaited by timer, not poll
+};
+
+// Hands a sorted connection (kGrpc or kHttp) over to whoever serves it.
+using HandOver = std::function<void(int fd, Kind kind)>;
+
+// Fills *polled with what Run waits on: the wake pipe first, the listening
+// sockets, and the unsorted connections poll can wait on. Returns poll's
+// timeout in ms: short while a connection sent part of its preface, a
+// second while any is unsorted, else none.
+int FillPolled(int wake_fd, const std::vector<int>& listen_fds,
+               const std::vector<Unsorted>& unsorted, std::vector<pollfd>* polled) {
+  polled->clear();
+  polled->push_back({wake_fd, POLLIN, 0});
+  for (int fd : listen_fds) polled->push_back({fd, POLLIN, 0});
+  bool any_partial = false;
+  for (const Unsorted& u : unsorted) {
+    if (u.partial) {
+      any_partial = true;
+    } else {
+      polled->push_back({u.fd, POLLIN, 0});
+    }
+  }
+  return any_partial ? 5 : unsorted.empty() ? -1 : 1000;
+}
+
+// Accepts every connection waiting on listen_fd. Without gRPC to sort from
+// (sorts false) each goes to HTTP at once; else it joins *unsorted, and
+// when that is full the one waiting longest makes room. Out of descriptors
+// or memory, backs off (*backoff) as Go's accept loop does.
+void AcceptAll(int listen_fd, int port, bool sorts, std::chrono::milliseconds* backoff,
+               std::vector<Unsorted>* unsorted, const HandOver& hand_over) {
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: the connection stays queued and
+        // the socket readable. Back off as Go's accept loop does (5 ms,
+        // doubling up to 1 s) rather than spin.
+        *backoff = std::min(*backoff == std::chrono::milliseconds(0) ? std::chrono::milliseconds(5)
+                                                                      : *backoff * 2,
+                            std::chrono::milliseconds(1000));
+        SPDLOG_WARN("client listener on port {}: accept: {}; retrying in {} ms", port,
+                    std::strerror(errno), backoff->count());
+        std::this_thread::sleep_for(*backoff);
+      }
+      break;
+    }
+    *backoff = std::chrono::milliseconds(0);
+    if (!sorts) {
+      hand_over(fd, Kind::kHttp);
+      continue;
+    }
+    if (unsorted->size() >= kMaxUnsorted) {
+      // Full of connections that have not spoken: the one waiting longest
+      // makes room, so silent clients cannot lock the port.
+      auto oldest = std::min_element(unsorted->begin(), unsorted->end(),
+                                     [](const Unsorted& a, const Unsorted& b) {
+                                       return a.deadline < b.deadline;
+                                     });
+      close(oldest->fd);
+      *oldest = unsorted->back();
+      unsorted->pop_back();
+    }
+    unsorted->push_back({fd, std::chrono::steady_clock::now() + kFirstBytesTimeout, false});
+  }
+}
+
+// Hands over each unsorted connection whose first bytes tell what it
+// speaks, and closes those gone or silent past their deadline.
+void SortUnsorted(bool tls, std::vector<Unsorted>* unsorted, const HandOver& hand_over) {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < unsorted->size();) {
+    Unsorted& u = (*unsorted)[i];
+    Kind kind = tls ? ClassifyTls(u.fd) : Classify(u.fd);
+    const bool undecided = kind == Kind::kSilent || kind == Kind::kPartial;
+    if (undecided && now >= u.deadline) kind = Kind::kGone;
+    if (undecided && kind != Kind::kGone) {
+      // Bytes that may yet become the preface stay readable; wait for the
+      // rest on a timer rather than on poll, which would not block.
+      u.partial = kind == Kind::kPartial;
+      ++i;
+      continue;
+    }
+    if (kind == Kind::kGone) {
+      close(u.fd);
+    } else {
+      hand_over(u.fd, kind);
+    }
+    (*unsorted)[i] = unsorted->back();
+    unsorted->pop_back();
+  }
+}
+
+}  // namespace
+
 void ClientListener::Run() {
-  struct Unsorted {
-    int fd;
-    std::chrono::steady_clock::time_point deadline;
-    bool partial;  // some preface bytes seen: more are awaited by timer, not poll
-  };
   std::vector<Unsorted> unsorted;
   std::vector<pollfd> polled;
   std::chrono::milliseconds backoff(0);
-  auto hand_over = [this](int fd, Kind kind) {
+  const HandOver hand_over = [this](int fd, Kind kind) {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (kind == Kind::kGrpc && tls_) {
@@ -246,81 +345,18 @@ void ClientListener::Run() {
       http_(fd);
     }
   };
+  const bool sorts = grpc_server_ != nullptr || grpc_tls_ != nullptr;
   for (;;) {
-    polled.clear();
-    polled.push_back({wake_[0], POLLIN, 0});
-    for (int fd : listen_fds_) polled.push_back({fd, POLLIN, 0});
-    bool any_partial = false;
-    for (const Unsorted& u : unsorted) {
-      if (u.partial) {
-        any_partial = true;
-      } else {
-        polled.push_back({u.fd, POLLIN, 0});
-      }
-    }
-    const int timeout_ms = any_partial ? 5 : unsorted.empty() ? -1 : 1000;
+    const int timeout_ms = FillPolled(wake_[0], listen_fds_, unsorted, &polled);
     if (poll(polled.data(), polled.size(), timeout_ms) < 0 && errno != EINTR) {
       SPDLOG_ERROR("client listener on port {}: poll: {}", port_, std::strerror(errno));
       break;
     }
     if (polled[0].revents != 0) break;
     for (int listen_fd : listen_fds_) {
-      for (;;) {
-        const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            // Out of descriptors or memory: the connection stays queued and
-            // the socket readable. Back off as Go's accept loop does (5 ms,
-            // doubling up to 1 s) rather than spin.
-            backoff = std::min(backoff == std::chrono::milliseconds(0) ? std::chrono::milliseconds(5)
-                                                                        : backoff * 2,
-                               std::chrono::milliseconds(1000));
-            SPDLOG_WARN("client listener on port {}: accept: {}; retrying in {} ms", port_,
-                        std::strerror(errno), backoff.count());
-            std::this_thread::sleep_for(backoff);
-          }
-          break;
-        }
-        backoff = std::chrono::milliseconds(0);
-        if (grpc_server_ == nullptr && grpc_tls_ == nullptr) {
-          hand_over(fd, Kind::kHttp);
-          continue;
-        }
-        if (unsorted.size() >= kMaxUnsorted) {
-          // Full of connections that have not spoken: the one waiting longest
-          // makes room, so silent clients cannot lock the port.
-          auto oldest = std::min_element(unsorted.begin(), unsorted.end(),
-                                         [](const Unsorted& a, const Unsorted& b) {
-                                           return a.deadline < b.deadline;
-                                         });
-          close(oldest->fd);
-          *oldest = unsorted.back();
-          unsorted.pop_back();
-        }
-        unsorted.push_back({fd, std::chrono::steady_clock::now() + kFirstBytesTimeout, false});
-      }
+      AcceptAll(listen_fd, port_, sorts, &backoff, &unsorted, hand_over);
     }
-    const auto now = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < unsorted.size();) {
-      Unsorted& u = unsorted[i];
-      Kind kind = tls_ ? ClassifyTls(u.fd) : Classify(u.fd);
-      const bool undecided = kind == Kind::kSilent || kind == Kind::kPartial;
-      if (undecided && now >= u.deadline) kind = Kind::kGone;
-      if (undecided && kind != Kind::kGone) {
-        // Bytes that may yet become the preface stay readable; wait for the
-        // rest on a timer rather than on poll, which would not block.
-        u.partial = kind == Kind::kPartial;
-        ++i;
-        continue;
-      }
-      if (kind == Kind::kGone) {
-        close(u.fd);
-      } else {
-        hand_over(u.fd, kind);
-      }
-      unsorted[i] = unsorted.back();
-      unsorted.pop_back();
-    }
+    SortUnsorted(tls_, &unsorted, hand_over);
   }
   for (const Unsorted& u : unsorted) close(u.fd);
 }

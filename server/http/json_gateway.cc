@@ -327,6 +327,175 @@ bool JsonGateway::ServeUnary(const MethodDescriptor* method, const HttpRequest& 
   return connection->Write(r, request.keep_alive);
 }
 
+namespace {
+
+// One streaming call forwarded from an HTTP request: the requests parsed
+// from the body one at a time as they are written (a body of many small
+// values stays one body in memory), the answers written to the connection
+// as chunks as they are read. Used by one thread, inside ServeStream.
+class StreamCall {
+ public:
+  // first: the first request to write, or null to write none. REQUIRES:
+  // method, request, headers, stopping, connection and values outlive the
+  // StreamCall.
+  StreamCall(const std::shared_ptr<grpc::Channel>& channel, const MethodDescriptor* method,
+             const HttpRequest& request, const HttpHeaders& headers,
+             const std::atomic<bool>& stopping, HttpConnection* connection,
+             JsonValueReader* values, std::unique_ptr<Message> first)
+      : method_(method),
+        request_(request),
+        headers_(headers),
+        stopping_(stopping),
+        connection_(connection),
+        values_(values),
+        stub_(channel),
+        next_request_(std::move(first)),
+        resp_(NewMessage(method->output_type())) {
+    ForwardAuthorization(request_, &context_);
+    call_ = stub_.PrepareCall(&context_, FullMethod(method_), &cq_);
+  }
+
+  // Runs the call to its end and answers it. Returns whether the
+  // connection may serve another request. Call once.
+  bool Serve() {
+    Exchange();
+    return Finish();
+  }
+
+ private:
+  // The request after next_request_, or null at the end (or at a value that
+  // does not parse).
+  std::unique_ptr<Message> ParseNext() {
+    absl::string_view value;
+    std::unique_ptr<Message> m;
+    if (!method_->client_streaming() || !values_->Next(&value) ||
+        !ParseJson(value, method_->input_type(), &m).ok()) {
+      return nullptr;
+    }
+    return m;
+  }
+
+  // Like Go's server, the status line goes out with the first message (or
+  // the error), so a call that fails at once answers with its HTTP status.
+  void Begin(int http_status) {
+    if (!began_) {
+      alive_ = connection_->BeginChunked(http_status, SuccessHeaders(headers_), request_.http10);
+      began_ = true;
+    }
+  }
+
+  // Writes the next request, or the half-close after the last.
+  void WriteNext() {
+    if (!writing_) return;
+    out_.Clear();  // serializing needs an empty buffer
+    if (next_request_ != nullptr && Serialize(*next_request_, &out_)) {
+      call_->Write(out_, &write_tag_);
+      next_request_ = ParseNext();
+    } else {
+      call_->WritesDone(&write_tag_);
+      writing_ = false;
+    }
+    ++pending_;
+  }
+
+  void EndCall() {
+    writing_ = false;  // nothing is written after Finish
+    call_->Finish(&status_, &finish_tag_);
+    ++pending_;
+  }
+
+  // An answer read (ok) or the end of the answers: writes it as a chunk and
+  // reads the next, or finishes the call.
+  void OnRead(bool ok) {
+    resp_->Clear();
+    if (ok && grpc::SerializationTraits<Message>::Deserialize(&in_, resp_.get()).ok()) {
+      Begin(200);
+      alive_ = alive_ && connection_->WriteChunk(absl::StrCat("{\"result\":", ToJson(*resp_), "}\n"));
+      if (!alive_ && !cancelled_) {
+        cancelled_ = true;
+        context_.TryCancel();
+      }
+      call_->Read(&in_, &read_tag_);
+      ++pending_;
+    } else {
+      EndCall();
+    }
+  }
+
+  // Requests are written while answers are read: the server may not read a
+  // request before its answer to the last one is taken. At most one write
+  // and one read are in flight; Finish follows the last read. Returns once
+  // the call ended (or was cancelled) and its queue is drained.
+  void Exchange() {
+    call_->StartCall(&start_tag_);
+    void* tag = nullptr;
+    bool ok = false;
+    while (pending_ > 0 &&
+           NextEvent(&cq_, &tag, &ok, &context_, stopping_, connection_, &cancelled_)) {
+      --pending_;
+      if (tag == &start_tag_) {
+        WriteNext();
+        call_->Read(&in_, &read_tag_);
+        ++pending_;
+      } else if (tag == &write_tag_) {
+        if (ok) {
+          WriteNext();
+        } else {
+          writing_ = false;
+        }
+      } else if (tag == &read_tag_) {
+        OnRead(ok);
+      }
+    }
+    cq_.Shutdown();
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  // Answers the end of the call. REQUIRES: Exchange returned.
+  bool Finish() {
+    if (!alive_ || cancelled_) return false;
+    if (!status_.ok()) {
+      // A call that fails before its first message fails as a unary one
+      // (grpc-gateway sees the error while it waits for the call's headers);
+      // later, the error is the stream's last object.
+      if (!began_) {
+        return connection_->Write(
+            ErrorResponse(status_.error_code(), status_.error_message(), headers_),
+            request_.keep_alive);
+      }
+      alive_ = connection_->WriteChunk(StreamError(status_));
+    }
+    Begin(200);
+    return alive_ && connection_->EndChunked() && request_.keep_alive && !request_.http10;
+  }
+
+  const MethodDescriptor* const method_;
+  const HttpRequest& request_;
+  const HttpHeaders& headers_;
+  const std::atomic<bool>& stopping_;
+  HttpConnection* const connection_;
+  JsonValueReader* const values_;
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+
+  std::unique_ptr<Message> next_request_;  // the request WriteNext writes
+  bool began_ = false;                     // the status line went out
+  bool alive_ = true;                      // the connection took every write
+  int start_tag_ = 0, write_tag_ = 0, read_tag_ = 0, finish_tag_ = 0;
+  bool writing_ = true;  // requests (or the half-close) still to go
+  int pending_ = 1;      // operations in flight
+  bool cancelled_ = false;
+  grpc::ByteBuffer out_, in_;
+  grpc::Status status_;
+  std::unique_ptr<Message> resp_;
+};
+
+}  // namespace
+
 bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest& request,
                               const HttpHeaders& headers, const std::atomic<bool>& stopping,
                               HttpConnection* connection) const {
@@ -337,10 +506,10 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
   // server-streaming call takes the first value, as a unary one does.
   JsonValueReader values(request.body);
   absl::string_view value;
-  std::unique_ptr<Message> next_request;
+  std::unique_ptr<Message> first_request;
   const bool has_first = values.Next(&value);
   if (has_first || !method->client_streaming()) {
-    if (grpc::Status s = ParseJson(has_first ? value : "", method->input_type(), &next_request);
+    if (grpc::Status s = ParseJson(has_first ? value : "", method->input_type(), &first_request);
         !s.ok()) {
       const bool stream = method->client_streaming();
       connection->Write(
@@ -350,108 +519,9 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
       return request.keep_alive && !stream;
     }
   }
-  // The request after next_request, or null at the end (or at a value that
-  // does not parse).
-  auto parse_next = [&]() -> std::unique_ptr<Message> {
-    std::unique_ptr<Message> m;
-    if (!method->client_streaming() || !values.Next(&value) ||
-        !ParseJson(value, method->input_type(), &m).ok()) {
-      return nullptr;
-    }
-    return m;
-  };
-
-  grpc::GenericStub stub(channel_);
-  grpc::ClientContext context;
-  ForwardAuthorization(request, &context);
-  grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&context, FullMethod(method), &cq);
-
-  // Like Go's server, the status line goes out with the first message (or
-  // the error), so a call that fails at once answers with its HTTP status.
-  bool began = false;
-  bool alive = true;
-  auto begin = [&](int http_status) {
-    if (!began) {
-      alive = connection->BeginChunked(http_status, SuccessHeaders(headers), request.http10);
-      began = true;
-    }
-  };
-
-  // Requests are written while answers are read: the server may not read a
-  // request before its answer to the last one is taken. At most one write
-  // and one read are in flight; Finish follows the last read.
-  int start_tag = 0, write_tag = 0, read_tag = 0, finish_tag = 0;
-  bool writing = true;  // requests (or the half-close) still to go
-  int pending = 1;      // operations in flight
-  bool cancelled = false;
-  grpc::ByteBuffer out, in;
-  grpc::Status status;
-  std::unique_ptr<Message> resp = NewMessage(method->output_type());
-  auto write_next = [&] {
-    if (!writing) return;
-    out.Clear();  // serializing needs an empty buffer
-    if (next_request != nullptr && Serialize(*next_request, &out)) {
-      call->Write(out, &write_tag);
-      next_request = parse_next();
-    } else {
-      call->WritesDone(&write_tag);
-      writing = false;
-    }
-    ++pending;
-  };
-  auto end_call = [&] {
-    writing = false;  // nothing is written after Finish
-    call->Finish(&status, &finish_tag);
-    ++pending;
-  };
-  call->StartCall(&start_tag);
-  void* tag = nullptr;
-  bool ok = false;
-  while (pending > 0 && NextEvent(&cq, &tag, &ok, &context, stopping, connection, &cancelled)) {
-    --pending;
-    if (tag == &start_tag) {
-      write_next();
-      call->Read(&in, &read_tag);
-      ++pending;
-    } else if (tag == &write_tag) {
-      if (ok) {
-        write_next();
-      } else {
-        writing = false;
-      }
-    } else if (tag == &read_tag) {
-      resp->Clear();
-      if (ok && grpc::SerializationTraits<Message>::Deserialize(&in, resp.get()).ok()) {
-        begin(200);
-        alive = alive && connection->WriteChunk(absl::StrCat("{\"result\":", ToJson(*resp), "}\n"));
-        if (!alive && !cancelled) {
-          cancelled = true;
-          context.TryCancel();
-        }
-        call->Read(&in, &read_tag);
-        ++pending;
-      } else {
-        end_call();
-      }
-    }
-  }
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  if (!alive || cancelled) return false;
-  if (!status.ok()) {
-    // A call that fails before its first message fails as a unary one
-    // (grpc-gateway sees the error while it waits for the call's headers);
-    // later, the error is the stream's last object.
-    if (!began) {
-      return connection->Write(
-          ErrorResponse(status.error_code(), status.error_message(), headers), request.keep_alive);
-    }
-    alive = connection->WriteChunk(StreamError(status));
-  }
-  begin(200);
-  return alive && connection->EndChunked() && request.keep_alive && !request.http10;
+  StreamCall call(channel_, method, request, headers, stopping, connection, &values,
+                  std::move(first_request));
+  return call.Serve();
 }
 
 }  // namespace capstan::server
