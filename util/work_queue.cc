@@ -2,42 +2,63 @@
 
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "util/check.h"
 #include "util/thread_name.h"
 
 namespace capstan::util {
 
 WorkQueue::WorkQueue(int threads, const std::string& name) {
+  CHECK(threads >= 1) << "a work queue needs a thread: " << name;
+  threads_.reserve(threads);
   for (int i = 0; i < threads; ++i) threads_.push_back(NamedThread(name, [this] { Worker(); }));
 }
 
 WorkQueue::~WorkQueue() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
 void WorkQueue::Run(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    work_.push_back(std::move(fn));
-  }
-  cv_.notify_one();
+  Push(Work{[fn = std::move(fn)](bool) { fn(); }, /*cancellable=*/false});
+}
+
+void WorkQueue::RunOrCancel(std::function<void(bool run)> fn) {
+  Push(Work{std::move(fn), /*cancellable=*/true});
+}
+
+bool WorkQueue::stopping() const {
+  MutexLock l(&mu_);
+  return stopping_;
+}
+
+void WorkQueue::Push(Work work) {
+  MutexLock l(&mu_);
+  work_.push_back(std::move(work));
 }
 
 void WorkQueue::Worker() {
   for (;;) {
-    std::function<void()> fn;
+    Work work;
+    bool run;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return stopping_ || !work_.empty(); });
-      if (work_.empty()) return;  // stopping, and nothing left to run
-      fn = std::move(work_.front());
+      MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !work_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::InfiniteDuration());
+      // Stopping, and nothing left: a closure still running on another
+      // thread may queue more, and that thread then runs it.
+      if (work_.empty()) return;
+      work = std::move(work_.front());
       work_.pop_front();
+      run = !(stopping_ && work.cancellable);
     }
-    fn();
+    work.fn(run);
   }
 }
 

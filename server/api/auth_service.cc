@@ -1,5 +1,6 @@
 #include "server/api/auth_service.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -14,10 +15,11 @@ namespace {
 using auth::AuthInfo;
 using auth::PermType;
 
-// Runs CPU-heavy bcrypt work off the gRPC reactor threads. The RPC it serves
-// is finished by fn (or by a done callback fn arranges), so the gRPC server's
-// shutdown waits for it.
-void RunDetached(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+// bcrypt is CPU-bound: one check per core at most, at least two so that a
+// slow UserAdd does not hold every Authenticate back.
+int BcryptThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+}
 
 }  // namespace
 
@@ -119,7 +121,10 @@ absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
 
 AuthService::AuthService(std::unique_ptr<auth::AuthStore> store, bool client_cert_auth,
                          const membership::MemberInfo* member)
-    : store_(std::move(store)), owned_gate_(store_.get(), client_cert_auth), member_(member) {
+    : store_(std::move(store)),
+      owned_gate_(store_.get(), client_cert_auth),
+      member_(member),
+      bcrypt_(BcryptThreads(), "bcrypt") {
   DecodeUnary("AuthEnable", &AuthService::AuthEnable);
   DecodeUnary("AuthDisable", &AuthService::AuthDisable);
   DecodeUnary("AuthStatus", &AuthService::AuthStatus);
@@ -147,6 +152,18 @@ void AuthService::Finish(grpc::ServerUnaryReactor* reactor, Response* resp,
     resp->mutable_header()->set_revision(gate_->store()->kv()->Rev());
   }
   reactor->Finish(ToGrpcStatus(s));
+}
+
+void AuthService::RunBcrypt(const grpc::ServerContextBase* ctx, grpc::ServerUnaryReactor* reactor,
+                            std::function<void()> work) {
+  bcrypt_.RunOrCancel([ctx, reactor, work = std::move(work)](bool run) {
+    if (!run || ctx->IsCancelled()) {
+      // Touches nothing of the service: it may be on its way out.
+      reactor->Finish(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
+      return;
+    }
+    work();
+  });
 }
 
 template <typename Response>
@@ -225,7 +242,7 @@ grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
       store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
       return;
     }
-    RunDetached([this, store, req, resp, reactor] {
+    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
       auto hash = store->HashPassword(req->password());
       if (!hash.ok()) {
         Finish(reactor, resp, hash.status());
@@ -245,7 +262,7 @@ grpc::ServerUnaryReactor* AuthService::UserChangePassword(
       store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
       return;
     }
-    RunDetached([this, store, req, resp, reactor] {
+    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
       auto hash = store->HashPassword(req->password());
       if (!hash.ok()) {
         Finish(reactor, resp, hash.status());
@@ -265,7 +282,7 @@ grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext*
     Finish(reactor, resp, auth::MakeError(auth::Error::kAuthNotEnabled));
     return reactor;
   }
-  RunDetached([this, store, req, resp, reactor] {
+  RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
     auto token = store->Authenticate(req->name(), req->password());
     if (token.ok()) resp->set_token(*token);
     Finish(reactor, resp, token.status());

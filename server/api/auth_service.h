@@ -24,6 +24,7 @@
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/decoded.h"
+#include "util/work_queue.h"
 
 namespace capstan::server {
 
@@ -87,9 +88,18 @@ absl::Status CheckWrite(const AuthGate* gate, const grpc::ServerContextBase& ctx
 
 // Owns the auth store and the gate the other services check with. Thread-safe.
 // member and the KV store under the auth store must outlive the service;
-// the gate lives as long as the service. bcrypt work (UserAdd,
-// UserChangePassword, Authenticate) runs on a thread of its own, never on a
-// gRPC reactor thread.
+// the gate lives as long as the service.
+//
+// bcrypt work (Authenticate, and UserAdd and UserChangePassword given a
+// plain password) runs on the service's pool of a few threads (one per
+// core, 2 to 8), never on a gRPC reactor thread nor on a thread per call.
+// While the pool is busy a call waits in its queue, however many there are:
+// etcd answers every Authenticate eventually. A queued call whose client is
+// gone, or that the gRPC server cancelled as it stops, is answered "etcdserver:
+// server stopped" (Unavailable) without its bcrypt check (its client never
+// sees that answer). Destroying the service drains the pool first: checks
+// running finish, each call still queued is answered "etcdserver: server
+// stopped" without touching the service or the store.
 class AuthService final : public DecodingService<etcdserverpb::Auth> {
  public:
   AuthService(std::unique_ptr<auth::AuthStore> store, bool client_cert_auth,
@@ -138,11 +148,19 @@ class AuthService final : public DecodingService<etcdserverpb::Auth> {
   // A done callback for an AuthStore mutation that finishes the RPC.
   template <typename Response>
   auth::AuthStore::Done FinishWhenDone(grpc::ServerUnaryReactor* reactor, Response* resp) const;
+  // Queues bcrypt work for the call on ctx on the pool. work must finish
+  // reactor (or arrange for a done callback to). It does not run if the
+  // call is cancelled before its turn or the service is being destroyed:
+  // reactor is then finished with "server stopped".
+  void RunBcrypt(const grpc::ServerContextBase* ctx, grpc::ServerUnaryReactor* reactor,
+                 std::function<void()> work);
 
   const std::unique_ptr<auth::AuthStore> store_;
   const AuthGate owned_gate_;
   const AuthGate* const gate_ = &owned_gate_;
   const membership::MemberInfo* const member_;
+  // Last: destroyed, and drained, before the store its work uses.
+  util::WorkQueue bcrypt_;
 };
 
 }  // namespace capstan::server

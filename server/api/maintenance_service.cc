@@ -1,8 +1,8 @@
 #include "server/api/maintenance_service.h"
 
-#include <thread>
 #include <utility>
 
+#include "mvcc/errors.h"
 #include "server/api/auth_service.h"
 #include "server/api/errors.h"
 #include "server/api/snapshot_stream.h"
@@ -22,7 +22,11 @@ class RefusedSnapshot final : public grpc::ServerWriteReactor<etcdserverpb::Snap
 
 MaintenanceService::MaintenanceService(mvcc::KvStore* store, const membership::MemberInfo* member,
                                        std::string version, const AuthGate* auth)
-    : store_(store), member_(member), version_(std::move(version)), auth_(auth) {
+    : store_(store),
+      member_(member),
+      version_(std::move(version)),
+      auth_(auth),
+      defrag_(1, "defrag") {
   DecodeUnary("Alarm", &MaintenanceService::Alarm);
   DecodeUnary("Status", &MaintenanceService::Status);
   DecodeUnary("Defragment", &MaintenanceService::Defragment);
@@ -88,10 +92,17 @@ grpc::ServerUnaryReactor* MaintenanceService::Defragment(
     etcdserverpb::DefragmentResponse*) {
   CAPSTAN_REQUIRE_ROOT(ctx)
   auto* reactor = ctx->DefaultReactor();
-  // A full backend compaction takes a while: run it off the gRPC threads.
-  // Reads and writes continue meanwhile.
+  // A full backend compaction takes a while: run it off the gRPC threads,
+  // one at a time. Reads and writes continue meanwhile.
   // etcd answers with an empty response (no header).
-  std::thread([this, reactor] { reactor->Finish(ToGrpcStatus(store_->Defragment())); }).detach();
+  defrag_.RunOrCancel([this, ctx, reactor](bool run) {
+    if (!run || ctx->IsCancelled()) {
+      // Touches nothing of the service: it may be on its way out.
+      reactor->Finish(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kStopped)));
+      return;
+    }
+    reactor->Finish(ToGrpcStatus(store_->Defragment()));
+  });
   return reactor;
 }
 

@@ -5,18 +5,27 @@
 #define CAPSTAN_SERVER_API_MAINTENANCE_SERVICE_H_
 
 #include <string>
-#include <thread>
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/decoded.h"
+#include "util/work_queue.h"
 
 namespace capstan::server {
 
 class AuthGate;
 
 // Thread-safe. store and member must outlive the service.
+//
+// Defragment (a full backend compaction, seconds to minutes) runs on the
+// service's one defragment thread, never on a gRPC reactor thread: calls
+// made while one runs wait their turn in its queue, as etcd's do for its
+// backend lock. A queued call whose client is gone, or that the gRPC server
+// cancelled as it stops, is answered "etcdserver: server stopped" without
+// defragmenting. Destroying the service drains the queue first: a
+// defragmentation running finishes, each call still queued is answered
+// "etcdserver: server stopped" without touching the store.
 class MaintenanceService final : public DecodingService<etcdserverpb::Maintenance> {
  public:
   // auth: root checks (null: none); must outlive the service.
@@ -53,6 +62,8 @@ class MaintenanceService final : public DecodingService<etcdserverpb::Maintenanc
   const membership::MemberInfo* const member_;
   const std::string version_;
   const AuthGate* const auth_;
+  // Last: destroyed, and drained, before anything its work uses.
+  util::WorkQueue defrag_;
 };
 
 class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
