@@ -261,8 +261,9 @@ bool KvStore::NextGroup(std::vector<WriteRequest>* group) {
   queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::QueueReadyLocked),
                              absl::InfiniteDuration());
   if (queue_.empty() && stopping_) return false;
-  if (options_.batch_interval > absl::ZeroDuration()) {
+  if (options_.batch_interval > absl::ZeroDuration() && !GroupFullLocked()) {
     // Let the group grow for at most batch_interval.
+    if (group_wait_hook_) group_wait_hook_();
     queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::GroupFullLocked),
                                options_.batch_interval);
   }
@@ -272,6 +273,11 @@ bool KvStore::NextGroup(std::vector<WriteRequest>* group) {
     queue_.pop_front();
   }
   return true;
+}
+
+void KvStore::TEST_SetGroupWaitHook(std::function<void()> hook) {
+  util::MutexLock l(&queue_mu_);
+  group_wait_hook_ = std::move(hook);
 }
 
 void KvStore::CommitLoop() {

@@ -209,6 +209,11 @@ class KvStore {
   // revisions from the backend.
   void WaitCompactionDone() ABSL_LOCKS_EXCLUDED(compact_mu_);
 
+  // Test hook: runs on the committer, with the queue's lock held, each time
+  // it begins to wait for a group to fill (--backend-batch-interval). It
+  // must not call into the store.
+  void TEST_SetGroupWaitHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
+
   // Write requests applied over the store's life, kept durable with each
   // group: the member's raft index and applied index in Status.
   uint64_t AppliedIndex() const { return applied_index_.load(std::memory_order_acquire); }
@@ -367,6 +372,7 @@ class KvStore {
   util::Mutex queue_mu_;
   std::deque<WriteRequest> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::function<void()> group_wait_hook_ ABSL_GUARDED_BY(queue_mu_);
 
   // Physical compaction requests, handed from the committer.
   mutable util::Mutex compact_mu_;

@@ -120,7 +120,8 @@ struct RawWriteCall {
 template <typename Op, typename Request, typename Response>
 grpc::ServerUnaryReactor* KvService::SubmitWrite(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-    absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const) {
+    std::type_identity_t<absl::Status (AuthGate::*)(const grpc::ServerContextBase&, const Request&)
+                             const> check) {
   auto* reactor = ctx->DefaultReactor();
   auto call = std::make_unique<RawWriteCall<Request, Response>>();
   if (std::string error = DecodeAsEtcd(*in, &call->request); !error.empty()) {

@@ -13,6 +13,7 @@
 #define CAPSTAN_SERVER_API_KV_SERVICE_H_
 
 #include <memory>
+#include <type_traits>
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "membership/member.h"
@@ -73,7 +74,8 @@ class KvService final : public KvServiceBase {
             typename Response = std::remove_pointer_t<decltype(Op::response)>>
   grpc::ServerUnaryReactor* SubmitWrite(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-      absl::Status (AuthGate::*check)(const grpc::ServerContextBase&, const Request&) const);
+      std::type_identity_t<absl::Status (AuthGate::*)(const grpc::ServerContextBase&,
+                                                      const Request&) const> check);
 
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
