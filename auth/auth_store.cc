@@ -201,12 +201,13 @@ absl::Status AuthStore::Load() {
   if (state->revision == 0) state->revision = 1;
   state->RebuildPerms();
   applied_ = state;
+  util::MutexLock lock(&state_mu_);
   state_ = state;
   return absl::OkStatus();
 }
 
 std::shared_ptr<const AuthStore::State> AuthStore::Current() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  util::ReaderMutexLock lock(&state_mu_);
   return state_;
 }
 
@@ -258,12 +259,12 @@ void AuthStore::Submit(Mutation m, Done done) {
   w.done = [this, pending, done = std::move(done)](absl::Status s) mutable {
     if (s.ok() && pending->next) {
       {
-        std::lock_guard<std::mutex> lock(state_mu_);
+        util::MutexLock lock(&state_mu_);
         state_ = pending->next;
       }
       const Changes& c = pending->changes;
       if (c.drop_all_tokens || !c.invalidate_users.empty()) {
-        std::lock_guard<std::mutex> lock(tokens_mu_);
+        util::MutexLock lock(&tokens_mu_);
         if (c.drop_all_tokens) {
           tokens_.clear();
         } else {
@@ -557,20 +558,23 @@ absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
   if (u == s->users.end()) return MakeError(Error::kAuthFailed);
   if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
   if (!CheckHash(u->second.password(), password)) return MakeError(Error::kAuthFailed);
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.now();
   if (options_.jwt) return options_.jwt->Sign(name, s->revision, now);
-  std::lock_guard<std::mutex> lock(tokens_mu_);
+  // Read before the lock: the prefix comes from /dev/urandom.
+  const std::string prefix = RandomTokenPrefix();
+  const uint64_t applied = kv_->AppliedIndex();
+  util::MutexLock lock(&tokens_mu_);
   absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
   std::string token;
   do {
-    token = absl::StrCat(RandomTokenPrefix(), ".", kv_->AppliedIndex() + (++token_index_));
+    token = absl::StrCat(prefix, ".", applied + (++token_index_));
   } while (tokens_.contains(token));
   tokens_[token] = Token{name, now + options_.token_ttl};
   return token;
 }
 
 absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.now();
   if (options_.jwt) {
     auto claims = options_.jwt->Verify(token, now);
     if (!claims.ok()) return claims.status();
@@ -578,7 +582,7 @@ absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
   }
   std::string user;
   {
-    std::lock_guard<std::mutex> lock(tokens_mu_);
+    util::MutexLock lock(&tokens_mu_);
     auto it = tokens_.find(token);
     if (it == tokens_.end()) return MakeError(Error::kInvalidAuthToken);
     if (it->second.expires <= now) {
@@ -596,7 +600,7 @@ AuthInfo AuthStore::InfoFromCommonName(const std::string& cn) const {
 }
 
 size_t AuthStore::TEST_NumTokens() {
-  std::lock_guard<std::mutex> lock(tokens_mu_);
+  util::MutexLock lock(&tokens_mu_);
   return tokens_.size();
 }
 

@@ -22,7 +22,9 @@
 // Authenticate run it on the calling thread, so call them off gRPC reactor
 // threads. Mutations never hash on the committer thread.
 //
-// Thread safety: every public method may be called from any thread.
+// Thread safety: every public method may be called from any thread. Two
+// leaf locks (the published state's and the tokens'), never held together
+// and never held while calling out of the auth store.
 
 #ifndef CAPSTAN_AUTH_AUTH_STORE_H_
 #define CAPSTAN_AUTH_AUTH_STORE_H_
@@ -31,11 +33,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -45,6 +47,7 @@
 #include "authpb/auth.pb.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "util/mutex.h"
 
 namespace capstan::auth {
 
@@ -94,6 +97,11 @@ struct AuthStoreOptions {
   // Set: issue and accept JWT tokens (--auth-token jwt,...) instead of
   // simple tokens.
   std::shared_ptr<const JwtTokens> jwt;
+  // The wall clock tokens are issued and checked by (a simple token's
+  // expiry, a JWT's exp claim); tests substitute their own. Called from any
+  // thread that authenticates or presents a token, never under a lock: it
+  // must be thread-safe.
+  std::function<absl::Time()> now = absl::Now;
 };
 
 class AuthStore {
@@ -231,21 +239,26 @@ class AuthStore {
   mvcc::KvStore* const kv_;
   const AuthStoreOptions options_;
 
-  // The state with every applied mutation, durable or not: committer only.
+  // The state with every applied mutation, durable or not: read and written
+  // by the committer thread only (and by Load before any mutation), so no
+  // lock.
   std::shared_ptr<const State> applied_;
 
-  // The published (durable) state. Lock order: state_mu_ is a leaf lock.
-  mutable std::mutex state_mu_;
-  std::shared_ptr<const State> state_;
+  // The published (durable) state: swapped by the committer, read by
+  // everyone. Lock order: state_mu_ is a leaf lock, held only to copy or
+  // swap the pointer; never held with tokens_mu_.
+  mutable util::Mutex state_mu_;
+  std::shared_ptr<const State> state_ ABSL_GUARDED_BY(state_mu_);
 
   struct Token {
     std::string user;
     absl::Time expires;
   };
-  // Lock order: tokens_mu_ is a leaf lock.
-  std::mutex tokens_mu_;
-  absl::flat_hash_map<std::string, Token> tokens_;
-  uint64_t token_index_ = 0;
+  // Simple tokens. Lock order: tokens_mu_ is a leaf lock; never held with
+  // state_mu_.
+  util::Mutex tokens_mu_;
+  absl::flat_hash_map<std::string, Token> tokens_ ABSL_GUARDED_BY(tokens_mu_);
+  uint64_t token_index_ ABSL_GUARDED_BY(tokens_mu_) = 0;
 };
 
 }  // namespace capstan::auth

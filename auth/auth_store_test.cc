@@ -3,6 +3,7 @@
 #include <crypt.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <regex>
@@ -101,6 +102,7 @@ class AuthStoreTest : public ::testing::Test {
     AuthStoreOptions options;
     options.bcrypt_cost = 4;
     options.token_ttl = absl::Milliseconds(300);
+    options.now = [this] { return absl::FromUnixNanos(now_ns_.load()); };
     auto as = AuthStore::Open(kv_.get(), options);
     ASSERT_TRUE(as.ok()) << as.status();
     auth_ = std::move(*as);
@@ -112,6 +114,9 @@ class AuthStoreTest : public ::testing::Test {
     return auth_->Wait([&](auto done) { auth_->UserAdd(name, *hash, false, std::move(done)); });
   }
   absl::Status Do(const std::function<void(AuthStore::Done)>& m) { return auth_->Wait(m); }
+
+  // Moves the auth store's clock forward.
+  void Advance(absl::Duration d) { now_ns_ += absl::ToInt64Nanoseconds(d); }
 
   // root user with the root role, role "r" READWRITE on prefix "foo", user
   // "u" with "r"; auth enabled.
@@ -129,6 +134,9 @@ class AuthStoreTest : public ::testing::Test {
   }
 
   std::string dir_;
+  // The tokens' wall clock: moves only when a test advances it.
+  std::atomic<int64_t> now_ns_{absl::ToUnixNanos(absl::FromCivil(absl::CivilSecond(2024, 1, 1),
+                                                                 absl::UTCTimeZone()))};
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<AuthStore> auth_;
 };
@@ -258,12 +266,27 @@ TEST_F(AuthStoreTest, TokensExpireUnlessUsed) {
   auto token = auth_->Authenticate("root", "rootpw");
   ASSERT_TRUE(token.ok());
   EXPECT_NE(token->find('.'), std::string::npos);
+  auto unused = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(unused.ok());
+  EXPECT_EQ(auth_->TEST_NumTokens(), 2u);
+  // Used within the TTL (300 ms), a token lives on: each use refreshes it,
+  // long past its first TTL.
   for (int i = 0; i < 4; ++i) {
-    absl::SleepFor(absl::Milliseconds(150));
-    EXPECT_TRUE(auth_->InfoFromToken(*token).ok());  // refreshed each time
+    Advance(absl::Milliseconds(299));
+    EXPECT_TRUE(auth_->InfoFromToken(*token).ok()) << "use " << i;
   }
-  absl::SleepFor(absl::Milliseconds(400));
+  // A token not used for its TTL has expired, exactly at the TTL.
+  EXPECT_TRUE(Is(auth_->InfoFromToken(*unused).status(), Error::kInvalidAuthToken));
+  EXPECT_EQ(auth_->TEST_NumTokens(), 1u) << "the expired token was kept";
+  // One nanosecond before its TTL since the last use the token is still
+  // valid: a new login, which drops expired tokens, keeps it.
+  Advance(absl::Milliseconds(300) - absl::Nanoseconds(1));
+  auto last = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(auth_->TEST_NumTokens(), 2u) << "a live token was dropped";
+  Advance(absl::Nanoseconds(1));
   EXPECT_TRUE(Is(auth_->InfoFromToken(*token).status(), Error::kInvalidAuthToken));
+  EXPECT_TRUE(auth_->InfoFromToken(*last).ok());
 }
 
 TEST_F(AuthStoreTest, PersistsAcrossReopen) {

@@ -1,29 +1,33 @@
 #include "lease/lessor.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "util/check.h"
 #include "util/coding.h"
 
 namespace capstan::lease {
 
+Lessor::Lessor(const Clock* clock) : clock_(clock) { CHECK(clock_ != nullptr); }
+
 bool Lessor::Exists(int64_t id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::ReaderMutexLock l(&mu_);
   return leases_.contains(id);
 }
 
 size_t Lessor::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::ReaderMutexLock l(&mu_);
   return leases_.size();
 }
 
 std::optional<Lessor::LeaseInfo> Lessor::Get(int64_t id, bool with_keys) const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::ReaderMutexLock l(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;
   LeaseInfo info;
   info.id = id;
   info.granted_ttl = it->second.ttl;
-  auto left = std::chrono::duration_cast<std::chrono::seconds>(it->second.deadline - Clock::now());
+  auto left = std::chrono::duration_cast<std::chrono::seconds>(it->second.deadline - clock_->Now());
   info.remaining_ttl = std::max<int64_t>(0, left.count());
   if (with_keys) {
     info.keys.assign(it->second.keys.begin(), it->second.keys.end());
@@ -33,7 +37,7 @@ std::optional<Lessor::LeaseInfo> Lessor::Get(int64_t id, bool with_keys) const {
 }
 
 std::vector<int64_t> Lessor::List() const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::ReaderMutexLock l(&mu_);
   std::vector<int64_t> ids;
   ids.reserve(leases_.size());
   for (const auto& [id, lease] : leases_) ids.push_back(id);
@@ -41,34 +45,41 @@ std::vector<int64_t> Lessor::List() const {
   return ids;
 }
 
-void Lessor::PushLocked(int64_t id, Clock::time_point deadline) {
+void Lessor::PushLocked(int64_t id, Clock::TimePoint deadline) {
   heap_.push(HeapEntry{deadline, id});
 }
 
 std::optional<int64_t> Lessor::Renew(int64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;
   // An expired lease is never extended: it waits for its revocation, and
   // the keep-alive is answered as for a lease that does not exist (etcd).
-  const auto now = Clock::now();
+  const auto now = clock_->Now();
   if (it->second.deadline <= now) return std::nullopt;
-  it->second.deadline = now + std::chrono::seconds(it->second.ttl);
-  PushLocked(id, it->second.deadline);
+  const Clock::TimePoint deadline = now + std::chrono::seconds(it->second.ttl);
+  // Renewed again at the same instant: its heap entry is already live.
+  if (deadline == it->second.deadline) return it->second.ttl;
+  it->second.deadline = deadline;
+  PushLocked(id, deadline);
   return it->second.ttl;
 }
 
 std::vector<int64_t> Lessor::Expired(size_t max) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   std::vector<int64_t> out;
   std::vector<HeapEntry> keep;
-  const auto now = Clock::now();
+  absl::flat_hash_set<int64_t> taken;
+  const auto now = clock_->Now();
   while (!heap_.empty() && heap_.top().deadline <= now && out.size() < max) {
     HeapEntry e = heap_.top();
     heap_.pop();
     auto it = leases_.find(e.id);
-    // Stale entries (renewed or revoked leases) are dropped here.
+    // Stale entries (renewed or revoked leases) are dropped here, and so
+    // are copies of a live one (a lease revoked and granted again with the
+    // same deadline): one entry per lease is kept.
     if (it == leases_.end() || it->second.deadline != e.deadline) continue;
+    if (!taken.insert(e.id).second) continue;
     out.push_back(e.id);
     keep.push_back(e);
   }
@@ -78,15 +89,15 @@ std::vector<int64_t> Lessor::Expired(size_t max) {
 }
 
 void Lessor::Grant(int64_t id, int64_t ttl) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   Lease& lease = leases_[id];
   lease.ttl = ttl;
-  lease.deadline = Clock::now() + std::chrono::seconds(ttl);
+  lease.deadline = clock_->Now() + std::chrono::seconds(ttl);
   PushLocked(id, lease.deadline);
 }
 
 std::vector<std::string> Lessor::Revoke(int64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return {};
   std::vector<std::string> keys(it->second.keys.begin(), it->second.keys.end());
@@ -97,7 +108,7 @@ std::vector<std::string> Lessor::Revoke(int64_t id) {
 }
 
 void Lessor::Attach(const std::string& key, int64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   auto old = key_lease_.find(key);
   if (old != key_lease_.end()) {
     if (old->second == id) return;
@@ -112,7 +123,7 @@ void Lessor::Attach(const std::string& key, int64_t id) {
 }
 
 int64_t Lessor::LeaseOf(const std::string& key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::ReaderMutexLock l(&mu_);
   auto it = key_lease_.find(key);
   return it == key_lease_.end() ? 0 : it->second;
 }

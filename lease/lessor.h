@@ -3,37 +3,42 @@
 //
 // Grants and revocations are writes: they go through the KV store's
 // committer (WriteRequest kinds kLeaseGrant and kLeaseRevoke), which calls
-// the *Locked-free mutators below from the committer thread, so a lease and
-// the keys it deletes change in one durable revision. Keep-alives and
-// time-to-live reads are in memory only, as in etcd.
+// the mutators below from the committer thread, so a lease and the keys it
+// deletes change in one durable revision. Keep-alives and time-to-live
+// reads are in memory only, as in etcd.
 //
-// Expiry uses a min-heap of deadlines on the monotonic clock (no scan of
-// every lease); expired leases are revoked by the expiry thread at no more
-// than --lease-revoke-rate per second, each as an ordinary revoke request, so
-// a storm of expiries is spread out and group-committed.
+// Expiry uses a min-heap of deadlines (no scan of every lease) on the
+// monotonic Clock the lessor is given (lease/clock.h): the real one in the
+// server, a ManualClock in tests. Expired leases are revoked by the KV
+// store's expiry thread at no more than --lease-revoke-rate per second, each
+// as an ordinary revoke request, so a storm of expiries is spread out and
+// group-committed.
 //
-// Thread safety: every method is thread-safe (one internal mutex, a leaf).
+// Thread safety: every method may be called from any thread; the committer
+// methods are called by one thread at a time. One internal mutex, a leaf:
+// nothing is called with it held but the clock's Now().
 
 #ifndef CAPSTAN_LEASE_LESSOR_H_
 #define CAPSTAN_LEASE_LESSOR_H_
 
-#include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <functional>
 #include <optional>
 #include <queue>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "lease/clock.h"
+#include "util/mutex.h"
 
 namespace capstan::lease {
 
 class Lessor {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // etcd's limits: a lease lives at least kMinTtlSeconds (etcd derives 2 s
   // from its default election timeout; KvStoreOptions::min_lease_ttl_seconds
   // follows the flags) and at most kMaxTtlSeconds.
@@ -47,14 +52,19 @@ class Lessor {
     std::vector<std::string> keys;  // sorted; filled only when asked
   };
 
-  Lessor() = default;
+  // Measures TTLs and deadlines on clock. clock is not owned and must
+  // outlive the lessor.
+  explicit Lessor(const Clock* clock);
+
+  Lessor(const Lessor&) = delete;
+  Lessor& operator=(const Lessor&) = delete;
 
   bool Exists(int64_t id) const;
   std::optional<LeaseInfo> Get(int64_t id, bool with_keys) const;
   std::vector<int64_t> List() const;
   size_t size() const;
 
-  // Extends the lease by its TTL from now. Returns the TTL, or nullopt if
+  // Extends the lease by its TTL from the clock's now. Returns the TTL, or nullopt if
   // the lease does not exist or has already expired (an expired lease is
   // only ever revoked).
   std::optional<int64_t> Renew(int64_t id);
@@ -82,22 +92,27 @@ class Lessor {
  private:
   struct Lease {
     int64_t ttl = 0;
-    Clock::time_point deadline;
+    Clock::TimePoint deadline;
     absl::flat_hash_set<std::string> keys;
   };
   struct HeapEntry {
-    Clock::time_point deadline;
+    Clock::TimePoint deadline;
     int64_t id;
     bool operator>(const HeapEntry& o) const { return deadline > o.deadline; }
   };
 
-  void PushLocked(int64_t id, Clock::time_point deadline);
+  void PushLocked(int64_t id, Clock::TimePoint deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<int64_t, Lease> leases_;
-  absl::flat_hash_map<std::string, int64_t> key_lease_;
+  const Clock* const clock_;
+
+  // Lock order: mu_ is a leaf lock: no other lock is taken while it is held,
+  // and clock_->Now() is the only call made under it.
+  mutable util::Mutex mu_;
+  absl::flat_hash_map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int64_t> key_lease_ ABSL_GUARDED_BY(mu_);
   // Deadlines; entries for renewed or revoked leases are stale and skipped.
-  std::priority_queue<HeapEntry, std::vector<HeapEntry>, std::greater<HeapEntry>> heap_;
+  std::priority_queue<HeapEntry, std::vector<HeapEntry>, std::greater<HeapEntry>> heap_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // etcd's leasepb.Lease as stored in the lease column family:

@@ -20,7 +20,10 @@ namespace capstan::mvcc {
 using storage::Cf;
 
 KvStore::KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend)
-    : options_(options), backend_(std::move(backend)), epoch_(std::make_shared<Epoch>()) {}
+    : options_(options),
+      backend_(std::move(backend)),
+      epoch_(std::make_shared<Epoch>()),
+      lessor_(options.lease_clock) {}
 
 absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const KvStoreOptions& options,
                                                        std::unique_ptr<storage::Backend> backend) {

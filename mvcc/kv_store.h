@@ -71,6 +71,9 @@ struct KvStoreOptions {
   int64_t min_lease_ttl_seconds = lease::Lessor::kMinTtlSeconds;
   // How often expired leases are looked for.
   absl::Duration lease_check_interval = absl::Milliseconds(500);
+  // The clock lease TTLs and deadlines are measured by (tests pass a
+  // lease::ManualClock). Not owned; must outlive the store.
+  const lease::Clock* lease_clock = lease::Clock::Monotonic();
   // The high 16 bits of lease ids the store picks (etcd uses its member id).
   uint16_t lease_id_prefix = 0;
   // Backend size above which writes that add data raise the NOSPACE alarm

@@ -1,19 +1,19 @@
 // Leases through the KV store: grants, attachments, revocations that delete
-// keys in one revision, restarts and expiry.
+// keys in one revision, restarts and expiry. Every store runs on the test's
+// lease::ManualClock: a lease expires when the test moves the clock past its
+// deadline, never because time went by.
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lease/clock.h"
 #include "lease/lessor.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
@@ -23,6 +23,7 @@ namespace capstan::mvcc {
 namespace {
 
 using std::chrono::milliseconds;
+using std::chrono::seconds;
 using lease::Lessor;
 
 // ---------------------------------------------------------------------------
@@ -96,8 +97,11 @@ class LeaseStoreTest : public ::testing::Test {
     collectors_.clear();
     hub_.reset();
   }
+  // Opens the store again on the test's clock (options.lease_clock is
+  // replaced).
   void Reopen(KvStoreOptions options = {}) {
     Close();
+    options.lease_clock = &clock_;
     storage::BackendOptions bo;
     bo.dir = dir_ + "/db";
     bo.block_cache_bytes = 8 << 20;
@@ -158,6 +162,8 @@ class LeaseStoreTest : public ::testing::Test {
   }
 
   std::string dir_;
+  // Declared before the store: it outlives every store the test opens.
+  lease::ManualClock clock_;
   std::unique_ptr<KvStore> store_;
   std::unique_ptr<WatchHub> hub_;
   std::vector<std::unique_ptr<Collector>> collectors_;
@@ -302,13 +308,15 @@ TEST_F(LeaseStoreTest, LeasesAndAttachmentsSurviveRestart) {
   ASSERT_TRUE(Put("g", "1", 3).ok());
   ASSERT_TRUE(Revoke(3).ok());  // revoked (deletes g)
   const int64_t rev = store_->Rev();
+  clock_.Advance(seconds(50));
+  ASSERT_EQ(store_->lessor()->Get(2, false)->remaining_ttl, 150);
 
   Reopen();
   EXPECT_EQ(store_->Rev(), rev);
   EXPECT_EQ(store_->lessor()->List(), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(store_->lessor()->Get(1, false)->granted_ttl, 100);
   EXPECT_EQ(store_->lessor()->Get(2, false)->granted_ttl, 200);
-  EXPECT_GE(store_->lessor()->Get(2, false)->remaining_ttl, 198) << "full TTL after restart";
+  EXPECT_EQ(store_->lessor()->Get(2, false)->remaining_ttl, 200) << "full TTL after restart";
   EXPECT_EQ(store_->lessor()->Get(1, true)->keys, std::vector<std::string>{"a"});
   EXPECT_EQ(store_->lessor()->Get(2, true)->keys, (std::vector<std::string>{"b", "c"}));
   EXPECT_EQ(store_->lessor()->LeaseOf("e"), 0);
@@ -328,15 +336,16 @@ TEST_F(LeaseStoreTest, LeasesAndAttachmentsSurviveRestart) {
   EXPECT_EQ(store_->lessor()->Get(1, true)->keys, std::vector<std::string>{"a"});
 }
 
-// The one real-time store test: a 2 s lease (asked for 1 s, raised to the
-// minimum) expires and its keys are deleted, and watchers see it.
+// A 2 s lease (asked for 1 s, raised to the minimum) expires once the clock
+// reaches its deadline: the expiry thread revokes it, its keys are deleted
+// in one revision, and watchers see that revision.
 TEST_F(LeaseStoreTest, ExpiredLeaseRevokesItsKeys) {
   KvStoreOptions o;
-  o.lease_check_interval = absl::Milliseconds(100);
+  // How often the expiry thread looks; the clock alone decides what is due.
+  o.lease_check_interval = absl::Milliseconds(5);
   Reopen(o);
   Collector* w = Watch("x/", "x0");
   auto g = Grant(0, 1);
-  const auto granted_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(g.ok());
   ASSERT_EQ(g->ttl(), 2);
   ASSERT_TRUE(Grant(4242, 600).ok());  // a long lease stays
@@ -346,21 +355,60 @@ TEST_F(LeaseStoreTest, ExpiredLeaseRevokesItsKeys) {
   ASSERT_TRUE(w->SkipEvents(3));
   const int64_t rev = store_->Rev();
 
-  auto m = w->Next(milliseconds(3500));
-  const auto waited = std::chrono::steady_clock::now() - granted_at;
-  ASSERT_TRUE(m) << "lease did not expire within 3.5 s";
-  EXPECT_GE(waited, milliseconds(1500)) << "expired too early";
-  ASSERT_EQ(m->events_size(), 2);
+  // A millisecond before the deadline nothing is due; a put made then is
+  // the next revision, before any revocation.
+  clock_.Advance(seconds(2) - milliseconds(1));
+  EXPECT_TRUE(store_->lessor()->Expired(10).empty()) << "due before its deadline";
+  ASSERT_TRUE(Put("x/0", "v", 0).ok());
+  auto put = w->Next();
+  ASSERT_TRUE(put);
+  ASSERT_EQ(put->events_size(), 1) << put->ShortDebugString();
+  EXPECT_EQ(put->events(0).type(), mvccpb::Event::PUT);
+  EXPECT_EQ(put->events(0).kv().mod_revision(), rev + 1);
+  EXPECT_TRUE(store_->lessor()->Exists(g->id()));
+
+  // At the deadline the expiry thread revokes it: wait for the revocation's
+  // events (the timeout only bounds a failure).
+  clock_.Advance(milliseconds(1));
+  auto m = w->Next(milliseconds(10000));
+  ASSERT_TRUE(m) << "the lease was not revoked within 10 s of its deadline";
+  ASSERT_EQ(m->events_size(), 2) << m->ShortDebugString();
   EXPECT_EQ(m->events(0).type(), mvccpb::Event::DELETE);
   EXPECT_EQ(m->events(0).kv().key(), "x/1");
   EXPECT_EQ(m->events(1).kv().key(), "x/2");
-  EXPECT_EQ(m->events(0).kv().mod_revision(), rev + 1);
-  EXPECT_EQ(m->events(1).kv().mod_revision(), rev + 1);
+  EXPECT_EQ(m->events(0).kv().mod_revision(), rev + 2);
+  EXPECT_EQ(m->events(1).kv().mod_revision(), rev + 2);
   EXPECT_FALSE(store_->lessor()->Exists(g->id()));
   EXPECT_FALSE(Get("x/1").has_value());
   EXPECT_TRUE(Get("x/3").has_value());
   EXPECT_TRUE(store_->lessor()->Exists(4242));
-  EXPECT_EQ(store_->Rev(), rev + 1);
+  EXPECT_EQ(store_->Rev(), rev + 2);
+}
+
+// The expiry thread revokes what the clock makes due, and only that: of
+// leases with deadlines 10 s apart, each goes when the clock passes its own.
+TEST_F(LeaseStoreTest, LeasesExpireInDeadlineOrderAsTheClockMoves) {
+  KvStoreOptions o;
+  o.lease_check_interval = absl::Milliseconds(5);
+  Reopen(o);
+  Collector* w = Watch("y/", "y0");
+  for (int64_t id : {1, 2, 3}) {
+    ASSERT_TRUE(Grant(id, 10 * id).ok());
+    ASSERT_TRUE(Put("y/" + std::to_string(id), "v", id).ok());
+  }
+  ASSERT_TRUE(w->SkipEvents(3));
+  for (int64_t id : {1, 2, 3}) {
+    clock_.Advance(seconds(10));
+    auto m = w->Next(milliseconds(10000));
+    ASSERT_TRUE(m) << "lease " << id << " was not revoked at its deadline";
+    ASSERT_EQ(m->events_size(), 1) << m->ShortDebugString();
+    EXPECT_EQ(m->events(0).type(), mvccpb::Event::DELETE);
+    EXPECT_EQ(m->events(0).kv().key(), "y/" + std::to_string(id));
+    EXPECT_FALSE(store_->lessor()->Exists(id));
+    for (int64_t later = id + 1; later <= 3; ++later) {
+      EXPECT_TRUE(store_->lessor()->Exists(later)) << "lease " << later << " went early";
+    }
+  }
 }
 
 }  // namespace

@@ -1,7 +1,15 @@
 // WatchHub: slow consumers, batching and merging, the dispatcher's bound,
 // scale, close.
+//
+// No test here waits for time to pass. "Nothing more arrives" is checked
+// with a fence: a put the reader's watcher sees, after which the next
+// response must be exactly the fence's event (events reach a stream in
+// revision order, so anything still owed to it would come first). Waits for
+// a state are bounded only to catch a failure.
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -17,6 +25,27 @@ namespace {
 using etcdserverpb::WatchCreateRequest;
 using etcdserverpb::WatchResponse;
 using mvccpb::Event;
+
+// Expects r's next response to hold exactly one event, at fence_rev, for
+// watch_id: nothing else was still coming to r before the fence.
+void ExpectFence(TestReader* r, int64_t watch_id, int64_t fence_rev) {
+  auto m = r->Next();
+  ASSERT_TRUE(m.has_value()) << "the fence at revision " << fence_rev << " did not arrive";
+  EXPECT_EQ(m->watch_id(), watch_id) << m->ShortDebugString();
+  ASSERT_EQ(m->events_size(), 1) << "more than the fence: " << m->ShortDebugString();
+  EXPECT_EQ(m->events(0).kv().mod_revision(), fence_rev) << m->ShortDebugString();
+}
+
+// Waits until cond holds; false if it does not within kWait (the bound
+// only catches a failure).
+bool WaitUntil(const std::function<bool()>& cond) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 // ---------------------------------------------------------------------------
 // Slow consumers, scale, close.
@@ -78,7 +107,7 @@ TEST_F(WatchHubTest, StalledStreamIsParkedAndCatchesUpExactlyOnce) {
       break;
     }
   }
-  ExpectQuiet(stalled);
+  ExpectFence(stalled, 0, Put("s/fence", "f"));
   auto stats = hub_->GetStats();
   EXPECT_EQ(stats.unsynced, 0u);
   EXPECT_EQ(stats.synced, 3u);
@@ -100,7 +129,7 @@ TEST_F(WatchHubTest, LaggingReaderGetsLaterRevisionsMergedIntoTheQueuedResponse)
   // The first response went out at once; all later ones waited behind it.
   EXPECT_LE(all.size(), 2u);
   EXPECT_EQ(all.back().header().revision(), revs.back());
-  ExpectQuiet(r);
+  ExpectFence(r, 0, Put("m", "fence"));
 }
 
 // Events are never merged across another response of the same watch id:
@@ -113,9 +142,8 @@ TEST_F(WatchHubTest, MergingStopsAtTheWatchersOtherResponses) {
   req.set_watch_id(7);
   r->stream()->Create(req);  // the Created response stays in flight
   const int64_t rev1 = Put("m", "1");
-  for (int i = 0; i < 1000 && hub_->GetStats().events_sent < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  // The event is queued behind the Created response before the cancel.
+  ASSERT_TRUE(WaitUntil([&] { return hub_->GetStats().events_sent >= 1; }));
   ASSERT_EQ(hub_->GetStats().events_sent, 1u);
   r->stream()->Cancel(7);
   r->stream()->Create(req);
@@ -134,7 +162,7 @@ TEST_F(WatchHubTest, MergingStopsAtTheWatchersOtherResponses) {
   ASSERT_TRUE(e2);
   ASSERT_EQ(e2->events_size(), 1);
   EXPECT_EQ(e2->events(0).kv().mod_revision(), rev2);
-  ExpectQuiet(r);
+  ExpectFence(r, 7, Put("m", "fence"));
 }
 
 // A dispatcher too far behind drops what it queued and parks its synced
@@ -154,7 +182,7 @@ TEST_F(WatchHubTest, DispatcherFarBehindDropsItsQueueAndWatchersCatchUp) {
   hub_->TEST_PauseDispatcher(false);
   auto evs = ReadEvents(r, 0, revs.size());
   EXPECT_EQ(Revs(evs), revs);
-  ExpectQuiet(r);
+  ExpectFence(r, 0, Put("d/fence", "f"));
   const auto stats = hub_->GetStats();
   EXPECT_GT(stats.dropped, 0u);
   EXPECT_GE(stats.parked, 1u);
@@ -181,26 +209,42 @@ TEST_F(WatchHubTest, CatchUpOfTwoWatchersKeepsEachStartRevision) {
   for (int i = 0; i < 3; ++i) r->stream()->Create(CreateReq("unrelated"));  // ids 0-2
   r->stream()->Create(CreateReq("k", "", 2));                             // id 3
   r->stream()->Create(CreateReq("k", "", 60));                            // id 4
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(hub_->GetStats().unsynced, 2u);
+  // A probe created after them, on a stream with room, catches up: the
+  // syncer pass that serves it went over both and, their stream being
+  // full, served neither.
+  TestReader* probe = NewReader();
+  probe->stream()->Create(CreateReq("k", "", 81));
+  ExpectCreated(probe, 0);
+  EXPECT_EQ(Revs(ReadEvents(probe, 0, 1)), std::vector<int64_t>{81});
+  const auto stats = hub_->GetStats();
+  EXPECT_EQ(stats.unsynced, 2u) << "a watcher of the full stream was caught up";
+  EXPECT_EQ(stats.events_sent, 1u) << "events were queued on the full stream";
   r->Resume();
   r->DrainBurst();  // both now have room in the same pass
 
+  // Everything up to a fence put after the catch-up: each watcher's events
+  // end with the fence's, and nothing else comes before it.
   std::map<int64_t, std::vector<int64_t>> got;
-  size_t n = 0;
-  while (n < 80 + 22) {
-    auto m = r->Next(std::chrono::milliseconds(3000));
-    if (!m) break;
-    for (const auto& e : m->events()) {
-      got[m->watch_id()].push_back(e.kv().mod_revision());
-      ++n;
+  auto read = [&](size_t events) {
+    for (size_t n = 0; n < events;) {
+      auto m = r->Next();
+      if (!m) return false;
+      for (const auto& e : m->events()) {
+        got[m->watch_id()].push_back(e.kv().mod_revision());
+        ++n;
+      }
     }
-  }
-  while (auto extra = r->Next(kQuiet)) {
-    for (const auto& e : extra->events()) got[extra->watch_id()].push_back(e.kv().mod_revision());
-  }
-  EXPECT_EQ(got[3], Range(2, 81));
-  EXPECT_EQ(got[4], Range(60, 81)) << "watcher 4 started at 60";
+    return true;
+  };
+  ASSERT_TRUE(read(80 + 22)) << got[3].size() << " and " << got[4].size() << " events";
+  const int64_t fence = Put("k", "fence");
+  ASSERT_TRUE(read(2)) << "the fence did not arrive";
+  std::vector<int64_t> want3 = Range(2, 81), want4 = Range(60, 81);
+  want3.push_back(fence);
+  want4.push_back(fence);
+  EXPECT_EQ(got[3], want3);
+  EXPECT_EQ(got[4], want4) << "watcher 4 started at 60";
 }
 
 TEST_F(WatchHubTest, ThousandSingleKeyWatchersGetExactlyTheirEvents) {
@@ -250,10 +294,15 @@ TEST_F(WatchHubTest, ThousandSingleKeyWatchersGetExactlyTheirEvents) {
     const int first = s * kPerStream;
     EXPECT_EQ(got[kPerStream], (std::vector<int64_t>{revs[first], revs[n + first]}));
   }
-  std::this_thread::sleep_for(kQuiet);
-  for (TestReader* r : readers) {
-    auto extra = r->Next(std::chrono::milliseconds(0));
-    EXPECT_FALSE(extra.has_value()) << extra->ShortDebugString();
+  // A fence per stream, under its range watcher's prefix (and no other
+  // watcher's): the next response of each stream is its fence.
+  std::vector<int64_t> fences;
+  for (int s = 0; s < kStreams; ++s) {
+    fences.push_back(Put("m/" + std::to_string(s * kPerStream) + "/fence", "f"));
+  }
+  for (int s = 0; s < kStreams; ++s) {
+    SCOPED_TRACE("stream " + std::to_string(s));
+    ExpectFence(readers[s], kPerStream, fences[s]);
   }
 }
 
