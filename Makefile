@@ -78,6 +78,8 @@ sanitize-address: deps
 FUZZ_SECONDS ?= 60
 FUZZERS      := request continue_token index_extractor bbolt_reader config_file etcd_wal go_unmarshal
 fuzz: deps
+	@command -v clang++ >/dev/null || \
+	  { echo "make fuzz: clang++ is missing (scripts/deps.sh installs Debian's clang)" >&2; exit 1; }
 	cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCAPSTAN_FUZZ=ON \
 	  '-DCAPSTAN_SANITIZE=address;undefined' -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
@@ -97,9 +99,14 @@ fuzz: deps
 
 # A long mixed-load run (default 1 h) sampling RSS, open files and latency
 # (SOAK_SECONDS=600 make soak), then the crash test with CRASH_KILLS kills.
-# Not part of make test.
+# Not part of make test. The tools scripts/soak.sh calls are installed (or
+# found missing) before the hour starts, not when its plot is drawn.
 CRASH_KILLS ?= 60
+SOAK_TOOLS  := curl jq bc gnuplot python3
 soak: build
+	@./scripts/deps.sh soak
+	@for t in $(SOAK_TOOLS); do command -v $$t >/dev/null || \
+	  { echo "make soak: $$t is missing (scripts/deps.sh soak installs it)" >&2; exit 1; }; done
 	./scripts/soak.sh $(BUILD_DIR)
 	CAPSTAN_CRASH_KILLS=$(CRASH_KILLS) $(BUILD_DIR)/tests/crash_test
 
