@@ -12,8 +12,9 @@
 // reasons at the end.
 //
 // A test that cannot run in an opt-in mode chosen by whoever runs it (such
-// as CAPSTAN_DIFF_BOTH_ETCD, etcd on both sides of a differential test)
-// still says so with GTEST_SKIP(): CI sets no such mode.
+// as CAPSTAN_DIFF_BOTH_ETCD, etcd on both sides of a differential test) is
+// skipped with CAPSTAN_SKIP_IN_MODE(reason), in CI too: nothing is missing,
+// and CI sets no such mode.
 //
 // Header-only, needing only GoogleTest, so that the unit tests of any folder
 // can use it without linking the test harness (capstan_testing).
@@ -102,5 +103,9 @@ inline std::string CiMissingReferenceMessage(const std::string& reason) {
       CAPSTAN_REFERENCE_MISSING(capstan_reference_missing_);                          \
     }                                                                                 \
   } while (0)
+
+// Skips the current test, in CI too, because of an opt-in mode of the run
+// (not a missing reference): `reason` names the mode.
+#define CAPSTAN_SKIP_IN_MODE(reason) GTEST_SKIP() << (reason)
 
 #endif  // CAPSTAN_TESTS_REFERENCE_H_
