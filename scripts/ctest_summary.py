@@ -10,10 +10,15 @@ The reason of a skip is what the test printed: GoogleTest's message after
 "Skipped" (GTEST_SKIP, CAPSTAN_REQUIRE_REFERENCE in tests/reference.h), or
 the last line a script printed before exiting with its SKIP_RETURN_CODE.
 
-Usage: scripts/ctest_summary.py JUNIT_XML   (always exits 0; a missing or
+Under CI=true a skipped test makes this script exit 1, so that `make test`
+fails: tests/reference.h already turns a missing reference into a failure
+there, and this catches a skip that does not go through it.
+
+Usage: scripts/ctest_summary.py JUNIT_XML   (exits 0 otherwise; a missing or
 unreadable report is said, not fatal: ctest's own exit status decides)
 """
 import collections
+import os
 import sys
 import xml.etree.ElementTree as ET
 
@@ -79,6 +84,9 @@ def main():
         print(f'ctest summary: {len(retried)} test(s) needed a retry inside a ctest test:')
         for line, name in retried.items():
             print(f'  {name}: {line}')
+    if n_skipped and os.environ.get('CI', '') in ('true', 'TRUE', 'True', '1'):
+        print('ctest summary: CI=true: a skipped test fails the run')
+        return 1
     return 0
 
 

@@ -13,8 +13,8 @@
 //
 // A test that cannot run in an opt-in mode chosen by whoever runs it (such
 // as CAPSTAN_DIFF_BOTH_ETCD, etcd on both sides of a differential test) is
-// skipped with CAPSTAN_SKIP_IN_MODE(reason), in CI too: nothing is missing,
-// and CI sets no such mode.
+// skipped with CAPSTAN_SKIP_IN_MODE(reason), in CI too: nothing is missing.
+// (CI sets no such mode; `make test` under CI=true fails on any skip.)
 //
 // Header-only, needing only GoogleTest, so that the unit tests of any folder
 // can use it without linking the test harness (capstan_testing).
