@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs this build to a temporary prefix, builds an example against the
 # installed package and runs it: the acceptance test of libcapstan's
-# packaging. Exits 77 (skipped) for the Go example when `go` is missing.
+# packaging. For the Go example without `go`: exits 77 (ctest's skip), or
+# 1 under CI=true, where a missing reference fails the test.
 #
 #   install_test.sh cpp|go BUILD_DIR SOURCE_DIR
 set -eu
@@ -11,7 +12,14 @@ src=$(cd "$3" && pwd)
 work="$build/embed-install-$mode"
 
 if [ "$mode" = go ] && ! command -v go >/dev/null 2>&1; then
-  echo "go is not installed: skipping the Go example"
+  case "${CI:-}" in
+    true|TRUE|True|1)
+      echo "missing test reference: go (Debian golang-go) not found in \$PATH" \
+        "(CI=true: a missing reference fails the test; scripts/deps.sh installs it)" >&2
+      exit 1
+      ;;
+  esac
+  echo "go (Debian golang-go) not found in \$PATH: skipping the Go example"
   exit 77
 fi
 

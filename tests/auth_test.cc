@@ -44,10 +44,9 @@ std::string StripLogs(const std::string& s) {
 class AuthE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!IsExecutable(EtcdBinary()) || !IsExecutable(EtcdctlBinary()) ||
-        !IsExecutable(CapstanBinary())) {
-      GTEST_SKIP() << "needs etcd, etcdctl and capstan";
-    }
+    CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+    CAPSTAN_REQUIRE_REFERENCE("etcdctl", EtcdctlBinary());
+    CAPSTAN_REQUIRE_REFERENCE("capstan", CapstanBinary());
     auto etcd = ServerProcess::Start(ServerOptions::Etcd());
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = std::move(*etcd);

@@ -32,10 +32,9 @@ using etcdserverpb::KV;
 class AuthTokenTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!IsExecutable(EtcdBinary()) || !IsExecutable(EtcdctlBinary()) ||
-        !IsExecutable(CapstanBinary())) {
-      GTEST_SKIP() << "needs etcd, etcdctl and capstan";
-    }
+    CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+    CAPSTAN_REQUIRE_REFERENCE("etcdctl", EtcdctlBinary());
+    CAPSTAN_REQUIRE_REFERENCE("capstan", CapstanBinary());
   }
 
   void StartBoth(const std::vector<std::string>& flags) {

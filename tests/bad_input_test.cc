@@ -327,7 +327,9 @@ class BadInputTest : public ::testing::Test {
     etcd_ = capstan_ = nullptr;
   }
   void SetUp() override {
-    if (etcd_ == nullptr) GTEST_SKIP() << "real etcd not found at " << EtcdBinary();
+    CAPSTAN_REQUIRE_REFERENCE("real etcd", EtcdBinary());
+    // Not a skip: the servers failed to start (the suite set-up says why).
+    ASSERT_TRUE(etcd_ != nullptr && capstan_ != nullptr) << "the servers did not start";
   }
 
   // Both servers still answer a write and a read.
@@ -648,7 +650,7 @@ TEST_F(BadInputTest, StreamedMessagesThatDoNotDecode) {
 // time: with a limit of 2, a third watch stream on the same connection is
 // not started until one of the first two ends. The same on both servers.
 TEST(MaxConcurrentStreamsTest, ThirdStreamWaitsForASlot) {
-  if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "real etcd not found at " << EtcdBinary();
+  CAPSTAN_REQUIRE_REFERENCE("real etcd", EtcdBinary());
   for (ServerOptions o : {ServerOptions::Etcd(), ServerOptions::Capstan()}) {
     o.extra_args = {"--max-concurrent-streams", "2"};
     auto started = ServerProcess::Start(o);

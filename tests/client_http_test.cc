@@ -60,8 +60,7 @@ grpc::Status GrpcPut(const ServerProcess& server, const std::string& key,
 }
 
 // The cases that compare with etcd need it; the others run without.
-#define REQUIRE_ETCD()                                                                   \
-  if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "etcd not found at " << EtcdBinary()
+#define REQUIRE_ETCD() CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary())
 
 // etcd's DNS-rebinding check: on a plain-http client URL, a Host outside
 // --host-whitelist gets 421 and etcd's explanation, on both servers alike.
@@ -257,7 +256,10 @@ TEST_F(ClientHttpTest, ConnectionCaps) {
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);
   nofile.rlim_cur = nofile.rlim_max;
   setrlimit(RLIMIT_NOFILE, &nofile);
-  if (nofile.rlim_cur < 2000) GTEST_SKIP() << "open file limit " << nofile.rlim_cur;
+  if (nofile.rlim_cur < 2000) {
+    CAPSTAN_REFERENCE_MISSING(absl::StrCat("an open file limit of 2000 (the hard limit is ",
+                                           nofile.rlim_cur, ")"));
+  }
   auto server = ServerProcess::Start(Options(ServerFlavor::kCapstan, {}));
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->client_port();

@@ -276,10 +276,9 @@ void DiffTest::SetUpTestSuite() {
   error_.clear();
   resync_failed_ = false;
   resynced_ = false;
-  if (!IsExecutable(EtcdBinary())) {
-    skip_reason_ = absl::StrCat("real etcd not found at '", EtcdBinary(),
-                                "' (install etcd-server or set CAPSTAN_ETCD_BINARY): "
-                                "differential tests skipped");
+  skip_reason_ = MissingReference("real etcd", EtcdBinary());
+  if (!skip_reason_.empty()) {
+    absl::StrAppend(&skip_reason_, " (install etcd-server or set CAPSTAN_ETCD_BINARY)");
     return;
   }
   // Both servers get the same member name, so that names compare equal,
@@ -356,7 +355,7 @@ void DiffTest::TearDownTestSuite() {
 }
 
 void DiffTest::SetUp() {
-  if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  if (!skip_reason_.empty()) CAPSTAN_REFERENCE_MISSING(skip_reason_);
   ASSERT_TRUE(error_.empty()) << error_;
   ASSERT_TRUE(etcd_ != nullptr && capstan_ != nullptr);
   ASSERT_TRUE(etcd_->running()) << "etcd is gone; log tail:\n" << etcd_->ReadLog(4000);

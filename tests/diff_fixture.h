@@ -311,7 +311,8 @@ class DiffTest : public ::testing::Test {
   static std::unique_ptr<ServerProcess> capstan_;
   static std::unique_ptr<ServerStubs> etcd_stubs_;
   static std::unique_ptr<ServerStubs> capstan_stubs_;
-  // Why the suite can't run: skip_reason_ skips, error_ fails every test.
+  // Why the suite can't run: skip_reason_ (a missing reference) skips every
+  // test, or fails it in CI (reference.h); error_ fails every test.
   static std::string skip_reason_;
   static std::string error_;
   static int sequence_;

@@ -513,7 +513,7 @@ class DiffWatchFlagsServers : public ::testing::Test {
 
  protected:
   void SetUp() override {
-    if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "no etcd at " << EtcdBinary();
+    CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
     ASSERT_TRUE(error_.empty()) << error_;
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     prefix_ = absl::StrFormat("/watch-flags/%02d-%s/", ++sequence_, info->name());

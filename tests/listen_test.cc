@@ -13,7 +13,7 @@ namespace {
 class ListenTest : public ::testing::TestWithParam<ServerFlavor> {
  protected:
   void SetUp() override {
-    if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "etcd not found at " << EtcdBinary();
+    CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
   }
 };
 

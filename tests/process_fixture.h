@@ -17,7 +17,10 @@
 // Environment:
 //   CAPSTAN_BINARY          path of the capstan binary; overrides the path
 //                           compiled in from the CMake target `capstan`.
-//   CAPSTAN_ETCD_BINARY     path of the etcd binary (default /usr/bin/etcd).
+//   CAPSTAN_ETCD_BINARY     path of the etcd binary (default /usr/bin/etcd);
+//                           a path with no etcd hides the reference (tests
+//                           that need it skip, or fail under CI=true:
+//                           reference.h).
 //   CAPSTAN_ETCDCTL_BINARY  path of etcdctl (default /usr/bin/etcdctl).
 //   CAPSTAN_KEEP_TEST_DIRS  if set to a non-empty value, temp dirs are kept
 //                           (their paths are printed) for post-mortems.
@@ -39,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
+#include "reference.h"  // CAPSTAN_REQUIRE_REFERENCE: a missing etcd skips, or fails in CI
 
 namespace capstan::testing {
 

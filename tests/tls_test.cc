@@ -123,10 +123,9 @@ class TlsTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!IsExecutable(EtcdBinary()) || !IsExecutable(EtcdctlBinary()) ||
-        !IsExecutable(CapstanBinary())) {
-      GTEST_SKIP() << "needs etcd, etcdctl and capstan";
-    }
+    CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+    CAPSTAN_REQUIRE_REFERENCE("etcdctl", EtcdctlBinary());
+    CAPSTAN_REQUIRE_REFERENCE("capstan", CapstanBinary());
   }
 
   static std::string Cert(const std::string& name) { return certs_->path() + "/" + name; }
@@ -349,7 +348,7 @@ TEST_F(TlsTest, AllowedHostname) {
 }
 
 TEST_F(TlsTest, TlsVersionAndCipherFlags) {
-  if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
+  CAPSTAN_REQUIRE_REFERENCE("openssl", "/usr/bin/openssl");
   // The default range and an explicit TLS1.3 maximum: TLS1.2 and TLS1.3
   // clients both connect.
   // --cipher-suites narrows the TLS1.2 suites.
@@ -423,7 +422,7 @@ TEST_F(TlsTest, TlsVersionAndCipherFlags) {
 // also refuse a client certificate naming addresses that are not the
 // client's (etcd's checkSAN).
 TEST_F(TlsTest, HttpsMetricsUseTheClientTlsSettings) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth(MutualTlsFlags());
   for (const std::string path : {"/metrics", "/health"}) {
     SCOPED_TRACE(path);
@@ -456,7 +455,7 @@ TEST_F(TlsTest, HttpsMetricsUseTheClientTlsSettings) {
 }
 
 TEST_F(TlsTest, HttpsMetricsWithoutClientCertificateAuth) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth({"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key")});
   for (const std::string client : {"", "root", "foreign", "expired", "revoked", "farip"}) {
     EXPECT_EQ(BothMetrics(client, "/metrics"), "200") << client;
@@ -465,9 +464,8 @@ TEST_F(TlsTest, HttpsMetricsWithoutClientCertificateAuth) {
 }
 
 TEST_F(TlsTest, HttpsMetricsAllowedHostnameAndCipherSuites) {
-  if (!IsExecutable("/usr/bin/curl") || !IsExecutable("/usr/bin/openssl")) {
-    GTEST_SKIP() << "needs curl and openssl";
-  }
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
+  CAPSTAN_REQUIRE_REFERENCE("openssl", "/usr/bin/openssl");
   for (const std::string host : {"localhost", "example.com"}) {
     SCOPED_TRACE(host);
     std::vector<std::string> flags = MutualTlsFlags();
@@ -487,7 +485,7 @@ TEST_F(TlsTest, HttpsMetricsAllowedHostnameAndCipherSuites) {
 
 // --auto-tls's self-signed certificate serves the metrics URLs too.
 TEST_F(TlsTest, HttpsMetricsWithAutoTls) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth({"--auto-tls"});
   EXPECT_EQ(BothMetrics("", "/health", ""), "200");
   EXPECT_EQ(BothMetrics("", "/health", "ca"), "000");
@@ -521,7 +519,7 @@ TEST_F(TlsTest, HttpsMetricsNeedACertificate) {
 // As in etcd, a trusted CA alone (without --client-cert-auth) makes TLS
 // listeners require a verified client certificate.
 TEST_F(TlsTest, TrustedCaAloneRequiresClientCertificates) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth({"--cert-file=" + Cert("server.pem"), "--key-file=" + Cert("server.key"),
              "--trusted-ca-file=" + Cert("ca.pem")});
   EXPECT_EQ(Both("root", {"put", "k", "v"}).out, "OK\n");
@@ -563,7 +561,7 @@ TEST_F(TlsTest, CrlRevokesBySerialAndIsReadAtEveryHandshake) {
 // /health and /metrics. curl offers HTTP/1.1 and HTTP/2 (etcd picks HTTP/2,
 // Capstan HTTP/1.1); etcdctl's gRPC goes on working on the port.
 TEST_F(TlsTest, HttpOnHttpsClientUrls) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth(MutualTlsFlags());
   auto both = [&](const std::string& client, const std::string& path, const std::string& post,
                   std::string* etcd_body, std::string* capstan_body) {
@@ -605,7 +603,7 @@ TEST_F(TlsTest, HttpOnHttpsClientUrls) {
 // self-signed pair: client certificates are then neither required nor
 // checked, whatever --client-cert-auth and --trusted-ca-file say.
 TEST_F(TlsTest, AutoTlsDropsClientCertificateAuth) {
-  if (!IsExecutable("/usr/bin/curl")) GTEST_SKIP() << "needs curl";
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
   StartBoth({"--auto-tls", "--client-cert-auth", "--trusted-ca-file=" + Cert("ca.pem"),
              "--client-crl-file=" + Cert("crl.pem")});
   for (const std::string client : {"", "root", "revoked", "foreign"}) {
@@ -632,7 +630,7 @@ TEST_F(TlsTest, AutoTlsDropsClientCertificateAuth) {
 // https metrics URLs enforce the TLS version limits, as the client URLs do
 // (TlsVersionAndCipherFlags). etcd 3.4 has neither flag: capstan alone.
 TEST_F(TlsTest, HttpsMetricsEnforceTlsVersions) {
-  if (!IsExecutable("/usr/bin/openssl")) GTEST_SKIP() << "needs openssl";
+  CAPSTAN_REQUIRE_REFERENCE("openssl", "/usr/bin/openssl");
   for (const std::string flag : {"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}) {
     SCOPED_TRACE(flag);
     const int port = PickFreePort();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/reference.h"
 
 namespace capstan::util {
 namespace {
@@ -128,7 +129,7 @@ TEST(GoSortTest, SortsAscendingAndDescending) {
 }
 
 TEST(GoSortTest, LeavesEqualElementsWhereGoDoes) {
-  if (system("command -v go >/dev/null 2>&1") != 0) GTEST_SKIP() << "go is not installed";
+  CAPSTAN_REQUIRE_REFERENCE("go (Debian golang-go)", ::capstan::testing::FindInPath("go"));
   char dir_template[] = "/tmp/capstan-gosort-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;

@@ -430,7 +430,9 @@ class BboltReaderEtcd : public ::testing::Test {
     range_ = nullptr;
   }
   void SetUp() override {
-    if (dir_ == nullptr) GTEST_SKIP() << "/usr/bin/etcd and /usr/bin/etcdctl are needed";
+    CAPSTAN_REQUIRE_REFERENCE("etcd", testing::EtcdBinary());
+    CAPSTAN_REQUIRE_REFERENCE("etcdctl", testing::EtcdctlBinary());
+    ASSERT_NE(dir_, nullptr);
   }
 
   static Etcd* etcd_;  // stopped after set-up; its data dir lives until tear-down
