@@ -78,9 +78,12 @@ class Completions {
   int outstanding_ = 0;
 };
 
+// The kinds of write the model makes.
+enum class WriteKind { kPut, kDeleteRange, kTxn, kCompact };
+
 // A write, its expected outcome and, once submitted, its actual outcome.
 struct PendingWrite {
-  WriteRequest::Kind kind = WriteRequest::Kind::kPut;
+  WriteKind kind = WriteKind::kPut;
   std::string description;
   std::unique_ptr<google::protobuf::Message> request;
   std::unique_ptr<google::protobuf::Message> response;
@@ -89,6 +92,25 @@ struct PendingWrite {
   DeleteExpectation del;
   TxnExpectation txn;
   CompactExpectation compact;
+
+  // The write as the store takes it.
+  WriteOp Op() const {
+    switch (kind) {
+      case WriteKind::kPut:
+        return PutOp{static_cast<const PutRequest*>(request.get()),
+                     static_cast<PutResponse*>(response.get())};
+      case WriteKind::kDeleteRange:
+        return DeleteRangeOp{static_cast<const DeleteRangeRequest*>(request.get()),
+                             static_cast<DeleteRangeResponse*>(response.get())};
+      case WriteKind::kTxn:
+        return TxnOp{static_cast<const TxnRequest*>(request.get()),
+                     static_cast<TxnResponse*>(response.get())};
+      case WriteKind::kCompact:
+        break;
+    }
+    return CompactOp{static_cast<const CompactionRequest*>(request.get()),
+                     static_cast<CompactionResponse*>(response.get())};
+  }
 };
 
 class ModelHarness {
@@ -191,14 +213,14 @@ class ModelHarness {
       auto req = std::make_unique<PutRequest>(gen_.Put(model_, bad));
       w->description = "put " + req->ShortDebugString();
       w->put = ModelPut(&model_, *req);
-      w->kind = WriteRequest::Kind::kPut;
+      w->kind = WriteKind::kPut;
       w->request = std::move(req);
       w->response = std::make_unique<PutResponse>();
     } else if (dice < 60) {
       auto req = std::make_unique<DeleteRangeRequest>(gen_.Delete(bad));
       w->description = "delete " + req->ShortDebugString();
       w->del = ModelDelete(&model_, *req);
-      w->kind = WriteRequest::Kind::kDeleteRange;
+      w->kind = WriteKind::kDeleteRange;
       w->request = std::move(req);
       w->response = std::make_unique<DeleteRangeResponse>();
     } else if (dice < 97) {
@@ -213,14 +235,14 @@ class ModelHarness {
       }
       w->description = "txn " + req->ShortDebugString();
       w->txn = ModelTxn(&model_, *req, store_->options().max_txn_ops);
-      w->kind = WriteRequest::Kind::kTxn;
+      w->kind = WriteKind::kTxn;
       w->request = std::move(req);
       w->response = std::make_unique<TxnResponse>();
     } else {
       auto req = std::make_unique<CompactionRequest>(CompactRequest());
       w->description = "compact " + req->ShortDebugString();
       w->compact = ModelCompact(&model_, *req);
-      w->kind = WriteRequest::Kind::kCompact;
+      w->kind = WriteKind::kCompact;
       w->request = std::move(req);
       w->response = std::make_unique<CompactionResponse>();
     }
@@ -255,7 +277,7 @@ class ModelHarness {
     Completions done;
     for (auto& w : writes) {
       Note(w->description.substr(0, 600));
-      store_->Submit({w->kind, w->request.get(), w->response.get(), done.Slot(&w->status)});
+      store_->Submit({w->Op(), done.Slot(&w->status)});
     }
     done.Wait();
     for (size_t i = 0; i < writes.size(); ++i) CheckWrite(*writes[i], absl::StrCat("write ", i));
@@ -266,7 +288,7 @@ class ModelHarness {
     ++stats_.writes;
     if (!w.status.ok()) ++stats_.failed_writes;
     switch (w.kind) {
-      case WriteRequest::Kind::kPut: {
+      case WriteKind::kPut: {
         ExpectStatus(w.status, w.put.error, ctx);
         if (!w.status.ok() || w.put.error) return;
         const auto& resp = static_cast<const PutResponse&>(*w.response);
@@ -277,7 +299,7 @@ class ModelHarness {
         }
         break;
       }
-      case WriteRequest::Kind::kDeleteRange: {
+      case WriteKind::kDeleteRange: {
         ExpectStatus(w.status, w.del.error, ctx);
         if (!w.status.ok() || w.del.error) return;
         const auto& resp = static_cast<const DeleteRangeResponse&>(*w.response);
@@ -289,7 +311,7 @@ class ModelHarness {
         }
         break;
       }
-      case WriteRequest::Kind::kTxn: {
+      case WriteKind::kTxn: {
         ++stats_.txns;
         ExpectStatus(w.status, w.txn.error, ctx);
         if (!w.status.ok() || w.txn.error) return;
@@ -298,7 +320,7 @@ class ModelHarness {
         CheckTxn(w.txn, resp, true, ctx);
         break;
       }
-      case WriteRequest::Kind::kCompact: {
+      case WriteKind::kCompact: {
         ExpectStatus(w.status, w.compact.error, ctx);
         if (!w.status.ok() || w.compact.error) return;
         ++stats_.compactions;

@@ -212,7 +212,7 @@ class Burst {
 class AuthBurstTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!IsExecutable(CapstanBinary())) GTEST_SKIP() << "needs capstan";
+    CAPSTAN_REQUIRE_REFERENCE("capstan", CapstanBinary());
   }
 
   // capstan with auth on (root / kRootPassword) and bcrypt at `cost`.
@@ -231,7 +231,7 @@ class AuthBurstTest : public ::testing::Test {
 // What real etcd answers an Authenticate with a wrong password, compared to
 // the text the burst expects.
 TEST_F(AuthBurstTest, WrongPasswordAnswerIsEtcds) {
-  if (!IsExecutable(EtcdBinary())) GTEST_SKIP() << "needs etcd";
+  CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
   auto etcd = ServerProcess::Start(ServerOptions::Etcd());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   ASSERT_NO_FATAL_FAILURE(EnableAuth(**etcd));
