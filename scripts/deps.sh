@@ -14,7 +14,7 @@ packages=(
   python3                 # source checks (check_layers) and make test's summary of skips
   etcd-server etcd-client curl openssl golang-go  # the tests' references
   golang-etcd-server-dev  # etcd's sources: its e2e suite (tests/etcd_e2e)
-  clang                   # make fuzz (libFuzzer)
+  clang                   # make fuzz (libFuzzer), the thread-safety check in make test
   jq                      # make soak, bench scripts
 )
 for group in "$@"; do
