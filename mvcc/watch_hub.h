@@ -139,8 +139,8 @@ class WatchHub {
   // of a previous value), "WatchHub::Notify:BeforeDispatchLock" (Notify is
   // about to take mu_ to deliver on the committer's thread),
   // "WatchStream::Create:AfterStoreRev" (Create has read the store's
-  // revision and is about to take mu_). The hook may block; it runs with no
-  // lock of the hub's held, except what the point names.
+  // revision and is about to take mu_). The hook may block; it runs with
+  // none of the hub's locks held.
   void TEST_SetSyncPoint(std::function<void(std::string_view point)> hook)
       ABSL_LOCKS_EXCLUDED(test_mu_);
 
