@@ -6,53 +6,54 @@
 #define CAPSTAN_EMBED_WAKEUP_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "util/mutex.h"
 
 namespace capstan::embed {
 
-// Thread safety: every method may be called from any thread. Its mutex is
-// a leaf lock (producers notify while holding their own locks).
+// Thread safety: every method may be called from any thread.
 class Wakeup {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Something may be ready: the next (or current) Wait returns.
-  void Notify() {
-    std::lock_guard<std::mutex> l(mu_);
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
     notified_ = true;
-    cv_.notify_all();
   }
 
   // Waits for a Notify since the last Wait, or Close, until deadline.
   // Returns false on timeout or once closed.
-  bool Wait(Clock::time_point deadline) {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait_until(l, deadline, [&] { return notified_ || closed_; });
+  bool Wait(Clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
+    auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return notified_ || closed_; };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), absl::FromChrono(deadline - Clock::now()));
     if (closed_ || !notified_) return false;
     notified_ = false;
     return true;
   }
 
   // Ends every Wait for good.
-  void Close() {
-    std::lock_guard<std::mutex> l(mu_);
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
     closed_ = true;
-    cv_.notify_all();
   }
 
-  bool closed() {
-    std::lock_guard<std::mutex> l(mu_);
+  bool closed() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
     return closed_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool notified_ = false;
-  bool closed_ = false;
+  // A leaf lock: producers notify while holding their own locks. Wait
+  // waits on a condition over the flags, so setting one under it wakes.
+  util::Mutex mu_;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The consumer side of one watch: its Wakeup and, for a callback watch, the
@@ -62,21 +63,28 @@ class WatchConsumer {
   Wakeup wakeup;
 
   // Runs loop on the watch's own thread. REQUIRES: called at most once.
-  void StartThread(std::function<void()> loop) { thread_ = std::thread(std::move(loop)); }
+  void StartThread(std::function<void()> loop) ABSL_LOCKS_EXCLUDED(stop_mu_) {
+    util::MutexLock l(&stop_mu_);
+    thread_ = std::thread(std::move(loop));
+  }
 
   // Ends every wait, waits for the thread, then runs detach (which
   // unhooks the watch from its producer). Concurrent calls run one after
   // the other. REQUIRES: not called from the thread.
-  void Stop(const std::function<void()>& detach) {
-    std::lock_guard<std::mutex> l(stop_mu_);
+  void Stop(const std::function<void()>& detach) ABSL_LOCKS_EXCLUDED(stop_mu_) {
+    util::MutexLock l(&stop_mu_);
     wakeup.Close();
     if (thread_.joinable()) thread_.join();
     detach();
   }
 
  private:
-  std::mutex stop_mu_;
-  std::thread thread_;
+  // Held across Stop on purpose, join and detach included: a second Stop
+  // returns only once the watch is stopped. Lock order: before the
+  // wakeup's lock and whatever detach takes; the watch's thread never
+  // takes it.
+  util::Mutex stop_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(stop_mu_);
 };
 
 // The deadline timeout from now, without overflow for huge timeouts.

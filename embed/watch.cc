@@ -2,8 +2,8 @@
 // with Next or pushed to a callback on the watch's own thread.
 
 #include <deque>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "capstan/capstan.h"
 #include "embed/convert.h"
 #include "embed/store_impl.h"
@@ -12,6 +12,7 @@
 #include "membership/member.h"
 #include "mvcc/errors.h"
 #include "mvcc/watch_hub.h"
+#include "util/mutex.h"
 
 namespace capstan {
 
@@ -24,8 +25,9 @@ struct Watch::Impl {
   int64_t watch_id = 0;
   embed::WatchConsumer consumer;
   embed::Wakeup& wakeup = consumer.wakeup;
-  std::mutex inbox_mu;  // a leaf lock, taken under the stream's lock by deliver
-  std::deque<std::string> inbox;
+  // A leaf lock, taken under the hub stream's lock by deliver.
+  util::Mutex inbox_mu;
+  std::deque<std::string> inbox ABSL_GUARDED_BY(inbox_mu);
   std::optional<WatchBatch> ended;  // the end batch, returned again by Next
   WatchCallback callback;
 
@@ -37,8 +39,8 @@ struct Watch::Impl {
     });
   }
 
-  bool TakeInbox(std::string* msg) {
-    std::lock_guard<std::mutex> l(inbox_mu);
+  bool TakeInbox(std::string* msg) ABSL_LOCKS_EXCLUDED(inbox_mu) {
+    util::MutexLock l(&inbox_mu);
     if (inbox.empty()) return false;
     *msg = std::move(inbox.front());
     inbox.pop_front();
@@ -120,7 +122,7 @@ Result<std::unique_ptr<Watch>> Store::Watch(std::string_view key, const WatchOpt
   capstan::Watch::Impl* w = impl.get();
   impl->stream->SetDeliver([w](std::string msg) {
     {
-      std::lock_guard<std::mutex> l(w->inbox_mu);
+      util::MutexLock l(&w->inbox_mu);
       w->inbox.push_back(std::move(msg));
     }
     w->wakeup.Notify();

@@ -29,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +42,7 @@
 #include "index/key_index.h"
 #include "index/revision.h"
 #include "index/tree_node.h"
+#include "util/mutex.h"
 
 namespace capstan::index {
 
@@ -160,17 +160,6 @@ class TreeIndex {
   uint64_t epoch_ = 1;  // objects stamped with it are unpublished
   WriteStats stats_;
 
-  // A std::mutex rather than absl::Mutex: ThreadSanitizer sees the former
-  // (pthread interceptors) but not Debian's uninstrumented absl::Mutex.
-  class ABSL_LOCKABLE RootMutex {
-   public:
-    void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
-    void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-
-   private:
-    std::mutex mu_;
-  };
-
   // Gives up the tree's reference to `e`, which the writer has just replaced
   // or erased: at once if no published version can reach it, else once the
   // published versions that may are gone.
@@ -183,7 +172,7 @@ class TreeIndex {
 
   // Lock order: mu_ is a leaf lock, held only to copy or swap the published
   // version; nothing is freed or called out under it.
-  mutable RootMutex mu_;
+  mutable util::Mutex mu_;
   internal::VersionRef published_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -73,7 +73,7 @@ Node* CloneNode(const Node* n, uint64_t epoch) {
 
 Version* PublishVersion(const std::shared_ptr<VersionChain>& chain, NodeRef root, size_t size) {
   Version* v = new Version(std::move(root), size, chain);
-  std::lock_guard<std::mutex> l(chain->mu);
+  util::MutexLock l(&chain->mu);
   if (chain->newest != nullptr) {
     chain->newest->newer = v;
   } else {
@@ -92,7 +92,7 @@ void Unref(Version* v) {
   Version* reclaim = nullptr;  // a run of dead versions, oldest first
   Version* last = nullptr;
   {
-    std::lock_guard<std::mutex> l(chain->mu);
+    util::MutexLock l(&chain->mu);
     v->dead = true;
     while (chain->oldest != nullptr && chain->oldest->dead) {
       Version* d = chain->oldest;

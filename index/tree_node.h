@@ -28,13 +28,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "index/key_index.h"
+#include "util/mutex.h"
 
 namespace capstan::index::internal {
 
@@ -212,7 +213,9 @@ struct Version {
   // TreeIndex holds a reference; read once the version is dead.
   std::vector<Entry*> retired;
   const std::shared_ptr<VersionChain> chain;
-  // Guarded by chain->mu.
+  // Guarded by chain->mu. (Not ABSL_GUARDED_BY: the versions of a chain
+  // are reached through each other, v->newer->..., a path the analysis
+  // cannot equate with the chain->mu that PublishVersion and Unref hold.)
   Version* newer = nullptr;
   bool dead = false;
 };
@@ -221,11 +224,11 @@ struct Version {
 // are released. Shared by the TreeIndex and its versions, so that snapshots
 // may outlive the index.
 struct VersionChain {
-  // A std::mutex: ThreadSanitizer sees it (Debian's absl::Mutex is not
-  // instrumented). A leaf lock: nothing is freed or called out under it.
-  std::mutex mu;
-  Version* oldest = nullptr;
-  Version* newest = nullptr;
+  // A leaf lock: nothing is freed or called out under it. It also guards
+  // each version's newer and dead.
+  util::Mutex mu;
+  Version* oldest ABSL_GUARDED_BY(mu) = nullptr;
+  Version* newest ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 // Links a new version (one reference, owned by the caller) after the newest.

@@ -7,6 +7,7 @@
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
 #include "mvcc/watch_hub_watcher.h"
+#include "util/check.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
 
@@ -76,9 +77,12 @@ class WatchHub::IntervalIndex {
 WatchHub::WatchHub(KvStore* store, WatchHubOptions options)
     : store_(store),
       options_(options),
-      synced_ranges_(std::make_unique<IntervalIndex>()),
-      last_notified_rev_(store->Rev()),
-      next_progress_(absl::Now() + options.progress_interval) {
+      synced_ranges_(std::make_unique<IntervalIndex>()) {
+  {
+    util::MutexLock l(&mu_);
+    last_notified_rev_ = store->Rev();
+    next_progress_ = absl::Now() + options.progress_interval;
+  }
   syncer_ = NamedThread("watch-sync", [this] { SyncLoop(); });
   dispatcher_ = NamedThread("watch-dispatch", [this] { DispatchLoop(); });
 }
@@ -87,30 +91,35 @@ WatchHub::~WatchHub() { Stop(); }
 
 void WatchHub::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (syncer_.joinable()) syncer_.join();
   {
-    std::lock_guard<std::mutex> l(pending_mu_);
+    util::MutexLock l(&pending_mu_);
     dispatch_stopping_ = true;
   }
-  pending_cv_.notify_all();
   if (dispatcher_.joinable()) dispatcher_.join();
 }
 
 std::shared_ptr<WatchStream> WatchHub::OpenStream(const etcdserverpb::ResponseHeader& header) {
   std::shared_ptr<WatchStream> s(new WatchStream(this, header));
-  std::lock_guard<std::mutex> l(mu_);
-  streams_.insert(s.get());
+  util::MutexLock l(&mu_);
+  streams_.emplace(s.get(), StreamWatchers());
   return s;
+}
+
+WatchHub::StreamWatchers* WatchHub::StreamWatchersLocked(WatchStream* s) {
+  auto it = streams_.find(s);
+  return it == streams_.end() ? nullptr : &it->second;
 }
 
 void WatchHub::AddWatcherLocked(std::unique_ptr<Watcher> w) {
   Watcher* p = w.get();
   p->serial = ++next_serial_;
-  p->stream->by_id_[p->id] = p;
+  StreamWatchers* sw = StreamWatchersLocked(p->stream);
+  CHECK(sw != nullptr) << "a watcher of a closed stream";
+  sw->by_id[p->id] = p;
   if (p->prev_kv) prev_kv_watchers_.fetch_add(1, std::memory_order_relaxed);
   watchers_.emplace(p, std::move(w));
   if (p->synced) {
@@ -118,6 +127,7 @@ void WatchHub::AddWatcherLocked(std::unique_ptr<Watcher> w) {
     MakeSyncedLocked(p);
   } else {
     unsynced_.insert(p);
+    sync_wanted_ = true;
   }
 }
 
@@ -144,6 +154,7 @@ void WatchHub::MakeUnsyncedLocked(Watcher* w, int64_t min_rev) {
   w->synced = false;
   w->min_rev = std::max(w->min_rev, min_rev);
   unsynced_.insert(w);
+  sync_wanted_ = true;
 }
 
 void WatchHub::RemoveWatcherLocked(Watcher* w) {
@@ -161,7 +172,9 @@ void WatchHub::RemoveWatcherLocked(Watcher* w) {
     unsynced_.erase(w);
   }
   if (w->prev_kv) prev_kv_watchers_.fetch_sub(1, std::memory_order_relaxed);
-  w->stream->by_id_.erase(w->id);
+  StreamWatchers* sw = StreamWatchersLocked(w->stream);
+  CHECK(sw != nullptr) << "a watcher of a closed stream";
+  sw->by_id.erase(w->id);
   watchers_.erase(w);
 }
 
@@ -172,7 +185,24 @@ bool WatchHub::AllSyncedLocked(WatchStream* s) const {
   return true;
 }
 
+void WatchHub::TEST_SetSyncPoint(std::function<void(std::string_view point)> hook) {
+  util::MutexLock l(&test_mu_);
+  has_test_sync_point_.store(hook != nullptr, std::memory_order_relaxed);
+  test_sync_point_ = std::move(hook);
+}
+
+void WatchHub::TestSyncPoint(std::string_view point) {
+  if (!has_test_sync_point_.load(std::memory_order_relaxed)) return;
+  std::function<void(std::string_view)> hook;
+  {
+    util::MutexLock l(&test_mu_);
+    hook = test_sync_point_;
+  }
+  if (hook) hook(point);
+}
+
 void WatchHub::LookupPrev(WatchEvent* ev) {
+  TestSyncPoint("WatchHub::LookupPrev");
   ev->prev_known = true;
   etcdserverpb::RangeRequest req;
   req.set_key(ev->key);
@@ -209,19 +239,17 @@ size_t EventBytes(const std::vector<WatchEvent>& events) {
 
 }  // namespace
 
-void WatchHub::Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, int64_t header_rev) {
+void WatchHub::DeliverLocked(Watcher* w, const std::vector<const WatchEvent*>& evs,
+                             int64_t header_rev) {
   std::vector<const std::string*> fields;
   fields.reserve(evs.size());
   for (const WatchEvent* ev : evs) {
-    if (w->prev_kv && !ev->prev_known) {
-      // The write path did not attach it (no prev_kv watcher existed then).
-      LookupPrev(const_cast<WatchEvent*>(ev));
-    }
+    CHECK(!w->prev_kv || ev->prev_known) << "previous value not read at revision " << ev->rev;
     fields.push_back(&EventField(*ev, w->prev_kv));
   }
   w->events_since_progress = true;
   WatchStream* s = w->stream;
-  std::lock_guard<std::mutex> l(s->mu_);
+  util::MutexLock l(&s->mu_);
   s->PushEventsLocked(w->id, header_rev, fields, w->fragment,
                       static_cast<size_t>(options_.max_response_bytes));
   events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
@@ -239,7 +267,7 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   const size_t bytes = EventBytes(events);
   bool inline_first = false;
   {
-    std::lock_guard<std::mutex> l(pending_mu_);
+    util::MutexLock l(&pending_mu_);
     if (!dispatcher_exited_) {
       if (pending_.empty() && dropped_to_ == 0 && !dispatching_ && !dispatch_paused_) {
         // Notify has one caller, so nothing is queued while this runs.
@@ -259,8 +287,9 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
           pending_bytes_ = 0;
         }
         pending_bytes_ += bytes;
+        // The dispatcher waits on a condition over pending_: releasing
+        // pending_mu_ wakes it.
         pending_.push_back(Pending{rev, std::move(events)});
-        pending_cv_.notify_one();
         return;
       }
     }
@@ -269,46 +298,35 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   groups.push_back(Pending{rev, std::move(events)});
   if (!inline_first) {
     // After Stop(): deliver here, in order.
-    std::lock_guard<std::mutex> l(inline_dispatch_mu_);
+    util::MutexLock l(&inline_dispatch_mu_);
     Dispatch(groups, 0, 0);
     return;
   }
-  bool done = false;
-  bool prev_known = true;
-  if (WantsPrevKv()) {
-    for (const WatchEvent& ev : groups.front().events) prev_known &= ev.prev_known;
+  bool done;
+  TestSyncPoint("WatchHub::Notify:BeforeDispatchLock");
+  {
+    util::MutexLock l(&mu_);
+    size_t delivered = 0;
+    done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
   }
-  if (prev_known) {
-    bool wake_syncer;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      size_t delivered = 0;
-      done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
-      wake_syncer = done && !unsynced_.empty();
-    }
-    if (wake_syncer) cv_.notify_all();
-  }
-  std::unique_lock<std::mutex> l(pending_mu_);
+  pending_mu_.Lock();
   dispatching_ = false;
   if (!done) {
     if (dispatcher_exited_) {  // stopped meanwhile
-      l.unlock();
-      std::lock_guard<std::mutex> il(inline_dispatch_mu_);
+      pending_mu_.Unlock();
+      util::MutexLock il(&inline_dispatch_mu_);
       Dispatch(groups, 0, 0);
       return;
     }
     pending_bytes_ += bytes;
     pending_.push_front(std::move(groups.front()));
   }
-  if (!pending_.empty()) pending_cv_.notify_one();
+  pending_mu_.Unlock();
 }
 
 void WatchHub::TEST_PauseDispatcher(bool paused) {
-  {
-    std::lock_guard<std::mutex> l(pending_mu_);
-    dispatch_paused_ = paused;
-  }
-  pending_cv_.notify_all();
+  util::MutexLock l(&pending_mu_);
+  dispatch_paused_ = paused;
 }
 
 void WatchHub::DispatchLoop() {
@@ -320,11 +338,12 @@ void WatchHub::DispatchLoop() {
     int64_t dropped_from = 0, dropped_to = 0;
     groups.clear();
     {
-      std::unique_lock<std::mutex> l(pending_mu_);
-      pending_cv_.wait(l, [this] {
+      util::MutexLock l(&pending_mu_);
+      auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(pending_mu_) {
         return ((!pending_.empty() || dropped_to_ != 0) && !dispatch_paused_ && !dispatching_) ||
                dispatch_stopping_;
-      });
+      };
+      pending_mu_.Await(absl::Condition(&work));
       if (pending_.empty() && dropped_to_ == 0) {
         dispatcher_exited_ = true;  // stopping, and everything queued was delivered
         return;
@@ -342,43 +361,30 @@ void WatchHub::DispatchLoop() {
       }
     }
     const size_t delivered = Dispatch(groups, dropped_from, dropped_to);
-    std::unique_lock<std::mutex> l(pending_mu_);
+    util::MutexLock l(&pending_mu_);
     dispatching_ = false;
     if (delivered > options_.dispatch_wide_fanout) {
       // Let the next revisions gather: each watcher gets them in one response.
-      pending_cv_.wait_for(l, absl::ToChronoNanoseconds(options_.dispatch_pause),
-                           [this] { return dispatch_stopping_; });
+      pending_mu_.AwaitWithTimeout(absl::Condition(&dispatch_stopping_), options_.dispatch_pause);
     }
   }
 }
 
 size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to) {
   size_t delivered = 0;
-  // Previous values the write path did not attach (no prev_kv watcher when
-  // it ran) are read here, before the hub lock is taken.
-  if (WantsPrevKv()) {
-    for (Pending& g : groups) {
-      for (WatchEvent& ev : g.events) {
-        if (!ev.prev_known) LookupPrev(&ev);
-      }
+  util::MutexLock l(&mu_);
+  if (dropped_to != 0) {
+    std::vector<Watcher*> synced;
+    for (const auto& [w, owned] : watchers_) {
+      if (w->synced) synced.push_back(w);
     }
+    for (Watcher* w : synced) MakeUnsyncedLocked(w, dropped_from);
+    parked_.fetch_add(synced.size(), std::memory_order_relaxed);
+    last_notified_rev_ = std::max(last_notified_rev_, dropped_to);
   }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (dropped_to != 0) {
-      std::vector<Watcher*> synced;
-      for (const auto& [w, owned] : watchers_) {
-        if (w->synced) synced.push_back(w);
-      }
-      for (Watcher* w : synced) MakeUnsyncedLocked(w, dropped_from);
-      parked_.fetch_add(synced.size(), std::memory_order_relaxed);
-      last_notified_rev_ = std::max(last_notified_rev_, dropped_to);
-    }
-    if (!groups.empty()) DispatchLocked(groups, SIZE_MAX, &delivered);
-    if (absl::Now() >= next_progress_) SendProgressLocked();
-    if (unsynced_.empty()) return delivered;
-  }
-  cv_.notify_all();
+  if (!groups.empty()) DispatchLocked(groups, SIZE_MAX, &delivered);
+  if (absl::Now() >= next_progress_) SendProgressLocked();
+  if (!unsynced_.empty()) sync_wanted_ = true;
   return delivered;
 }
 
@@ -411,7 +417,7 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
   if (per_watcher.size() > max_watchers) return false;
   if (max_backlog_bytes != SIZE_MAX) {
     for (const auto& [w, evs] : per_watcher) {
-      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      util::MutexLock sl(&w->stream->mu_);
       if (w->stream->queued_bytes_ >= max_backlog_bytes) return false;
     }
   }
@@ -419,7 +425,7 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
   for (auto& [w, evs] : per_watcher) {
     bool room;
     {
-      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      util::MutexLock sl(&w->stream->mu_);
       room = w->stream->HasRoomLocked();
     }
     if (!room) {
@@ -429,12 +435,24 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
       parked_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    Deliver(w, evs, rev);
+    if (w->prev_kv &&
+        !std::all_of(evs.begin(), evs.end(), [](const WatchEvent* ev) { return ev->prev_known; })) {
+      // A previous value the write path did not attach: the watcher came
+      // after that write looked at WantsPrevKv, or the request wrote the key
+      // earlier. Reading it here would read storage under mu_: the watcher
+      // catches up from storage instead, on the syncer, which reads
+      // previous values with no hub lock held.
+      MakeUnsyncedLocked(w, evs.front()->rev);
+      continue;
+    }
+    DeliverLocked(w, evs, rev);
     w->min_rev = rev + 1;
     ++*delivered;
   }
   AnswerDeferredProgressLocked();
   if (absl::Now() >= next_progress_) SendProgressLocked();
+  // Unsynced watchers waiting for a revision may now catch up or join.
+  if (!unsynced_.empty()) sync_wanted_ = true;
   return true;
 }
 
@@ -446,7 +464,7 @@ void WatchHub::SendProgressLocked() {
     w->events_since_progress = false;
     if (!w->progress || !w->synced || elide) continue;
     WatchStream* s = w->stream;
-    std::lock_guard<std::mutex> l(s->mu_);
+    util::MutexLock l(&s->mu_);
     if (!s->HasRoomLocked()) continue;
     WatchStream::ControlFields f;
     f.watch_id = w->id;
@@ -456,14 +474,14 @@ void WatchHub::SendProgressLocked() {
 
 void WatchHub::AnswerDeferredProgressLocked() {
   // Deferred progress requests of streams that are now all synced.
-  for (WatchStream* s : streams_) {
-    if (!s->progress_deferred_ || !AllSyncedLocked(s) || last_notified_rev_ < s->progress_rev_) {
+  for (auto& [s, sw] : streams_) {
+    if (!sw.progress_deferred || !AllSyncedLocked(s) || last_notified_rev_ < sw.progress_rev) {
       continue;
     }
-    std::lock_guard<std::mutex> sl(s->mu_);
-    s->progress_deferred_ = false;
-    s->progress_rev_ = 0;
-    if (s->by_id_.empty()) continue;  // its watchers are gone: no answer
+    sw.progress_deferred = false;
+    sw.progress_rev = 0;
+    if (sw.by_id.empty()) continue;  // its watchers are gone: no answer
+    util::MutexLock sl(&s->mu_);
     WatchStream::ControlFields f;
     f.watch_id = -1;
     s->PushControlLocked(f, last_notified_rev_);
@@ -472,16 +490,17 @@ void WatchHub::AnswerDeferredProgressLocked() {
 
 void WatchHub::SyncLoop() {
   for (;;) {
-    bool more;
     {
-      std::unique_lock<std::mutex> l(mu_);
+      util::MutexLock l(&mu_);
       if (stopping_) return;
+      sync_wanted_ = false;
     }
-    more = SyncOnce();
-    std::unique_lock<std::mutex> l(mu_);
+    const bool more = SyncOnce();
+    util::MutexLock l(&mu_);
     if (stopping_) return;
     if (!more) {
-      cv_.wait_for(l, absl::ToChronoNanoseconds(options_.sync_interval));
+      auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || sync_wanted_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.sync_interval);
       if (absl::Now() >= next_progress_) SendProgressLocked();
     }
   }
@@ -493,14 +512,15 @@ bool WatchHub::SyncOnce() {
   std::shared_ptr<const ReadView> view = store_->View();
   std::vector<std::pair<Watcher*, uint64_t>> ready;
   int64_t from = INT64_MAX;
+  bool want_prev = false;
   // etcd's compaction revision is -1 until the first compaction: a start
   // revision below it (-2 or less) is canceled as compacted, with -1.
   const int64_t compact_rev = view->compact_rev == 0 ? -1 : view->compact_rev;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     std::vector<Watcher*> compacted;
     for (Watcher* w : unsynced_) {
-      std::lock_guard<std::mutex> sl(w->stream->mu_);
+      util::MutexLock sl(&w->stream->mu_);
       if (!w->stream->HasRoomLocked()) continue;
       if (w->min_rev < compact_rev) {
         compacted.push_back(w);
@@ -513,11 +533,12 @@ bool WatchHub::SyncOnce() {
       if (w->min_rev > view->rev) continue;  // waits for the committer to notify
       ready.emplace_back(w, w->serial);
       from = std::min(from, w->min_rev);
+      want_prev |= w->prev_kv;
     }
     for (Watcher* w : compacted) {
       WatchStream* s = w->stream;
       {
-        std::lock_guard<std::mutex> sl(s->mu_);
+        util::MutexLock sl(&s->mu_);
         WatchStream::ControlFields f;
         f.watch_id = w->id;
         f.canceled = true;
@@ -566,22 +587,15 @@ bool WatchHub::SyncOnce() {
       events.push_back(std::move(ev));
     }
     it.reset();
-    // Previous values for watchers that want them, still outside the lock.
-    bool want_prev = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (const auto& [w, serial] : ready) {
-        auto found = watchers_.find(w);
-        want_prev |= found != watchers_.end() && w->serial == serial && w->prev_kv;
-      }
-    }
+    // Previous values for watchers that want them (prev_kv never changes
+    // on a watcher), still outside the lock.
     if (want_prev) {
       for (WatchEvent& ev : events) {
         if (!ev.prev_known) LookupPrev(&ev);
       }
     }
 
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     for (const auto& [w, serial] : ready) {
       // Canceled (its address possibly reused) or promoted meanwhile.
       auto it = watchers_.find(w);
@@ -595,14 +609,14 @@ bool WatchHub::SyncOnce() {
         evs.push_back(&ev);
       }
       // Like etcd, catch-up responses carry the store's revision.
-      if (!evs.empty()) Deliver(w, evs, view->rev);
+      if (!evs.empty()) DeliverLocked(w, evs, view->rev);
       w->min_rev = to + 1;
       if (w->min_rev > last_notified_rev_) MakeSyncedLocked(w);
     }
   }
   bool more;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     AnswerDeferredProgressLocked();
     more = !ready.empty() && !unsynced_.empty();
   }
@@ -610,7 +624,7 @@ bool WatchHub::SyncOnce() {
 }
 
 WatchHub::Stats WatchHub::GetStats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   Stats s;
   s.unsynced = unsynced_.size();
   s.synced = 0;

@@ -22,28 +22,35 @@
 // interval index, so the committer's cost per event is proportional to the
 // watchers it reaches.
 //
-// Thread safety: all public methods are thread-safe. Lock order: a
-// WatchHub's mu_ before any WatchStream's mu_; no callback runs under
-// either.
+// Storage is never read under the hub's lock: previous values the write
+// path did not attach are read by the syncer with no hub lock held (a
+// watcher that needs one is caught up from storage, like a parked one).
+//
+// Thread safety: all public methods are thread-safe. Locks (each declared
+// with its order below): a WatchHub's inline_dispatch_mu_, then its mu_,
+// then one WatchStream's mu_; the hub's pending_mu_ and test_mu_ are
+// leaves. The only call out under them is a stream's deliver function
+// (WatchStream::SetDeliver), which must not block.
 
 #ifndef CAPSTAN_MVCC_WATCH_HUB_H_
 #define CAPSTAN_MVCC_WATCH_HUB_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
+#include "util/mutex.h"
 
 namespace capstan::mvcc {
 
@@ -89,8 +96,168 @@ struct WatchHubOptions {
   size_t dispatch_queue_bytes = 64 << 20;
 };
 
-class WatchHub;
+class WatchStream;
 struct HubWatcher;
+
+class WatchHub {
+ public:
+  // store must outlive the hub's syncer: call Stop() before the store is
+  // destroyed.
+  WatchHub(KvStore* store, WatchHubOptions options);
+  ~WatchHub();
+
+  // Stops the syncer thread (unsynced watchers stop catching up) and the
+  // dispatcher once it has delivered what is queued. Idempotent. Notify
+  // keeps working: it then delivers on the caller's thread.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_, pending_mu_);
+
+  WatchHub(const WatchHub&) = delete;
+  WatchHub& operator=(const WatchHub&) = delete;
+
+  // A new stream; header holds the cluster_id, member_id and raft_term its
+  // responses carry.
+  std::shared_ptr<WatchStream> OpenStream(const etcdserverpb::ResponseHeader& header)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Called by the committer, in revision order, once the changes up to rev
+  // are durable and published. Queues them for the dispatcher; never waits
+  // for a watcher or for storage. A group that reaches few watchers while
+  // the dispatcher is idle is delivered here at once, sparing the thread
+  // hand-off.
+  void Notify(int64_t rev, std::vector<WatchEvent> events)
+      ABSL_LOCKS_EXCLUDED(mu_, pending_mu_, inline_dispatch_mu_);
+
+  // Whether some watcher wants previous values, so the write path should
+  // attach them to events.
+  bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }
+
+  // Holds the dispatcher (committed changes queue up, and are dropped past
+  // dispatch_queue_bytes) until called with false.
+  void TEST_PauseDispatcher(bool paused) ABSL_LOCKS_EXCLUDED(pending_mu_);
+  // Calls hook(point), on the thread that gets there, at each named point
+  // (null: none). Points: "WatchHub::LookupPrev" (before each storage read
+  // of a previous value), "WatchHub::Notify:BeforeDispatchLock" (Notify is
+  // about to take mu_ to deliver on the committer's thread),
+  // "WatchStream::Create:AfterStoreRev" (Create has read the store's
+  // revision and is about to take mu_). The hook may block; it runs with
+  // none of the hub's locks held.
+  void TEST_SetSyncPoint(std::function<void(std::string_view point)> hook)
+      ABSL_LOCKS_EXCLUDED(test_mu_);
+
+  struct Stats {
+    size_t synced = 0, unsynced = 0, streams = 0;
+    uint64_t events_sent = 0, parked = 0, dropped = 0;
+  };
+  Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class WatchStream;
+  using Watcher = HubWatcher;
+  class IntervalIndex;
+
+  // One group of changes from the committer.
+  struct Pending {
+    int64_t rev = 0;
+    std::vector<WatchEvent> events;
+  };
+
+  // A stream's watchers and its progress request, as the hub sees them.
+  struct StreamWatchers {
+    absl::flat_hash_map<int64_t, Watcher*> by_id;
+    int64_t next_watch_id = 0;
+    // A progress request waits, for every watcher of the stream to be
+    // synced and the hub to reach progress_rev.
+    bool progress_deferred = false;
+    int64_t progress_rev = 0;
+  };
+
+  void AddWatcherLocked(std::unique_ptr<Watcher> w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWatcherLocked(Watcher* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MakeSyncedLocked(Watcher* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MakeUnsyncedLocked(Watcher* w, int64_t min_rev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DispatchLoop() ABSL_LOCKS_EXCLUDED(mu_, pending_mu_);
+  // Delivers groups to synced watchers; dropped_to > 0 first parks every
+  // synced watcher at dropped_from (the changes up to dropped_to were
+  // dropped). REQUIRES: called by one thread at a time, in revision order
+  // (the dispatcher, or Notify under inline_dispatch_mu_ after Stop()).
+  // Returns the number of responses it queued.
+  size_t Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to)
+      ABSL_LOCKS_EXCLUDED(mu_, pending_mu_);
+  // Delivers the groups if they reach at most max_watchers synced
+  // watchers and, when max_backlog_bytes is set, none of their streams has
+  // that many bytes queued; false (nothing done) otherwise. Adds the
+  // responses queued to *delivered. A watcher that wants a previous value
+  // the write path did not attach is made unsynced at its first event in
+  // the groups instead: the syncer reads the value, outside mu_.
+  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered,
+                      size_t max_backlog_bytes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads missed revisions for unsynced watchers; returns true if work remains.
+  bool SyncOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  void SendProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnswerDeferredProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues evs for w. REQUIRES: previous values known, if w wants them.
+  void DeliverLocked(Watcher* w, const std::vector<const WatchEvent*>& evs, int64_t header_rev)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads ev's previous value from storage. Never under mu_: a read may
+  // wait on the disk, and nothing else of the hub would move meanwhile.
+  void LookupPrev(WatchEvent* ev) ABSL_LOCKS_EXCLUDED(mu_);
+  bool AllSyncedLocked(WatchStream* s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The stream's watchers; null once the stream is closed.
+  StreamWatchers* StreamWatchersLocked(WatchStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TestSyncPoint(std::string_view point) ABSL_LOCKS_EXCLUDED(test_mu_);
+
+  KvStore* const store_;
+  const WatchHubOptions options_;
+
+  // Serializes Notify's own deliveries once the dispatcher has exited
+  // (after Stop()). Lock order: before mu_.
+  util::Mutex inline_dispatch_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  // The watchers and streams. Lock order: before any WatchStream's mu_ (at
+  // most one at a time). Storage is never read under it (LookupPrev).
+  // It also guards every HubWatcher's mutable fields (watch_hub_watcher.h),
+  // which the analysis cannot tie to it.
+  mutable util::Mutex mu_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<Watcher*>> synced_keys_
+      ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<IntervalIndex> synced_ranges_ ABSL_PT_GUARDED_BY(mu_);
+  absl::flat_hash_set<Watcher*> unsynced_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Watcher*, std::unique_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WatchStream*, StreamWatchers> streams_ ABSL_GUARDED_BY(mu_);
+  int64_t last_notified_rev_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dispatch_round_ ABSL_GUARDED_BY(mu_) = 0;  // DispatchLocked calls so far
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes the syncer: unsynced watchers may be able to catch up.
+  bool sync_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time next_progress_ ABSL_GUARDED_BY(mu_);
+
+  // The dispatcher's queue. A leaf: never held with another lock.
+  util::Mutex pending_mu_;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(pending_mu_);
+  size_t pending_bytes_ ABSL_GUARDED_BY(pending_mu_) = 0;
+  int64_t dropped_from_ ABSL_GUARDED_BY(pending_mu_) = 0;
+  int64_t dropped_to_ ABSL_GUARDED_BY(pending_mu_) = 0;  // 0: nothing dropped
+  bool dispatch_stopping_ ABSL_GUARDED_BY(pending_mu_) = false;
+  bool dispatch_paused_ ABSL_GUARDED_BY(pending_mu_) = false;
+  // A batch is being delivered (by the dispatcher or inline by Notify).
+  bool dispatching_ ABSL_GUARDED_BY(pending_mu_) = false;
+  bool dispatcher_exited_ ABSL_GUARDED_BY(pending_mu_) = false;
+  std::thread dispatcher_;
+
+  // TEST_SetSyncPoint's hook. A leaf: the hook is called with it released.
+  util::Mutex test_mu_;
+  std::function<void(std::string_view)> test_sync_point_ ABSL_GUARDED_BY(test_mu_);
+  std::atomic<bool> has_test_sync_point_{false};
+
+  // The revision of the last group handed to Notify: every acknowledged
+  // write is at or below it.
+  std::atomic<int64_t> notified_rev_{0};
+  std::atomic<int64_t> prev_kv_watchers_{0};
+  std::atomic<uint64_t> events_sent_{0}, parked_{0}, dropped_{0};
+  std::thread syncer_;
+};
 
 // The server side of one Watch stream: its watchers and its send queue of
 // encoded WatchResponse messages.
@@ -101,33 +268,34 @@ class WatchStream {
   // Handles a WatchCreateRequest: queues the Created response (canceled,
   // with a reason, if the watcher cannot be made) before any event of the
   // new watcher.
-  void Create(const etcdserverpb::WatchCreateRequest& req);
+  void Create(const etcdserverpb::WatchCreateRequest& req) ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
   // Cancels a watcher; queues its canceled response. Unknown ids are
   // ignored, as etcd does.
-  void Cancel(int64_t watch_id);
+  void Cancel(int64_t watch_id) ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
   // A WatchProgressRequest: answered, as etcd 3.5 answers it, with a
   // progress notification once every watcher of the stream is synced and
   // every write acknowledged before the request was delivered; a stream
   // without watchers gets no answer.
-  void RequestProgress();
+  void RequestProgress() ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
 
   // Takes the next encoded WatchResponse. Returns false if none is queued;
   // the next message is then handed to the deliver function instead.
   // more (optional) says whether others are queued behind it.
-  bool Pop(std::string* message, bool* more = nullptr);
+  bool Pop(std::string* message, bool* more = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Sets the function that receives the next message when the reader found
   // the queue empty (one write in flight at a time: after a message is
   // delivered, the reader calls Pop when it can send again). It runs on a
-  // hub or committer thread with the stream's lock held: it must not block
-  // and must not call back into the stream. After Close() it is never
-  // called again.
-  void SetDeliver(std::function<void(std::string)> deliver);
+  // hub or committer thread with the stream's lock (and possibly the hub's)
+  // held: it must not block, must not take a lock that may be held while
+  // calling into the stream or the hub, and must not call back into the
+  // stream. After Close() it is never called again.
+  void SetDeliver(std::function<void(std::string)> deliver) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Removes every watcher of the stream. Idempotent; the stream queues
   // nothing afterwards.
-  void Close();
+  void Close() ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
 
-  size_t num_watchers() const;
+  size_t num_watchers() const ABSL_LOCKS_EXCLUDED(hub_->mu_);
 
  private:
   friend class WatchHub;
@@ -152,159 +320,41 @@ class WatchStream {
 
   // Queues a control response for header revision rev. It closes the
   // watcher's queued events response: later events go after it.
-  // REQUIRES: mu_ held.
-  void PushControlLocked(const ControlFields& f, int64_t rev);
+  void PushControlLocked(const ControlFields& f, int64_t rev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues events (fields of one or more whole revisions, in order) for a
   // watcher, under header revision rev: appended to the watcher's events
   // response still queued when the result stays under max_bytes, else a
   // new response; a watcher that asked for fragments gets responses of at
   // most max_bytes (each at least one event) marked as etcd marks them.
-  // REQUIRES: mu_ held.
   void PushEventsLocked(int64_t watch_id, int64_t rev, const std::vector<const std::string*>& fields,
-                        bool fragment, size_t max_bytes);
+                        bool fragment, size_t max_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues an entry, or hands it encoded to the waiting reader.
-  void PushLocked(Queued q);
-  // REQUIRES: mu_ held, queue_ not empty.
-  void PopLocked(std::string* message);
-  std::string EncodeLocked(const Queued& q) const;
+  void PushLocked(Queued q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // REQUIRES: queue_ not empty.
+  void PopLocked(std::string* message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Encode(const Queued& q) const;
   std::string EncodeHeader(int64_t rev) const;
-  bool HasRoomLocked() const;
+  bool HasRoomLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   WatchHub* const hub_;
   // The response header's fields other than the revision, encoded:
   // cluster_id (1) and member_id (2) before it, raft_term (4) after it.
   std::string header_prefix_, header_suffix_;
 
-  mutable std::mutex mu_;
-  std::deque<Queued> queue_;
-  uint64_t popped_ = 0;  // entries ever popped: queue_[i] is entry popped_ + i
+  // The send queue. Lock order: after the hub's mu_; a leaf otherwise (the
+  // deliver function runs under it). The stream's watchers are the hub's,
+  // under the hub's mu_ (WatchHub::streams_).
+  mutable util::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // Entries ever popped: queue_[i] is entry popped_ + i.
+  uint64_t popped_ ABSL_GUARDED_BY(mu_) = 0;
   // Watch id -> number of its events entry that may still take events.
-  absl::flat_hash_map<int64_t, uint64_t> open_events_;
-  size_t queued_bytes_ = 0;
-  bool waiting_ = true;  // the reader found the queue empty: deliver the next message
-  bool closed_ = false;
-  std::function<void(std::string)> deliver_;
-  int64_t next_watch_id_ = 0;  // guarded by the hub's mu_, like by_id_
-  // This stream's watchers by id. Guarded by the hub's mu_.
-  absl::flat_hash_map<int64_t, HubWatcher*> by_id_;
-  // A progress request waits; guarded by the hub's mu_.
-  bool progress_deferred_ = false;
-  // The revision its answer must cover; guarded by the hub's mu_.
-  int64_t progress_rev_ = 0;
-};
-
-class WatchHub {
- public:
-  // store must outlive the hub's syncer: call Stop() before the store is
-  // destroyed.
-  WatchHub(KvStore* store, WatchHubOptions options);
-  ~WatchHub();
-
-  // Stops the syncer thread (unsynced watchers stop catching up) and the
-  // dispatcher once it has delivered what is queued. Idempotent. Notify
-  // keeps working: it then delivers on the caller's thread.
-  void Stop();
-
-  WatchHub(const WatchHub&) = delete;
-  WatchHub& operator=(const WatchHub&) = delete;
-
-  // A new stream; header holds the cluster_id, member_id and raft_term its
-  // responses carry.
-  std::shared_ptr<WatchStream> OpenStream(const etcdserverpb::ResponseHeader& header);
-
-  // Called by the committer, in revision order, once the changes up to rev
-  // are durable and published. Queues them for the dispatcher; never waits
-  // for a watcher. A group that reaches few watchers while the dispatcher
-  // is idle is delivered here at once, sparing the thread hand-off.
-  void Notify(int64_t rev, std::vector<WatchEvent> events);
-
-  // Whether some watcher wants previous values, so the write path should
-  // attach them to events.
-  bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }
-
-  // Holds the dispatcher (committed changes queue up, and are dropped past
-  // dispatch_queue_bytes) until called with false.
-  void TEST_PauseDispatcher(bool paused);
-
-  struct Stats {
-    size_t synced = 0, unsynced = 0, streams = 0;
-    uint64_t events_sent = 0, parked = 0, dropped = 0;
-  };
-  Stats GetStats() const;
-
- private:
-  friend class WatchStream;
-  using Watcher = HubWatcher;
-  class IntervalIndex;
-
-  // One group of changes from the committer.
-  struct Pending {
-    int64_t rev = 0;
-    std::vector<WatchEvent> events;
-  };
-
-  void AddWatcherLocked(std::unique_ptr<Watcher> w);
-  void RemoveWatcherLocked(Watcher* w);
-  void MakeSyncedLocked(Watcher* w);
-  void MakeUnsyncedLocked(Watcher* w, int64_t min_rev);
-  void DispatchLoop();
-  // Delivers groups to synced watchers; dropped_to > 0 first parks every
-  // synced watcher at dropped_from (the changes up to dropped_to were
-  // dropped). REQUIRES: called by one thread at a time, in revision order.
-  // Returns the number of responses it queued.
-  size_t Dispatch(std::vector<Pending>& groups, int64_t dropped_from, int64_t dropped_to);
-  // Delivers the groups if they reach at most max_watchers synced
-  // watchers and, when max_backlog_bytes is set, none of their streams has
-  // that many bytes queued; false (nothing done) otherwise. Adds the
-  // responses queued to *delivered. REQUIRES: mu_ held, previous values
-  // already attached.
-  bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered,
-                      size_t max_backlog_bytes = SIZE_MAX);
-  void SyncLoop();
-  // Reads missed revisions for unsynced watchers; returns true if work remains.
-  bool SyncOnce();
-  void SendProgressLocked();
-  void AnswerDeferredProgressLocked();
-  void Deliver(Watcher* w, const std::vector<const WatchEvent*>& evs, int64_t header_rev);
-  void LookupPrev(WatchEvent* ev);
-  bool AllSyncedLocked(WatchStream* s) const;
-
-  KvStore* const store_;
-  const WatchHubOptions options_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<Watcher*>> synced_keys_;
-  std::unique_ptr<IntervalIndex> synced_ranges_;
-  absl::flat_hash_set<Watcher*> unsynced_;
-  absl::flat_hash_map<Watcher*, std::unique_ptr<Watcher>> watchers_;
-  absl::flat_hash_set<WatchStream*> streams_;
-  int64_t last_notified_rev_ = 0;
-  uint64_t next_serial_ = 0;
-  uint64_t dispatch_round_ = 0;  // DispatchLocked calls so far
-  bool stopping_ = false;
-  absl::Time next_progress_;
-
-  // The dispatcher's queue. pending_mu_ is a leaf: never held with mu_.
-  std::mutex pending_mu_;
-  std::condition_variable pending_cv_;
-  std::deque<Pending> pending_;         // guarded by pending_mu_
-  size_t pending_bytes_ = 0;            // guarded by pending_mu_
-  int64_t dropped_from_ = 0;            // guarded by pending_mu_
-  int64_t dropped_to_ = 0;              // guarded by pending_mu_ (0: nothing dropped)
-  bool dispatch_stopping_ = false;      // guarded by pending_mu_
-  bool dispatch_paused_ = false;        // guarded by pending_mu_
-  bool dispatching_ = false;            // a batch is being delivered; guarded by pending_mu_
-  bool dispatcher_exited_ = false;      // guarded by pending_mu_
-  std::mutex inline_dispatch_mu_;       // orders Notify's own deliveries after Stop()
-  std::thread dispatcher_;
-
-  // The revision of the last group handed to Notify: every acknowledged
-  // write is at or below it.
-  std::atomic<int64_t> notified_rev_{0};
-  std::atomic<int64_t> prev_kv_watchers_{0};
-  std::atomic<uint64_t> events_sent_{0}, parked_{0}, dropped_{0};
-  std::thread syncer_;
+  absl::flat_hash_map<int64_t, uint64_t> open_events_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The reader found the queue empty: deliver the next message.
+  bool waiting_ ABSL_GUARDED_BY(mu_) = true;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(std::string)> deliver_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace capstan::mvcc

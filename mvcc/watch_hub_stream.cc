@@ -7,6 +7,7 @@
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
 #include "mvcc/watch_hub_watcher.h"
+#include "util/check.h"
 
 namespace capstan::mvcc {
 
@@ -72,7 +73,7 @@ bool WatchStream::HasRoomLocked() const {
          queued_bytes_ < hub_->options_.stream_queue_bytes;
 }
 
-std::string WatchStream::EncodeLocked(const Queued& q) const {
+std::string WatchStream::Encode(const Queued& q) const {
   if (!q.events) return q.bytes;
   return EncodeResponse(EncodeHeader(q.header_rev), q.watch_id, false, false, 0, "", false,
                         nullptr, 0, &q.bytes);
@@ -82,7 +83,7 @@ void WatchStream::PushLocked(Queued q) {
   if (closed_) return;
   if (waiting_ && deliver_ && queue_.empty()) {
     waiting_ = false;
-    deliver_(EncodeLocked(q));
+    deliver_(Encode(q));
     return;
   }
   if (q.events) open_events_[q.watch_id] = popped_ + queue_.size();
@@ -152,7 +153,7 @@ void WatchStream::PushEventsLocked(int64_t watch_id, int64_t rev,
 }
 
 bool WatchStream::Pop(std::string* message, bool* more) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   if (queue_.empty()) {
     waiting_ = true;
     return false;
@@ -169,13 +170,13 @@ void WatchStream::PopLocked(std::string* message) {
     if (open != open_events_.end() && open->second == popped_) open_events_.erase(open);
   }
   queued_bytes_ -= q.bytes.size();
-  *message = EncodeLocked(q);
+  *message = Encode(q);
   queue_.pop_front();
   ++popped_;
 }
 
 void WatchStream::SetDeliver(std::function<void(std::string)> deliver) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   deliver_ = std::move(deliver);
   if (waiting_ && !queue_.empty() && deliver_) {
     waiting_ = false;
@@ -186,8 +187,9 @@ void WatchStream::SetDeliver(std::function<void(std::string)> deliver) {
 }
 
 size_t WatchStream::num_watchers() const {
-  std::lock_guard<std::mutex> l(hub_->mu_);
-  return by_id_.size();
+  util::MutexLock hl(&hub_->mu_);
+  const WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(const_cast<WatchStream*>(this));
+  return sw == nullptr ? 0 : sw->by_id.size();
 }
 
 void WatchStream::Create(const WatchCreateRequest& req) {
@@ -213,54 +215,53 @@ void WatchStream::Create(const WatchCreateRequest& req) {
   // The store's revision, not the dispatcher's: a write acknowledged
   // before the watch was created is never one of its events, as in etcd.
   const int64_t store_rev = hub_->store_->Rev();
-  bool unsynced = false;
-  {
-    std::lock_guard<std::mutex> hl(hub_->mu_);
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return;
-    const int64_t wsrev = std::max(hub_->last_notified_rev_, store_rev);
-    auto taken = [this](int64_t id) { return by_id_.contains(id); };
-    ControlFields f;
-    f.created = true;
-    // Refusals are created-and-canceled responses with watch_id -1, as etcd
-    // answers them.
-    // In etcd's order: the range first, then the id.
-    if (!w->single && !w->end.empty() && w->key >= w->end) {
-      f.watch_id = -1;
-      f.canceled = true;
-      f.cancel_reason = "mvcc: watcher range is empty";
-      PushControlLocked(f, wsrev);
-      return;
-    }
-    if (req.watch_id() != 0 && taken(req.watch_id())) {
-      f.watch_id = -1;
-      f.canceled = true;
-      f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
-      PushControlLocked(f, wsrev);
-      return;
-    }
-    if (req.watch_id() != 0) {
-      w->id = req.watch_id();
-    } else {
-      while (taken(next_watch_id_)) ++next_watch_id_;
-      w->id = next_watch_id_++;
-    }
-    f.watch_id = w->id;
+  hub_->TestSyncPoint("WatchStream::Create:AfterStoreRev");
+  util::MutexLock hl(&hub_->mu_);
+  util::MutexLock l(&mu_);
+  WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(this);
+  if (closed_ || sw == nullptr) return;
+  const int64_t wsrev = std::max(hub_->last_notified_rev_, store_rev);
+  ControlFields f;
+  f.created = true;
+  // Refusals are created-and-canceled responses with watch_id -1, as etcd
+  // answers them.
+  // In etcd's order: the range first, then the id.
+  if (!w->single && !w->end.empty() && w->key >= w->end) {
+    f.watch_id = -1;
+    f.canceled = true;
+    f.cancel_reason = "mvcc: watcher range is empty";
     PushControlLocked(f, wsrev);
-    w->min_rev = req.start_revision() == 0 ? wsrev + 1 : req.start_revision();
-    w->synced = w->min_rev > wsrev;
-    unsynced = !w->synced;
-    hub_->AddWatcherLocked(std::move(w));
+    return;
   }
-  if (unsynced) hub_->cv_.notify_all();
+  if (req.watch_id() != 0 && sw->by_id.contains(req.watch_id())) {
+    f.watch_id = -1;
+    f.canceled = true;
+    f.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream";
+    PushControlLocked(f, wsrev);
+    return;
+  }
+  if (req.watch_id() != 0) {
+    w->id = req.watch_id();
+  } else {
+    while (sw->by_id.contains(sw->next_watch_id)) ++sw->next_watch_id;
+    w->id = sw->next_watch_id++;
+  }
+  f.watch_id = w->id;
+  PushControlLocked(f, wsrev);
+  w->min_rev = req.start_revision() == 0 ? wsrev + 1 : req.start_revision();
+  w->synced = w->min_rev > wsrev;
+  // An unsynced watcher wakes the syncer (AddWatcherLocked).
+  hub_->AddWatcherLocked(std::move(w));
 }
 
 void WatchStream::Cancel(int64_t watch_id) {
-  std::lock_guard<std::mutex> hl(hub_->mu_);
-  auto it = by_id_.find(watch_id);
-  if (it == by_id_.end()) return;
+  util::MutexLock hl(&hub_->mu_);
+  WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(this);
+  if (sw == nullptr) return;  // closed
+  auto it = sw->by_id.find(watch_id);
+  if (it == sw->by_id.end()) return;
   hub_->RemoveWatcherLocked(it->second);
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   ControlFields f;
   f.watch_id = watch_id;
   f.canceled = true;
@@ -269,26 +270,27 @@ void WatchStream::Cancel(int64_t watch_id) {
 
 void WatchStream::RequestProgress() {
   const int64_t covered = hub_->notified_rev_.load(std::memory_order_acquire);
-  std::lock_guard<std::mutex> hl(hub_->mu_);
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock hl(&hub_->mu_);
+  WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(this);
   // etcd 3.5 answers through one of the stream's watchers: none, no answer.
-  if (by_id_.empty()) return;
-  progress_rev_ = std::max(progress_rev_, covered);
-  if (!hub_->AllSyncedLocked(this) || hub_->last_notified_rev_ < progress_rev_) {
-    progress_deferred_ = true;
+  if (sw == nullptr || sw->by_id.empty()) return;
+  sw->progress_rev = std::max(sw->progress_rev, covered);
+  if (!hub_->AllSyncedLocked(this) || hub_->last_notified_rev_ < sw->progress_rev) {
+    sw->progress_deferred = true;
     return;
   }
-  progress_deferred_ = false;
-  progress_rev_ = 0;
+  sw->progress_deferred = false;
+  sw->progress_rev = 0;
+  util::MutexLock l(&mu_);
   ControlFields f;
   f.watch_id = -1;  // not one watcher's: the whole stream is at this revision
   PushControlLocked(f, hub_->last_notified_rev_);
 }
 
 void WatchStream::Close() {
-  std::lock_guard<std::mutex> hl(hub_->mu_);
+  util::MutexLock hl(&hub_->mu_);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     if (closed_) return;
     closed_ = true;
     deliver_ = nullptr;
@@ -297,7 +299,9 @@ void WatchStream::Close() {
     queued_bytes_ = 0;
   }
   std::vector<HubWatcher*> mine;
-  for (const auto& [id, p] : by_id_) mine.push_back(p);
+  if (WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(this)) {
+    for (const auto& [id, p] : sw->by_id) mine.push_back(p);
+  }
   for (auto* p : mine) hub_->RemoveWatcherLocked(p);
   hub_->streams_.erase(this);
 }

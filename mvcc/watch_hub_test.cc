@@ -1,7 +1,9 @@
 // WatchHub: created responses, events, start revisions, progress, fragments.
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
 #include "mvcc/watch_hub_test_util.h"
+#include "util/mutex.h"
 
 namespace capstan::mvcc::watch_hub_test {
 namespace {
@@ -333,6 +336,124 @@ TEST_F(WatchHubTest, PrevKvOfKeyWrittenEarlierInTxnIsFromBeforeTxn) {
   ASSERT_TRUE(evs[3].has_prev_kv());
   EXPECT_EQ(evs[3].prev_kv().value(), "before");
   EXPECT_EQ(evs[3].prev_kv().mod_revision(), old_rev);
+}
+
+// A point of the hub's code where the first thread to get there waits until
+// the test opens it; later ones pass.
+class Gate {
+ public:
+  void Pass() {
+    util::MutexLock l(&mu_);
+    if (reached_) return;
+    reached_ = true;
+    mu_.Await(absl::Condition(&open_));
+  }
+  bool WaitReached() {
+    util::MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&reached_), absl::FromChrono(kWait));
+  }
+  void Open() {
+    util::MutexLock l(&mu_);
+    open_ = true;
+  }
+
+ private:
+  util::Mutex mu_;
+  bool reached_ ABSL_GUARDED_BY(mu_) = false;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A prev_kv watcher created while a write is being committed gets that
+// write's event without the previous value the write path attaches (it
+// looked before the watcher existed): the hub reads it from storage. That
+// read must not hold the hub: while it waits, other streams create and
+// cancel watchers and get their events.
+TEST_F(WatchHubTest, PrevKvReadFromStorageDoesNotHoldTheHub) {
+  Start();
+  const int64_t r1 = Put("x", "v1");
+  TestReader* a = NewReader();
+  TestReader* b = NewReader();
+
+  struct Gates {
+    Gate create, notify, lookup;
+  };
+  auto gates = std::make_shared<Gates>();
+  hub_->TEST_SetSyncPoint([gates](std::string_view point) {
+    if (point == "WatchStream::Create:AfterStoreRev") gates->create.Pass();
+    if (point == "WatchHub::Notify:BeforeDispatchLock") gates->notify.Pass();
+    if (point == "WatchHub::LookupPrev") gates->lookup.Pass();
+  });
+  std::vector<std::thread> threads;
+  auto finish = [&] {
+    gates->create.Open();
+    gates->notify.Open();
+    gates->lookup.Open();
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+    threads.clear();
+    hub_->TEST_SetSyncPoint(nullptr);
+  };
+
+  // A's watcher reads the store's revision (r1), then waits; the write of
+  // r2 looks for prev_kv watchers (none), is published and reaches Notify;
+  // the watcher is added (synced from r2) before Notify delivers r2.
+  threads.emplace_back([a] {
+    auto req = CreateReq("x");
+    req.set_prev_kv(true);
+    a->stream()->Create(req);
+  });
+  if (!gates->create.WaitReached()) {
+    finish();
+    FAIL() << "Create did not read the store's revision";
+  }
+  int64_t r2 = 0;
+  threads.emplace_back([this, &r2] { r2 = Put("x", "v2"); });
+  if (!gates->notify.WaitReached()) {
+    finish();
+    FAIL() << "the write did not reach Notify";
+  }
+  gates->create.Open();
+  threads[0].join();
+  gates->notify.Open();
+  // The read of x at r1 for A's event waits.
+  if (!gates->lookup.WaitReached()) {
+    finish();
+    FAIL() << "r2's previous value was not read from storage";
+  }
+
+  // Meanwhile another stream creates a watcher, gets an event and cancels.
+  util::Mutex mu;
+  bool other_done = false;
+  threads.emplace_back([&] {
+    b->stream()->Create(CreateReq("y"));
+    ExpectCreated(b, 0);
+    const int64_t r3 = Put("y", "1");
+    EXPECT_EQ(Revs(ReadEvents(b, 0, 1)), std::vector<int64_t>{r3});
+    b->stream()->Cancel(0);
+    auto canceled = b->Next();
+    EXPECT_TRUE(canceled && canceled->canceled());
+    EXPECT_EQ(hub_->GetStats().streams, 2u);
+    util::MutexLock l(&mu);
+    other_done = true;
+  });
+  bool done;
+  {
+    util::MutexLock l(&mu);
+    done = mu.AwaitWithTimeout(absl::Condition(&other_done), absl::FromChrono(kWait));
+  }
+  EXPECT_TRUE(done) << "another stream waited for a storage read of the watch hub";
+  finish();
+
+  // A gets r2 with the value before it.
+  ExpectCreated(a, 0);
+  const std::vector<Event> evs = ReadEvents(a, 0, 1);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].kv().mod_revision(), r2);
+  ASSERT_TRUE(evs[0].has_prev_kv());
+  EXPECT_EQ(evs[0].prev_kv().value(), "v1");
+  EXPECT_EQ(evs[0].prev_kv().mod_revision(), r1);
+  ExpectQuiet(a);
 }
 
 // ---------------------------------------------------------------------------

@@ -51,24 +51,22 @@ Cache::~Cache() { Stop(); }
 
 void Cache::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
   for (auto& f : feeds_) f->Stop();
   for (auto& r : resources_) r->Stop();
 }
 
 void Cache::TickLoop() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!stopping_) {
-    cv_.wait_for(l, absl::ToChronoNanoseconds(options_.tick_interval), [this] { return stopping_; });
-    if (stopping_) break;
-    l.unlock();
+  for (;;) {
+    {
+      util::MutexLock l(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick_interval)) return;
+    }
     const absl::Time now = absl::Now();
     for (auto& r : resources_) r->Tick(now);
-    l.lock();
   }
 }
 

@@ -24,14 +24,14 @@
 #ifndef CAPSTAN_WATCHCACHE_CACHE_H_
 #define CAPSTAN_WATCHCACHE_CACHE_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "util/mutex.h"
 #include "watchcache/cache_types.h"
 #include "watchcache/cache_watcher.h"
 #include "watchcache/resource_cache.h"
@@ -66,7 +66,7 @@ class Cache {
 
   // Stops the feeds and the ticker and ends every watcher (CacheStopped).
   // Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // NotCached when options.prefix is not within a cached resource prefix.
   absl::StatusOr<ListResult> List(const ListOptions& options);
@@ -83,16 +83,16 @@ class Cache {
 
  private:
   explicit Cache(CacheOptions options);
-  void TickLoop();
+  void TickLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const CacheOptions options_;
   std::unique_ptr<ObjectAllocator> alloc_;
   std::vector<std::unique_ptr<ResourceCache>> resources_;
   std::vector<std::unique_ptr<StoreFeed>> feeds_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  // The ticker's stop flag. A leaf: not held while ticking.
+  util::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ticker_;
 };
 

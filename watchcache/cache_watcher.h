@@ -78,6 +78,7 @@ class CacheWatcher : public std::enable_shared_from_this<CacheWatcher> {
   const Selector selector_;
   const bool allow_bookmarks_;
 
+  // Lock order: after the owner's mu_, before the owner's ended_mu_.
   util::Mutex mu_;
   // The initial ADDED events (a snapshot's objects), served before queue_.
   std::vector<ObjectRef> initial_ ABSL_GUARDED_BY(mu_);
@@ -94,12 +95,16 @@ class CacheWatcher : public std::enable_shared_from_this<CacheWatcher> {
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_bookmark_ ABSL_GUARDED_BY(mu_);
 
+  // Held while the notify function runs (so that SetNotify and Cancel can
+  // wait it out). Taken with no other lock held.
   util::Mutex notify_mu_;
   std::function<void()> notify_ ABSL_GUARDED_BY(notify_mu_);
 
   // Owned by the ResourceCache, under its mu_: the dispatch stamp that
   // dedupes a watcher reached through several index values, and where the
-  // watcher is registered.
+  // watcher is registered. (Not ABSL_GUARDED_BY(owner_->mu_): the cache
+  // holds its mu_ as this->mu_, which the analysis cannot equate with
+  // w->owner_->mu_.)
   uint64_t stamp_ = 0;
   enum class Registration { kAll, kField, kLabel, kNamespace } registration_ = Registration::kAll;
   int reg_field_ = -1;

@@ -59,37 +59,33 @@ void RemoteFeed::Start() { thread_ = NamedThread("cache-feed", [this] { Run(); }
 
 void RemoteFeed::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     stopping_ = true;
     if (call_) call_->TryCancel();
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void RemoteFeed::TEST_Pause(bool paused) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    paused_ = paused;
-    if (paused && call_) call_->TryCancel();
-  }
-  cv_.notify_all();
+  util::MutexLock l(&mu_);
+  paused_ = paused;
+  if (paused && call_) call_->TryCancel();
 }
 
 etcdserverpb::ResponseHeader RemoteFeed::upstream_header() const {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   return header_;
 }
 
 void RemoteFeed::NoteHeader(const etcdserverpb::ResponseHeader& h) {
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   header_ = h;
 }
 
 std::shared_ptr<grpc::ClientContext> RemoteFeed::NewContext(bool deadline) {
   auto ctx = std::make_shared<grpc::ClientContext>();
   if (deadline) ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   if (stopping_ || paused_) ctx->TryCancel();
   call_ = ctx;
   return ctx;
@@ -118,7 +114,7 @@ void RemoteFeed::RequestProgress() {
   if (!last_progress_request_ns_.compare_exchange_strong(last, now)) return;
   etcdserverpb::WatchRequest req;
   req.mutable_progress_request();
-  std::lock_guard<std::mutex> l(stream_mu_);
+  util::MutexLock l(&stream_mu_);
   if (stream_ != nullptr) stream_->Write(req);
 }
 
@@ -138,11 +134,13 @@ void RemoteFeed::CheckUpstreamVersion() {
 }
 
 void RemoteFeed::Backoff() {
-  std::unique_lock<std::mutex> l(mu_);
   // Jitter: 50% to 100% of the backoff.
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const absl::Duration d = backoff_ * (0.5 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng));
-  cv_.wait_for(l, absl::ToChronoNanoseconds(d), [this] { return stopping_; });
+  {
+    util::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  }
   backoff_ = std::min(backoff_ * 2, options_.max_backoff);
 }
 
@@ -151,8 +149,9 @@ void RemoteFeed::Run() {
   bool need_list = true;
   for (;;) {
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return stopping_ || !paused_; });
+      util::MutexLock l(&mu_);
+      auto runnable = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !paused_; };
+      mu_.Await(absl::Condition(&runnable));
       if (stopping_) return;
     }
     if (!version_checked_) CheckUpstreamVersion();  // once it answers
@@ -237,7 +236,7 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
   c->set_prev_kv(true);
   c->set_progress_notify(true);
   {
-    std::lock_guard<std::mutex> l(stream_mu_);
+    util::MutexLock l(&stream_mu_);
     stream_ = stream.get();
     stream_->Write(create);
   }
@@ -279,13 +278,13 @@ RemoteFeed::WatchEnd RemoteFeed::Follow(int64_t rev) {
     if (resp.events(resp.events_size() - 1).kv().mod_revision() >= catch_up_to) catch_up_to = 0;
   }
   {
-    std::lock_guard<std::mutex> l(stream_mu_);
+    util::MutexLock l(&stream_mu_);
     stream_ = nullptr;
   }
   ctx->TryCancel();
   grpc::Status s = stream->Finish();
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     if (stopping_) return WatchEnd::kStopped;
   }
   if (end == WatchEnd::kBroken && IsCompacted(s)) end = WatchEnd::kCompacted;

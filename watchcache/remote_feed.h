@@ -37,19 +37,19 @@
 #define CAPSTAN_WATCHCACHE_REMOTE_FEED_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "util/mutex.h"
 #include "watchcache/resource_cache.h"
 
 namespace capstan::watchcache {
@@ -85,42 +85,41 @@ class RemoteFeed {
 
   void Start();
   // Cancels the calls in flight and joins the feed thread. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Lists done (the first and every re-list), and watches started again
   // after a broken stream.
   uint64_t lists() const { return lists_.load(); }
   uint64_t reconnects() const { return reconnects_.load(); }
   // The header of the latest upstream response (its cluster and member ids).
-  etcdserverpb::ResponseHeader upstream_header() const;
+  etcdserverpb::ResponseHeader upstream_header() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The upstream's current revision (a linearizable Range of one key).
   absl::StatusOr<int64_t> CurrentRevision();
   // Asks the upstream for a progress notification on the feed's watch
   // (at most one per 20 ms; none while no watch is open).
-  void RequestProgress();
+  void RequestProgress() ABSL_LOCKS_EXCLUDED(stream_mu_);
 
   // While paused the feed holds no watch and opens none (the cache keeps its
   // state and revision); on resume it watches again from the cache's
   // revision + 1. For tests that make the upstream compact past the feed.
-  void TEST_Pause(bool paused);
+  void TEST_Pause(bool paused) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   enum class WatchEnd { kStopped, kCompacted, kBroken };
   using WatchStream = grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>;
 
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Lists the prefix at one revision into the cache.
   absl::Status Load();
   // Watches from rev+1 until the watch ends.
-  WatchEnd Follow(int64_t rev);
+  WatchEnd Follow(int64_t rev) ABSL_LOCKS_EXCLUDED(mu_, stream_mu_);
   void Apply(const etcdserverpb::WatchResponse& resp);
-  // Sleeps for the current backoff (woken by Stop and by TEST_Pause(false))
-  // and doubles it.
-  void Backoff();
+  // Sleeps for the current backoff (cut short by Stop) and doubles it.
+  void Backoff() ABSL_LOCKS_EXCLUDED(mu_);
   // A ClientContext for one call, registered so that Stop can cancel it.
-  std::shared_ptr<grpc::ClientContext> NewContext(bool deadline);
-  void NoteHeader(const etcdserverpb::ResponseHeader& h);
+  std::shared_ptr<grpc::ClientContext> NewContext(bool deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  void NoteHeader(const etcdserverpb::ResponseHeader& h) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads the upstream's version once and warns if it answers progress
   // requests early (see the header comment).
   void CheckUpstreamVersion();
@@ -132,19 +131,23 @@ class RemoteFeed {
   const std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance_;
   bool version_checked_ = false;  // feed thread only
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
-  bool paused_ = false;    // guarded by mu_
-  std::shared_ptr<grpc::ClientContext> call_;  // guarded by mu_: the feed thread's call in flight
-  etcdserverpb::ResponseHeader header_;        // guarded by mu_
-  absl::Duration backoff_;                     // feed thread only
+  // The feed's state shared with Stop, TEST_Pause and readers of the
+  // header. A leaf: never held with stream_mu_; nothing blocks under it
+  // (TryCancel on the call in flight returns at once).
+  mutable util::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  // The feed thread's call in flight.
+  std::shared_ptr<grpc::ClientContext> call_ ABSL_GUARDED_BY(mu_);
+  etcdserverpb::ResponseHeader header_ ABSL_GUARDED_BY(mu_);
+  absl::Duration backoff_;  // feed thread only
 
-  // The open watch stream, for progress requests from other threads. Writes
-  // are serialized by stream_mu_ (one write at a time on a gRPC stream).
-  // Lock order: mu_ is never held while taking stream_mu_.
-  std::mutex stream_mu_;
-  WatchStream* stream_ = nullptr;  // guarded by stream_mu_
+  // The open watch stream, for progress requests from other threads. A
+  // leaf, never held with mu_. It is held across the stream's (blocking)
+  // Write on purpose: a gRPC stream takes one write at a time, and this
+  // lock is what makes them one at a time; nothing else waits on it.
+  util::Mutex stream_mu_;
+  WatchStream* stream_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
 
   std::atomic<int64_t> last_progress_request_ns_{0};
   std::atomic<uint64_t> lists_{0};

@@ -92,6 +92,7 @@ class ResourceCache {
   // For consistent reads: the store's current revision (an error fails the
   // read with it), and a request that makes the feeder AdvanceTo it soon (a
   // progress request). Unset: the cache's own revision counts as current.
+  // REQUIRES: no reader has started (the feeds call it when constructed).
   void SetRevisionSource(std::function<absl::StatusOr<int64_t>()> current_rev,
                          std::function<void()> request_progress);
 
@@ -163,7 +164,7 @@ class ResourceCache {
   // Ends w with status (its queue is dropped); it is unregistered at the
   // next exclusive section. REQUIRES: mu_ held (any mode), w->mu_ held.
   void EndLocked(CacheWatcher* w, absl::Status status, Notifications* notify)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_);
   void SweepEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t OldestRevLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The snapshot of the state at rev. REQUIRES: OldestRevLocked() <= rev <= rev_.
@@ -188,6 +189,10 @@ class ResourceCache {
   std::atomic<bool> use_indexes_;
   std::atomic<uint64_t> undecoded_{0};
 
+  // The cache's state. Lock order: before any CacheWatcher's mu_ (one at a
+  // time), which is before ended_mu_; no callback runs under it. It also
+  // guards each registered CacheWatcher's dispatch fields (stamp_,
+  // registration_, ...: cache_watcher.h).
   mutable util::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
@@ -219,6 +224,7 @@ class ResourceCache {
   uint64_t next_watcher_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string scratch_ ABSL_GUARDED_BY(mu_);
 
+  // Set before any reader runs (SetRevisionSource), constant after.
   std::function<absl::StatusOr<int64_t>()> current_rev_;
   std::function<void()> request_progress_;
 

@@ -198,7 +198,8 @@ void ResourceCache::UnregisterLocked(CacheWatcher* w) {
 void ResourceCache::DispatchLocked(const std::shared_ptr<const CacheEvent>& ev, Notifications* notify) {
   const uint64_t stamp = ++stamp_;
   uint64_t candidates = 0;
-  auto visit_set = [&](const WatcherSet& set) {
+  // Lambdas are analyzed on their own: they say what they run under.
+  auto visit_set = [&](const WatcherSet& set) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (CacheWatcher* w : set) {
       if (w->stamp_ == stamp) continue;
       w->stamp_ = stamp;
@@ -206,7 +207,8 @@ void ResourceCache::DispatchLocked(const std::shared_ptr<const CacheEvent>& ev, 
       OfferLocked(w, *ev, notify);
     }
   };
-  auto visit_value = [&](const WatcherIndex& idx, std::string_view value) {
+  auto visit_value = [&](const WatcherIndex& idx, std::string_view value)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = idx.find(AV(value));
     if (it != idx.end()) visit_set(it->second);
   };

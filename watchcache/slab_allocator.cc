@@ -4,12 +4,13 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <new>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "boost/lockfree/stack.hpp"
 #include "util/check.h"
+#include "util/mutex.h"
 
 namespace capstan::watchcache {
 namespace {
@@ -48,10 +49,12 @@ size_t SizeOfClass(int c) {
 namespace {
 
 struct alignas(64) SizeClass {
-  std::mutex mu;           // guards head (kMutex) and the bump region (both kinds)
-  void* head = nullptr;    // intrusive free list (kMutex)
-  char* bump = nullptr;    // unused part of the newest chunk
-  char* bump_end = nullptr;
+  // Guards the free list (kMutex) and the bump region (both kinds). Lock
+  // order: before the allocator's chunks_mu_.
+  util::Mutex mu;
+  void* head ABSL_GUARDED_BY(mu) = nullptr;  // intrusive free list (kMutex)
+  char* bump ABSL_GUARDED_BY(mu) = nullptr;  // unused part of the newest chunk
+  char* bump_end ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<boost::lockfree::stack<void*>> stack;  // kLockFree
 };
 
@@ -83,7 +86,7 @@ class SlabAllocator final : public ObjectAllocator {
       if (c.stack->pop(p)) return p;
       return RefillLockFree(c, ci);
     }
-    std::lock_guard<std::mutex> l(c.mu);
+    util::MutexLock l(&c.mu);
     if (c.head != nullptr) {
       void* p = c.head;
       c.head = *static_cast<void**>(p);
@@ -105,7 +108,7 @@ class SlabAllocator final : public ObjectAllocator {
       c.stack->push(p);
       return;
     }
-    std::lock_guard<std::mutex> l(c.mu);
+    util::MutexLock l(&c.mu);
     *static_cast<void**>(p) = c.head;
     c.head = p;
   }
@@ -124,8 +127,7 @@ class SlabAllocator final : public ObjectAllocator {
 
  private:
   // One block from the bump region, opening a new chunk when it is used up.
-  // REQUIRES: c.mu held.
-  void* CarveLocked(SizeClass& c, int ci) {
+  void* CarveLocked(SizeClass& c, int ci) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
     const size_t size = SizeOfClass(ci);
     if (c.bump == nullptr || c.bump + size > c.bump_end) {
       // Chunks hold at least 8 blocks; the tail of the previous chunk that
@@ -133,7 +135,7 @@ class SlabAllocator final : public ObjectAllocator {
       const size_t chunk = std::max(kMinChunk, size * 8);
       char* mem = static_cast<char*>(::operator new(chunk, std::align_val_t{64}));
       {
-        std::lock_guard<std::mutex> l(chunks_mu_);
+        util::MutexLock l(&chunks_mu_);
         chunks_.push_back(mem);
       }
       footprint_.fetch_add(chunk, std::memory_order_relaxed);
@@ -145,8 +147,8 @@ class SlabAllocator final : public ObjectAllocator {
     return p;
   }
 
-  void* RefillLockFree(SizeClass& c, int ci) {
-    std::lock_guard<std::mutex> l(c.mu);
+  void* RefillLockFree(SizeClass& c, int ci) ABSL_LOCKS_EXCLUDED(c.mu) {
+    util::MutexLock l(&c.mu);
     void* p;
     if (c.stack->pop(p)) return p;  // another thread refilled meanwhile
     void* first = CarveLocked(c, ci);
@@ -159,8 +161,9 @@ class SlabAllocator final : public ObjectAllocator {
 
   const FreeListKind kind_;
   std::vector<SizeClass> classes_;
-  std::mutex chunks_mu_;
-  std::vector<void*> chunks_;
+  // Every chunk, freed with the allocator. A leaf.
+  util::Mutex chunks_mu_;
+  std::vector<void*> chunks_ ABSL_GUARDED_BY(chunks_mu_);
   std::atomic<uint64_t> live_blocks_{0}, live_bytes_{0}, footprint_{0};
 };
 

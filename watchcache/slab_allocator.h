@@ -49,7 +49,7 @@ class ObjectAllocator {
 };
 
 enum class FreeListKind {
-  kMutex,     // a spin-free std::mutex per size class
+  kMutex,     // a mutex (util::Mutex) per size class
   kLockFree,  // boost::lockfree::stack per size class
 };
 

@@ -62,10 +62,9 @@ void StoreFeed::Start() { thread_ = NamedThread("cache-feed", [this] { Run(); })
 
 void StoreFeed::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -76,7 +75,7 @@ void StoreFeed::RequestProgress() {
   if (!last_progress_request_ns_.compare_exchange_strong(last, now)) return;
   std::shared_ptr<mvcc::WatchStream> s;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     s = stream_;
   }
   if (s) s->RequestProgress();
@@ -85,7 +84,7 @@ void StoreFeed::RequestProgress() {
 void StoreFeed::Run() {
   for (;;) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      util::MutexLock l(&mu_);
       if (stopping_) return;
     }
     int64_t rev = 0;
@@ -93,8 +92,8 @@ void StoreFeed::Run() {
     if (!s.ok()) {
       if (mvcc::Is(s, mvcc::Error::kStopped)) return;
       SPDLOG_WARN("watch cache {}: list failed: {}; retrying", cache_->spec().prefix, s.ToString());
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, std::chrono::milliseconds(100), [this] { return stopping_; });
+      util::MutexLock l(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
       continue;
     }
     lists_.fetch_add(1);
@@ -139,16 +138,14 @@ void StoreFeed::Follow(int64_t rev) {
   etcdserverpb::ResponseHeader header;
   std::shared_ptr<mvcc::WatchStream> stream = hub_->OpenStream(header);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     inbox_.clear();
     stream_ = stream;
   }
   stream->SetDeliver([this](std::string m) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      inbox_.push_back(std::move(m));
-    }
-    cv_.notify_all();
+    // Wakes the loop below: it waits on a condition over inbox_.
+    util::MutexLock l(&mu_);
+    inbox_.push_back(std::move(m));
   });
   etcdserverpb::WatchCreateRequest create;
   const std::string& prefix = cache_->spec().prefix;
@@ -160,8 +157,9 @@ void StoreFeed::Follow(int64_t rev) {
   for (;;) {
     std::string m;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return stopping_ || !inbox_.empty(); });
+      util::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !inbox_.empty(); };
+      mu_.Await(absl::Condition(&ready));
       if (stopping_) break;
       m = std::move(inbox_.front());
       inbox_.pop_front();
@@ -171,7 +169,7 @@ void StoreFeed::Follow(int64_t rev) {
     if (!live) break;
   }
   stream->Close();
-  std::lock_guard<std::mutex> l(mu_);
+  util::MutexLock l(&mu_);
   stream_.reset();
   inbox_.clear();
 }

@@ -15,16 +15,16 @@
 #define CAPSTAN_WATCHCACHE_STORE_FEED_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "util/mutex.h"
 #include "watchcache/resource_cache.h"
 
 namespace capstan::watchcache {
@@ -39,31 +39,33 @@ class StoreFeed {
 
   void Start();
   // Stops the feed thread and closes its hub stream. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Lists (re-lists) done so far, for tests and metrics.
   uint64_t lists() const { return lists_.load(); }
 
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Lists the prefix at the store's current revision into the cache.
   absl::Status Load(int64_t* rev);
   // Watches from rev+1 until the watch ends (returns) or the feed stops.
-  void Follow(int64_t rev);
+  void Follow(int64_t rev) ABSL_LOCKS_EXCLUDED(mu_);
   // Applies one WatchResponse; false when the watch was canceled.
   bool Process(const std::string& message);
-  void RequestProgress();
+  void RequestProgress() ABSL_LOCKS_EXCLUDED(mu_);
 
   ResourceCache* const cache_;
   mvcc::KvStore* const store_;
   mvcc::WatchHub* const hub_;
   const bool prev_kv_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> inbox_;  // messages the hub delivered
-  bool stopping_ = false;
-  std::shared_ptr<mvcc::WatchStream> stream_;  // guarded by mu_ (set/reset by the feed thread)
+  // Lock order: a leaf, taken by the hub's deliver function under the
+  // hub's and the stream's locks; never held while calling into the hub.
+  util::Mutex mu_;
+  std::deque<std::string> inbox_ ABSL_GUARDED_BY(mu_);  // messages the hub delivered
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set and reset by the feed thread.
+  std::shared_ptr<mvcc::WatchStream> stream_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<int64_t> last_progress_request_ns_{0};
   std::atomic<uint64_t> lists_{0};

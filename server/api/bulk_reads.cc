@@ -22,32 +22,30 @@ struct BulkReads::Budget {
 
   explicit Budget(size_t max_kept) : max_kept_blocks(max_kept / kBlockBytes) {}
 
-  std::mutex mu;
-  std::condition_variable released;
-  size_t held = 0;
+  // A leaf lock. A read waiting for the budget waits on a condition over
+  // held: each release under it wakes the waiters.
+  util::Mutex mu;
+  size_t held ABSL_GUARDED_BY(mu) = 0;
   const size_t max_kept_blocks;
-  std::vector<std::unique_ptr<char[]>> kept;
-  Clock::time_point last_take = Clock::now();
+  std::vector<std::unique_ptr<char[]>> kept ABSL_GUARDED_BY(mu);
+  Clock::time_point last_take ABSL_GUARDED_BY(mu) = Clock::now();
 
   // Counts `n` bytes about to be handed to gRPC: before any slice of them
   // exists, so that a release never comes first.
-  void Hold(size_t n) {
-    std::lock_guard<std::mutex> l(mu);
+  void Hold(size_t n) ABSL_LOCKS_EXCLUDED(mu) {
+    util::MutexLock l(&mu);
     held += n;
   }
 
-  void Release(size_t n) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      held -= n;
-    }
-    released.notify_all();
+  void Release(size_t n) ABSL_LOCKS_EXCLUDED(mu) {
+    util::MutexLock l(&mu);
+    held -= n;
   }
 
   // A kept block, or a new one (not zeroed: every byte sent is written).
-  std::unique_ptr<char[]> Take() {
+  std::unique_ptr<char[]> Take() ABSL_LOCKS_EXCLUDED(mu) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      util::MutexLock l(&mu);
       last_take = Clock::now();
       if (!kept.empty()) {
         auto block = std::move(kept.back());
@@ -60,21 +58,20 @@ struct BulkReads::Budget {
 
   // Takes back a block, of which `sent` bytes were held by gRPC (0 for one
   // never handed over).
-  void Return(std::unique_ptr<char[]> block, size_t sent) {
+  void Return(std::unique_ptr<char[]> block, size_t sent) ABSL_LOCKS_EXCLUDED(mu) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      util::MutexLock l(&mu);
       held -= sent;
       if (kept.size() < max_kept_blocks) kept.push_back(std::move(block));
     }
-    if (sent > 0) released.notify_all();
     // A block beyond the bound is freed here, outside the lock.
   }
 
   // Frees the kept blocks if none was taken for `idle`.
-  void DropIdle(std::chrono::milliseconds idle) {
+  void DropIdle(std::chrono::milliseconds idle) ABSL_LOCKS_EXCLUDED(mu) {
     std::vector<std::unique_ptr<char[]>> dropped;
     {
-      std::lock_guard<std::mutex> l(mu);
+      util::MutexLock l(&mu);
       if (Clock::now() - last_take < idle) return;
       dropped.swap(kept);
     }
@@ -129,32 +126,24 @@ BulkReads::BulkReads(Options options)
 
 BulkReads::~BulkReads() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   // Wake reads waiting for the budget so the drain finishes even if gRPC
-  // never releases what it holds. Taking the budget's lock orders this
-  // wake-up after any waiter's check of stopping_.
-  { std::lock_guard<std::mutex> l(budget_->mu); }
-  budget_->released.notify_all();
+  // never releases what it holds: their condition reads stopping_, and is
+  // evaluated again when the budget's lock is released.
+  { util::MutexLock l(&budget_->mu); }
   for (auto& t : threads_) t.join();
 }
 
 void BulkReads::Run(std::function<void()> read) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back({std::move(read), /*helper=*/false});
-  }
-  cv_.notify_one();
+  util::MutexLock l(&mu_);
+  queue_.push_back({std::move(read), /*helper=*/false});
 }
 
 void BulkReads::RunHelper(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    queue_.push_front({std::move(task), /*helper=*/true});
-  }
-  cv_.notify_one();
+  util::MutexLock l(&mu_);
+  queue_.push_front({std::move(task), /*helper=*/true});
 }
 
 grpc::Slice BulkReads::HeldSlice(std::string bytes) {
@@ -219,12 +208,12 @@ void BulkReads::Hold(std::string head, std::vector<std::unique_ptr<mvcc::ByteSin
 }
 
 size_t BulkReads::held_bytes() const {
-  std::lock_guard<std::mutex> l(budget_->mu);
+  util::MutexLock l(&budget_->mu);
   return budget_->held;
 }
 
 size_t BulkReads::kept_block_bytes() const {
-  std::lock_guard<std::mutex> l(budget_->mu);
+  util::MutexLock l(&budget_->mu);
   return budget_->kept.size() * kBlockBytes;
 }
 
@@ -236,27 +225,28 @@ void BulkReads::Loop() {
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.nice);
   for (;;) {
     Task task;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      while (!stopping_ && queue_.empty()) {
-        if (!cv_.wait_for(l, options_.keep_idle_blocks,
-                          [this] { return stopping_ || !queue_.empty(); })) {
-          l.unlock();
-          budget_->DropIdle(options_.keep_idle_blocks);
-          l.lock();
-        }
-      }
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
+    mu_.Lock();
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+    while (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(options_.keep_idle_blocks))) {
+      mu_.Unlock();
+      budget_->DropIdle(options_.keep_idle_blocks);
+      mu_.Lock();
     }
+    if (queue_.empty()) {  // stopping, and every queued read has run
+      mu_.Unlock();
+      return;
+    }
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    mu_.Unlock();
     if (!task.helper) {
       // Wait while earlier responses hold the budget (a read starts whenever
       // less than the bound is held, so one read always may run).
-      std::unique_lock<std::mutex> l(budget_->mu);
-      budget_->released.wait(l, [this] {
+      util::MutexLock l(&budget_->mu);
+      auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(budget_->mu) {
         return budget_->held < options_.max_held_bytes || stopping_.load();
-      });
+      };
+      budget_->mu.Await(absl::Condition(&room));
     }
     task.fn();
   }

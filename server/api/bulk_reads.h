@@ -27,22 +27,22 @@
 #ifndef CAPSTAN_SERVER_API_BULK_READS_H_
 #define CAPSTAN_SERVER_API_BULK_READS_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 
@@ -71,11 +71,11 @@ class BulkReads {
   BulkReads& operator=(const BulkReads&) = delete;
 
   // Queues `read` to run on a bulk thread, in submission order.
-  void Run(std::function<void()> read);
+  void Run(std::function<void()> read) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs `task`, a helper of a read already running, on the next free bulk
   // thread, before any queued read and without waiting for the budget.
-  void RunHelper(std::function<void()> task);
+  void RunHelper(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A ParallelRead for a Range on a bulk thread: parts written into this
   // BulkReads' blocks, one helper per other bulk thread.
@@ -104,7 +104,7 @@ class BulkReads {
   struct HeldPart;
   struct SentBlock;
 
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // A slice owning `bytes`, released from the budget when gRPC drops it.
   // REQUIRES: the bytes are already counted in the budget.
   grpc::Slice HeldSlice(std::string bytes);
@@ -117,9 +117,12 @@ class BulkReads {
   };
 
   mvcc::ParallelRead parallel_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
+  // The reads to run. A leaf: the bulk threads wait on a condition over
+  // queue_ and stopping_, so a push under it wakes one.
+  util::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  // Written under mu_; atomic because a read waiting for the budget reads
+  // it under the budget's lock instead.
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };

@@ -10,6 +10,7 @@
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 namespace {
@@ -82,7 +83,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
 
   void OnWriteDone(bool ok) override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      util::MutexLock l(&mu_);
       writing_ = false;
       if (!ok) {
         FinishLocked(grpc::Status(grpc::UNAVAILABLE, "watch stream broken"));
@@ -93,7 +94,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -103,8 +104,8 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
     // start task or a later event triggers).
     std::unique_ptr<watchcache::CacheWatch> w;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      start_done_cv_.wait(l, [this] { return start_done_; });
+      util::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(&start_done_));
       w = std::move(watch_);
     }
     if (w) w->Cancel();
@@ -112,7 +113,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
   }
 
  private:
-  void Start(const capstan::v1::WatchRequest& req) {
+  void Start(const capstan::v1::WatchRequest& req) ABSL_LOCKS_EXCLUDED(mu_) {
     watchcache::WatchOptions o;
     o.prefix = req.prefix();
     o.label_selector = req.label_selector();
@@ -121,22 +122,25 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
     o.allow_bookmarks = req.allow_bookmarks();
     o.send_initial_events = req.send_initial_events();
     auto w = service_->cache()->Watch(o);
+    if (w.ok()) {
+      // Before the watch is shared: the notify function takes mu_, so
+      // SetNotify (which takes the watch's notify lock) is not called under it.
+      (*w)->SetNotify([this] { TrySend(); });
+    }
     {
-      std::lock_guard<std::mutex> l(mu_);
+      util::MutexLock l(&mu_);
       if (!w.ok()) {
         FinishLocked(ToGrpcStatus(w.status()));
       } else {
         watch_ = std::move(*w);
-        watch_->SetNotify([this] { TrySend(); });
       }
-      start_done_ = true;
+      start_done_ = true;  // wakes OnDone
     }
-    start_done_cv_.notify_all();
     TrySend();
   }
 
-  void TrySend() {
-    std::lock_guard<std::mutex> l(mu_);
+  void TrySend() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
     if (writing_ || finished_ || !watch_) return;
     events_.clear();
     size_t bytes = 0;
@@ -165,8 +169,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
     StartWrite(&out_);
   }
 
-  // REQUIRES: mu_ held.
-  void FinishLocked(const grpc::Status& s) {
+  void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     Finish(s);
@@ -175,14 +178,16 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
   CacheService* const service_;
   const bool prev_kv_;
 
-  std::mutex mu_;
-  std::condition_variable start_done_cv_;
-  bool start_done_ = false;
-  bool writing_ = false;
-  bool finished_ = false;
-  std::unique_ptr<watchcache::CacheWatch> watch_;
-  std::vector<WatchEvent> events_;
-  grpc::ByteBuffer out_;  // the write in flight
+  // Lock order: after the watch's notify lock (its notify function,
+  // TrySend, takes mu_), before the watch's other locks (Pop, done and
+  // status run under it).
+  util::Mutex mu_;
+  bool start_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<watchcache::CacheWatch> watch_ ABSL_GUARDED_BY(mu_);
+  std::vector<WatchEvent> events_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer out_ ABSL_GUARDED_BY(mu_);  // the write in flight
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "server/api/health_service.h"
 
-#include <mutex>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 
@@ -24,30 +26,32 @@ class WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> 
     StartWrite(&status_);
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     writing_ = false;
     if (!ok || cancelled_) FinishLocked();
   }
   // Finish waits for the write in flight: gRPC allows no Finish while one is.
   void OnCancel() override {
-    std::lock_guard<std::mutex> l(mu_);
+    util::MutexLock l(&mu_);
     cancelled_ = true;
     if (!writing_) FinishLocked();
   }
   void OnDone() override { delete this; }
 
  private:
-  void FinishLocked() {
+  void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Stream has ended."));
   }
 
   HealthCheckResponse status_;
-  std::mutex mu_;
-  bool writing_ = true;     // the status is being written; guarded by mu_
-  bool cancelled_ = false;  // guarded by mu_
-  bool finished_ = false;   // guarded by mu_
+  // A leaf. Finish is called under it (it does not block): the write and
+  // the cancel race to it.
+  util::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = true;  // the status is being written
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

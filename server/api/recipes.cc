@@ -164,7 +164,7 @@ void RecipeCall::Write(Req req, std::function<void(absl::StatusOr<Resp>)> then, 
   w.op = mvcc::ClientOp<Req, Resp>{&p->req, &p->resp};
   w.validated = validated;
   {
-    std::lock_guard<std::mutex> l(recipes_->writes_mu_);
+    util::MutexLock l(&recipes_->writes_mu_);
     ++recipes_->writes_in_flight_;
   }
   Recipes* recipes = recipes_;
@@ -178,8 +178,8 @@ void RecipeCall::Write(Req req, std::function<void(absl::StatusOr<Resp>)> then, 
         then(s);
       }
     });
-    std::lock_guard<std::mutex> l(recipes->writes_mu_);
-    if (--recipes->writes_in_flight_ == 0) recipes->writes_cv_.notify_all();
+    util::MutexLock l(&recipes->writes_mu_);
+    --recipes->writes_in_flight_;  // the destructor waits for 0
   };
   recipes_->store()->Submit(std::move(w));
 }
@@ -328,20 +328,19 @@ Recipes::~Recipes() {
   EndCalls();
   // Wait for EndCalls to have run, then for the writes in flight to hand
   // their completions to the queue, which its destructor then drains.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool ran = false;
+  util::Mutex mu;
+  bool ran ABSL_GUARDED_BY(mu) = false;
   Run([&] {
-    std::lock_guard<std::mutex> l(mu);
+    util::MutexLock l(&mu);
     ran = true;
-    cv.notify_all();
   });
   {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return ran; });
+    util::MutexLock l(&mu);
+    mu.Await(absl::Condition(&ran));
   }
-  std::unique_lock<std::mutex> l(writes_mu_);
-  writes_cv_.wait(l, [this] { return writes_in_flight_ == 0; });
+  util::MutexLock l(&writes_mu_);
+  auto drained = [this]() ABSL_SHARED_LOCKS_REQUIRED(writes_mu_) { return writes_in_flight_ == 0; };
+  writes_mu_.Await(absl::Condition(&drained));
 }
 
 void Recipes::EndCalls() {

@@ -22,14 +22,13 @@
 #define CAPSTAN_SERVER_API_RECIPES_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.pb.h"
@@ -42,6 +41,7 @@
 #include "mvcc/watch_hub.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
+#include "util/mutex.h"
 #include "util/work_queue.h"
 
 namespace capstan::server {
@@ -279,10 +279,10 @@ class Recipes {
   std::atomic<int64_t> calls_in_progress_{0};  // calls_.size(), for other threads
   std::atomic<uint64_t> observe_pauses_{0};
 
-  // Writes submitted whose completion has not been queued yet.
-  std::mutex writes_mu_;
-  std::condition_variable writes_cv_;
-  int writes_in_flight_ = 0;
+  // Writes submitted whose completion has not been queued yet. A leaf: the
+  // store's completion callbacks take it.
+  util::Mutex writes_mu_;
+  int writes_in_flight_ ABSL_GUARDED_BY(writes_mu_) = 0;
 
   util::WorkQueue queue_;  // last: its thread stops first
 };

@@ -3,16 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +25,7 @@
 #include "storage/etcdfmt/bbolt_writer.h"
 #include "util/crc32c.h"
 #include "util/go_text.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 namespace fs = std::filesystem;
@@ -192,8 +192,8 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
       // Through FinishOnce: a cancel may already be on its way to OnCancel.
-      std::unique_lock<std::mutex> lock(mu_);
-      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
+      mu_.Lock();
+      FinishOnceAndUnlock(grpc::Status(grpc::INTERNAL, std::string(checkpoint.status().message())));
       return;
     }
     producer_ = std::thread([this, dir = *std::move(checkpoint), member] {
@@ -201,51 +201,52 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       absl::Status s = StreamSnapshot(
           dir, member,
           [this] {
-            std::lock_guard<std::mutex> lock(mu_);
+            util::MutexLock lock(&mu_);
             return stop_;
           },
           [this](uint64_t total) {
-            std::lock_guard<std::mutex> lock(mu_);
+            util::MutexLock lock(&mu_);
             remaining_ = total;
           },
           [this, &sha](std::string chunk) {
             sha.Update(chunk);
             return Push(std::move(chunk));
           });
-      std::unique_lock<std::mutex> lock(mu_);
+      mu_.Lock();
       produced_ = true;
       status_ = s;
       if (s.ok()) checksum_ = sha.Final();
-      SendNext(lock);
+      SendNextAndUnlock();
     });
   }
 
   void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     in_flight_ = false;
-    space_.notify_all();
     if (!ok) {
       stop_ = true;
-      FinishOnce(lock, grpc::Status(grpc::UNAVAILABLE, "snapshot stream broken"));
+      FinishOnceAndUnlock(grpc::Status(grpc::UNAVAILABLE, "snapshot stream broken"));
       return;
     }
-    SendNext(lock);
+    SendNextAndUnlock();
   }
 
   void OnCancel() override {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     stop_ = true;
-    space_.notify_all();
     // With a write in flight, its OnWriteDone(false) finishes.
-    if (!in_flight_) FinishOnce(lock, grpc::Status(grpc::CANCELLED, "snapshot cancelled"));
+    if (in_flight_) {
+      mu_.Unlock();
+      return;
+    }
+    FinishOnceAndUnlock(grpc::Status(grpc::CANCELLED, "snapshot cancelled"));
   }
 
   void OnDone() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      util::MutexLock lock(&mu_);
       stop_ = true;
     }
-    space_.notify_all();
     if (producer_.joinable()) producer_.join();
     delete this;
   }
@@ -254,64 +255,85 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
   static constexpr size_t kQueuedChunks = 64;  // 2 MiB ahead of the client
 
   // Queues a chunk, waiting for room; Cancelled once the call has ended.
-  absl::Status Push(std::string chunk) {
-    std::unique_lock<std::mutex> lock(mu_);
-    space_.wait(lock, [this] { return stop_ || queue_.size() < kQueuedChunks; });
-    if (stop_) return absl::CancelledError("snapshot stream ended");
+  absl::Status Push(std::string chunk) ABSL_LOCKS_EXCLUDED(mu_) {
+    mu_.Lock();
+    auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return stop_ || queue_.size() < kQueuedChunks;
+    };
+    mu_.Await(absl::Condition(&room));
+    if (stop_) {
+      mu_.Unlock();
+      return absl::CancelledError("snapshot stream ended");
+    }
     queue_.push_back(std::move(chunk));
-    SendNext(lock);
+    SendNextAndUnlock();
     return absl::OkStatus();
   }
 
   // Starts the next write or finishes the call, if nothing is in flight:
   // data chunks carrying the bytes still to come, then, as etcd, the
-  // SHA-256 alone in the last message. Unlocks lock to call into gRPC.
-  void SendNext(std::unique_lock<std::mutex>& lock) {
-    if (in_flight_ || finished_) return;
+  // SHA-256 alone in the last message. Releases mu_ (before calling into
+  // gRPC). REQUIRES: mu_ held.
+  void SendNextAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
+    if (in_flight_ || finished_) {
+      mu_.Unlock();
+      return;
+    }
     if (!queue_.empty()) {
       response_.Clear();
       remaining_ -= queue_.front().size();
       response_.set_blob(std::move(queue_.front()));
       response_.set_remaining_bytes(remaining_);
-      queue_.pop_front();
-      space_.notify_all();
+      queue_.pop_front();  // room for Push
     } else if (!produced_) {
+      mu_.Unlock();
       return;
     } else if (!status_.ok()) {
-      FinishOnce(lock, grpc::Status(grpc::INTERNAL, std::string(status_.message())));
+      FinishOnceAndUnlock(grpc::Status(grpc::INTERNAL, std::string(status_.message())));
       return;
     } else if (!checksum_sent_) {
       checksum_sent_ = true;
       response_.Clear();
       response_.set_blob(checksum_);
     } else {
-      FinishOnce(lock, grpc::Status::OK);
+      FinishOnceAndUnlock(grpc::Status::OK);
       return;
     }
     in_flight_ = true;
-    lock.unlock();
+    mu_.Unlock();
+    // response_ is not touched again until OnWriteDone clears in_flight_.
     StartWrite(&response_);
   }
 
-  void FinishOnce(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
-    if (finished_) return;
+  // Finishes the call once. Releases mu_ (before calling into gRPC).
+  // REQUIRES: mu_ held.
+  void FinishOnceAndUnlock(const grpc::Status& status) ABSL_UNLOCK_FUNCTION(mu_) {
+    if (finished_) {
+      mu_.Unlock();
+      return;
+    }
     finished_ = true;
-    lock.unlock();
+    mu_.Unlock();
     Finish(status);
   }
 
   std::thread producer_;
-  std::mutex mu_;
-  std::condition_variable space_;  // room in queue_, or stop_
-  std::deque<std::string> queue_;  // guarded by mu_, as the fields below
-  uint64_t remaining_ = 0;         // bytes not yet handed to a write
-  bool produced_ = false;          // the producer is done: status_, checksum_ set
-  absl::Status status_;
-  std::string checksum_;
-  bool in_flight_ = false;
-  bool checksum_sent_ = false;
-  bool finished_ = false;
-  bool stop_ = false;  // the call ended or failed: the producer stops
+  // A leaf; released before every call into gRPC. Push waits on a
+  // condition over it for room in queue_ (or stop_).
+  util::Mutex mu_;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t remaining_ ABSL_GUARDED_BY(mu_) = 0;  // bytes not yet handed to a write
+  // The producer is done: status_, checksum_ set.
+  bool produced_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::string checksum_ ABSL_GUARDED_BY(mu_);
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool checksum_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // The call ended or failed: the producer stops.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The message of the write in flight: written under mu_, read by gRPC
+  // while in_flight_.
   etcdserverpb::SnapshotResponse response_;
 };
 

@@ -2,14 +2,15 @@
 
 #include <atomic>
 #include <deque>
-#include <mutex>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "server/api/auth_service.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 namespace {
@@ -62,22 +63,21 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     StartRead(&in_);
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(send_mu_) {
     if (!ok) {
       End(grpc::Status(grpc::UNAVAILABLE, "watch stream broken"));
       return;
     }
-    {
-      std::unique_lock<std::mutex> lock(send_mu_);
-      if (!own_.empty()) {
-        std::string message = std::move(own_.front());
-        own_.pop_front();
-        lock.unlock();
-        Write(std::move(message));  // writing_ stays true
-        return;
-      }
-      writing_ = false;
+    send_mu_.Lock();
+    if (!own_.empty()) {
+      std::string message = std::move(own_.front());
+      own_.pop_front();
+      send_mu_.Unlock();
+      Write(std::move(message));  // writing_ stays true
+      return;
     }
+    writing_ = false;
+    send_mu_.Unlock();
     std::string message;
     bool more = false;
     if (stream_->Pop(&message, &more)) Send(std::move(message), more);
@@ -96,9 +96,9 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // with them, sparing a flush per message. Lock order: the stream's lock
   // (held when the hub delivers) before send_mu_; never call into the
   // stream with send_mu_ held.
-  void Send(std::string message, bool more = false) {
+  void Send(std::string message, bool more = false) ABSL_LOCKS_EXCLUDED(send_mu_) {
     {
-      std::lock_guard<std::mutex> lock(send_mu_);
+      util::MutexLock lock(&send_mu_);
       if (writing_) {
         own_.push_back(std::move(message));
         return;
@@ -138,9 +138,11 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   const etcdserverpb::ResponseHeader header_;
   const grpc::CallbackServerContext* const ctx_;
   const AuthGate* const auth_;
-  std::mutex send_mu_;
-  bool writing_ = false;          // a write is in flight; guarded by send_mu_
-  std::deque<std::string> own_;   // messages waiting for it; guarded by send_mu_
+  // Lock order: after the hub stream's lock (Send runs under it when the
+  // hub delivers); nothing calls into the stream or gRPC under it.
+  util::Mutex send_mu_;
+  bool writing_ ABSL_GUARDED_BY(send_mu_) = false;  // a write is in flight
+  std::deque<std::string> own_ ABSL_GUARDED_BY(send_mu_);  // messages waiting for it
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;  // the write in flight
   std::atomic<bool> finished_{false};

@@ -62,7 +62,7 @@ ClientHttp::~ClientHttp() { Stop(); }
 
 void ClientHttp::Adopt(int fd, SSL_CTX* tls) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    util::MutexLock lock(&mu_);
     if (stopped_ || fds_.size() >= kMaxConnections) {
       if (!stopped_ && tls == nullptr) {
         // Told, not left to guess; the socket's buffer is empty, so this
@@ -88,19 +88,19 @@ void ClientHttp::Adopt(int fd, SSL_CTX* tls) {
     // Closed under the lock: once closed, the number may be reused by a new
     // connection, which must not find it still in fds_ (nor Stop() shut
     // down a stranger's socket).
-    std::lock_guard<std::mutex> lock(mu_);
+    util::MutexLock lock(&mu_);
     fds_.erase(fd);
-    close(fd);
-    served_.notify_all();
+    close(fd);  // wakes Stop once fds_ is empty
   }).detach();
 }
 
 void ClientHttp::Stop() {
   stopping_ = true;
-  std::unique_lock<std::mutex> lock(mu_);
+  util::MutexLock lock(&mu_);
   stopped_ = true;
   for (int fd : fds_) shutdown(fd, SHUT_RDWR);
-  served_.wait(lock, [this] { return fds_.empty(); });
+  auto served = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return fds_.empty(); };
+  mu_.Await(absl::Condition(&served));
 }
 
 void ClientHttp::ServeTlsConnection(int fd, SSL_CTX* tls) {

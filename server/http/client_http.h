@@ -12,12 +12,10 @@
 #include <set>
 #include <string>
 
-#include <condition_variable>
-#include <mutex>
-
 #include "absl/base/thread_annotations.h"
 #include "openssl/ssl.h"
 #include "server/http/http1.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 
@@ -42,11 +40,11 @@ class ClientHttp {
   // closes it. Past kMaxConnections at once, closes it unserved. With tls,
   // the connection starts with a TLS handshake in that context (which must
   // outlive Stop()).
-  void Adopt(int fd, SSL_CTX* tls = nullptr);
+  void Adopt(int fd, SSL_CTX* tls = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends every connection (a streaming answer ends as the server's gRPC
   // calls do) and waits for their threads. Adopt afterwards closes at once.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   static constexpr int kMaxConnections = 512;
 
@@ -64,9 +62,11 @@ class ClientHttp {
   const ClientHttpOptions options_;
   std::atomic<bool> stopping_{false};
 
-  // A std::mutex, which TSan sees (docs/RELIABILITY.md).
-  std::mutex mu_;
-  std::condition_variable served_;  // a connection's thread ended
+  // The connections. A leaf. Sockets are closed (and shut down, by Stop)
+  // under it, on purpose: a descriptor number leaves fds_ only once closed,
+  // so a new connection never finds its number still there. Neither call
+  // blocks. Stop waits on a condition over fds_.
+  util::Mutex mu_;
   std::set<int> fds_ ABSL_GUARDED_BY(mu_);  // being served
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

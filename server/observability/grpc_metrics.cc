@@ -123,7 +123,7 @@ GrpcMetrics::~GrpcMetrics() = default;
 
 GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType type) {
   const absl::string_view name = method == nullptr ? absl::string_view() : method;
-  absl::MutexLock l(&mu_);
+  util::MutexLock l(&mu_);
   auto& series = methods_[name];
   if (series == nullptr) {
     series = std::make_unique<MethodSeries>();

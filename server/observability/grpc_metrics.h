@@ -15,13 +15,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 
@@ -62,7 +62,9 @@ class GrpcMetrics {
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>* const handling_;  // null unless extensive
-  absl::Mutex mu_;
+  // The series of each method, made on first use. Lock order: before the
+  // prometheus families' own locks (series are added to them under it).
+  util::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<MethodSeries>> methods_ ABSL_GUARDED_BY(mu_);
 };
 
