@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "absl/strings/cord.h"
+#include "util/status_payload.h"
 
 namespace capstan::mvcc {
 namespace {
@@ -46,16 +46,12 @@ ErrorInfo InfoOf(Error e) {
 }  // namespace
 
 absl::Status MakeError(Error e) {
-  ErrorInfo info = InfoOf(e);
-  absl::Status s(info.code, info.text);
-  s.SetPayload(kPayloadUrl, absl::Cord(std::to_string(static_cast<int>(e))));
-  return s;
+  const ErrorInfo info = InfoOf(e);
+  return util::StatusWithPayload(info.code, info.text, kPayloadUrl, e);
 }
 
 std::optional<Error> ErrorOf(const absl::Status& s) {
-  auto payload = s.GetPayload(kPayloadUrl);
-  if (!payload) return std::nullopt;
-  return static_cast<Error>(std::stoi(std::string(*payload)));
+  return util::PayloadOf<Error>(s, kPayloadUrl);
 }
 
 bool Is(const absl::Status& s, Error e) {
