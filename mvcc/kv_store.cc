@@ -130,11 +130,9 @@ absl::Status KvStore::Recover() {
   // Every record may have been compacted away; the revision never goes back.
   if (current_rev_ < compact_rev_) current_rev_ = compact_rev_;
   if (current_rev_ < scheduled) current_rev_ = scheduled;
-  if (scheduled > compact_rev_) {
-    // A compaction was interrupted: finish it.
-    compact_rev_ = scheduled;
-    compact_requested_ = scheduled;
-  }
+  const bool interrupted = scheduled > compact_rev_;
+  // A compaction was interrupted: finish it.
+  if (interrupted) compact_rev_ = scheduled;
   // An interrupted compaction leaves compact_finished_ behind
   // compact_requested_, so the compactor picks it up and WaitCompactionDone
   // waits for it.
@@ -142,6 +140,8 @@ absl::Status KvStore::Recover() {
   if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
     finished = DecodeMetaRevision(value);
   }
+  util::MutexLock l(&compact_mu_);  // no other thread runs yet; the lock states the contract
+  if (interrupted) compact_requested_ = scheduled;
   compact_finished_ = finished;
   return absl::OkStatus();
 }

@@ -69,12 +69,13 @@ bool KvStore::Corrupt() const { return corrupt_alarm_.load(std::memory_order_acq
 bool KvStore::NoSpace() const { return no_space_alarm_.load(std::memory_order_acquire); }
 
 void KvStore::AlarmsChangedLocked() {
-  auto any = [this](etcdserverpb::AlarmType type) {
-    return std::any_of(alarms_.begin(), alarms_.end(),
-                       [type](const AlarmMember& a) { return a.alarm() == type; });
-  };
-  no_space_alarm_.store(any(etcdserverpb::NOSPACE), std::memory_order_release);
-  corrupt_alarm_.store(any(etcdserverpb::CORRUPT), std::memory_order_release);
+  bool no_space = false, corrupt = false;
+  for (const AlarmMember& a : alarms_) {
+    no_space = no_space || a.alarm() == etcdserverpb::NOSPACE;
+    corrupt = corrupt || a.alarm() == etcdserverpb::CORRUPT;
+  }
+  no_space_alarm_.store(no_space, std::memory_order_release);
+  corrupt_alarm_.store(corrupt, std::memory_order_release);
 }
 
 absl::Status KvStore::LoadAlarms() {
