@@ -24,3 +24,22 @@ function(capstan_benchmark name)
   add_executable(${name} ${B_SOURCES})
   target_link_libraries(${name} PRIVATE ${B_LIBS} benchmark::benchmark benchmark::benchmark_main)
 endfunction()
+
+# capstan_test_against_etcd34(NAME [FILTER expr]): runs the cases of test
+# binary NAME (those matching the gtest filter, default all) a second time
+# with Debian 12's etcd 3.4 in place of the reference etcd 3.5, as the tests
+# named "<case>.etcd34": the tests about data directories written by etcd,
+# whose format 3.4 and 3.5 users both bring.
+function(capstan_test_against_etcd34 name)
+  if(NOT TARGET ${name})
+    return()
+  endif()
+  cmake_parse_arguments(T "" "FILTER" "" ${ARGN})
+  if(NOT T_FILTER)
+    set(T_FILTER "*")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_FILTER "${T_FILTER}"
+                       TEST_SUFFIX ".etcd34"
+                       PROPERTIES LABELS "integration" TIMEOUT 300
+                       ENVIRONMENT "CAPSTAN_ETCD_BINARY=/usr/bin/etcd;CAPSTAN_ETCDCTL_BINARY=/usr/bin/etcdctl")
+endfunction()

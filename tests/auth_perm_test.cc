@@ -2,9 +2,7 @@
 // etcd and capstan set up alike: user "u" may read and write the prefix /a/,
 // user "w" may only write the prefix /w/, root may do anything. Each request
 // is sent to both servers with the same identity (u, root, none, or a bogus
-// token) and must get the same gRPC code and message; where etcd 3.5 (or a
-// later fix) differs from the installed 3.4, the test says so and checks
-// capstan against the newer rule (docs/COMPATIBILITY.md).
+// token) and must get the same gRPC code and message.
 //
 // Here: Lease and Txn requests, and malformed requests. The fixture is in
 // auth_perm.h; watches in auth_perm_watch_test.cc, Lock and Election in
@@ -59,13 +57,13 @@ TEST_F(AuthPermTest, LeaseOperations) {
     ASSERT_EQ(ttl[1].keys_size(), 1);
     EXPECT_EQ(ttl[1].keys(0), "/a/x");
   }
-  // etcd 3.4 lists every key of any lease; etcd 3.5.13+ (and capstan) refuse
-  // unless the caller may read them all, and want a valid identity.
+  // etcd 3.5.13+ refuses to list a lease's keys unless the caller may read
+  // them all, and wants a valid identity (3.4 listed every key of any lease).
   for (const auto& [who, want] : std::vector<std::pair<std::string, std::string>>{
            {"u", kDenied}, {"", kNoUser}, {"bogus", kBadToken}}) {
     auto [e, c] = TimeToLive(who, 102, /*keys=*/true, ttl);
-    EXPECT_EQ(e.code, grpc::OK) << "etcd 3.4 answers " << e.ToString();
-    EXPECT_EQ(c.message, want) << who;
+    EXPECT_EQ(e, c) << who;
+    EXPECT_EQ(e.message, want) << who;
   }
   {
     auto [e, c] = TimeToLive("root", 102, /*keys=*/true, ttl);
@@ -178,9 +176,9 @@ TEST_F(AuthPermTest, TxnChecksEveryCompareAndBothBranches) {
   }
 }
 
-// etcd 3.4.23 checks only the top level of a txn and only the write of a
-// put inside one; later etcd releases (and capstan) check nested txns and a
-// put's prev_kv and lease as for a plain Put.
+// etcd checks nested txns and a put's prev_kv and lease as for a plain Put
+// (3.4.23 checked only the top level of a txn and only the write of a put
+// inside one).
 TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
   ASSERT_EQ(Put("root", "/w/k", 0).code, grpc::OK);
   // A forbidden put two levels down, in the branch that runs.
@@ -197,12 +195,8 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
       return Kv(i)->Txn(ctx, outer, &resp);
     });
     EXPECT_EQ(c.message, kDenied);
-    if (e.code == grpc::OK) {
-      // etcd 3.4.23 let it through and wrote the key.
-      EXPECT_EQ(Keys(0, "/b/"), std::vector<std::string>{"/b/deep"});
-    } else {
-      EXPECT_EQ(e, c);
-    }
+    EXPECT_EQ(e, c);
+    EXPECT_TRUE(Keys(0, "/b/").empty());
     EXPECT_TRUE(Keys(1, "/b/").empty());
   }
   // A forbidden read nested in the failure branch.
@@ -216,7 +210,8 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
       TxnResponse resp;
       return Kv(i)->Txn(ctx, failure_nested, &resp);
     });
-    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+    EXPECT_EQ(c.message, kDenied);
+    EXPECT_EQ(e, c);
   }
 
   // w may write /w/ but not read it: prev_kv would reveal the old value.
@@ -227,14 +222,10 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
   {
     auto [e, c] = Each("w", [&](int i, grpc::ClientContext* ctx) {
       TxnResponse resp;
-      grpc::Status s = Kv(i)->Txn(ctx, prev, &resp);
-      if (s.ok() && i == 0) {
-        // What etcd 3.4.23 hands out.
-        EXPECT_EQ(resp.responses(0).response_put().prev_kv().value(), "v");
-      }
-      return s;
+      return Kv(i)->Txn(ctx, prev, &resp);
     });
-    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+    EXPECT_EQ(c.message, kDenied);
+    EXPECT_EQ(e, c);
   }
   TxnRequest plain;
   *plain.add_success() = PutOp("/w/k", "3");
@@ -252,7 +243,8 @@ TEST_F(AuthPermTest, TxnChecksNestedOpsAndPutPrevKvAndLease) {
       TxnResponse resp;
       return Kv(i)->Txn(ctx, attach, &resp);
     });
-    EXPECT_EQ(c.message, kDenied) << "etcd: " << e.ToString();
+    EXPECT_EQ(c.message, kDenied);
+    EXPECT_EQ(e, c);
   }
   TxnRequest no_lease;
   *no_lease.add_success() = PutOp("/a/l", "1", 999);

@@ -69,7 +69,7 @@ TEST_F(AuthPermTest, WatchFromKeyNeedsEveryKeyFromThere) {
     ctx->TryCancel();
     return grpc::Status::OK;
   });
-  EXPECT_FALSE(got[0].canceled()) << "etcd 3.4 lets u watch /b/ and beyond";
+  EXPECT_FALSE(got[0].canceled()) << "etcd lets u watch /b/ and beyond";
   EXPECT_TRUE(got[1].created());
   EXPECT_TRUE(got[1].canceled());
   EXPECT_EQ(got[1].cancel_reason(),

@@ -6,10 +6,6 @@
 //
 // CAPSTAN_BAD_INPUT_TABLE=1 prints the table of inputs and answers kept in
 // docs/RELIABILITY.md.
-//
-// etcd 3.4 vs 3.5: the reference etcd here is 3.4, which has no sort-option
-// check and panics on an invalid sort target; those cases go to Capstan only
-// and expect 3.5's answer (as in diff_kv_test.cc).
 
 #include <atomic>
 #include <chrono>
@@ -81,10 +77,10 @@ Reply Call(grpc::Channel* channel, const std::string& method, const std::string&
 }
 
 enum class Check {
-  kExact,     // same code and text
+  kExact,     // same code and text (and, if `expected` is set, etcd's
+              // answer is that: what the case is about)
   kCode,      // same code; the text is the gRPC library's own (Go vs C++)
-  kCapstan,   // Capstan only (etcd 3.4 crashes or differs from 3.5, or a
-              // known difference): expect `expected`
+  kCapstan,   // Capstan only (the input makes etcd crash): expect `expected`
 };
 
 struct Case {
@@ -92,7 +88,7 @@ struct Case {
   std::string method;
   std::string bytes;
   Check compare = Check::kExact;
-  std::string expected;  // kCapstan: the answer Show() must print
+  std::string expected;  // the answer Show() must print (kCapstan, kExact)
 };
 
 std::string Bytes(const google::protobuf::Message& m) { return m.SerializeAsString(); }
@@ -137,9 +133,8 @@ std::vector<Case> Cases() {
     add(absl::StrCat(method, ": bytes that are not protobuf (ff ff ff)"), method,
         "\xff\xff\xff");
   }
-  // etcd 3.4 has no AuthStatus (3.5 answers as for the others).
   add("AuthStatus: bytes that are not protobuf (ff ff ff)", "/etcdserverpb.Auth/AuthStatus",
-      "\xff\xff\xff", Check::kCapstan,
+      "\xff\xff\xff", Check::kExact,
       "INTERNAL \"grpc: error unmarshalling request: unexpected EOF\"");
   add("LeaseGrant: truncated length-delimited field", kGrant, std::string("\x0a\x10\x61", 3));
   add("Range: unterminated varint", kRange, std::string("\x20\xff\xff\xff", 4));
@@ -180,11 +175,11 @@ std::vector<Case> Cases() {
   add("Range: request larger than the gRPC receive limit", kRange, Bytes(range), Check::kCode);
   range.set_key("a");
   range.set_sort_order(static_cast<RangeRequest::SortOrder>(7));
-  add("Range: sort_order 7 (no such order)", kRange, Bytes(range), Check::kCapstan,
+  add("Range: sort_order 7 (no such order)", kRange, Bytes(range), Check::kExact,
       "INVALID_ARGUMENT \"etcdserver: invalid sort option\"");
   range.set_sort_order(RangeRequest::ASCEND);
   range.set_sort_target(static_cast<RangeRequest::SortTarget>(9));
-  add("Range: sort_target 9 (no such target)", kRange, Bytes(range), Check::kCapstan,
+  add("Range: sort_target 9 (no such target)", kRange, Bytes(range), Check::kExact,
       "INVALID_ARGUMENT \"etcdserver: invalid sort option\"");
 
   PutRequest put;
@@ -270,7 +265,7 @@ std::vector<Case> Cases() {
 
   AlarmRequest alarm;
   alarm.set_action(static_cast<AlarmRequest::AlarmAction>(9));
-  // etcd (3.4 and 3.5) dereferences the nil response it applies for an
+  // etcd (3.4 and 3.5.16) dereferences the nil response it applies for an
   // unknown action and the process dies; Capstan answers with no alarms.
   add("Alarm: action 9 (no such action)", kAlarm, Bytes(alarm), Check::kCapstan, "OK");
 
@@ -360,7 +355,7 @@ TEST_F(BadInputTest, EveryBadRequestGetsEtcdsAnswerAndTheServerKeepsServing) {
   auto etcd_channel = etcd_->NewChannel();
   auto capstan_channel = capstan_->NewChannel();
   const bool table = std::getenv("CAPSTAN_BAD_INPUT_TABLE") != nullptr;
-  if (table) std::cout << "| input | etcd 3.4 | Capstan |\n| --- | --- | --- |\n";
+  if (table) std::cout << "| input | etcd 3.5 | Capstan |\n| --- | --- | --- |\n";
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     const Reply capstan = Call(capstan_channel.get(), c.method, c.bytes);
@@ -375,6 +370,7 @@ TEST_F(BadInputTest, EveryBadRequestGetsEtcdsAnswerAndTheServerKeepsServing) {
     EXPECT_EQ(capstan.code, etcd.code) << "etcd: " << Show(etcd) << "\ncapstan: " << Show(capstan);
     if (c.compare == Check::kExact) {
       EXPECT_EQ(capstan.message, etcd.message);
+      if (!c.expected.empty()) EXPECT_EQ(Show(etcd), c.expected);
     }
     if (table) {
       auto cell = [](std::string s) { return absl::StrReplaceAll(s, {{"|", "\\|"}}); };
@@ -388,8 +384,7 @@ TEST_F(BadInputTest, EveryBadRequestGetsEtcdsAnswerAndTheServerKeepsServing) {
 // Valid requests with bytes changed, cut, inserted or appended, sent to
 // both servers: every answer has etcd's code and text, decoding errors
 // included (server/api/go_unmarshal.h). The methods are ones no field value can
-// make etcd 3.4 crash on (it panics on an invalid sort target or alarm
-// action), and their requests have no string fields (C++ protobuf refuses
+// make etcd crash on (it panics on an unknown alarm action), and their requests have no string fields (C++ protobuf refuses
 // a string that is not UTF-8, etcd does not).
 TEST_F(BadInputTest, MangledRequestsGetEtcdsAnswer) {
   using namespace etcdserverpb;  // NOLINT

@@ -176,11 +176,10 @@ TEST_F(DiffConcurrencyTest, RevokedHolderReleasesTheLock) {
   ExpectSame(second.etcd->Wait(), second.capstan->Wait());
 }
 
-// A waiter whose own lease ends while it waits has lost its place. etcd 3.5
-// answers "mutex: session is expired" once the holder lets go; etcd 3.4's
-// mutex did not look and answered the lock held, with a key that no longer
-// exists. Capstan follows 3.5 (docs/COMPATIBILITY.md).
-TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSoAsIn35) {
+// A waiter whose own lease ends while it waits has lost its place: etcd 3.5
+// answers "mutex: session is expired" once the holder lets go (3.4's mutex
+// did not look and answered the lock held, with a key that no longer exists).
+TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSo) {
   auto [a, b, first, second] = LockBehindAHolder();
   ASSERT_FALSE(HasFailure());
   etcdserverpb::LeaseRevokeRequest revoke;
@@ -189,11 +188,9 @@ TEST_F(DiffConcurrencyTest, WaiterWhoseLeaseEndsIsToldSoAsIn35) {
   EXPECT_SAME(Both(UnlockR(first.etcd.resp.key())));
   auto e = second.etcd->Wait();
   auto c = second.capstan->Wait();
-  if (!BothEtcd()) {
-    EXPECT_TRUE(e.status.ok()) << "etcd 3.4: " << Describe(e.status);
-    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNKNOWN);
-    EXPECT_EQ(c.status.error_message(), "mutex: session is expired");
-  }
+  EXPECT_EQ(e.status.error_code(), grpc::StatusCode::UNKNOWN) << Describe(e.status);
+  EXPECT_EQ(e.status.error_message(), "mutex: session is expired");
+  ExpectSame(e, c);
   // Nobody holds the lock on either server.
   auto keys = Both(PrefixR(K("lock/")));
   EXPECT_SAME(keys);

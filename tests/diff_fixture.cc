@@ -64,10 +64,6 @@ void Normalize(pb::Message* m, const ServerProcess& server) {
     }
   } else if (type == "etcdserverpb.HashResponse") {
     clear("hash");  // a hash of etcd's bbolt file: differs by design
-  } else if (type == "etcdserverpb.HashKVResponse") {
-    // etcd 3.5.6+ only: Debian's 3.4 leaves it out (ops_maintenance_test
-    // checks Capstan's).
-    clear("hash_revision");
   }
   std::vector<const pb::FieldDescriptor*> fields;
   r->ListFields(*m, &fields);
@@ -166,7 +162,7 @@ void NormalizeJson(pb::Value* v, const ServerProcess& server, bool in_members) {
 
 namespace {
 
-// etcdctl 3.4 logs failed retries to stderr as JSON lines with timestamps
+// etcdctl logs failed retries to stderr as JSON lines with timestamps
 // and client ids; they are noise, not output.
 std::string DropLogLines(const std::string& s) {
   std::vector<std::string> keep;

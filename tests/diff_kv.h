@@ -123,28 +123,14 @@ class DiffKvTest : public DiffTest {
     r.set_revision(rev);
     return r;
   }
-  // Sends `req` to capstan only and expects etcd 3.5's answer `code`/`text`.
-  // Only for reads that etcd 3.4 answers differently (see the file comment).
+  // Sends `req` to both servers: they answer alike, and etcd's answer is the
+  // error `code`/`text` (which says what the case is about).
   template <typename Req>
-  void ExpectCapstanFollows35(const Req& req, grpc::StatusCode code, const std::string& text) {
-    if (BothEtcd()) {
-      CAPSTAN_SKIP_IN_MODE("3.5 behaviour; etcd 3.4 answers differently (or crashes)");
-    }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
-    grpc::Status s = CallCapstan(&ctx, req);
-    EXPECT_EQ(s.error_code(), code) << "capstan: " << Describe(s);
-    EXPECT_EQ(s.error_message(), text);
-  }
-
- private:
-  grpc::Status CallCapstan(grpc::ClientContext* ctx, const RangeRequest& r) {
-    RangeResponse resp;
-    return capstan_stubs().kv->Range(ctx, r, &resp);
-  }
-  grpc::Status CallCapstan(grpc::ClientContext* ctx, const TxnRequest& r) {
-    TxnResponse resp;
-    return capstan_stubs().kv->Txn(ctx, r, &resp);
+  void ExpectBothRefuse(const Req& req, grpc::StatusCode code, const std::string& text) {
+    auto p = Both(req);
+    EXPECT_SAME(p);
+    EXPECT_EQ(p.etcd.status.error_code(), code) << "etcd: " << Describe(p.etcd.status);
+    EXPECT_EQ(p.etcd.status.error_message(), text);
   }
 };
 

@@ -7,14 +7,6 @@
 // and passes when Capstan answers exactly what etcd answers. Where a case also
 // checks etcd's own answer (EXPECT_... on p.etcd), that documents what the
 // case is about and guards against a case that silently tests nothing.
-//
-// etcd 3.4 vs 3.5: the installed reference is etcd 3.4.23; Capstan follows
-// 3.5 where they differ. Such cases are sent to Capstan only (they are reads)
-// and compared with 3.5's answer written down here; each says why:
-//   - invalid sort order/target: 3.5 answers InvalidArgument "etcdserver:
-//     invalid sort option" (v3rpc checkRangeRequest); 3.4 has no such check
-//     and panics on an invalid sort target (nil sorter), so it is never sent
-//     to etcd here.
 
 #include <algorithm>
 #include <cstdio>
@@ -597,39 +589,39 @@ TEST_F(DiffRangeTest, SortDescendCountOnly) {
   EXPECT_SAME(Both(r));
 }
 
-// 3.5: InvalidArgument "etcdserver: invalid sort option". etcd 3.4 has no
-// check (it sorts nothing for an unknown order and panics on an unknown
-// target), so these go to capstan only.
-TEST_F(DiffRangeTest, InvalidSortOrderFollows35) {
+// InvalidArgument "etcdserver: invalid sort option" (etcd's v3rpc
+// checkRangeRequest; etcd 3.4 had no such check and panicked on an unknown
+// target).
+TEST_F(DiffRangeTest, InvalidSortOrder) {
   RangeRequest r = Get(K("a"));
   r.set_sort_order(static_cast<RangeRequest::SortOrder>(7));
-  ExpectCapstanFollows35(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
+  ExpectBothRefuse(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
 }
 
-TEST_F(DiffRangeTest, InvalidSortTargetFollows35) {
+TEST_F(DiffRangeTest, InvalidSortTarget) {
   RangeRequest r = Get(K("a"));
   r.set_sort_target(static_cast<RangeRequest::SortTarget>(9));
-  ExpectCapstanFollows35(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
+  ExpectBothRefuse(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
 }
 
-TEST_F(DiffRangeTest, InvalidSortTargetWithAscendFollows35) {
+TEST_F(DiffRangeTest, InvalidSortTargetWithAscend) {
   RangeRequest r = Get(K("a"), End());
   r.set_sort_order(RangeRequest::ASCEND);
   r.set_sort_target(static_cast<RangeRequest::SortTarget>(-1));
-  ExpectCapstanFollows35(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
+  ExpectBothRefuse(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: invalid sort option");
 }
 
-TEST_F(DiffRangeTest, InvalidSortInTxnFollows35) {
+TEST_F(DiffRangeTest, InvalidSortInTxn) {
   RangeRequest r = Get(K("a"));
   r.set_sort_order(static_cast<RangeRequest::SortOrder>(3));
-  ExpectCapstanFollows35(Txn({}, {Op(r)}), grpc::StatusCode::INVALID_ARGUMENT,
+  ExpectBothRefuse(Txn({}, {Op(r)}), grpc::StatusCode::INVALID_ARGUMENT,
                          "etcdserver: invalid sort option");
 }
 
-TEST_F(DiffRangeTest, EmptyKeyBeatsInvalidSortFollows35) {
+TEST_F(DiffRangeTest, EmptyKeyBeatsInvalidSort) {
   RangeRequest r = Get("");
   r.set_sort_order(static_cast<RangeRequest::SortOrder>(3));
-  ExpectCapstanFollows35(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: key is not provided");
+  ExpectBothRefuse(r, grpc::StatusCode::INVALID_ARGUMENT, "etcdserver: key is not provided");
 }
 
 // ===========================================================================

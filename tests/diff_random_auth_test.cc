@@ -139,13 +139,12 @@ class DiffRandomAuthTest : public DiffRandomTest {
   }
   // Later steps carry who's last token on each server (none for "").
   void ActAs(const std::string& who) {
-    // Root with a valid token is checked alike by etcd 3.4; anyone else
-    // (root with a dropped token too) is not (see set_restricted).
+    // Root with a valid token is let through whatever the range; anyone else
+    // (root with a dropped token too) is checked (see set_restricted).
     auto it = user_tokens_.find(who);
     gen_->set_restricted(!(who == "root" && it != user_tokens_.end() && it->second.valid));
     acting_as_ = absl::StrCat(" as ", who.empty() ? "(no token)" : who);
-    // While auth is off etcd 3.4 still refuses an unknown token, 3.5 and
-    // Capstan look at none (docs/COMPATIBILITY.md): no token then.
+    // While auth is off etcd looks at no token: none is sent then.
     if (!auth_enabled_) {
       acting_as_ += " (auth off: no token)";
       SetTokens("", "");
@@ -296,8 +295,8 @@ class DiffRandomAuthTest : public DiffRandomTest {
         return Step(r);
       }
       case 10: {
-        // Not of root: etcd 3.4 lists what was granted to it, 3.5 and
-        // Capstan one permission on every key (docs/SECURITY.md).
+        // Not of root: etcd 3.5 lists one permission on every key
+        // (docs/SECURITY.md).
         AuthRoleGetRequest r;
         r.set_role(role == "root" ? roles_[0] : role);
         return Step(r);
@@ -325,9 +324,8 @@ class DiffRandomAuthTest : public DiffRandomTest {
     return true;
   }
 
-  // A range etcd 3.5 and Capstan grant a permission on (etcd 3.4 also
-  // grants empty and reversed ones, which 3.5 refuses as "invalid auth
-  // management": docs/COMPATIBILITY.md).
+  // A range etcd grants a permission on (it refuses empty and reversed ones
+  // as "invalid auth management": docs/COMPATIBILITY.md).
   RequestGenerator::KeyRange PermissionSpan() {
     for (;;) {
       auto span = gen_->Span();

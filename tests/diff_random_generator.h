@@ -250,7 +250,7 @@ class RequestGenerator {
   LeaseTimeToLiveRequest TimeToLive() {
     LeaseTimeToLiveRequest r;
     r.set_id(LiveOrAnyLease());
-    r.set_keys(!restricted_ && OneIn(2));
+    r.set_keys(OneIn(2));
     return r;
   }
 
@@ -284,12 +284,9 @@ class RequestGenerator {
     return c;
   }
 
-  // Requests for a user whom etcd checks otherwise than Capstan does (see
-  // docs/COMPATIBILITY.md): etcd 3.4 lets through nested txns and a txn's
-  // put with prev_kv or a lease that a plain request is refused, and lists
-  // any lease's keys; and etcd's answer for a reversed range depends on the
-  // shape of its interval tree. So: no nested txn, no prev_kv or lease on a
-  // txn's puts, no keys in LeaseTimeToLive, no reversed ranges.
+  // Requests for a user whose permissions etcd checks: etcd's answer for a
+  // reversed range depends on the shape of its interval tree (see
+  // docs/COMPATIBILITY.md). So: no reversed ranges.
   void set_restricted(bool restricted) { restricted_ = restricted; }
   bool restricted() const { return restricted_; }
 
@@ -399,13 +396,9 @@ class RequestGenerator {
 
   RequestOp TxnOp(int depth) {
     RequestOp op;
-    switch (Weighted({35, 20, 35, depth < 2 && !restricted_ ? 10 : 0})) {
+    switch (Weighted({35, 20, 35, depth < 2 ? 10 : 0})) {
       case 0: {
         PutRequest put = Put();
-        if (restricted_) {
-          put.set_prev_kv(false);
-          put.set_lease(0);
-        }
         // etcd 3.4 (and 3.5) panics, "unexpected error during txn", on a
         // put with ignore_value or ignore_lease of a key that a from-key
         // delete earlier in the txn deleted: its duplicate-key check misses

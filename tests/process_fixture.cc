@@ -257,8 +257,14 @@ const char* FlavorName(ServerFlavor f) {
   return f == ServerFlavor::kEtcd ? "etcd" : "capstan";
 }
 
-std::string EtcdBinary() { return EnvOr("CAPSTAN_ETCD_BINARY", "/usr/bin/etcd"); }
-std::string EtcdctlBinary() { return EnvOr("CAPSTAN_ETCDCTL_BINARY", "/usr/bin/etcdctl"); }
+std::string EtcdBinary() {
+  return EnvOr("CAPSTAN_ETCD_BINARY", CAPSTAN_REFERENCE_DIR "/usr/bin/etcd");
+}
+std::string Etcd34Binary() { return EnvOr("CAPSTAN_ETCD34_BINARY", "/usr/bin/etcd"); }
+std::string EtcdctlBinary() {
+  return EnvOr("CAPSTAN_ETCDCTL_BINARY", CAPSTAN_REFERENCE_DIR "/usr/bin/etcdctl");
+}
+
 
 std::string CapstanBinary() {
 #ifdef CAPSTAN_BINARY

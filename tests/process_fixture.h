@@ -1,6 +1,6 @@
 // Server processes for integration and differential tests.
 //
-// A ServerProcess is a real etcd (/usr/bin/etcd) or a Capstan binary started
+// A ServerProcess is a real etcd (the reference, 3.5) or a Capstan binary started
 // with etcd's flags on loopback ports, its own data directory and a log file:
 //
 //   auto server = ServerProcess::Start(ServerOptions::Etcd());
@@ -17,11 +17,19 @@
 // Environment:
 //   CAPSTAN_BINARY          path of the capstan binary; overrides the path
 //                           compiled in from the CMake target `capstan`.
-//   CAPSTAN_ETCD_BINARY     path of the etcd binary (default /usr/bin/etcd);
+//   CAPSTAN_ETCD_BINARY     path of the reference etcd, 3.5 (default: the one
+//                           scripts/deps.sh extracts from Debian trixie's
+//                           package into CAPSTAN_REFERENCE_DIR, by default
+//                           ~/.cache/capstan/etcd-3.5, at configure time);
 //                           a path with no etcd hides the reference (tests
 //                           that need it skip, or fail under CI=true:
 //                           reference.h).
-//   CAPSTAN_ETCDCTL_BINARY  path of etcdctl (default /usr/bin/etcdctl).
+//   CAPSTAN_ETCDCTL_BINARY  path of the reference etcdctl (3.5, beside it).
+//   CAPSTAN_ETCD34_BINARY   Debian 12's etcd 3.4 (default /usr/bin/etcd), for
+//                           the tests about how 3.4 wrote its data dir.
+//                           (The tests about etcd's data directories also run
+//                           with both set to Debian 12's etcd 3.4:
+//                           capstan_test_against_etcd34 in CMake.)
 //   CAPSTAN_KEEP_TEST_DIRS  if set to a non-empty value, temp dirs are kept
 //                           (their paths are printed) for post-mortems.
 //
@@ -79,9 +87,13 @@ enum class ServerFlavor { kEtcd, kCapstan };
 
 const char* FlavorName(ServerFlavor f);
 
-// Path of the etcd binary (CAPSTAN_ETCD_BINARY or /usr/bin/etcd).
+// Path of the reference etcd 3.5 binary (CAPSTAN_ETCD_BINARY or the one
+// scripts/deps.sh extracted).
 std::string EtcdBinary();
-// Path of etcdctl (CAPSTAN_ETCDCTL_BINARY or /usr/bin/etcdctl).
+// Path of Debian 12's etcd 3.4 (CAPSTAN_ETCD34_BINARY or /usr/bin/etcd).
+std::string Etcd34Binary();
+// Path of the reference etcdctl 3.5 (CAPSTAN_ETCDCTL_BINARY or beside
+// EtcdBinary()'s default).
 std::string EtcdctlBinary();
 // Path of the capstan binary: $CAPSTAN_BINARY if set, else the path compiled
 // in from the CMake target, else "".

@@ -12,6 +12,13 @@
 //
 // Descending order is sort.Sort(sort.Reverse(x)): pass less with i and j
 // exchanged.
+//
+// Which Go: the algorithm is the same from Go 1.19 on, except the xorshift
+// generator that shuffles a badly partitioned run, whose shifts Go 1.24
+// corrected (golang/go#70144). So the order of equal elements depends on the
+// Go that built etcd. GoSort leaves them as Go 1.24 and later do: etcd 3.5.16
+// as Debian builds it (Go 1.24), the reference of Capstan's tests, and etcd
+// 3.6 releases. GoSortBefore124 is the older generator (Go 1.19 to 1.23).
 
 #ifndef CAPSTAN_UTIL_GO_SORT_H_
 #define CAPSTAN_UTIL_GO_SORT_H_
@@ -35,10 +42,15 @@ inline int BitLen(uint64_t x) {
   return n;
 }
 
+// The xorshift of breakPatterns: before Go 1.24 its shifts were 13, 17, 5;
+// from Go 1.24 on 13, 7, 17.
+enum class Xorshift { kBeforeGo124, kGo124 };
+
 template <typename Less, typename Swap>
 class Sorter {
  public:
-  Sorter(Less& less, Swap& swap) : less_(less), swap_(swap) {}
+  Sorter(Less& less, Swap& swap, Xorshift xorshift)
+      : less_(less), swap_(swap), xorshift_(xorshift) {}
 
   void Pdqsort(int a, int b, int limit) {
     constexpr int kMaxInsertion = 12;
@@ -191,8 +203,13 @@ class Sorter {
     const uint64_t modulus = uint64_t{1} << BitLen(static_cast<uint64_t>(length));
     for (int idx = a + (length / 4) * 2 - 1; idx <= a + (length / 4) * 2 + 1; ++idx) {
       random ^= random << 13;
-      random ^= random >> 17;
-      random ^= random << 5;
+      if (xorshift_ == Xorshift::kGo124) {
+        random ^= random >> 7;
+        random ^= random << 17;
+      } else {
+        random ^= random >> 17;
+        random ^= random << 5;
+      }
       int other = static_cast<int>(random & (modulus - 1));
       if (other >= length) other -= length;
       swap_(idx, a + other);
@@ -245,17 +262,30 @@ class Sorter {
 
   Less& less_;
   Swap& swap_;
+  const Xorshift xorshift_;
 };
 
 }  // namespace go_sort_internal
 
+// GoSort or GoSortBefore124, by `xorshift`.
+template <typename Less, typename Swap>
+void GoSortWith(go_sort_internal::Xorshift xorshift, int n, Less less, Swap swap) {
+  if (n <= 1) return;
+  go_sort_internal::Sorter<Less, Swap> sorter(less, swap, xorshift);
+  sorter.Pdqsort(0, n, go_sort_internal::BitLen(static_cast<uint64_t>(n)));
+}
+
 // Sorts the n elements that less(i, j) and swap(i, j) address as Go's
-// sort.Sort does. less must be a strict weak order.
+// sort.Sort does (Go 1.24 and later). less must be a strict weak order.
 template <typename Less, typename Swap>
 void GoSort(int n, Less less, Swap swap) {
-  if (n <= 1) return;
-  go_sort_internal::Sorter<Less, Swap> sorter(less, swap);
-  sorter.Pdqsort(0, n, go_sort_internal::BitLen(static_cast<uint64_t>(n)));
+  GoSortWith(go_sort_internal::Xorshift::kGo124, n, less, swap);
+}
+
+// As GoSort, the way Go 1.19 to 1.23 sort.
+template <typename Less, typename Swap>
+void GoSortBefore124(int n, Less less, Swap swap) {
+  GoSortWith(go_sort_internal::Xorshift::kBeforeGo124, n, less, swap);
 }
 
 }  // namespace capstan::util

@@ -281,8 +281,9 @@ void ExpectEtcdsHistory(const mvcc::KvStore& s, const ServerProcess& etcd, const
   }
 }
 
-ServerOptions EtcdWritingItsWalOnly() {
+ServerOptions EtcdWritingItsWalOnly(const std::string& binary) {
   ServerOptions options = ServerOptions::Etcd();
+  options.binary = binary;
   options.extra_args = {"--backend-batch-interval=1h", "--backend-batch-limit=1000000"};
   return options;
 }

@@ -125,8 +125,10 @@ void ExpectEtcdsHistory(const mvcc::KvStore& s, const ServerProcess& etcd, const
                         const std::string& report);
 
 // etcd flags that keep it from writing its backend on its own for an hour:
-// what it writes after a clean (re)start is in its WAL only until it stops.
-ServerOptions EtcdWritingItsWalOnly();
+// what it writes after a clean (re)start is in its WAL only until it stops
+// (etcd 3.4; 3.5 also commits its backend at other moments). `binary`: the
+// etcd to run (empty: the reference).
+ServerOptions EtcdWritingItsWalOnly(const std::string& binary = "");
 
 // Migrates an etcd's data dir into a new directory of its own.
 struct WalMigration {
