@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   for (const auto& f : config->ignored_flags) {
     SPDLOG_INFO("flag --{} accepted; it has no effect in a single-member Capstan", f);
   }
+  for (const auto& g : config->ignored_feature_gates) {
+    SPDLOG_INFO("feature gate {} accepted; it has no effect in a single-member Capstan", g);
+  }
 
   // Every client connection, gRPC or HTTP, holds a descriptor, as do
   // RocksDB's files: lift the soft limit (often 1024) to the hard one, as

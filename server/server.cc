@@ -93,8 +93,8 @@ mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id
   kv_options.batch_interval = config.backend_batch_interval;
   kv_options.max_txn_ops = static_cast<int>(config.max_txn_ops);
   kv_options.max_request_bytes = static_cast<int64_t>(config.max_request_bytes);
-  kv_options.compaction_batch_limit = static_cast<int>(config.experimental_compaction_batch_limit);
-  kv_options.compaction_sleep_interval = config.experimental_compaction_sleep_interval;
+  kv_options.compaction_batch_limit = static_cast<int>(config.compaction_batch_limit);
+  kv_options.compaction_sleep_interval = config.compaction_sleep_interval;
   kv_options.lease_revoke_rate = config.lease_revoke_rate;
   kv_options.min_lease_ttl_seconds = config.MinLeaseTtlSeconds();
   kv_options.lease_id_prefix = static_cast<uint16_t>(member_id & 0xffff);
@@ -185,7 +185,7 @@ absl::Status Server::StartWatchHubAndCache() {
   // allowance (v3rpc: maxRequestBytes + grpcOverheadBytes).
   hub_options.max_response_bytes =
       static_cast<int64_t>(config_.max_request_bytes) + kGrpcOverheadBytes;
-  hub_options.progress_interval = config_.experimental_watch_progress_notify_interval;
+  hub_options.progress_interval = config_.watch_progress_notify_interval;
   hub_ = std::make_unique<mvcc::WatchHub>(store_.get(), hub_options);
   store_->SetWatchHub(hub_.get());
 

@@ -129,7 +129,7 @@ TEST(ServerConfigTest, EnvironmentSetsFlags) {
   EXPECT_EQ(c->data_dir, "/env");
   EXPECT_TRUE(c->unsafe_no_fsync);
   EXPECT_EQ(c->auto_compaction_period, absl::Minutes(5));
-  EXPECT_EQ(c->experimental_watch_progress_notify_interval, absl::Seconds(5));
+  EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(c->watch_cache_prefixes, ElementsAre("/a/", "/b/"));
   EXPECT_THAT(c->used_env_vars, Contains("ETCD_DATA_DIR=/env"));
   EXPECT_THAT(c->explicitly_set, Contains("unsafe-no-fsync"));

@@ -32,6 +32,7 @@
 #include "server/config/config_file.h"
 #include "server/config/failure.h"
 #include "server/config/flags.h"
+#include "server/config/renamed_flags.h"
 #include "server/config/validation.h"
 #include "util/go_text.h"
 
@@ -54,6 +55,17 @@ using gotext::GoQuote;
 // validation, defaults that depend on other settings, and the ignored flags.
 absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
   ServerConfig& c = st.cfg;
+  // etcd 3.6 looks for gate names in --feature-gates' value as its flag
+  // prints it, or in the config file's text.
+  const std::string gates_text = from_file ? st.feature_gates_text : c.feature_gates.String();
+  if (absl::Status s = config_internal::ApplyGateFlags(st, gates_text); !s.ok()) return s;
+  // A config file's parseWarningUnaryRequestDuration runs before
+  // embed.Config.Validate (etcd validates the file when it starts the
+  // server), the command line's after.
+  if (from_file) {
+    if (absl::Status s = config_internal::FinishRenamedFlags(st); !s.ok()) return s;
+  }
+  if (absl::Status s = config_internal::CheckRenamedFlags(c); !s.ok()) return s;
   std::set<std::string>& explicitly = c.explicitly_set;
   const bool may_be_proxy =
       c.proxy != "off" || (!c.discovery.empty() && c.discovery_fallback == "proxy");
@@ -68,6 +80,9 @@ absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
     c.initial_cluster.clear();
   }
   if (absl::Status s = ValidateLikeEtcd(st, may_be_proxy); !s.ok()) return s;
+  if (!from_file) {
+    if (absl::Status s = config_internal::FinishRenamedFlags(st); !s.ok()) return s;
+  }
 
   if (c.data_dir.empty()) {
     c.data_dir = absl::StrCat(c.name, ".capstan");
@@ -80,6 +95,11 @@ absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
       c.ignored_flags.push_back(std::string(f.name));
     }
   }
+  for (const auto& [gate, enabled] : c.feature_gates.set_gates()) {
+    c.ignored_feature_gates.push_back(absl::StrCat(gate, "=", enabled ? "true" : "false"));
+  }
+  c.warnings.insert(c.warnings.end(), c.feature_gates.warnings().begin(),
+                    c.feature_gates.warnings().end());
   return std::move(st.cfg);
 }
 
@@ -101,10 +121,16 @@ absl::StatusOr<ServerConfig> ParseConfigFile(const std::string& path, bool other
   }
   ParseState st;
   st.cfg.config_file = path;
-  for (const auto& [name, value] : *settings) {
+  for (const auto& [key, value] : *settings) {
+    // etcd 3.6 reads the key its 3.5 config files spelt this way as the flag.
+    const std::string name = key == "experimental-snapshot-catch-up-entries"
+                                 ? "experimental-snapshot-catchup-entries"
+                                 : key;
     const FlagSpec* flag = LookupFlag(name);
     if (flag == nullptr || flag->section == Section::kHidden) continue;
     if (absl::Status s = flag->value.set(st, value); !s.ok()) {
+      // featuregate's error as it is (embed's configFromFile returns it).
+      if (name == "feature-gates") return VerifyError(std::string(s.message()));
       if (absl::EndsWith(name, "-urls")) {
         return VerifyError(absl::StrCat("unexpected error setting up ", name, ": ", s.message()));
       }

@@ -3,7 +3,11 @@
 // unit file, the Pod spec or the ETCD_* environment that starts it.
 //
 // What "the way etcd reads it" means here:
-//  - every etcd 3.5 flag is accepted, with etcd's default and etcd's value
+//  - every etcd 3.5 flag is accepted, and every flag etcd 3.6 and 3.7 added
+//    (the new names of the --experimental-* flags, v3 discovery,
+//    --feature-gates with 3.6's and 3.7's gates: feature_gates.h), the old
+//    names warned about and refused together with the new ones as in 3.6
+//    (renamed_flags.h); each with etcd's default and etcd's value
 //    syntax (Go's flag package: --flag=value, --flag value, -flag, bare bool
 //    flags; Go durations such as "100ms" or "1h2m"; Go integers "0x10",
 //    "1_000"; URL lists validated like etcd's types.NewURLs);
@@ -45,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/config/feature_gates.h"
 #include "util/go_text.h"
 
 namespace capstan::server {
@@ -102,6 +107,12 @@ struct ServerConfig {
   bool socket_reuse_port = false;                             // --socket-reuse-port
   bool socket_reuse_address = false;                          // --socket-reuse-address
   bool enable_grpc_gateway = true;                            // --enable-grpc-gateway
+  absl::Duration raft_read_timeout = absl::Seconds(5);        // --raft-read-timeout (no effect)
+  absl::Duration raft_write_timeout = absl::Seconds(5);       // --raft-write-timeout (no effect)
+  bool memory_mlock = false;  // --memory-mlock, --experimental-memory-mlock (no effect)
+  // --feature-gates (etcd 3.6), with the experimental flags that etcd 3.6
+  // maps to gates (--experimental-initial-corrupt-check, ...) applied.
+  FeatureGates feature_gates;
 
   // ---- Clustering ---------------------------------------------------------
   std::vector<Url> initial_advertise_peer_urls = {{"http", "localhost:2380"}};  // (no effect)
@@ -119,6 +130,20 @@ struct ServerConfig {
   std::string discovery_proxy;               // --discovery-proxy (no effect)
   std::string discovery_srv;                 // --discovery-srv (no effect)
   std::string discovery_srv_name;            // --discovery-srv-name (no effect)
+  // etcd 3.6's v3 discovery, --discovery-<x> (no effect).
+  std::set<std::string> discovery_endpoints;
+  std::string discovery_token;
+  absl::Duration discovery_dial_timeout = absl::Seconds(2);
+  absl::Duration discovery_request_timeout = absl::Seconds(5);
+  absl::Duration discovery_keepalive_time = absl::Seconds(2);
+  absl::Duration discovery_keepalive_timeout = absl::Seconds(6);
+  bool discovery_insecure_transport = true;
+  bool discovery_insecure_skip_tls_verify = false;
+  std::string discovery_cert;
+  std::string discovery_key;
+  std::string discovery_cacert;
+  std::string discovery_user;
+  std::string discovery_password;
   bool strict_reconfig_check = true;         // --strict-reconfig-check (no effect)
   bool pre_vote = true;                      // --pre-vote (no effect)
   // --auto-compaction-retention "0" verbatim, and its meaning: for periodic
@@ -160,7 +185,8 @@ struct ServerConfig {
   std::string peer_cert_allowed_hostname;    // --peer-cert-allowed-hostname (no effect)
   bool peer_auto_tls = false;                // --peer-auto-tls (no effect)
   std::string peer_crl_file;                 // --peer-crl-file (no effect)
-  bool experimental_peer_skip_client_san_verification = false;  // (no effect)
+  // --peer-skip-client-san-verification, --experimental-peer-skip-client-san-verification
+  bool peer_skip_client_san_verification = false;  // (no effect)
   uint64_t self_signed_cert_validity_years = 1;                 // --self-signed-cert-validity
   std::vector<std::string> cipher_suites;        // --cipher-suites, Go names, validated
   std::set<std::string> cors = {"*"};            // --cors: origins as URLs, or "*"
@@ -182,6 +208,7 @@ struct ServerConfig {
 
   // ---- Logging ------------------------------------------------------------
   std::string logger = "zap";  // --logger (only zap)
+  std::string log_format = "json";  // --log-format json|console (etcd 3.6)
   // --log-outputs "default": sorted, de-duplicated; "default" means stderr.
   std::vector<std::string> log_outputs = {"default"};
   LogLevel log_level = LogLevel::kInfo;   // --log-level
@@ -190,30 +217,33 @@ struct ServerConfig {
       R"({"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false})";
 
   // ---- Distributed tracing (no effect) ------------------------------------
-  bool experimental_enable_distributed_tracing = false;
-  std::string experimental_distributed_tracing_address = "localhost:4317";
-  std::string experimental_distributed_tracing_service_name = "etcd";
-  std::string experimental_distributed_tracing_instance_id;
-  int64_t experimental_distributed_tracing_sampling_rate = 0;
+  // etcd 3.6's names; the --experimental-<name> flags set the same fields.
+  bool enable_distributed_tracing = false;
+  std::string distributed_tracing_address = "localhost:4317";
+  std::string distributed_tracing_service_name = "etcd";
+  std::string distributed_tracing_instance_id;
+  int64_t distributed_tracing_sampling_rate = 0;
 
-  // ---- Experimental -------------------------------------------------------
-  bool experimental_initial_corrupt_check = false;                         // (no effect)
-  absl::Duration experimental_corrupt_check_time = absl::ZeroDuration();   // (no effect)
-  bool experimental_compact_hash_check_enabled = false;                    // (no effect)
-  absl::Duration experimental_compact_hash_check_time = absl::Minutes(1);  // (no effect)
-  bool experimental_enable_lease_checkpoint = false;                       // (no effect)
-  bool experimental_enable_lease_checkpoint_persist = false;               // (no effect)
-  int64_t experimental_compaction_batch_limit = 1000;
-  absl::Duration experimental_compaction_sleep_interval = absl::Milliseconds(10);
-  absl::Duration experimental_watch_progress_notify_interval = absl::Minutes(10);
-  absl::Duration experimental_downgrade_check_time = absl::Seconds(5);  // (no effect)
-  absl::Duration experimental_warning_apply_duration = absl::Milliseconds(100);
-  absl::Duration experimental_warning_unary_request_duration = absl::Milliseconds(300);
-  bool experimental_memory_mlock = false;                          // (no effect)
-  bool experimental_txn_mode_write_with_shared_buffer = true;      // (no effect)
-  uint64_t experimental_bootstrap_defrag_threshold_megabytes = 0;  // (no effect)
-  uint64_t experimental_snapshot_catchup_entries = 5000;           // (no effect)
-  bool experimental_stop_grpc_service_on_defrag = false;           // (no effect)
+  // ---- Formerly experimental ----------------------------------------------
+  // Each field is set by etcd 3.6's name (--watch-progress-notify-interval)
+  // and by the 3.5 name it replaces (--experimental-watch-progress-notify-
+  // interval), which is warned about; setting both is refused, as in etcd
+  // 3.6. The experimental bool flags that 3.6 turned into feature gates set
+  // feature_gates instead.
+  absl::Duration corrupt_check_time = absl::ZeroDuration();   // (no effect)
+  absl::Duration compact_hash_check_time = absl::Minutes(1);  // (no effect)
+  int64_t compaction_batch_limit = 1000;
+  absl::Duration compaction_sleep_interval = absl::Milliseconds(10);
+  absl::Duration watch_progress_notify_interval = absl::Minutes(10);
+  absl::Duration downgrade_check_time = absl::Seconds(5);  // (no effect)
+  absl::Duration warning_apply_duration = absl::Milliseconds(100);
+  // --warning-unary-request-duration, else a non-zero
+  // --experimental-warning-unary-request-duration, else 300ms (etcd 3.6's
+  // parseWarningUnaryRequestDuration). Both non-zero is refused.
+  absl::Duration warning_unary_request_duration = absl::Milliseconds(300);
+  uint64_t bootstrap_defrag_threshold_megabytes = 0;  // (no effect)
+  uint64_t snapshot_catchup_entries = 5000;           // (no effect)
+  int64_t max_learners = 1;                           // --max-learners (no effect)
 
   // ---- Unsafe -------------------------------------------------------------
   bool force_new_cluster = false;  // --force-new-cluster (no effect)
@@ -247,6 +277,9 @@ struct ServerConfig {
   // Flags set by command line or environment that have no effect in a
   // single-member Capstan, in flag order; log them as "accepted, no effect".
   std::vector<std::string> ignored_flags;
+  // The feature gates set, "Name=true" by name: none changes what Capstan
+  // does; log them as "accepted, no effect".
+  std::vector<std::string> ignored_feature_gates;
   // "ETCD_X=value" for each environment variable that set a flag (etcd logs
   // these at info level: "recognized and used environment variable").
   std::vector<std::string> used_env_vars;

@@ -227,6 +227,15 @@ bool IsDurationKey(std::string_view key) {
       "experimental-warning-apply-duration",
       "experimental-watch-progress-notify-interval",
       "experimental-warning-unary-request-duration",
+      "experimental-compact-hash-check-time",
+      // etcd 3.6's names.
+      "corrupt-check-time",
+      "compact-hash-check-time",
+      "compaction-sleep-interval",
+      "downgrade-check-time",
+      "warning-apply-duration",
+      "watch-progress-notify-interval",
+      "warning-unary-request-duration",
   };
   for (std::string_view k : kKeys) {
     if (k == key) return true;

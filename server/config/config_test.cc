@@ -71,10 +71,10 @@ TEST(ServerConfigTest, DefaultsMatchEtcd) {
   EXPECT_EQ(c->tls_min_version, "TLS1.2");
   EXPECT_THAT(c->cors, ElementsAre("*"));
   EXPECT_THAT(c->host_whitelist, ElementsAre("*"));
-  EXPECT_EQ(c->experimental_compaction_batch_limit, 1000);
-  EXPECT_EQ(c->experimental_compaction_sleep_interval, absl::Milliseconds(10));
-  EXPECT_EQ(c->experimental_watch_progress_notify_interval, absl::Minutes(10));
-  EXPECT_EQ(c->experimental_warning_apply_duration, absl::Milliseconds(100));
+  EXPECT_EQ(c->compaction_batch_limit, 1000);
+  EXPECT_EQ(c->compaction_sleep_interval, absl::Milliseconds(10));
+  EXPECT_EQ(c->watch_progress_notify_interval, absl::Minutes(10));
+  EXPECT_EQ(c->warning_apply_duration, absl::Milliseconds(100));
   EXPECT_FALSE(c->unsafe_no_fsync);
   EXPECT_FALSE(c->force_new_cluster);
   EXPECT_THAT(c->watch_cache_prefixes,
@@ -131,7 +131,7 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
               ElementsAre("https://10.0.0.5:2379", "https://127.0.0.1:2379"));
   EXPECT_THAT(UrlStrings(c->listen_metrics_urls), ElementsAre("http://127.0.0.1:2381"));
   EXPECT_TRUE(c->client_cert_auth);
-  EXPECT_EQ(c->experimental_watch_progress_notify_interval, absl::Seconds(5));
+  EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(
       c->ignored_flags,
       ElementsAre("snapshot-count", "listen-peer-urls", "initial-advertise-peer-urls",

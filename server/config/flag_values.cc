@@ -121,6 +121,32 @@ Value Dur(absl::Duration ServerConfig::*field) {
   }};
 }
 
+Value DurIn(absl::Duration ParseState::*field) {
+  return {[field](ParseState& st, absl::string_view v) {
+    absl::StatusOr<absl::Duration> d = gotext::ParseGoDuration(Std(v));
+    if (!d.ok()) return ParseErr();
+    st.*field = *d;
+    return absl::OkStatus();
+  }};
+}
+
+Value GateFlag(absl::string_view flag_name) {
+  return {[name = std::string(flag_name)](ParseState& st, absl::string_view v) {
+            std::optional<bool> b = ParseGoBool(v);
+            if (!b) return ParseErr();
+            st.gate_flags[name] = *b;
+            return absl::OkStatus();
+          },
+          /*is_bool=*/true};
+}
+
+Value FeatureGatesValue() {
+  return {[](ParseState& st, absl::string_view v) {
+    st.feature_gates_text = std::string(v);
+    return st.cfg.feature_gates.Set(v);
+  }};
+}
+
 // etcd's flags.UniqueURLs with the "" exception: an empty value leaves the
 // list as it was (etcd keeps the default), any other value replaces it.
 Value Urls(std::vector<Url> ServerConfig::*field) {

@@ -34,6 +34,13 @@ Value Int(int64_t ServerConfig::*field);
 Value Uint32(uint32_t ServerConfig::*field);
 // Go's flag.Duration ("100ms", "1h2m").
 Value Dur(absl::Duration ServerConfig::*field);
+Value DurIn(absl::Duration ParseState::*field);
+// An experimental bool flag that etcd 3.6 maps to a feature gate: the value
+// is kept in ParseState::gate_flags under the flag's name.
+Value GateFlag(absl::string_view flag_name);
+// --feature-gates: featuregate's Set into ServerConfig::feature_gates, which
+// merges repeated flags; the error is featuregate's.
+Value FeatureGatesValue();
 // etcd's flags.UniqueURLs with the "" exception: an empty value leaves the
 // list as it was (etcd keeps the default), any other value replaces it.
 Value Urls(std::vector<Url> ServerConfig::*field);

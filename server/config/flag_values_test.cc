@@ -178,7 +178,7 @@ TEST(ServerConfigTest, DurationFlags) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backend_batch_interval, absl::Milliseconds(2));
   EXPECT_EQ(c->grpc_keepalive_min_time, absl::Hours(1) + absl::Minutes(2));
-  EXPECT_EQ(c->experimental_compaction_sleep_interval, absl::Milliseconds(100));
+  EXPECT_EQ(c->compaction_sleep_interval, absl::Milliseconds(100));
   ExpectUsageError(Parse({"--grpc-keepalive-min-time=1d"}),
                    "invalid value \"1d\" for flag -grpc-keepalive-min-time: parse error");
   ExpectUsageError(Parse({"--backend-batch-interval=1"}),

@@ -18,6 +18,24 @@ constexpr bool kNoEffect = true;
 
 // The table in parts of a --help section or a few, in table order.
 
+// --feature-gates' help: etcd 3.6's sentence and featuregate's list of
+// the gates, then what they do in Capstan. Built once, lives for the process.
+absl::string_view FeatureGatesHelp() {
+  static const std::string* const help = [] {
+    auto* text = new std::string(
+        "A set of key=value pairs that describe server level feature gates for\n"
+        "alpha/experimental features. Options are:");
+    for (const std::string& line : FeatureGates().KnownFeaturesHelp()) {
+      absl::StrAppend(text, "\n", line);
+    }
+    absl::StrAppend(text,
+                    "\nThe gates of etcd 3.6 and 3.7 are accepted; none changes what a\n"
+                    "single-member Capstan does, and each gate set is logged as having no effect.");
+    return text;
+  }();
+  return *help;
+}
+
 // The member: its name, data directory, listeners and backend.
 std::vector<FlagSpec> MemberFlags() {
   return {
@@ -62,6 +80,10 @@ std::vector<FlagSpec> MemberFlags() {
        kNoEffect},
       {"max-wals", Section::kMember, Uint(&S::max_wals), "'5'",
        "Maximum number of wal files to retain (0 is unlimited). No effect in Capstan.", kNoEffect},
+      {"memory-mlock", Section::kMember, Bool(&S::memory_mlock), "'false'",
+       "Enable to enforce etcd pages (in particular bbolt) to stay in RAM. No effect in\n"
+       "Capstan.",
+       kNoEffect},
       {"quota-backend-bytes", Section::kMember, Int(&S::quota_backend_bytes), "'0'",
        "Raise alarms when backend size exceeds the given quota (0 defaults to low space\n"
        "quota, 2 GiB; a negative value disables the quota)."},
@@ -108,6 +130,11 @@ std::vector<FlagSpec> RequestAndGrpcFlags() {
 
       {"enable-grpc-gateway", Section::kMember, Bool(&S::enable_grpc_gateway), "'true'",
        "Enable GRPC gateway: etcd's JSON API (/v3/kv/range, ...) on the http client URLs."},
+      {"raft-read-timeout", Section::kMember, Dur(&S::raft_read_timeout), "'5s'",
+       "Read timeout set on each rafthttp connection. No effect in Capstan.", kNoEffect},
+      {"raft-write-timeout", Section::kMember, Dur(&S::raft_write_timeout), "'5s'",
+       "Write timeout set on each rafthttp connection. No effect in Capstan.", kNoEffect},
+      {"feature-gates", Section::kMember, FeatureGatesValue(), "''", FeatureGatesHelp()},
   };
 }
 
@@ -141,6 +168,54 @@ std::vector<FlagSpec> ClusteringFlags() {
        "cluster. etcd client libraries parse these URLs to connect to the cluster."},
       {"discovery", Section::kClustering, Str(&S::discovery), "''",
        "Discovery URL used to bootstrap the cluster. No effect in Capstan.", kNoEffect},
+      {"discovery-token", Section::kClustering, Str(&S::discovery_token), "''",
+       "V3 discovery: discovery token for the etcd cluster to be bootstrapped. No effect\n"
+       "in Capstan.",
+       kNoEffect},
+      {"discovery-endpoints", Section::kClustering, UniqueStrings(&S::discovery_endpoints), "''",
+       "V3 discovery: List of gRPC endpoints of the discovery service. No effect in Capstan.",
+       kNoEffect},
+      {"discovery-dial-timeout", Section::kClustering, Dur(&S::discovery_dial_timeout), "'2s'",
+       "V3 discovery: dial timeout for client connections. No effect in Capstan.", kNoEffect},
+      {"discovery-request-timeout", Section::kClustering, Dur(&S::discovery_request_timeout),
+       "'5s'",
+       "V3 discovery: timeout for discovery requests (excluding dial timeout). No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"discovery-keepalive-time", Section::kClustering, Dur(&S::discovery_keepalive_time), "'2s'",
+       "V3 discovery: keepalive time for client connections. No effect in Capstan.", kNoEffect},
+      {"discovery-keepalive-timeout", Section::kClustering, Dur(&S::discovery_keepalive_timeout),
+       "'6s'", "V3 discovery: keepalive timeout for client connections. No effect in Capstan.",
+       kNoEffect},
+      {"discovery-insecure-transport", Section::kClustering,
+       Bool(&S::discovery_insecure_transport), "'true'",
+       "V3 discovery: disable transport security for client connections. No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"discovery-insecure-skip-tls-verify", Section::kClustering,
+       Bool(&S::discovery_insecure_skip_tls_verify), "'false'",
+       "V3 discovery: skip server certificate verification (CAUTION: this option should be\n"
+       "enabled only for testing purposes). No effect in Capstan.",
+       kNoEffect},
+      {"discovery-cert", Section::kClustering, Str(&S::discovery_cert), "''",
+       "V3 discovery: identify secure client using this TLS certificate file. No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"discovery-key", Section::kClustering, Str(&S::discovery_key), "''",
+       "V3 discovery: identify secure client using this TLS key file. No effect in Capstan.",
+       kNoEffect},
+      {"discovery-cacert", Section::kClustering, Str(&S::discovery_cacert), "''",
+       "V3 discovery: verify certificates of TLS-enabled secure servers using this CA\n"
+       "bundle. No effect in Capstan.",
+       kNoEffect},
+      {"discovery-user", Section::kClustering, Str(&S::discovery_user), "''",
+       "V3 discovery: username[:password] for authentication (prompt if password is not\n"
+       "supplied). No effect in Capstan.",
+       kNoEffect},
+      {"discovery-password", Section::kClustering, Str(&S::discovery_password), "''",
+       "V3 discovery: password for authentication (if this option is used, --user option\n"
+       "shouldn't include password). No effect in Capstan.",
+       kNoEffect},
       {"discovery-fallback", Section::kClustering,
        Choice(&S::discovery_fallback, {"exit", "proxy"}), "'proxy'",
        "Expected behavior ('exit' or 'proxy') when discovery services fails.\n"
@@ -243,7 +318,13 @@ std::vector<FlagSpec> SecurityFlags() {
        "Maximum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3 (empty\n"
        "will be auto-populated)."},
       {"experimental-peer-skip-client-san-verification", Section::kSecurity,
-       Bool(&S::experimental_peer_skip_client_san_verification), "'false'",
+       Bool(&S::peer_skip_client_san_verification), "'false'",
+       "Skip verification of SAN field in client certificate for peer connections.\n"
+       "Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--peer-skip-client-san-verification' instead. No effect in Capstan.",
+       kNoEffect},
+      {"peer-skip-client-san-verification", Section::kSecurity,
+       Bool(&S::peer_skip_client_san_verification), "'false'",
        "Skip verification of SAN field in client certificate for peer connections. No\n"
        "effect in Capstan.",
        kNoEffect},
@@ -278,6 +359,10 @@ std::vector<FlagSpec> AuthMonitoringAndLoggingFlags() {
       // ---- Logging ----
       {"logger", Section::kLogging, Str(&S::logger), "'zap'",
        "Currently only supports 'zap' for structured logging."},
+      {"log-format", Section::kLogging, Str(&S::log_format), "'json'",
+       "Configures log format. Only supports json, console. Validated as etcd does; no\n"
+       "effect in Capstan, whose log lines have one format.",
+       kNoEffect},
       {"log-outputs", Section::kLogging, LogOutputs(), "'default'",
        "Specify 'stdout' or 'stderr' to skip journald logging even when running under\n"
        "systemd, or list of comma separated output targets."},
@@ -291,32 +376,65 @@ std::vector<FlagSpec> AuthMonitoringAndLoggingFlags() {
        "Configures log rotation if enabled with a JSON logger config. MaxSize(MB),\n"
        "MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local\n"
        "time), Compress(gzip)."},
+      {"warning-unary-request-duration", Section::kLogging,
+       DurIn(&ParseState::warning_unary_request_duration), "'300ms'",
+       "Set time duration after which a warning is logged if a unary request takes more\n"
+       "than this duration."},
   };
 }
 
 // Distributed tracing and the v2 proxy (neither has an effect).
 std::vector<FlagSpec> TracingAndProxyFlags() {
   return {
-      // ---- Experimental distributed tracing ----
+      // ---- Distributed tracing: etcd 3.6's names and the 3.5 ones ----
       {"experimental-enable-distributed-tracing", Section::kTracing,
-       Bool(&S::experimental_enable_distributed_tracing), "'false'",
-       "Enable experimental distributed tracing. No effect in Capstan.", kNoEffect},
+       Bool(&S::enable_distributed_tracing), "'false'",
+       "Enable experimental distributed tracing. Deprecated in v3.6 and will be\n"
+       "decommissioned in v3.7. Use '--enable-distributed-tracing' instead. No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"enable-distributed-tracing", Section::kTracing, Bool(&S::enable_distributed_tracing),
+       "'false'", "Enable distributed tracing. No effect in Capstan.", kNoEffect},
       {"experimental-distributed-tracing-address", Section::kTracing,
-       Str(&S::experimental_distributed_tracing_address), "'localhost:4317'",
-       "Distributed tracing collector address. No effect in Capstan.", kNoEffect},
+       Str(&S::distributed_tracing_address), "'localhost:4317'",
+       "Distributed tracing collector address. Deprecated in v3.6 and will be\n"
+       "decommissioned in v3.7. Use '--distributed-tracing-address' instead. No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"distributed-tracing-address", Section::kTracing, Str(&S::distributed_tracing_address),
+       "'localhost:4317'", "Distributed tracing collector address. No effect in Capstan.",
+       kNoEffect},
       {"experimental-distributed-tracing-service-name", Section::kTracing,
-       Str(&S::experimental_distributed_tracing_service_name), "'etcd'",
+       Str(&S::distributed_tracing_service_name), "'etcd'",
+       "Distributed tracing service name, must be same across all etcd instances.\n"
+       "Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--distributed-tracing-service-name' instead. No effect in Capstan.",
+       kNoEffect},
+      {"distributed-tracing-service-name", Section::kTracing,
+       Str(&S::distributed_tracing_service_name), "'etcd'",
        "Distributed tracing service name, must be same across all etcd instances. No effect\n"
        "in Capstan.",
        kNoEffect},
       {"experimental-distributed-tracing-instance-id", Section::kTracing,
-       Str(&S::experimental_distributed_tracing_instance_id), "''",
+       Str(&S::distributed_tracing_instance_id), "''",
+       "Distributed tracing instance ID, must be unique per each etcd instance. Deprecated\n"
+       "in v3.6 and will be decommissioned in v3.7. Use '--distributed-tracing-instance-id'\n"
+       "instead. No effect in Capstan.",
+       kNoEffect},
+      {"distributed-tracing-instance-id", Section::kTracing,
+       Str(&S::distributed_tracing_instance_id), "''",
        "Distributed tracing instance ID, must be unique per each etcd instance. No effect in\n"
        "Capstan.",
        kNoEffect},
       {"experimental-distributed-tracing-sampling-rate", Section::kTracing,
-       Int(&S::experimental_distributed_tracing_sampling_rate), "'0'",
-       "Number of samples to collect per million spans for OpenTelemetry Tracing. No effect\n"
+       Int(&S::distributed_tracing_sampling_rate), "'0'",
+       "Number of samples to collect per million spans for distributed tracing. Deprecated\n"
+       "in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--distributed-tracing-sampling-rate' instead. No effect in Capstan.",
+       kNoEffect},
+      {"distributed-tracing-sampling-rate", Section::kTracing,
+       Int(&S::distributed_tracing_sampling_rate), "'0'",
+       "Number of samples to collect per million spans for distributed tracing. No effect\n"
        "in Capstan.",
        kNoEffect},
 
@@ -338,25 +456,40 @@ std::vector<FlagSpec> TracingAndProxyFlags() {
   };
 }
 
-// etcd's experimental flags.
+// etcd's experimental flags, each 3.5 name beside the etcd 3.6 name that
+// replaces it (a flag or a feature gate).
 std::vector<FlagSpec> ExperimentalFlags() {
   return {
       {"experimental-initial-corrupt-check", Section::kExperimental,
-       Bool(&S::experimental_initial_corrupt_check), "'false'",
-       "Enable to check data corruption before serving any client/peer traffic. No effect in\n"
-       "Capstan (there are no peers to compare with).",
+       GateFlag("experimental-initial-corrupt-check"), "'false'",
+       "Enable to check data corruption before serving any client/peer traffic. Deprecated\n"
+       "in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--feature-gates=InitialCorruptCheck=true' instead. No effect in Capstan (there\n"
+       "are no peers to compare with).",
        kNoEffect},
-      {"experimental-corrupt-check-time", Section::kExperimental,
-       Dur(&S::experimental_corrupt_check_time), "'0s'",
+      {"experimental-corrupt-check-time", Section::kExperimental, Dur(&S::corrupt_check_time),
+       "'0s'",
+       "Duration of time between cluster corruption check passes. Deprecated in v3.6 and\n"
+       "will be decommissioned in v3.7. Use '--corrupt-check-time' instead. No effect in\n"
+       "Capstan.",
+       kNoEffect},
+      {"corrupt-check-time", Section::kExperimental, Dur(&S::corrupt_check_time), "'0s'",
        "Duration of time between cluster corruption check passes. No effect in Capstan.",
        kNoEffect},
       {"experimental-compact-hash-check-enabled", Section::kExperimental,
-       Bool(&S::experimental_compact_hash_check_enabled), "'false'",
-       "Enable leader to periodically check followers compaction hashes. No effect in\n"
-       "Capstan.",
+       GateFlag("experimental-compact-hash-check-enabled"), "'false'",
+       "Enable leader to periodically check followers compaction hashes. Deprecated in v3.6\n"
+       "and will be decommissioned in v3.7. Use '--feature-gates=CompactHashCheck=true'\n"
+       "instead. No effect in Capstan.",
        kNoEffect},
       {"experimental-compact-hash-check-time", Section::kExperimental,
-       Dur(&S::experimental_compact_hash_check_time), "'1m'",
+       Dur(&S::compact_hash_check_time), "'1m'",
+       "Duration of time between leader checks followers compaction hashes. Deprecated in\n"
+       "v3.6 and will be decommissioned in v3.7. Use '--compact-hash-check-time' instead.\n"
+       "No effect in Capstan.",
+       kNoEffect},
+      {"compact-hash-check-time", Section::kExperimental, Dur(&S::compact_hash_check_time),
+       "'1m'",
        "Duration of time between leader checks followers compaction hashes. No effect in\n"
        "Capstan.",
        kNoEffect},
@@ -364,60 +497,102 @@ std::vector<FlagSpec> ExperimentalFlags() {
        "Serve v2 requests through the v3 backend under a given prefix. No effect in Capstan.",
        kNoEffect},
       {"experimental-enable-lease-checkpoint", Section::kExperimental,
-       Bool(&S::experimental_enable_lease_checkpoint), "'false'",
+       GateFlag("experimental-enable-lease-checkpoint"), "'false'",
        "ExperimentalEnableLeaseCheckpoint enables leader to send regular checkpoints to\n"
-       "other members to prevent reset of remaining TTL on leader change. No effect in\n"
-       "Capstan.",
+       "other members to prevent reset of remaining TTL on leader change. Deprecated in\n"
+       "v3.6 and will be decommissioned in v3.7. Use '--feature-gates=LeaseCheckpoint=true'\n"
+       "instead. No effect in Capstan.",
        kNoEffect},
       {"experimental-enable-lease-checkpoint-persist", Section::kExperimental,
-       Bool(&S::experimental_enable_lease_checkpoint_persist), "'false'",
+       GateFlag("experimental-enable-lease-checkpoint-persist"), "'false'",
        "Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived\n"
-       "leases. Requires --experimental-enable-lease-checkpoint. No effect in Capstan.",
+       "leases. Requires --experimental-enable-lease-checkpoint. Deprecated in v3.6 and\n"
+       "will be decommissioned in v3.7. Use '--feature-gates=LeaseCheckpointPersist=true'\n"
+       "instead. No effect in Capstan.",
        kNoEffect},
       {"experimental-compaction-batch-limit", Section::kExperimental,
-       Int(&S::experimental_compaction_batch_limit), "1000",
+       Int(&S::compaction_batch_limit), "1000",
        "ExperimentalCompactionBatchLimit sets the maximum revisions deleted in each\n"
-       "compaction batch."},
+       "compaction batch. Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--compaction-batch-limit' instead."},
+      {"compaction-batch-limit", Section::kExperimental, Int(&S::compaction_batch_limit), "1000",
+       "CompactionBatchLimit sets the maximum revisions deleted in each compaction batch."},
       {"experimental-compaction-sleep-interval", Section::kExperimental,
-       Dur(&S::experimental_compaction_sleep_interval), "'10ms'",
-       "Sets the sleep interval between each compaction batch."},
+       Dur(&S::compaction_sleep_interval), "'10ms'",
+       "Sets the sleep interval between each compaction batch. Deprecated in v3.6 and will\n"
+       "be decommissioned in v3.7. Use '--compaction-sleep-interval' instead."},
+      {"compaction-sleep-interval", Section::kExperimental, Dur(&S::compaction_sleep_interval),
+       "'10ms'", "Sets the sleep interval between each compaction batch."},
       {"experimental-watch-progress-notify-interval", Section::kExperimental,
-       Dur(&S::experimental_watch_progress_notify_interval), "'10m'",
+       Dur(&S::watch_progress_notify_interval), "'10m'",
+       "Duration of periodical watch progress notification. Deprecated in v3.6 and will be\n"
+       "decommissioned in v3.7. Use '--watch-progress-notify-interval' instead."},
+      {"watch-progress-notify-interval", Section::kExperimental,
+       Dur(&S::watch_progress_notify_interval), "'10m'",
        "Duration of periodical watch progress notification."},
       {"experimental-downgrade-check-time", Section::kExperimental,
-       Dur(&S::experimental_downgrade_check_time), "'5s'",
-       "Duration of time between two downgrade status checks. No effect in Capstan.", kNoEffect},
+       Dur(&S::downgrade_check_time), "'5s'",
+       "Duration of time between two downgrade status checks. Deprecated in v3.6 and will be\n"
+       "decommissioned in v3.7. Use '--downgrade-check-time' instead. No effect in Capstan.",
+       kNoEffect},
+      {"downgrade-check-time", Section::kExperimental, Dur(&S::downgrade_check_time), "'5s'",
+       "Duration of time between two downgrade status checks. No effect in Capstan.",
+       kNoEffect},
       {"experimental-warning-apply-duration", Section::kExperimental,
-       Dur(&S::experimental_warning_apply_duration), "'100ms'",
-       "Warning is generated if requests take more than this duration."},
+       Dur(&S::warning_apply_duration), "'100ms'",
+       "Warning is generated if requests take more than this duration. Deprecated in v3.6\n"
+       "and will be decommissioned in v3.7. Use '--warning-apply-duration' instead."},
+      {"warning-apply-duration", Section::kExperimental, Dur(&S::warning_apply_duration),
+       "'100ms'", "Warning is generated if requests take more than this duration."},
       {"experimental-warning-unary-request-duration", Section::kExperimental,
-       Dur(&S::experimental_warning_unary_request_duration), "'300ms'",
+       DurIn(&ParseState::experimental_warning_unary_request_duration), "'300ms'",
        "Set time duration after which a warning is generated if a unary request takes more\n"
-       "than this duration."},
-      {"experimental-memory-mlock", Section::kExperimental, Bool(&S::experimental_memory_mlock),
-       "'false'",
-       "Enable to enforce etcd pages (in particular bbolt) to stay in RAM. No effect in\n"
+       "than this duration. Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--warning-unary-request-duration' instead."},
+      {"experimental-memory-mlock", Section::kExperimental, Bool(&S::memory_mlock), "'false'",
+       "Enable to enforce etcd pages (in particular bbolt) to stay in RAM. Deprecated in\n"
+       "v3.6 and will be decommissioned in v3.7. Use '--memory-mlock' instead. No effect in\n"
        "Capstan.",
        kNoEffect},
       {"experimental-txn-mode-write-with-shared-buffer", Section::kExperimental,
-       Bool(&S::experimental_txn_mode_write_with_shared_buffer), "'true'",
+       GateFlag("experimental-txn-mode-write-with-shared-buffer"), "'true'",
        "Enable the write transaction to use a shared buffer in its readonly check\n"
-       "operations. No effect in Capstan.",
+       "operations. Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--feature-gates=TxnModeWriteWithSharedBuffer=true' instead. No effect in Capstan.",
        kNoEffect},
       {"experimental-bootstrap-defrag-threshold-megabytes", Section::kExperimental,
-       Uint(&S::experimental_bootstrap_defrag_threshold_megabytes), "'0'",
+       Uint(&S::bootstrap_defrag_threshold_megabytes), "'0'",
+       "Enable the defrag during etcd server bootstrap on condition that it will free at\n"
+       "least the provided threshold of disk space. Deprecated in v3.6 and will be\n"
+       "decommissioned in v3.7. Use '--bootstrap-defrag-threshold-megabytes' instead. No\n"
+       "effect in Capstan.",
+       kNoEffect},
+      {"bootstrap-defrag-threshold-megabytes", Section::kExperimental,
+       Uint(&S::bootstrap_defrag_threshold_megabytes), "'0'",
        "Enable the defrag during etcd server bootstrap on condition that it will free at\n"
        "least the provided threshold of disk space. No effect in Capstan.",
        kNoEffect},
+      {"max-learners", Section::kExperimental, Int(&S::max_learners), "'1'",
+       "Set the max number of learner members allowed in the cluster membership. No effect\n"
+       "in Capstan.",
+       kNoEffect},
       {"experimental-snapshot-catchup-entries", Section::kExperimental,
-       Uint(&S::experimental_snapshot_catchup_entries), "'5000'",
+       Uint(&S::snapshot_catchup_entries), "'5000'",
+       "Number of entries for a slow follower to catch up after compacting the raft\n"
+       "storage entries. Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--snapshot-catchup-entries' instead. No effect in Capstan.",
+       kNoEffect},
+      {"snapshot-catchup-entries", Section::kExperimental, Uint(&S::snapshot_catchup_entries),
+       "'5000'",
        "Number of entries for a slow follower to catch up after compacting the raft\n"
        "storage entries. No effect in Capstan.",
        kNoEffect},
       {"experimental-stop-grpc-service-on-defrag", Section::kExperimental,
-       Bool(&S::experimental_stop_grpc_service_on_defrag), "'false'",
-       "Enable etcd gRPC service to stop serving client requests on defragmentation. No\n"
-       "effect in Capstan, whose defragmentation runs online.",
+       GateFlag("experimental-stop-grpc-service-on-defrag"), "'false'",
+       "Enable etcd gRPC service to stop serving client requests on defragmentation.\n"
+       "Deprecated in v3.6 and will be decommissioned in v3.7. Use\n"
+       "'--feature-gates=StopGRPCServiceOnDefrag=true' instead. No effect in Capstan, whose\n"
+       "defragmentation runs online.",
        kNoEffect},
   };
 }

@@ -14,11 +14,13 @@
 #define CAPSTAN_SERVER_CONFIG_FLAGS_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/config/config.h"
 
 namespace capstan::server::config_internal {
@@ -30,6 +32,15 @@ struct ParseState {
   std::string auto_compaction_mode = "periodic";
   std::string log_level = "info";
   std::string initial_cluster_state = "new";
+  // The experimental bool flags etcd 3.6 maps to feature gates
+  // (--experimental-initial-corrupt-check, ...), by flag name, when set.
+  std::map<std::string, bool> gate_flags;
+  // The last --feature-gates text (etcd 3.6 looks for gate names in it).
+  std::string feature_gates_text;
+  // --warning-unary-request-duration and its experimental name; zero unless
+  // set (etcd 3.6's parseWarningUnaryRequestDuration decides from both).
+  absl::Duration warning_unary_request_duration = absl::ZeroDuration();
+  absl::Duration experimental_warning_unary_request_duration = absl::ZeroDuration();
 };
 
 // Sets a flag from its text. On failure returns the bare reason ("parse

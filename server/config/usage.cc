@@ -21,7 +21,7 @@ std::string ShortUsageText() {
          "\n"
          "  capstan [flags]\n"
          "    Start a Capstan server: a single-member key-value store that speaks etcd's v3 API\n"
-         "    and takes etcd 3.5's flags and ETCD_* environment variables.\n"
+         "    and takes etcd 3.5's and 3.6's flags and ETCD_* environment variables.\n"
          "\n"
          "  capstan --version\n"
          "    Show the version of Capstan.\n"

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/config/config.h"
+#include "server/config/feature_gates.h"
 #include "server/config/failure.h"
 #include "server/config/flags.h"
 #include "util/go_text.h"
@@ -161,6 +162,12 @@ absl::Status ValidateLogging(ParseState& st) {
                    absl::StrCat("unrecognized level: ", GoQuote(st.log_level)));
   }
   c.log_level = *level;
+  // etcd 3.6's logutil.ConvertToZapFormat ("" means json).
+  if (c.log_format.empty()) c.log_format = "json";
+  if (c.log_format != "json" && c.log_format != "console") {
+    return VerifyError(absl::StrCat("unknown log format: ", c.log_format,
+                                    ", supported values json, console"));
+  }
   return absl::OkStatus();
 }
 
@@ -235,21 +242,32 @@ absl::Status SetCompactionMode(ParseState& st) {
   return absl::OkStatus();
 }
 
-// The lease checkpoint flags and --experimental-compact-hash-check-time.
+// The lease checkpoint gates and --compact-hash-check-time. The texts are
+// etcd 3.5's when only the experimental flags set the gates, etcd 3.6's when
+// --feature-gates was given.
 absl::Status CheckExperimental(ServerConfig& c) {
-  if (c.experimental_enable_lease_checkpoint && !c.experimental_enable_lease_checkpoint_persist) {
-    c.warnings.push_back(
-        "Detected that checkpointing is enabled without persistence. Consider enabling "
-        "experimental-enable-lease-checkpoint-persist");
+  const bool checkpoint = c.feature_gates.Enabled(kLeaseCheckpointGate);
+  const bool persist = c.feature_gates.Enabled(kLeaseCheckpointPersistGate);
+  const bool gates_given = c.explicitly_set.count("feature-gates") != 0;
+  if (checkpoint && !persist) {
+    c.warnings.push_back(absl::StrCat(
+        "Detected that checkpointing is enabled without persistence. Consider enabling ",
+        gates_given ? "feature gate LeaseCheckpointPersist"
+                    : "experimental-enable-lease-checkpoint-persist"));
   }
-  if (c.experimental_enable_lease_checkpoint_persist && !c.experimental_enable_lease_checkpoint) {
-    return VerifyError(
-        "setting experimental-enable-lease-checkpoint-persist requires "
-        "experimental-enable-lease-checkpoint");
+  if (persist && !checkpoint) {
+    return VerifyError(gates_given ? "enabling feature gate LeaseCheckpointPersist requires "
+                                     "enabling feature gate LeaseCheckpoint"
+                                   : "setting experimental-enable-lease-checkpoint-persist "
+                                     "requires experimental-enable-lease-checkpoint");
   }
-  if (c.experimental_compact_hash_check_time <= absl::ZeroDuration()) {
-    return VerifyError(absl::StrCat("--experimental-compact-hash-check-time must be >0 (set to ",
-                                    gotext::FormatGoDuration(c.experimental_compact_hash_check_time), ")"));
+  // etcd 3.6 checks the value of each name before copying the old into the
+  // new one: the message names the flag that was set.
+  if (c.compact_hash_check_time <= absl::ZeroDuration()) {
+    const bool new_name = c.explicitly_set.count("compact-hash-check-time") != 0;
+    return VerifyError(absl::StrCat(
+        new_name ? "--compact-hash-check-time" : "--experimental-compact-hash-check-time",
+        " must be >0 (set to ", gotext::FormatGoDuration(c.compact_hash_check_time), ")"));
   }
   return absl::OkStatus();
 }
