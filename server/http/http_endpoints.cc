@@ -128,7 +128,7 @@ absl::Status HttpEndpoints::ReadCheck(bool serializable) const {
   // can no longer move on: etcd's process exits when its backend fails a
   // commit, so its probes stop answering; these fail, so that a liveness
   // probe restarts the member, which is what recovers it.
-  if (s.ok()) s = store_->StorageFailure().ok() ? absl::OkStatus() : mvcc::MakeError(mvcc::Error::kStorageFailed);
+  if (s.ok() && !store_->StorageFailure().ok()) s = mvcc::MakeError(mvcc::Error::kStorageFailed);
   if (s.ok()) return s;
   const grpc::Status g = ToGrpcStatus(s);
   return absl::Status(static_cast<absl::StatusCode>(g.error_code()), g.error_message());
