@@ -347,7 +347,8 @@ void Server::ConfigureGrpc(Listening& l) {
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
   grpc_metrics_ =
-      std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive");
+      std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive",
+                                    metrics_->requests());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(grpc_metrics_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

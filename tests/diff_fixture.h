@@ -70,7 +70,8 @@ struct AnswerPair {
 //  - every etcdserverpb.Member: ID; the server's own client and peer ports
 //    inside URLs become "CLIENT-PORT" / "PEER-PORT";
 //  - etcdserverpb.StatusResponse: version, dbSize, dbSizeInUse, leader,
-//    raftIndex, raftTerm, raftAppliedIndex (their shape is tested apart).
+//    raftIndex, raftTerm, raftAppliedIndex (their shape is tested apart),
+//    and etcd 3.6's storageVersion, dbSizeQuota and downgradeInfo.
 void Normalize(google::protobuf::Message* m, const ServerProcess& server);
 
 // The smallest key greater than every key with prefix `p` (etcd's

@@ -121,19 +121,20 @@ class FaultInjectionTest : public ::testing::Test {
     return out;
   }
 
-  // GET /health from the endpoints the server would serve: {status, body}.
-  std::pair<int, std::string> Health() {
+  // GET path from the endpoints the server would serve: {status, body}.
+  std::pair<int, std::string> Get(const std::string& path) {
     membership::MemberInfo member;
     server::HttpEndpoints endpoints(store_.get(), &member, {"3.5.0", "3.5.0", "test"});
     const int port = FreePort();
     EXPECT_TRUE(endpoints.Listen("127.0.0.1", port).ok());
     httplib::Client client("127.0.0.1", port);
     for (int i = 0; i < 100; ++i) {
-      if (auto res = client.Get("/health")) return {res->status, res->body};
+      if (auto res = client.Get(path)) return {res->status, res->body};
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return {0, ""};
   }
+  std::pair<int, std::string> Health() { return Get("/health"); }
 
   static inline int counter_ = 0;
   std::filesystem::path dir_;
@@ -196,6 +197,34 @@ TEST_P(FailStopTest, FailingWriteAndEveryLaterWriteAreRefused) {
   EXPECT_TRUE(store_->StorageFailure().ok());
   EXPECT_EQ(Put("d", "4").value_or(-1), 3);
   EXPECT_EQ(Health().first, 200);
+}
+
+// A member whose storage failed is neither ready nor live: its read checks
+// fail with the storage error, so that a liveness probe restarts it (etcd's
+// process exits on a failed backend commit); a restart recovers.
+TEST_P(FailStopTest, FailedStorageFailsReadyzAndLivez) {
+  Open();
+  ASSERT_TRUE(Put("a", "1").ok());
+  EXPECT_EQ(Get("/readyz"), std::make_pair(200, std::string("ok\n")));
+  EXPECT_EQ(Get("/livez"), std::make_pair(200, std::string("ok\n")));
+
+  fs_->SetFault(GetParam());
+  ASSERT_FALSE(Put("b", "2").ok());
+  fs_->SetFault(Fault::kNone);
+  const std::string failed = "failed: etcdserver: storage failed; writes are no longer accepted\n";
+  EXPECT_EQ(Get("/readyz"),
+            std::make_pair(503, "[+]data_corruption ok\n[-]serializable_read " + failed +
+                                    "[-]linearizable_read " + failed + "[+]non_learner ok\n\n"));
+  EXPECT_EQ(Get("/livez"), std::make_pair(503, "[-]serializable_read " + failed + "\n"));
+  EXPECT_EQ(Get("/readyz/linearizable_read"),
+            std::make_pair(503, "[-]linearizable_read " + failed + "\n"));
+  EXPECT_EQ(Get("/readyz?exclude=serializable_read&exclude=linearizable_read"),
+            std::make_pair(200, std::string("ok\n")));
+  EXPECT_NE(log_->str().find("Health check error"), std::string::npos) << log_->str();
+
+  CrashAndReopen();
+  EXPECT_EQ(Get("/readyz"), std::make_pair(200, std::string("ok\n")));
+  EXPECT_EQ(Get("/livez"), std::make_pair(200, std::string("ok\n")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, FailStopTest,

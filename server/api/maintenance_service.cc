@@ -7,6 +7,7 @@
 #include "server/api/errors.h"
 #include "server/api/snapshot_stream.h"
 #include "server/api/write_rpc.h"
+#include "server/config/version.h"
 
 namespace capstan::server {
 namespace {
@@ -69,6 +70,12 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
   response->set_raftappliedindex(index);
   response->set_raftterm(member_->raft_term);
   response->set_islearner(false);
+  // etcd 3.6's: the schema version of the data (the cluster version once
+  // migrated), the backend quota (2 GiB unless --quota-backend-bytes says
+  // otherwise; with a negative quota, no quota: 0) and no downgrade.
+  response->set_storageversion(kEtcdStorageVersion);
+  response->set_dbsizequota(store_->options().quota_bytes);
+  response->mutable_downgradeinfo()->set_enabled(false);
   for (const auto& a : store_->Alarms()) {
     // etcd lists alarms as the AlarmMember's text form.
     response->add_errors("memberID:" + std::to_string(a.memberid()) +

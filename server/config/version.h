@@ -10,6 +10,9 @@ namespace capstan::server {
 
 extern const char kEtcdApiVersion[];
 extern const char kEtcdClusterVersion[];
+// The storage (schema) version etcd 3.6 reports in Status.storageVersion and
+// /version once its data is migrated: the cluster version.
+extern const char kEtcdStorageVersion[];
 extern const char kCapstanVersion[];
 
 }  // namespace capstan::server

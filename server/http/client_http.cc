@@ -206,8 +206,10 @@ bool ClientHttp::Answer(const HttpRequest& request, bool tls, HttpConnection* co
     if (request.method != "POST") return reply(PlainError(405, "Method Not Allowed"), cors);
     return gateway_->Serve(method, request, cors, stopping_, connection);
   }
-  if (std::optional<HttpResponse> answer =
-          endpoints_->Answer(request.method, request.path, request.QueryValues("exclude"))) {
+  EndpointQuery query;
+  query.exclude = request.QueryValues("exclude");
+  query.verbose = !request.QueryValues("verbose").empty();
+  if (std::optional<HttpResponse> answer = endpoints_->Answer(request.method, request.path, query)) {
     return reply(*std::move(answer), cors);
   }
   return reply(PlainError(404, "404 page not found"), cors);

@@ -4,27 +4,47 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "httplib.h"
+#include "mvcc/errors.h"
+#include "server/api/errors.h"
 #include "server/observability/metrics.h"
+#include "server/observability/request_metrics.h"
 #include "server/security/metrics_tls.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::server {
 
+namespace {
+
+// The checks of /livez and /readyz, in the order they run and are listed.
+// etcd keeps them in a Go map, so its order varies from one answer to the
+// next; this is the order it gives most often.
+const std::vector<absl::string_view>& ChecksOf(absl::string_view kind) {
+  static const std::vector<absl::string_view> kLivez = {"serializable_read"};
+  static const std::vector<absl::string_view> kReadyz = {"data_corruption", "serializable_read",
+                                                         "linearizable_read", "non_learner"};
+  return kind == "livez" ? kLivez : kReadyz;
+}
+
+}  // namespace
+
 HttpEndpoints::HttpEndpoints(mvcc::KvStore* store, const membership::MemberInfo* member, Versions versions,
-                             const Metrics* metrics)
+                             Metrics* metrics)
     : store_(store), member_(member), versions_(std::move(versions)), metrics_(metrics) {}
 
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
 std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl::string_view path,
-                                                  const std::vector<std::string>& exclude) const {
+                                                  const EndpointQuery& query) const {
   HttpResponse res;
   auto content = [&res](std::string body, std::string type) {
     res.body = std::move(body);
@@ -33,29 +53,137 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
   };
   // Prometheus' handler answers any method.
   if (path == "/metrics") return content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
-  if ((path == "/health" || path == "/version") && method != "GET") {
+  // /livez, /readyz and their checks' paths.
+  absl::string_view kind, check;
+  for (absl::string_view k : {"/livez", "/readyz"}) {
+    absl::string_view rest = path;
+    if (!absl::ConsumePrefix(&rest, k)) continue;
+    const auto& checks = ChecksOf(k.substr(1));
+    if (rest.empty() || (absl::ConsumePrefix(&rest, "/") &&
+                         std::find(checks.begin(), checks.end(), rest) != checks.end())) {
+      kind = k.substr(1);
+      check = rest;
+    }
+  }
+  if ((path == "/health" || path == "/version" || !kind.empty()) && method != "GET") {
     // As etcd's: 405 with Allow, as Go's http.Error writes it.
     res = PlainError(405, "Method Not Allowed");
     res.headers.emplace_back("Allow", "GET");
+    if (!kind.empty()) SPDLOG_WARN("Health request error: path {}, status-code 405", std::string(path));
     return res;
   }
-  if (path == "/health") return Health(exclude);
+  if (path == "/health") return Health(query.exclude);
+  if (!kind.empty()) {
+    if (!check.empty()) return Probe(kind, {check}, query.verbose, path);
+    // The kind's checks but those excluded; unknown names are ignored.
+    std::vector<absl::string_view> run;
+    std::vector<std::string> unknown;
+    const auto& checks = ChecksOf(kind);
+    for (const std::string& e : query.exclude) {
+      if (!e.empty() && std::find(checks.begin(), checks.end(), e) == checks.end() &&
+          std::find(unknown.begin(), unknown.end(), "\"" + e + "\"") == unknown.end()) {
+        unknown.push_back("\"" + e + "\"");
+      }
+    }
+    for (absl::string_view c : checks) {
+      if (std::find(query.exclude.begin(), query.exclude.end(), c) == query.exclude.end()) {
+        run.push_back(c);
+      }
+    }
+    if (!unknown.empty()) {
+      SPDLOG_WARN("some health checks cannot be excluded: missing-health-checks {}",
+                  absl::StrJoin(unknown, ","));
+    }
+    return Probe(kind, run, query.verbose, path);
+  }
   if (method != "GET") return std::nullopt;
-  if (path == "/livez" || path == "/readyz") return content("ok", "text/plain; charset=utf-8");
   if (path == "/version") {
     return content(absl::StrCat("{\"etcdserver\":\"", versions_.server, "\",\"etcdcluster\":\"",
-                                versions_.cluster, "\"}"),
+                                versions_.cluster, "\",\"storage\":\"", versions_.storage, "\"}"),
                    "application/json");
   }
   return std::nullopt;
 }
 
+absl::Status HttpEndpoints::ReadCheck(bool serializable) const {
+  // etcd's readCheck: a Range of one key, keys only, as root (the store
+  // checks no permissions). A Range here is a local read of the published
+  // view and never waits, so no request timeout applies to it.
+  etcdserverpb::RangeRequest req;
+  req.set_key(std::string(1, '\0'));
+  req.set_keys_only(true);
+  req.set_limit(1);
+  req.set_serializable(serializable);
+  mvcc::RangeResult result;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = store_->Range(req, &result);
+  if (metrics_ != nullptr) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_->requests()->ObserveRequest(RequestMetrics::RequestTypeOf("/etcdserverpb.KV/Range"),
+                                         s.ok(), seconds);
+    metrics_->requests()->ObserveRange(s.ok(), seconds);
+  }
+  // After a storage failure the store serves its last durable state but
+  // can no longer move on: etcd's process exits when its backend fails a
+  // commit, so its probes stop answering; these fail, so that a liveness
+  // probe restarts the member, which is what recovers it.
+  if (s.ok() && !store_->StorageFailure().ok()) s = mvcc::MakeError(mvcc::Error::kStorageFailed);
+  if (s.ok()) return s;
+  const grpc::Status g = ToGrpcStatus(s);
+  return absl::Status(static_cast<absl::StatusCode>(g.error_code()), g.error_message());
+}
+
+absl::Status HttpEndpoints::RunCheck(absl::string_view name) const {
+  if (name == "serializable_read") return ReadCheck(/*serializable=*/true);
+  if (name == "linearizable_read") return ReadCheck(/*serializable=*/false);
+  if (name == "data_corruption") {
+    // etcd's activeAlarmCheck(CORRUPT): any member's.
+    for (const auto& a : store_->Alarms()) {
+      if (a.alarm() == etcdserverpb::CORRUPT) {
+        return absl::UnavailableError("alarm activated: CORRUPT");
+      }
+    }
+    return absl::OkStatus();
+  }
+  // non_learner: a Capstan member is never a raft learner.
+  return absl::OkStatus();
+}
+
+// etcd's newHealthHandler over runHealthChecks.
+HttpResponse HttpEndpoints::Probe(absl::string_view kind, const std::vector<absl::string_view>& checks,
+                                  bool verbose, absl::string_view path) const {
+  std::string lines;
+  bool failed = false;
+  for (absl::string_view name : checks) {
+    const absl::Status s = RunCheck(name);
+    if (s.ok()) {
+      absl::StrAppend(&lines, "[+]", name, " ok\n");
+    } else {
+      absl::StrAppend(&lines, "[-]", name, " failed: ", s.message(), "\n");
+      failed = true;
+    }
+    if (metrics_ != nullptr) metrics_->requests()->RecordHealthCheck(kind, name, s.ok());
+  }
+  if (failed) {
+    // Always with every check's line.
+    SPDLOG_ERROR("Health check error: path {}, reason {}, status-code 503", std::string(path), lines);
+    return PlainError(503, lines);
+  }
+  SPDLOG_DEBUG("Health check OK: path {}, reason {}, status-code 200", std::string(path), lines);
+  HttpResponse res;
+  res.headers.emplace_back("Content-Type", "text/plain; charset=utf-8");
+  res.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  res.body = verbose ? lines + "ok\n" : "ok\n";
+  return res;
+}
+
 // etcd 3.5's /health (etcdhttp/metrics.go): an active alarm makes the member
 // unhealthy unless its type is excluded (`?exclude=NOSPACE`, as kubeadm's
 // liveness probe asks; every alarm of that type is excluded, as from
-// 3.5.2). `serializable=true` asks etcd for a local rather than a quorum
-// read; a single member answers both alike, so it is accepted and changes
-// nothing here.
+// 3.5.2). Then a Range of one key, as etcd's checkAPI. `serializable=true`
+// asks etcd for a local rather than a quorum read; a single member answers
+// both alike, so it is accepted and changes nothing here.
 HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) const {
   std::string reason;
   for (const auto& a : store_->Alarms()) {
@@ -74,6 +202,13 @@ HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) cons
   // A store that stopped accepting writes after a storage failure is
   // unhealthy whatever is excluded.
   if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
+  if (reason.empty()) {
+    if (absl::Status s = ReadCheck(/*serializable=*/true); !s.ok()) {
+      SPDLOG_WARN("serving /health false; Range fails: {}", std::string(s.message()));
+      reason = absl::StrCat("RANGE ERROR:", s.message());
+    }
+  }
+  if (metrics_ != nullptr) metrics_->requests()->CountHealth(reason.empty());
   if (!reason.empty()) {
     const std::string body = "{\"health\":\"false\",\"reason\":\"" + reason + "\"}";
     SPDLOG_WARN("/health error: output {}, status-code 503", body);
@@ -88,15 +223,14 @@ HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) cons
 
 void HttpEndpoints::Install(httplib::Server* server) {
   auto handler = [this](const httplib::Request& req, httplib::Response& res) {
-    std::vector<std::string> exclude;
+    EndpointQuery query;
     for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
-      exclude.push_back(req.get_param_value("exclude", i));
+      query.exclude.push_back(req.get_param_value("exclude", i));
     }
-    std::optional<HttpResponse> answer = Answer(req.method, req.path, exclude);
-    if (!answer) {
-      res.status = 404;
-      return;
-    }
+    query.verbose = req.has_param("verbose");
+    std::optional<HttpResponse> answer = Answer(req.method, req.path, query);
+    // Go's http.NotFound for any other path or method.
+    if (!answer) answer = PlainError(404, "404 page not found");
     res.status = answer->status;
     std::string type;
     for (const auto& [name, value] : answer->headers) {
@@ -108,13 +242,12 @@ void HttpEndpoints::Install(httplib::Server* server) {
     }
     res.set_content(std::move(answer->body), type);
   };
-  for (const char* path : {"/health", "/livez", "/readyz", "/version", "/metrics"}) {
-    server->Get(path, handler);
-    server->Post(path, handler);
-    server->Put(path, handler);
-    server->Delete(path, handler);
-    server->Patch(path, handler);
-  }
+  // Every path: Answer tells the endpoints from the rest.
+  server->Get(".*", handler);
+  server->Post(".*", handler);
+  server->Put(".*", handler);
+  server->Delete(".*", handler);
+  server->Patch(".*", handler);
 }
 
 absl::Status HttpEndpoints::Listen(const std::string& host, int port, const ClientTls* tls) {

@@ -1,7 +1,18 @@
 // HTTP endpoints on the metrics URLs (--listen-metrics-urls): /health,
-// /livez, /readyz, /version and /metrics (Prometheus text format), over
-// http or, for https URLs, TLS with the client TLS settings. The http
-// client URLs answer them too (see client_http.h).
+// /livez, /readyz (and one path per check below them), /version and
+// /metrics (Prometheus text format), over http or, for https URLs, TLS with
+// the client TLS settings. The http client URLs answer them too (see
+// client_http.h).
+//
+// /livez and /readyz are etcd's (etcdhttp/health.go, 3.5.16 and 3.6):
+//   /livez   serializable_read
+//   /readyz  data_corruption, serializable_read, linearizable_read,
+//            non_learner (3.6's; 3.5.16 lacks it)
+// Each answers 200 "ok\n" when every check it runs passes (with ?verbose
+// first a "[+]<check> ok" line per check), else 503 with a line per check,
+// "[-]<check> failed: <why>" for those that failed. ?exclude=<check> (any
+// number of times) leaves checks out; an unknown name is logged and
+// ignored. /livez/<check> and /readyz/<check> run that check alone.
 
 #ifndef CAPSTAN_SERVER_HTTP_HTTP_ENDPOINTS_H_
 #define CAPSTAN_SERVER_HTTP_HTTP_ENDPOINTS_H_
@@ -16,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
+#include "server/config/version.h"
 #include "server/http/http1.h"
 
 namespace httplib {
@@ -31,16 +43,23 @@ struct Versions {
   std::string server;   // etcd server version whose API Capstan implements
   std::string cluster;  // cluster version
   std::string capstan;  // Capstan's own version
+  std::string storage = kEtcdStorageVersion;  // the data's schema version (etcd 3.6's)
+};
+
+// The query parameters the endpoints read.
+struct EndpointQuery {
+  std::vector<std::string> exclude;  // every `exclude` value, in order
+  bool verbose = false;              // `verbose` is present, whatever its value
 };
 
 // Serves the endpoints on one thread per listener. Thread-safe; Stop() is
 // idempotent and called by the destructor. store and member must outlive it.
 class HttpEndpoints {
  public:
-  // metrics may be null (/metrics is then empty); else it must outlive the
-  // endpoints.
+  // metrics may be null (/metrics is then empty and the health checks are
+  // not counted); else it must outlive the endpoints.
   HttpEndpoints(mvcc::KvStore* store, const membership::MemberInfo* member, Versions versions,
-                const Metrics* metrics = nullptr);
+                Metrics* metrics = nullptr);
   ~HttpEndpoints();
 
   // Starts listening on host:port; with tls, serves https with those
@@ -54,18 +73,27 @@ class HttpEndpoints {
 
   // The answer to method on path if path is one of the endpoints (the
   // client URLs serve them too); nullopt if it is not, or not for that
-  // method. exclude: the values of /health's `exclude` parameter.
+  // method.
   std::optional<HttpResponse> Answer(absl::string_view method, absl::string_view path,
-                                     const std::vector<std::string>& exclude) const;
+                                     const EndpointQuery& query) const;
+
+  // The check of /livez or /readyz named name: OK, or why it failed (the
+  // text after "failed: "). REQUIRES: name is one of the checks above.
+  absl::Status RunCheck(absl::string_view name) const;
 
  private:
   HttpResponse Health(const std::vector<std::string>& exclude) const;
+  // /livez or /readyz (kind), running checks (all of kind's, or one).
+  HttpResponse Probe(absl::string_view kind, const std::vector<absl::string_view>& checks,
+                     bool verbose, absl::string_view path) const;
+  // A Range as client reads make it, keys only and at most one key.
+  absl::Status ReadCheck(bool serializable) const;
   void Install(httplib::Server* server);
 
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
   const Versions versions_;
-  const Metrics* const metrics_;
+  Metrics* const metrics_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
   std::vector<std::thread> threads_;
 };

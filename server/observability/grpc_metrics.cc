@@ -7,6 +7,7 @@
 
 #include "absl/strings/string_view.h"
 #include "server/api/errors.h"
+#include "server/observability/request_metrics.h"
 
 namespace capstan::server {
 namespace {
@@ -39,7 +40,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
       : metrics_(metrics),
         series_(metrics->ForMethod(info->method(), static_cast<RpcType>(info->type()))),
         unary_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY) {
-    if (metrics_->times_calls()) start_ = std::chrono::steady_clock::now();
+    if (metrics_->TimesCalls(series_)) start_ = std::chrono::steady_clock::now();
     metrics_->Started(series_);
     if (unary_) metrics_->UnaryBegan();
   }
@@ -53,7 +54,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       double seconds = 0;
-      if (metrics_->times_calls()) {
+      if (metrics_->TimesCalls(series_)) {
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       }
       metrics_->Handled(series_, methods->GetSendStatus().error_code(), seconds);
@@ -89,7 +90,8 @@ GrpcMetrics::NewInterceptorFactory() {
   return std::make_unique<MetricsInterceptorFactory>(this);
 }
 
-GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time)
+GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time,
+                         RequestMetrics* requests)
     : started_(prometheus::BuildCounter()
                    .Name("grpc_server_started_total")
                    .Help("Total number of RPCs started on the server.")
@@ -105,7 +107,8 @@ GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time)
                            .Help("Histogram of response latency (seconds) of gRPC that had been "
                                  "application-level handled by the server.")
                            .Register(*registry)
-                    : nullptr) {}
+                    : nullptr),
+      requests_(requests) {}
 
 // gRPC's codes run from OK (0) to UNAUTHENTICATED (16).
 constexpr int kCodes = grpc::StatusCode::UNAUTHENTICATED + 1;
@@ -115,6 +118,8 @@ class GrpcMetrics::MethodSeries {
   prometheus::Labels labels;  // grpc_method, grpc_service, grpc_type
   prometheus::Counter* started = nullptr;
   prometheus::Histogram* handling = nullptr;  // null unless extensive
+  int request_type = -1;  // RequestMetrics::RequestTypeOf; -1: not timed as a request
+  bool range = false;     // KV.Range: also timed as a range
   // grpc_server_handled_total by code, each made on its first use.
   std::array<std::atomic<prometheus::Counter*>, kCodes> handled{};
 };
@@ -129,6 +134,10 @@ GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType ty
     series = std::make_unique<MethodSeries>();
     series->labels = MethodLabels(std::string(name), static_cast<int>(type));
     series->started = &started_.Add(series->labels);
+    if (requests_ != nullptr) {
+      series->request_type = RequestMetrics::RequestTypeOf(name);
+      series->range = RequestMetrics::IsRange(name);
+    }
     if (handling_ != nullptr) {
       // Prometheus's default buckets (prometheus.DefBuckets in Go).
       static const prometheus::Histogram::BucketBoundaries kBuckets = {
@@ -139,10 +148,19 @@ GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType ty
   return series.get();
 }
 
+bool GrpcMetrics::TimesCalls(const MethodSeries* series) const {
+  return handling_ != nullptr || series->request_type >= 0;
+}
+
 void GrpcMetrics::Started(MethodSeries* series) { series->started->Increment(); }
 
 void GrpcMetrics::Handled(MethodSeries* series, grpc::StatusCode code, double seconds) {
   if (series->handling != nullptr) series->handling->Observe(seconds);
+  if (series->request_type >= 0) {
+    // etcd times a request up to its answer or error, however it failed.
+    requests_->ObserveRequest(series->request_type, code == grpc::StatusCode::OK, seconds);
+    if (series->range) requests_->ObserveRange(code == grpc::StatusCode::OK, seconds);
+  }
   const bool known = code >= 0 && code < kCodes;
   prometheus::Counter* counter =
       known ? series->handled[code].load(std::memory_order_acquire) : nullptr;

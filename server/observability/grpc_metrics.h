@@ -25,6 +25,8 @@
 
 namespace capstan::server {
 
+class RequestMetrics;
+
 // Counts RPCs into two counter families of a prometheus registry. Thread-safe.
 class GrpcMetrics {
  public:
@@ -33,8 +35,11 @@ class GrpcMetrics {
   class MethodSeries;
 
   // Registers the families in `registry`, which must outlive this object;
-  // the handling-time histogram only with `handling_time`.
-  GrpcMetrics(prometheus::Registry* registry, bool handling_time);
+  // the handling-time histogram only with `handling_time`. With requests
+  // (which must outlive this object), also times the calls etcd times in
+  // etcd_server_request_duration_seconds and _range_duration_seconds.
+  GrpcMetrics(prometheus::Registry* registry, bool handling_time,
+              RequestMetrics* requests = nullptr);
   ~GrpcMetrics();
 
   // An interceptor factory to install with ServerBuilder; it records into
@@ -45,8 +50,9 @@ class GrpcMetrics {
   // made on first use and owned by this object.
   MethodSeries* ForMethod(const char* method, grpc::internal::RpcMethod::RpcType type);
 
-  // Whether Handled() uses the call's duration (only then is it measured).
-  bool times_calls() const { return handling_ != nullptr; }
+  // Whether Handled() uses the duration of series' calls (only then is it
+  // measured).
+  bool TimesCalls(const MethodSeries* series) const;
 
   void Started(MethodSeries* series);
   void Handled(MethodSeries* series, grpc::StatusCode code, double seconds);
@@ -62,6 +68,7 @@ class GrpcMetrics {
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>* const handling_;  // null unless extensive
+  RequestMetrics* const requests_;                             // may be null
   // The series of each method, made on first use. Lock order: before the
   // prometheus families' own locks (series are added to them under it).
   util::Mutex mu_;

@@ -7,12 +7,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/api/cache_range.h"
 #include "server/api/recipes.h"
+#include "server/observability/request_metrics.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
@@ -118,6 +120,21 @@ class StoreMetrics final : public prometheus::Collectable {
                          "The total number of granted leases.", d(stats.lease_grants)));
     out.push_back(Single("capstan_leases", MetricType::Gauge, "Leases held.",
                          d(store_->lessor()->size())));
+    // etcd 3.6's etcd_debugging_server_alarms: the active alarms by member
+    // (its id as etcd prints types.ID: lower-case hex) and type.
+    MetricFamily alarms{"etcd_debugging_server_alarms",
+                        "Alarms for every member in cluster. 1 for 'server_id' label with current "
+                        "ID. 2 for 'alarm_type' label with type of this alarm",
+                        MetricType::Gauge,
+                        {}};
+    for (const auto& a : store_->Alarms()) {
+      ClientMetric m;
+      m.label = {{"alarm_type", etcdserverpb::AlarmType_Name(a.alarm())},
+                 {"server_id", absl::StrCat(absl::Hex(a.memberid()))}};
+      m.gauge.value = 1;
+      alarms.metric.push_back(std::move(m));
+    }
+    if (!alarms.metric.empty()) out.push_back(std::move(alarms));
     out.push_back(Single("process_resident_memory_bytes", MetricType::Gauge,
                          "Resident memory size in bytes.", d(ResidentBytes())));
     return out;
@@ -235,7 +252,8 @@ void Metrics::AddRecipes(const Recipes* recipes) {
 }
 
 Metrics::Metrics(mvcc::KvStore* store, std::string server_version)
-    : registry_(std::make_shared<prometheus::Registry>()) {
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(std::make_unique<RequestMetrics>()) {
   scraped_.push_back(std::make_unique<StoreMetrics>(store, std::move(server_version)));
 }
 
@@ -246,6 +264,7 @@ std::string Metrics::Render() const {
   for (const auto& source : scraped_) {
     for (auto& f : source->Collect()) families.push_back(std::move(f));
   }
+  for (auto& f : requests_->Collect()) families.push_back(std::move(f));
   for (auto& f : registry_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }

@@ -33,6 +33,7 @@ namespace capstan::server {
 
 class CacheRange;
 class Recipes;
+class RequestMetrics;
 
 // Thread-safe. `store` must outlive the Metrics.
 class Metrics {
@@ -45,6 +46,10 @@ class Metrics {
   // The registry for metrics that are recorded as events happen (gRPC).
   // Valid as long as this object.
   prometheus::Registry* registry() { return registry_.get(); }
+
+  // Request latencies and health check outcomes, recorded as they happen
+  // (server/observability/request_metrics.h). Valid as long as this object.
+  RequestMetrics* requests() { return requests_.get(); }
 
   // Adds the watch cache's state per cached prefix and how many Ranges on
   // those prefixes it answered (capstan_watch_cache_*), read at each scrape.
@@ -62,6 +67,7 @@ class Metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<RequestMetrics> requests_;
   // Read at each scrape: the store's, then those added (watch cache,
   // recipes). Fixed before the first Render.
   std::vector<std::unique_ptr<prometheus::Collectable>> scraped_;
