@@ -10,8 +10,10 @@
 # binary then serves that same dir in turn (so list them alternating), for
 # ROUNDS (default 3) rounds of LISTS (default 5) keys_only lists
 # (`etcdctl get /large/ --prefix --keys-only -w protobuf`, output discarded)
-# and as many count_only ones, after one warm-up list of each. One line per
-# round: the median wall time of its lists, etcdctl's start-up included.
+# and as many count_only ones (`--count-only -w fields`), after one warm-up
+# list. One line per
+# round: the median wall time of its lists, etcdctl's start-up included, and
+# the server's CPU time (user + system) per keys_only list.
 set -euo pipefail
 
 source "$(dirname "$0")/lib.sh" keysonly
@@ -32,6 +34,8 @@ median_ms() {
   printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
 }
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${PID}/stat"; }
+
 dir="${WORK}/data"
 n=0
 for bin in "$@"; do
@@ -42,13 +46,15 @@ for bin in "$@"; do
       --load-batch 16 > /dev/null
   fi
   ctl get /large/ --prefix --keys-only -w protobuf > /dev/null  # warm-up
-  ctl get /large/ --prefix --count-only -w protobuf > /dev/null
-  keys=$(ctl get /large/ --prefix --count-only -w json | sed 's/.*"count":\([0-9]*\).*/\1/')
+  keys=$(ctl get /large/ --prefix --count-only -w fields | awk '/"Count"/ {print $3}')
   for round in $(seq 1 "${ROUNDS}"); do
+    ticks0=$(cpu_ticks)
     k=$(median_ms ctl get /large/ --prefix --keys-only -w protobuf)
-    c=$(median_ms ctl get /large/ --prefix --count-only -w protobuf)
-    printf '%s round %d: %s keys; keys_only list %s ms, count_only %s ms (medians of %d)\n' \
-      "${bin}" "${round}" "${keys}" "${k}" "${c}" "${LISTS}"
+    ticks1=$(cpu_ticks)
+    c=$(median_ms ctl get /large/ --prefix --count-only -w fields)
+    printf '%s round %d: %s keys; keys_only list %s ms (server CPU %d ms per list), count_only %s ms (medians of %d)\n' \
+      "${bin}" "${round}" "${keys}" "${k}" $(((ticks1 - ticks0) * 1000 / $(getconf CLK_TCK) / LISTS)) \
+      "${c}" "${LISTS}"
   done
   kill "${PID}"
   wait "${PID}" 2>/dev/null || true
