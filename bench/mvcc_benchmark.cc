@@ -7,6 +7,8 @@
 //   BM_RangeKey    single-key Range over a store of `keys` keys.
 //   BM_RangeAll    every key of a store of 100k keys with 4 KiB values, in one
 //                  request (limit 0) or in pages (limit 500) at one revision.
+//   BM_RangeKeysOnly, BM_RangeCountOnly  keys_only / count_only Range over that
+//                  store: answered from the key index.
 //   BM_Open        reopening that store: rebuilding the key index from the
 //                  backend.
 //
@@ -384,6 +386,44 @@ BENCHMARK(BM_RangeAll)
     ->Args({kBigKeys, kBigValue, 0})
     ->Args({kBigKeys, kBigValue, 500})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+// keys_only and count_only Ranges over every key of the big store (as
+// Kubernetes lists keys only, e.g. to warm its watch cache): answered from
+// the key index, no record read (docs/BENCHMARKS.md, Index-only reads).
+void RangeIndexOnly(benchmark::State& state, bool count_only) {
+  KvStore* store = BigStore()->store();
+  RangeRequest req;
+  req.set_key("/bench/big/");
+  req.set_range_end("/bench/big0");
+  req.set_keys_only(!count_only);
+  req.set_count_only(count_only);
+  RangeResult result;
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    if (!store->Range(req, &result).ok() || result.count != kBigKeys ||
+        result.num_kvs != (count_only ? 0 : kBigKeys)) {
+      state.SkipWithError("range failed");
+      return;
+    }
+    bytes += static_cast<int64_t>(result.kvs_wire.size());
+  }
+  state.SetItemsProcessed(state.iterations() * kBigKeys);
+  state.SetBytesProcessed(bytes);
+}
+void BM_RangeKeysOnly(benchmark::State& state) { RangeIndexOnly(state, /*count_only=*/false); }
+BENCHMARK(BM_RangeKeysOnly)
+    ->ArgNames({"keys", "value_bytes"})
+    ->Args({kBigKeys, kBigValue})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+void BM_RangeCountOnly(benchmark::State& state) { RangeIndexOnly(state, /*count_only=*/true); }
+BENCHMARK(BM_RangeCountOnly)
+    ->ArgNames({"keys", "value_bytes"})
+    ->Args({kBigKeys, kBigValue})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(1.0);
 

@@ -137,6 +137,7 @@ void IndexView::Range(
   WalkRange(root_, key, range_end, [&](const Entry* e) {
     RangeHit hit;
     if (!e->index.Lookup(at_rev, &hit.modified, &hit.created, &hit.version)) return true;
+    hit.lease_known = e->index.LeaseOf(hit.modified, &hit.lease);
     return visit(e->key(), hit);
   });
 }

@@ -35,6 +35,10 @@ struct RangeHit {
   Revision modified;  // the key's last change at or before the revision
   Revision created;   // the put that created it
   int64_t version = 0;
+  // The lease of the put at `modified`, when lease_known (KeyIndex::LeaseOf);
+  // otherwise only that put's record holds it.
+  int64_t lease = 0;
+  bool lease_known = false;
 };
 
 // A non-owning, read-only view of one version of the index. An IndexView

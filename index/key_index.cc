@@ -23,11 +23,20 @@ absl::Status RevisionNotFound() { return absl::NotFoundError("revision not found
 
 }  // namespace
 
-void KeyIndex::Put(Revision rev) {
-  if (!(rev > modified_)) {
+void KeyIndex::Put(Revision rev, int64_t lease) {
+  Append(rev);
+  if (lease != lease_) {
+    lease_ = lease;
+    lease_since_ = rev.main;
+  }
+}
+
+void KeyIndex::Append(Revision rev) {
+  const Revision modified = this->modified();
+  if (!(rev > modified)) {
     Panic(absl::StrFormat(
         "'put' with an unexpected smaller revision: given {%d,%d}, modified {%d,%d}", rev.main,
-        rev.sub, modified_.main, modified_.sub));
+        rev.sub, modified.main, modified.sub));
   }
   if (revs_.size() >= std::numeric_limits<uint32_t>::max()) {
     Panic("'put' on a key with 2^32 revisions");
@@ -37,21 +46,23 @@ void KeyIndex::Put(Revision rev) {
   if (GenerationIsEmpty(gens_.size() - 1)) g.created = rev;  // creates the key
   revs_.push_back(rev);
   ++g.version;
-  modified_ = rev;
 }
 
-void KeyIndex::Restore(Revision created, Revision modified, int64_t version) {
+void KeyIndex::Restore(Revision created, Revision modified, int64_t version, int64_t lease) {
   if (!gens_.empty()) {
     Panic(absl::StrFormat("'restore' got an unexpected non-empty generations (%d)", gens_.size()));
   }
-  modified_ = modified;
   revs_.push_back(modified);
   gens_.push_back(GenerationHeader{created, version, 0});
+  // Only `modified` is held: the lease is known for every put Lookup returns.
+  lease_ = lease;
+  lease_since_ = lease == 0 ? 0 : modified.main;
 }
 
 absl::Status KeyIndex::Tombstone(Revision rev) {
   if (!IsLive()) return RevisionNotFound();
-  Put(rev);
+  // Not a put: the lease marks stay (a Range never returns a tombstone).
+  Append(rev);
   gens_.push_back(GenerationHeader{Revision{}, 0, static_cast<uint32_t>(revs_.size())});
   return absl::OkStatus();
 }
@@ -206,7 +217,8 @@ KeyIndex::Generation KeyIndex::generation(size_t i) const {
 }
 
 std::string KeyIndex::DebugString() const {
-  std::string s = absl::StrFormat("modified={%d,%d}", modified_.main, modified_.sub);
+  const Revision modified = this->modified();
+  std::string s = absl::StrFormat("modified={%d,%d}", modified.main, modified.sub);
   for (size_t g = 0; g < gens_.size(); ++g) {
     if (GenerationIsEmpty(g)) {
       absl::StrAppend(&s, " []");
@@ -219,11 +231,15 @@ std::string KeyIndex::DebugString() const {
     }
     absl::StrAppend(&s, "]");
   }
+  if (lease_ != 0 || lease_since_ != 0) {
+    absl::StrAppendFormat(&s, " lease=%d since=%d", lease_, lease_since_);
+  }
   return s;
 }
 
 bool operator==(const KeyIndex& a, const KeyIndex& b) {
-  if (a.modified_ != b.modified_ || a.revs_ != b.revs_ || a.gens_.size() != b.gens_.size()) {
+  if (a.revs_ != b.revs_ || a.gens_.size() != b.gens_.size() || a.lease_ != b.lease_ ||
+      a.lease_since_ != b.lease_since_) {
     return false;
   }
   for (size_t g = 0; g < a.gens_.size(); ++g) {

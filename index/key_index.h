@@ -39,6 +39,14 @@ namespace capstan::index {
 // Memory: all revisions of all generations live in one inlined vector (two
 // inline), the generation headers in another (one inline), so a key with up to
 // two revisions and one generation costs no heap allocation beyond the object.
+// The lease of the latest put and the revision from which every put carried it
+// take the place of a stored modified revision (the last of revs_), so the
+// object is 96 bytes as it was before it knew leases.
+//
+// Leases: a keys_only Range is answered from the index alone, so the index
+// knows the lease of the puts it can: every put from lease_since() on carries
+// lease(). For an older put (a historical read of a key whose lease changed
+// since) LeaseOf says it does not know, and the caller reads the record.
 class KeyIndex {
  public:
   // A read-only view of one generation. `revs` is valid until the next
@@ -55,17 +63,18 @@ class KeyIndex {
   KeyIndex(KeyIndex&&) noexcept = default;
   KeyIndex& operator=(KeyIndex&&) noexcept = default;
 
-  // Records a put at `rev` in the current generation (starting the generation
-  // if it is empty).
+  // Records a put at `rev` carrying `lease` (0: none) in the current
+  // generation (starting the generation if it is empty).
   // REQUIRES: rev > modified(). Crashes otherwise, as etcd panics on "'put'
   // with an unexpected smaller revision".
-  void Put(Revision rev);
+  void Put(Revision rev, int64_t lease = 0);
 
   // Rebuilds the index of a key from its latest stored revision at start-up,
   // like etcd's keyIndex.restore: one generation created at `created`, holding
-  // only `modified`, with `version` versions.
+  // only `modified`, with `version` versions; the put at `modified` carries
+  // `lease`.
   // REQUIRES: the KeyIndex has no generation (is default-constructed).
-  void Restore(Revision created, Revision modified, int64_t version);
+  void Restore(Revision created, Revision modified, int64_t version, int64_t lease = 0);
 
   // Records the deletion of the key at `rev` and starts a new, empty
   // generation. Returns NotFound ("revision not found") when the key has no
@@ -116,8 +125,25 @@ class KeyIndex {
   // not empty), i.e. Tombstone would succeed.
   bool IsLive() const { return !gens_.empty() && !GenerationIsEmpty(gens_.size() - 1); }
 
-  // The revision of the last Put or Tombstone ({0,0} if none).
-  Revision modified() const { return modified_; }
+  // The revision of the last Put or Tombstone ({0,0} if none, or once
+  // compacted to nothing).
+  Revision modified() const { return revs_.empty() ? Revision{} : revs_.back(); }
+
+  // The lease of the put at `put` (a revision Lookup returned) in *lease,
+  // when the index knows it: true for every put from lease_since() on (all
+  // of them for a key whose lease never changed). False for an older put,
+  // whose record holds its lease.
+  bool LeaseOf(Revision put, int64_t* lease) const {
+    if (put.main < lease_since_) return false;
+    *lease = lease_;
+    return true;
+  }
+  // The lease of the latest put (0: none; the tombstone that may follow it
+  // leaves it as it is).
+  int64_t lease() const { return lease_; }
+  // The main revision of the first put of the latest run of puts with lease()
+  // (0 while no put carried a lease).
+  int64_t lease_since() const { return lease_since_; }
 
   size_t generation_count() const { return gens_.size(); }
   // REQUIRES: i < generation_count().
@@ -129,7 +155,7 @@ class KeyIndex {
   // E.g. "modified={16,0} [created={14,0} ver=3 revs={14,0}{15,1}{16,0}] []".
   std::string DebugString() const;
 
-  // Same modified revision and generations (created, version, revisions).
+  // Same generations (created, version, revisions) and lease marks.
   friend bool operator==(const KeyIndex& a, const KeyIndex& b);
 
  private:
@@ -138,6 +164,10 @@ class KeyIndex {
     int64_t version = 0;
     uint32_t begin = 0;  // index in revs_ of the first revision
   };
+
+  // Appends `rev` to the current generation (starting it if empty): a put's
+  // or a tombstone's revision. Crashes unless rev > modified().
+  void Append(Revision rev);
 
   size_t GenerationBegin(size_t g) const { return gens_[g].begin; }
   size_t GenerationEnd(size_t g) const {
@@ -155,11 +185,13 @@ class KeyIndex {
   void FindCompactionPoint(int64_t at_rev, RevisionSet* available, size_t* gen,
                            ptrdiff_t* rev_index) const;
 
-  Revision modified_;
   // All revisions of all generations, oldest first. Generation g owns
   // revs_[GenerationBegin(g), GenerationEnd(g)).
   absl::InlinedVector<Revision, 2> revs_;
   absl::InlinedVector<GenerationHeader, 1> gens_;
+  // See LeaseOf.
+  int64_t lease_ = 0;
+  int64_t lease_since_ = 0;
 };
 
 }  // namespace capstan::index

@@ -83,8 +83,8 @@ Entry* TreeIndex::MakeMutable(Entry** slot) {
   return copy;
 }
 
-void TreeIndex::Put(std::string_view key, Revision rev) {
-  FindOrInsert(key, [rev](KeyIndex* index) { index->Put(rev); });
+void TreeIndex::Put(std::string_view key, Revision rev, int64_t lease) {
+  FindOrInsert(key, [rev, lease](KeyIndex* index) { index->Put(rev, lease); });
 }
 
 absl::Status TreeIndex::Tombstone(std::string_view key, Revision rev) {
@@ -99,12 +99,12 @@ absl::Status TreeIndex::Tombstone(std::string_view key, Revision rev) {
 }
 
 void TreeIndex::Restore(std::string_view key, Revision created, Revision modified,
-                        int64_t version) {
+                        int64_t version, int64_t lease) {
   FindOrInsert(key, [&](KeyIndex* index) {
     if (index->generation_count() == 0) {
-      index->Restore(created, modified, version);
+      index->Restore(created, modified, version, lease);
     } else {
-      index->Put(modified);
+      index->Put(modified, lease);
     }
   });
 }

@@ -60,9 +60,11 @@ class TreeIndex {
 
   // ---- Writer. REQUIRES: external serialization (see above). ----
 
-  // Records a put of `key` at `rev` (etcd's treeIndex.Put), creating the key
-  // if needed. REQUIRES: rev > the key's modified revision (crashes otherwise).
-  void Put(std::string_view key, Revision rev);
+  // Records a put of `key` at `rev` carrying `lease` (0: none; etcd's
+  // treeIndex.Put, plus the lease a keys_only Range returns), creating the
+  // key if needed. REQUIRES: rev > the key's modified revision (crashes
+  // otherwise).
+  void Put(std::string_view key, Revision rev, int64_t lease = 0);
 
   // Records the deletion of `key` at `rev`. NotFound ("revision not found")
   // when the key is not in the index or not alive (etcd's treeIndex.Tombstone);
@@ -71,13 +73,15 @@ class TreeIndex {
 
   // Start-up: replays one stored put of a key the way etcd's restoreIntoIndex
   // does, the stored revisions coming in revision order. On a key not yet in
-  // the index, creates it with KeyIndex::Restore(created, modified, version)
-  // (etcd passes created = {kv.create_revision, 0}); otherwise Put(modified).
+  // the index, creates it with KeyIndex::Restore(created, modified, version,
+  // lease) (etcd passes created = {kv.create_revision, 0}); otherwise
+  // Put(modified, lease). `lease` is the stored record's.
   // A stored tombstone is replayed with Tombstone(), whose NotFound (a key not
   // seen yet, or already dead) etcd only logs.
   // Measured: 1M new keys in key order ~0.2 s, in random order ~1.2 s
   // (tree_index_benchmark); LoadSorted is faster still when keys are sorted.
-  void Restore(std::string_view key, Revision created, Revision modified, int64_t version);
+  void Restore(std::string_view key, Revision created, Revision modified, int64_t version,
+               int64_t lease = 0);
 
   // Start-up: builds the tree bottom-up from `entries` in O(n), much faster
   // than n Puts. REQUIRES: the index is empty; keys strictly ascending; no

@@ -570,4 +570,36 @@ TEST(TreeIndexDeathTest, LoadSortedRejectsUnsortedKeys) {
 }
 
 }  // namespace
+// Range reports the lease of each hit's put when the index knows it.
+TEST(TreeIndexTest, RangeHitLease) {
+  TreeIndex ti;
+  ti.Put("a", Revision{1, 0}, 5);
+  ti.Put("b", Revision{2, 0});
+  ti.Put("a", Revision{3, 0});  // detached
+  ti.Restore("c", Revision{4, 0}, Revision{4, 0}, 1, 9);
+  ti.Publish();
+  struct Seen {
+    std::string key;
+    int64_t lease;
+    bool known;
+  };
+  auto range = [&](int64_t rev) {
+    std::vector<Seen> seen;
+    ti.Snapshot().Range("a", kRangeEndAll, rev, [&](std::string_view k, const RangeHit& hit) {
+      seen.push_back({std::string(k), hit.lease, hit.lease_known});
+      return true;
+    });
+    return seen;
+  };
+  auto now = range(4);
+  ASSERT_EQ(now.size(), 3u);
+  EXPECT_TRUE(now[0].known && now[0].lease == 0);
+  EXPECT_TRUE(now[1].known && now[1].lease == 0);
+  EXPECT_TRUE(now[2].known && now[2].lease == 9);
+  auto before = range(2);
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_FALSE(before[0].known);  // "a" at 1 had lease 5: only its record says so
+  EXPECT_TRUE(before[1].known);
+}
+
 }  // namespace capstan::index

@@ -89,6 +89,44 @@ std::string StripValue(std::string_view record) {
 
 }  // namespace
 
+namespace {
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// The size of a varint field of KeyValue (tag < 128: one byte), 0 when
+// omitted.
+size_t VarintFieldSize(int64_t v) {
+  return v == 0 ? 0 : 1 + VarintSize(static_cast<uint64_t>(v));
+}
+
+// The keys_only KeyValue of kv, prefixed by its tag and length as field
+// `field`, appended to out.
+void AppendKeysOnly(int field, const KeyValueView& kv, std::string* out) {
+  size_t size = VarintFieldSize(kv.create_revision) + VarintFieldSize(kv.mod_revision) +
+                VarintFieldSize(kv.version) + VarintFieldSize(kv.lease);
+  if (!kv.key.empty()) size += 1 + VarintSize(kv.key.size()) + kv.key.size();
+  util::AppendTag(field, 2, out);
+  util::AppendVarint(size, out);
+  if (!kv.key.empty()) util::AppendBytesField(1, kv.key, out);
+  util::AppendVarintField(2, static_cast<uint64_t>(kv.create_revision), out);
+  util::AppendVarintField(3, static_cast<uint64_t>(kv.mod_revision), out);
+  util::AppendVarintField(4, static_cast<uint64_t>(kv.version), out);
+  util::AppendVarintField(6, static_cast<uint64_t>(kv.lease), out);
+}
+
+}  // namespace
+
+void AppendKeysOnlyField(int field, const KeyValueView& kv, std::string* out) {
+  AppendKeysOnly(field, kv, out);
+}
+
 void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out) {
   if (!strip_value) {
     util::AppendBytesField(field, record, out);

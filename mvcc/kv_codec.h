@@ -46,6 +46,13 @@ class ByteSink {
 void AppendRecordField(int field, std::string_view record, bool strip_value, std::string* out);
 void AppendRecordField(int field, std::string_view record, bool strip_value, ByteSink* out);
 
+// Appends, as field `field` of wire type 2, the KeyValue a keys_only Range
+// returns for `kv` (its value ignored): key, create_revision, mod_revision,
+// version and lease, encoded as EncodeKeyValue does, so the bytes equal those
+// AppendRecordField(field, record, /*strip_value=*/true, ...) gives for the
+// key's stored record. No record is needed: the key index holds these fields.
+void AppendKeysOnlyField(int field, const KeyValueView& kv, std::string* out);
+
 }  // namespace capstan::mvcc
 
 #endif  // CAPSTAN_MVCC_KV_CODEC_H_

@@ -116,6 +116,9 @@ struct RangePlan {
   // Filters and orders on what the index holds for each key (every sort
   // target but the value), so only the records returned are read.
   bool by_index = false;
+  // keys_only, not sorted by value: the response is built from the index,
+  // reading no record (but the few whose lease the index does not know).
+  bool index_only = false;
 
   bool sorted() const { return order != RangeRequest::NONE; }
 };
@@ -146,13 +149,20 @@ RangePlan PlanRange(const RangeRequest& req) {
   // records returned are read, not every record in the range (a lock's
   // waiters ask for the oldest key under a prefix).
   plan.by_index = (plan.filtered || plan.sorted()) && req.sort_target() != RangeRequest::VALUE;
+  // A keys_only KeyValue holds the key, its revisions, version and lease,
+  // all in the index (as etcd 3.7 answers keys_only from its index, lease
+  // included here, as etcd 3.5 returns it); only an order by value needs the
+  // values.
+  plan.index_only = req.keys_only() && !(plan.sorted() && req.sort_target() == RangeRequest::VALUE);
   return plan;
 }
 
 // The keys a Range selects at a revision, in key order.
 struct RangeKeys {
   std::vector<Revision> revs;         // each key's record to read
-  std::vector<index::RangeHit> hits;  // each key's index entry (by_index only)
+  std::vector<index::RangeHit> hits;  // each key's index entry (by_index, index_only)
+  // Each key (index_only), valid while the version of the index read lives.
+  std::vector<std::string_view> keys;
   int64_t count = 0;                  // every key in the range, fetched or not
 };
 
@@ -169,7 +179,8 @@ RangeKeys CollectKeys(const index::IndexView& index, const RangeRequest& req, in
       return false;
     }
     keys.revs.push_back(hit.modified);
-    if (plan.by_index) keys.hits.push_back(hit);
+    if (plan.by_index || plan.index_only) keys.hits.push_back(hit);
+    if (plan.index_only) keys.keys.push_back(key);
     return true;
   });
   keys.count = static_cast<int64_t>(keys.revs.size());
@@ -191,6 +202,57 @@ class RangeOutput {
     } else {
       AppendRecordField(2, record, req_.keys_only(), &result_->kvs_wire);
     }
+  }
+
+  // Emits the keys_only KeyValues of the first n keys of `keys` (in the order
+  // of `order`, when given) from their index entries. A key whose lease the
+  // index does not know (a historical read of a key whose lease changed
+  // since) is emitted from its record, value stripped; no other record is
+  // read.
+  absl::Status EmitFromIndex(const RangeKeys& keys, const std::vector<size_t>* order, size_t n) {
+    result_->num_kvs = static_cast<int>(n);
+    ByteSink* const sink = result_->kvs_sink;
+    std::string chunk_bytes;  // a chunk's bytes, for the sink
+    std::string* const out = sink != nullptr ? &chunk_bytes : &result_->kvs_wire;
+    std::vector<Revision> unknown;
+    std::vector<std::string> records;
+    for (size_t i = 0; i < n; i += kFetchChunk) {
+      const size_t end = std::min(n, i + kFetchChunk);
+      unknown.clear();
+      for (size_t p = i; p < end; ++p) {
+        const size_t k = order != nullptr ? (*order)[p] : p;
+        if (!keys.hits[k].lease_known) unknown.push_back(keys.hits[k].modified);
+      }
+      records.clear();
+      if (!unknown.empty()) {
+        if (auto s = read_(unknown, &records); !s.ok()) return s;
+      }
+      if (i == 0 && sink == nullptr && !keys.keys.empty()) {
+        // Size the response once rather than growing it again and again.
+        out->reserve(out->size() + n * (keys.keys[0].size() + 24));
+      }
+      size_t next_record = 0;
+      for (size_t p = i; p < end; ++p) {
+        const size_t k = order != nullptr ? (*order)[p] : p;
+        const index::RangeHit& hit = keys.hits[k];
+        if (!hit.lease_known) {
+          AppendRecordField(2, records[next_record++], /*strip_value=*/true, out);
+          continue;
+        }
+        KeyValueView kv;
+        kv.key = keys.keys[k];
+        kv.create_revision = hit.created.main;
+        kv.mod_revision = hit.modified.main;
+        kv.version = hit.version;
+        kv.lease = hit.lease;
+        AppendKeysOnlyField(2, kv, out);
+      }
+      if (sink != nullptr) {
+        sink->Append(chunk_bytes);
+        chunk_bytes.clear();
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Reads and emits the records at the first n of `want`: in parts on the
@@ -302,6 +364,7 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
   RangeOutput output(req, read, stream, result);
   if (!plan.filtered && !plan.sorted()) {
     const size_t n = ApplyLimit(req.limit(), keys.revs.size(), result);
+    if (plan.index_only) return output.EmitFromIndex(keys, nullptr, n);
     return output.EmitAt(std::move(keys.revs), n);
   }
 
@@ -317,6 +380,7 @@ absl::Status RangeAt(const index::IndexView& index, const RangeRequest& req, int
           return kv;
         });
     const size_t n = ApplyLimit(req.limit(), items.size(), result);
+    if (plan.index_only) return output.EmitFromIndex(keys, &items, n);
     std::vector<Revision> chosen(n);
     for (size_t i = 0; i < n; ++i) chosen[i] = keys.revs[items[i]];
     return output.EmitAt(std::move(chosen), n);

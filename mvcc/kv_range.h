@@ -37,7 +37,10 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
 // count, more, min/max revision filters, sorting, keys_only and count_only.
 // result->rev is set to header_rev. When `stream` is set, a range that
 // neither sorts nor filters reads through it instead of `read`, appending each
-// record to the response as it comes.
+// record to the response as it comes. count_only and keys_only (unless sorted
+// by value) are answered from the index: no record is read, but for a
+// keys_only key whose lease the index does not know at `rev` (a historical
+// read of a key whose lease changed since), read through `read`.
 absl::Status RangeAt(const index::IndexView& index, const etcdserverpb::RangeRequest& req,
                      int64_t rev, int64_t header_rev, const RecordReader& read,
                      RangeResult* result, const RecordVisitor* stream = nullptr);

@@ -121,7 +121,7 @@ absl::Status KvStore::Recover() {
       // A tombstone whose key history was compacted away has nothing to end.
       index_.Tombstone(kv.key, rev).IgnoreError();
     } else {
-      index_.Restore(kv.key, Revision{kv.create_revision, 0}, rev, kv.version);
+      index_.Restore(kv.key, Revision{kv.create_revision, 0}, rev, kv.version, kv.lease);
     }
   }
   if (auto s = it->status(); !s.ok()) return s;

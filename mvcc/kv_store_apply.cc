@@ -283,7 +283,7 @@ class KvStore::Applier {
     const std::string rev_key = RevisionKey(rev);
     s_->batch_.Put(Cf::kKey, rev_key, record);
     s_->pending_[rev] = std::move(record);
-    s_->index_.Put(r.key(), rev);
+    s_->index_.Put(r.key(), rev, lease);  // a keys_only Range reads the lease there
     s_->lessor_.Attach(r.key(), lease);
     ++sub_;
     resp->mutable_header()->set_revision(main_);

@@ -48,6 +48,25 @@ TEST_F(DiffCompactTest, CompactPhysical) {
   EXPECT_SAME(Both(GetAt(K("a"), "", rev - 1)));
 }
 
+// keys_only Ranges (answered from the key index) after a compaction: a
+// leased key detached before it and re-leased after it.
+TEST_F(DiffCompactTest, KeysOnlyAfterCompaction) {
+  const int64_t lease = GrantBoth(600, LeaseId());
+  PutBoth(K("a"), "1", lease);
+  const int64_t detached = PutBoth(K("a"), "2");
+  PutBoth(K("b"), "1", lease);
+  const int64_t released = PutBoth(K("a"), "3", lease);
+  ASSERT_SAME(Both(Compaction(detached, /*physical=*/true)));
+  for (int64_t rev : {detached, released, int64_t{0}}) {
+    RangeRequest r = GetAt(K("a"), K("c"), rev);
+    r.set_keys_only(true);
+    EXPECT_SAME(Both(r)) << "at " << rev;
+    r.set_keys_only(false);
+    r.set_count_only(true);
+    EXPECT_SAME(Both(r)) << "at " << rev;
+  }
+}
+
 TEST_F(DiffCompactTest, RangeBelowCompactedRevision) {
   const int64_t r1 = PutBoth(K("a"), "1");
   const int64_t r2 = PutBoth(K("a"), "2");

@@ -676,6 +676,81 @@ TEST_F(DiffRangeTest, KeysOnlyWithRevisionAndSort) {
   EXPECT_SAME(Both(r));
 }
 
+// keys_only and count_only answered from the key index: leases attached,
+// detached and changed, across a delete, read at every revision, with sort,
+// filter and limit options.
+TEST_F(DiffRangeTest, KeysOnlyLeaseHistory) {
+  const int64_t lease = GrantBoth(600, LeaseId());
+  const int64_t other = GrantBoth(600, LeaseId() + 2);
+  const int64_t first = PutBoth(K("a"), "1", lease);
+  PutBoth(K("a"), "2");  // detached
+  PutBoth(K("b"), "x", other);
+  PutBoth(K("a"), "3", other);
+  DeleteBoth(K("b"));
+  PutBoth(K("b"), "y", other);  // re-created with the same lease
+  PutBoth(K("c"), "z");
+  PutBoth(K("b"), "w");  // detached
+  const int64_t last = Revision();
+  for (int64_t rev = first; rev <= last; ++rev) {
+    RangeRequest r = GetAll(rev);
+    r.set_keys_only(true);
+    auto p = Both(r);
+    EXPECT_SAME(p) << "at " << rev;
+    RangeRequest sorted = r;
+    sorted.set_sort_target(RangeRequest::MOD);
+    sorted.set_sort_order(RangeRequest::DESCEND);
+    sorted.set_limit(2);
+    EXPECT_SAME(Both(sorted)) << "at " << rev;
+    RangeRequest filtered = r;
+    filtered.set_min_create_revision(first + 1);
+    EXPECT_SAME(Both(filtered)) << "at " << rev;
+    RangeRequest counted = GetAll(rev);
+    counted.set_count_only(true);
+    EXPECT_SAME(Both(counted)) << "at " << rev;
+  }
+  RangeRequest at_first = GetAll(first);
+  at_first.set_keys_only(true);
+  auto p = Both(at_first);
+  ASSERT_EQ(p.etcd.resp.kvs_size(), 1);
+  EXPECT_EQ(p.etcd.resp.kvs(0).lease(), lease);  // etcd 3.5 returns the lease
+  EXPECT_TRUE(p.etcd.resp.kvs(0).value().empty());
+}
+
+// Many keys, a third of them leased, half of those detached later: keys_only
+// at both revisions, whole, limited and sorted.
+TEST_F(DiffRangeTest, KeysOnlyManyLeasedKeys) {
+  const int64_t lease = GrantBoth(600, LeaseId());
+  auto load = [&](bool detach) {
+    for (int first = 0; first < 600; first += 100) {
+      std::vector<RequestOp> puts;
+      for (int i = first; i < first + 100; ++i) {
+        if (i % 3 != 0 || (detach && i % 2 != 0)) continue;
+        char key[16];
+        std::snprintf(key, sizeof(key), "k%05d", i);
+        puts.push_back(Op(PutR(K(key), std::string(50 + i % 70, 'v'), detach ? 0 : lease)));
+      }
+      EXPECT_SAME(Both(Txn({}, std::move(puts))));
+    }
+    return Revision();
+  };
+  LoadNumberedKeys('j', 300, 10, 40);
+  const int64_t leased = load(false);
+  load(true);
+  for (int64_t rev : {leased, int64_t{0}}) {
+    RangeRequest r = GetAll(rev);
+    r.set_keys_only(true);
+    EXPECT_SAME(Both(r)) << "at " << rev;
+    RangeRequest limited = r;
+    limited.set_limit(333);
+    EXPECT_SAME(Both(limited)) << "at " << rev;
+    RangeRequest sorted = r;
+    sorted.set_sort_target(RangeRequest::VERSION);
+    sorted.set_sort_order(RangeRequest::DESCEND);
+    sorted.set_limit(150);
+    EXPECT_SAME(Both(sorted)) << "at " << rev;
+  }
+}
+
 TEST_F(DiffRangeTest, RevisionOfDeletionItself) {
   PutBoth(K("a"), "1");
   DeleteBoth(K("a"));
