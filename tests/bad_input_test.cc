@@ -635,7 +635,7 @@ TEST_F(BadInputTest, StreamedMessagesThatDoNotDecode) {
   }
   // Capstan's own watch cache service (etcd has none) answers the same way.
   EXPECT_EQ(Show(CallStream(capstan_channel.get(), "/capstan.v1.Cache/Watch", "\xff\xff\xff")),
-            "INTERNAL \"grpc: failed to unmarshal the received message unexpected EOF\"");
+            "INTERNAL \"grpc: failed to unmarshal the received message: unexpected EOF\"");
   EXPECT_EQ(Show(Call(capstan_channel.get(), "/capstan.v1.Cache/List", "\xff\xff\xff")),
             "INTERNAL \"grpc: error unmarshalling request: unexpected EOF\"");
   ExpectServing();
