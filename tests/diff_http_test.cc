@@ -451,6 +451,20 @@ TEST_F(DiffHttpTest, PathsMethodsAndEndpoints) {
   }
 }
 
+// Strings as etcd's gateway writes them: protojson escapes only quotes,
+// backslashes and control characters (<, & and U+2028 go out as they are).
+TEST_F(DiffHttpTest, StringsInAnswers) {
+  const std::string name = R"(s<t>&\u2028\u00e9\u0001\u001b\u007f/\"\\x)";
+  EXPECT_TRUE(Same(
+      Both("/v3/auth/user/add", absl::StrCat(R"({"name":")", name, R"(","password":"p"})"))));
+  auto list = Both("/v3/auth/user/list", "{}");
+  EXPECT_TRUE(Same(list));
+  EXPECT_TRUE(absl::StrContains(list.capstan.body,
+                                "\"s<t>&\xe2\x80\xa8\xc3\xa9\\u0001\\u001b\x7f/\\\"\\\\x\""))
+      << list.capstan.body;
+  EXPECT_TRUE(Same(Both("/v3/auth/user/delete", absl::StrCat(R"({"name":")", name, R"("})"))));
+}
+
 // A kept-alive connection carries one call after another, as Go's and
 // curl's clients send them.
 TEST_F(DiffHttpTest, KeptAliveConnection) {
