@@ -108,6 +108,8 @@ absl::Status KvStore::ApplyAlarm(const AlarmRequest& req, etcdserverpb::AlarmRes
       }
       break;
     case AlarmRequest::ACTIVATE: {
+      // etcd 3.5 raises no alarm of type NONE (3.4 stored it).
+      if (req.alarm() == etcdserverpb::NONE) break;
       // An alarm already active is answered as it stands (etcd's
       // AlarmStore.Activate returns the existing member).
       if (auto it = std::find_if(alarms_.begin(), alarms_.end(), match); it != alarms_.end()) {

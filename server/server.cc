@@ -449,9 +449,10 @@ absl::Status Server::ListenOnMetricsUrls(const Listening& l) {
     }
     const bool https = url.scheme == "https";
     if (https && !l.client_tls) {
-      // etcd's error (transport.NewListener) for an https URL without TLS.
-      return absl::InvalidArgumentError(absl::StrCat("cannot listen on TLS for ", url.host,
-                                                     ": KeyFile and CertFile are not presented"));
+      // etcd 3.5's error (embed.ErrMissingClientTLSInfoForMetricsURL) for an
+      // https URL without client TLS.
+      return absl::InvalidArgumentError(
+          "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url");
     }
     if (auto s = http_->Listen(url.Hostname(), port, https ? &*l.client_tls : nullptr); !s.ok()) {
       return s;

@@ -323,9 +323,11 @@ struct HttpAnswer {
   std::string body, content_type, nosniff, allow;
 };
 
+// An HTTP call to a server's metrics URL, or with client_url to its client
+// URL.
 HttpAnswer HttpCall(const ServerProcess& server, const std::string& method,
-                    const std::string& path) {
-  httplib::Client client("127.0.0.1", server.metrics_port());
+                    const std::string& path, bool client_url = false) {
+  httplib::Client client("127.0.0.1", client_url ? server.client_port() : server.metrics_port());
   httplib::Result res = method == "GET" ? client.Get(path) : client.Post(path);
   HttpAnswer a;
   if (!res) return a;
@@ -419,21 +421,25 @@ class AlarmHealthTest : public ::testing::Test {
     }
   }
 
-  // GET /health with each query on both servers: the same status code as
-  // etcd's; Capstan's body is etcd 3.5's (3.4 has no "reason").
+  // GET /health with each query on both servers, on the metrics and the
+  // client URL: Capstan answers as etcd, whose body says why it is
+  // unhealthy ("reason", etcd 3.5).
   void ExpectHealth(const std::map<std::string, std::string>& unhealthy_reason_by_query) {
     for (const auto& [query, reason] : unhealthy_reason_by_query) {
-      const HttpAnswer e = HttpCall(*etcd_, "GET", "/health" + query);
-      const HttpAnswer c = HttpCall(*capstan_, "GET", "/health" + query);
-      const bool healthy = reason.empty();
-      EXPECT_EQ(e.status, healthy ? 200 : 503) << query << ": etcd " << e.body;
-      EXPECT_EQ(c.status, e.status) << query << ": " << c.body;
-      EXPECT_EQ(c.content_type, e.content_type) << query;
-      EXPECT_EQ(c.nosniff, e.nosniff) << query;
-      EXPECT_EQ(e.body, healthy ? "{\"health\":\"true\"}" : "{\"health\":\"false\"}\n") << query;
-      EXPECT_EQ(c.body, healthy ? "{\"health\":\"true\",\"reason\":\"\"}"
-                                : "{\"health\":\"false\",\"reason\":\"" + reason + "\"}\n")
-          << query;
+      for (const bool client_url : {false, true}) {
+        const std::string where = absl::StrCat(client_url ? "client " : "metrics ", query);
+        const HttpAnswer e = HttpCall(*etcd_, "GET", "/health" + query, client_url);
+        const HttpAnswer c = HttpCall(*capstan_, "GET", "/health" + query, client_url);
+        const bool healthy = reason.empty();
+        EXPECT_EQ(e.status, healthy ? 200 : 503) << where << ": etcd " << e.body;
+        EXPECT_EQ(c.status, e.status) << where << ": " << c.body;
+        EXPECT_EQ(c.content_type, e.content_type) << where;
+        EXPECT_EQ(c.nosniff, e.nosniff) << where;
+        EXPECT_EQ(c.body, e.body) << where;
+        EXPECT_EQ(e.body, healthy ? "{\"health\":\"true\",\"reason\":\"\"}"
+                                  : "{\"health\":\"false\",\"reason\":\"" + reason + "\"}\n")
+            << where;
+      }
     }
   }
 
@@ -490,10 +496,12 @@ TEST_F(AlarmHealthTest, ActivateGetDeactivateAndHealthAsEtcd) {
   ExpectSameAlarm(A::DEACTIVATE, true, etcdserverpb::CORRUPT, {});  // not active
   ExpectHealth({{kProbe, ""}});
 
-  // An alarm of type NONE is stored as asked, and unhealthy as unknown.
-  ExpectSameAlarm(A::ACTIVATE, false, etcdserverpb::NONE, {"7:NONE"});
-  ExpectHealth({{kProbe, "ALARM UNKNOWN"}});
-  ExpectSameAlarm(A::DEACTIVATE, false, etcdserverpb::NONE, {"7:NONE"});
+  // An alarm of type NONE is not raised (etcd 3.5; 3.4 stored it and was
+  // then unhealthy with "ALARM UNKNOWN"): nothing to list or disarm.
+  ExpectSameAlarm(A::ACTIVATE, false, etcdserverpb::NONE, {});
+  ExpectSameAlarm(A::GET, true, etcdserverpb::NONE, {});
+  ExpectHealth({{kProbe, ""}, {"", ""}});
+  ExpectSameAlarm(A::DEACTIVATE, false, etcdserverpb::NONE, {});
   ExpectHealth({{kProbe, ""}});
 }
 

@@ -5,7 +5,7 @@
 // UNIMPLEMENTED and no message, and ends a stream's read on such a message
 // as if the client had half-closed. etcd's Go gRPC answers INTERNAL
 // "grpc: error unmarshalling request: ..." for a unary request and ends a
-// stream with INTERNAL "grpc: failed to unmarshal the received message ...".
+// stream with INTERNAL "grpc: failed to unmarshal the received message: ...".
 // A method registered through DecodingService reads Decoded<Request>, whose
 // decoding never fails, and answers a request that did not decode with
 // etcd's code and text before anything else (server/api/go_unmarshal.h).

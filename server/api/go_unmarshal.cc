@@ -367,7 +367,7 @@ grpc::Status UnmarshalStatus(const std::string& error) {
 
 grpc::Status StreamUnmarshalStatus(const std::string& error) {
   return grpc::Status(grpc::StatusCode::INTERNAL,
-                      absl::StrCat("grpc: failed to unmarshal the received message ", error));
+                      absl::StrCat("grpc: failed to unmarshal the received message: ", error));
 }
 
 }  // namespace capstan::server

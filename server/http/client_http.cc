@@ -202,8 +202,10 @@ bool ClientHttp::Answer(const HttpRequest& request, bool tls, HttpConnection* co
   if (absl::StartsWith(path, "/v3beta/")) path.replace(0, 8, "/v3/");
   if (gateway_ != nullptr && absl::StartsWith(path, "/v3/")) {
     const auto* method = gateway_->Route(path);
-    if (method == nullptr) return reply(PlainError(404, "Not Found"), cors);
-    if (request.method != "POST") return reply(PlainError(405, "Method Not Allowed"), cors);
+    // grpc-gateway's routing errors: NotFound, and Unimplemented (501) for
+    // a method the path is not served with.
+    if (method == nullptr) return reply(GatewayError(5, "Not Found", {}), cors);
+    if (request.method != "POST") return reply(GatewayError(12, "Method Not Allowed", {}), cors);
     return gateway_->Serve(method, request, cors, stopping_, connection);
   }
   EndpointQuery query;

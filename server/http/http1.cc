@@ -33,7 +33,11 @@ std::string HttpDate() {
 }
 
 std::string Head(int status, const HttpHeaders& headers) {
-  std::string head = absl::StrCat("HTTP/1.1 ", status, " ", HttpStatusText(status), "\r\n");
+  // Go writes "status code 499" for a status it has no text for.
+  const absl::string_view text = HttpStatusText(status);
+  std::string head = text.empty()
+                         ? absl::StrCat("HTTP/1.1 ", status, " status code ", status, "\r\n")
+                         : absl::StrCat("HTTP/1.1 ", status, " ", text, "\r\n");
   for (const auto& [name, value] : headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
   absl::StrAppend(&head, "Date: ", HttpDate(), "\r\n");
   return head;
@@ -84,7 +88,7 @@ absl::string_view HttpStatusText(int status) {
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    default: return "";
   }
 }
 

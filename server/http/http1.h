@@ -45,7 +45,8 @@ struct HttpResponse {
 
 // Go's http.Error: text/plain, nosniff, the text and a newline.
 HttpResponse PlainError(int status, absl::string_view text);
-// The reason phrase Go writes for a status ("Not Found").
+// The reason phrase Go writes for a status ("Not Found"); "" for one Go
+// has no text for (499).
 absl::string_view HttpStatusText(int status);
 
 // For a TLS call on a non-blocking socket that answered ssl_error: waits

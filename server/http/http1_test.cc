@@ -160,6 +160,13 @@ TEST_F(Http1Test, Responses) {
   EXPECT_NE(out.find("\r\nContent-Length: 4\r\nConnection: close\r\n\r\ngone"), std::string::npos)
       << out;
 
+  // A status Go has no text for (grpc-gateway's 499 for Canceled).
+  r.status = 499;
+  ASSERT_TRUE(c.Write(r, true));
+  out = ClientReads();
+  EXPECT_EQ(out.rfind("HTTP/1.1 499 status code 499\r\n", 0), 0u) << out;
+  r.status = 404;
+
   // HEAD: the length of the body, not the body.
   ASSERT_TRUE(c.Write(r, true, /*head_only=*/true));
   out = ClientReads();

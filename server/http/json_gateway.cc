@@ -85,11 +85,13 @@ constexpr std::pair<const char*, const char*> kRoutes[] = {
 // whether the client is still there.
 constexpr auto kStreamPoll = std::chrono::milliseconds(200);
 
-// grpc-gateway's runtime.HTTPStatusFromCode.
+// grpc-gateway v2's runtime.HTTPStatusFromCode (FailedPrecondition is
+// 400 there, not 412; Canceled is nginx's 499).
 int HttpStatusFromCode(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return 200;
-    case grpc::StatusCode::CANCELLED: return 408;
+    case grpc::StatusCode::CANCELLED: return 499;
+    case grpc::StatusCode::UNKNOWN: return 500;
     case grpc::StatusCode::INVALID_ARGUMENT: return 400;
     case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
     case grpc::StatusCode::NOT_FOUND: return 404;
@@ -97,38 +99,176 @@ int HttpStatusFromCode(grpc::StatusCode code) {
     case grpc::StatusCode::PERMISSION_DENIED: return 403;
     case grpc::StatusCode::UNAUTHENTICATED: return 401;
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
-    case grpc::StatusCode::FAILED_PRECONDITION: return 412;
+    case grpc::StatusCode::FAILED_PRECONDITION: return 400;
     case grpc::StatusCode::ABORTED: return 409;
     case grpc::StatusCode::OUT_OF_RANGE: return 400;
     case grpc::StatusCode::UNIMPLEMENTED: return 501;
+    case grpc::StatusCode::INTERNAL: return 500;
     case grpc::StatusCode::UNAVAILABLE: return 503;
-    default: return 500;  // Unknown, Internal, DataLoss
+    case grpc::StatusCode::DATA_LOSS: return 500;
+    default: return 500;
   }
 }
 
-std::string JsonString(absl::string_view s) {
-  return absl::StrCat("\"", gotext::JsonEscape(std::string_view(s.data(), s.size())), "\"");
+// How the gateway's JSON reads. etcd's gateway writes a unary answer with
+// protojson, which puts one space after each comma between members and
+// elements (protojson picks that per binary; etcd 3.5.16's build has it).
+// A stream message goes out inside a Go map through encoding/json, which
+// compacts it (no spaces) and escapes <, >, &, U+2028 and U+2029.
+enum class JsonStyle { kUnary, kStream };
+
+// Appends text (UTF-8) as a JSON string the way protojson writes one:
+// quote, backslash and control characters escaped (\b \f \n \r \t, else
+// \u00xx), everything else as it is; for kStream with encoding/json's
+// HTML-safe escapes on top.
+void AppendJsonString(absl::string_view text, JsonStyle style, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    switch (c) {
+      case '"': out->append("\\\""); continue;
+      case '\\': out->append("\\\\"); continue;
+      case '\b': out->append("\\b"); continue;
+      case '\f': out->append("\\f"); continue;
+      case '\n': out->append("\\n"); continue;
+      case '\r': out->append("\\r"); continue;
+      case '\t': out->append("\\t"); continue;
+      default: break;
+    }
+    if (c < 0x20 || (style == JsonStyle::kStream && (c == '<' || c == '>' || c == '&'))) {
+      out->append("\\u00");
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 0xf]);
+    } else if (style == JsonStyle::kStream && c == 0xe2 && i + 2 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(text[i + 2]) & ~1u) == 0xa8) {
+      out->append(static_cast<unsigned char>(text[i + 2]) == 0xa8 ? "\\u2028" : "\\u2029");
+      i += 2;
+    } else {
+      out->push_back(static_cast<char>(c));
+    }
+  }
+  out->push_back('"');
 }
 
-// grpc-gateway's error body for a call that failed before it streamed.
+void AppendUtf8(uint32_t rune, std::string* out) {
+  if (rune < 0x80) {
+    out->push_back(static_cast<char>(rune));
+  } else if (rune < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (rune >> 6)));
+    out->push_back(static_cast<char>(0x80 | (rune & 0x3f)));
+  } else if (rune < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (rune >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((rune >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (rune & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (rune >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((rune >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((rune >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (rune & 0x3f)));
+  }
+}
+
+// The four hex digits at json[i..i+4), or -1.
+int Hex4(absl::string_view json, size_t i) {
+  if (i + 4 > json.size()) return -1;
+  int v = 0;
+  for (size_t j = i; j < i + 4; ++j) {
+    const char c = json[j];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Rewrites compact JSON as protobuf's C++ printer writes it (its own
+// escapes: \u003c for <, \u2028, upper-case hex) in the gateway's style.
+// Strings are decoded and written again; outside them a space follows each
+// comma for kUnary.
+std::string GoJson(absl::string_view json, JsonStyle style) {
+  std::string out;
+  out.reserve(json.size() + json.size() / 8);
+  std::string text;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (c != '"') {
+      out.push_back(c);
+      if (c == ',' && style == JsonStyle::kUnary) out.push_back(' ');
+      continue;
+    }
+    text.clear();
+    for (++i; i < json.size() && json[i] != '"'; ++i) {
+      if (json[i] != '\\' || i + 1 >= json.size()) {
+        text.push_back(json[i]);
+        continue;
+      }
+      const char e = json[++i];
+      switch (e) {
+        case 'b': text.push_back('\b'); break;
+        case 'f': text.push_back('\f'); break;
+        case 'n': text.push_back('\n'); break;
+        case 'r': text.push_back('\r'); break;
+        case 't': text.push_back('\t'); break;
+        case 'u': {
+          int rune = Hex4(json, i + 1);
+          if (rune < 0) {
+            text.append("\\u");
+            break;
+          }
+          i += 4;
+          if (rune >= 0xd800 && rune < 0xdc00 && i + 2 < json.size() && json[i + 1] == '\\' &&
+              json[i + 2] == 'u') {
+            const int low = Hex4(json, i + 3);
+            if (low >= 0xdc00 && low < 0xe000) {
+              rune = 0x10000 + ((rune - 0xd800) << 10) + (low - 0xdc00);
+              i += 6;
+            }
+          }
+          AppendUtf8(static_cast<uint32_t>(rune), &text);
+          break;
+        }
+        default: text.push_back(e); break;  // \" \\ \/
+      }
+    }
+    AppendJsonString(text, style, &out);
+  }
+  return out;
+}
+
+// google.rpc.Status as protojson writes it: code and message, each left
+// out when zero or empty (etcd's errors carry no details).
+std::string StatusJson(int code, absl::string_view message, JsonStyle style) {
+  std::string out = "{";
+  if (code != 0) absl::StrAppend(&out, "\"code\":", code);
+  if (!message.empty()) {
+    if (code != 0) out.append(style == JsonStyle::kUnary ? ", " : ",");
+    out.append("\"message\":");
+    AppendJsonString(message, style, &out);
+  }
+  out.push_back('}');
+  return out;
+}
+
+// grpc-gateway v2's error answer (DefaultHTTPErrorHandler): the HTTP
+// status of the code, a google.rpc.Status body, and for Unauthenticated a
+// WWW-Authenticate header with the message.
 HttpResponse ErrorResponse(grpc::StatusCode code, const std::string& message,
                            const HttpHeaders& headers) {
-  HttpResponse r;
-  r.status = HttpStatusFromCode(code);
-  r.headers = headers;
-  r.headers.emplace_back("Content-Type", "application/json");
-  const std::string text = JsonString(message);
-  r.body = absl::StrCat("{\"error\":", text, ",\"message\":", text, ",\"code\":",
-                        static_cast<int>(code), "}");
-  return r;
+  return GatewayError(static_cast<int>(code), message, headers);
 }
 
-// grpc-gateway's error object inside a stream.
+// A stream's error message (grpc-gateway v2's errorChunk), ending the
+// stream's last line.
 std::string StreamError(const grpc::Status& status) {
-  const int http = HttpStatusFromCode(status.error_code());
-  return absl::StrCat("{\"error\":{\"grpc_code\":", static_cast<int>(status.error_code()),
-                      ",\"http_code\":", http, ",\"message\":", JsonString(status.error_message()),
-                      ",\"http_status\":", JsonString(HttpStatusText(http)), "}}");
+  return absl::StrCat("{\"error\":",
+                      StatusJson(static_cast<int>(status.error_code()), status.error_message(),
+                                 JsonStyle::kStream),
+                      "}\n");
 }
 
 // The JSON values of a body, one after another, as Go's json.Decoder reads
@@ -199,13 +339,13 @@ grpc::Status ParseJson(absl::string_view json, const google::protobuf::Descripto
 }
 
 // A message as etcd's gateway writes it: proto field names, zero values
-// left out.
-std::string ToJson(const Message& message) {
+// left out, in style.
+std::string ToJson(const Message& message, JsonStyle style) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+  return GoJson(out, style);
 }
 
 bool Serialize(const Message& message, grpc::ByteBuffer* out) {
@@ -250,6 +390,16 @@ bool NextEvent(grpc::CompletionQueue* cq, void** tag, bool* ok, grpc::ClientCont
 }
 
 }  // namespace
+
+HttpResponse GatewayError(int code, const std::string& message, const HttpHeaders& headers) {
+  HttpResponse r;
+  r.status = HttpStatusFromCode(static_cast<grpc::StatusCode>(code));
+  r.headers = headers;
+  r.headers.emplace_back("Content-Type", "application/json");
+  if (code == grpc::StatusCode::UNAUTHENTICATED) r.headers.emplace_back("Www-Authenticate", message);
+  r.body = StatusJson(code, message, JsonStyle::kUnary);
+  return r;
+}
 
 JsonGateway::JsonGateway(grpc::Server* server) {
   grpc::ChannelArguments args;
@@ -323,7 +473,7 @@ bool JsonGateway::ServeUnary(const MethodDescriptor* method, const HttpRequest& 
   }
   HttpResponse r;
   r.headers = SuccessHeaders(headers);
-  r.body = ToJson(*resp);
+  r.body = ToJson(*resp, JsonStyle::kUnary);
   return connection->Write(r, request.keep_alive);
 }
 
@@ -410,7 +560,8 @@ class StreamCall {
     resp_->Clear();
     if (ok && grpc::SerializationTraits<Message>::Deserialize(&in_, resp_.get()).ok()) {
       Begin(200);
-      alive_ = alive_ && connection_->WriteChunk(absl::StrCat("{\"result\":", ToJson(*resp_), "}\n"));
+      alive_ = alive_ && connection_->WriteChunk(
+                              absl::StrCat("{\"result\":", ToJson(*resp_, JsonStyle::kStream), "}\n"));
       if (!alive_ && !cancelled_) {
         cancelled_ = true;
         context_.TryCancel();
@@ -455,18 +606,20 @@ class StreamCall {
   // Answers the end of the call. REQUIRES: Exchange returned.
   bool Finish() {
     if (!alive_ || cancelled_) return false;
-    if (!status_.ok()) {
-      // A call that fails before its first message fails as a unary one
-      // (grpc-gateway sees the error while it waits for the call's headers);
-      // later, the error is the stream's last object.
-      if (!began_) {
-        return connection_->Write(
-            ErrorResponse(status_.error_code(), status_.error_message(), headers_),
-            request_.keep_alive);
-      }
-      alive_ = connection_->WriteChunk(StreamError(status_));
+    if (!began_) {
+      // No message went out, so no call headers came either: the answer
+      // carries neither grpc-gateway's metadata header nor, for a call that
+      // ended well, a content type. A call that failed answers with the
+      // HTTP status of its code.
+      HttpHeaders headers = headers_;
+      if (!status_.ok()) headers.emplace_back("Content-Type", "application/json");
+      alive_ = connection_->BeginChunked(
+          status_.ok() ? 200 : HttpStatusFromCode(status_.error_code()), headers,
+          request_.http10);
+      began_ = true;
     }
-    Begin(200);
+    // The error is the stream's last line.
+    if (!status_.ok()) alive_ = alive_ && connection_->WriteChunk(StreamError(status_));
     return alive_ && connection_->EndChunked() && request_.keep_alive && !request_.http10;
   }
 
@@ -501,23 +654,23 @@ bool JsonGateway::ServeStream(const MethodDescriptor* method, const HttpRequest&
                               HttpConnection* connection) const {
   // The requests to send, parsed one at a time as they are sent (a body
   // of many small values stays one body in memory). A bidirectional call
-  // sends every value up to the first that does not parse; if that is the
-  // first, the call fails as etcd's gateway fails it (code Unknown). A
-  // server-streaming call takes the first value, as a unary one does.
+  // sends every value up to the first that does not parse, then closes its
+  // side, as etcd's gateway does (even if that is the first: a watch then
+  // waits with nothing to say, a keep-alive ends). A server-streaming call
+  // takes the first value, as a unary one does, and fails as one if it does
+  // not parse.
   JsonValueReader values(request.body);
   absl::string_view value;
   std::unique_ptr<Message> first_request;
   const bool has_first = values.Next(&value);
-  if (has_first || !method->client_streaming()) {
-    if (grpc::Status s = ParseJson(has_first ? value : "", method->input_type(), &first_request);
-        !s.ok()) {
-      const bool stream = method->client_streaming();
-      connection->Write(
-          ErrorResponse(stream ? grpc::StatusCode::UNKNOWN : s.error_code(), s.error_message(),
-                        headers),
-          request.keep_alive && !stream);
-      return request.keep_alive && !stream;
+  if (method->client_streaming()) {
+    if (has_first && !ParseJson(value, method->input_type(), &first_request).ok()) {
+      first_request = nullptr;
     }
+  } else if (grpc::Status s = ParseJson(has_first ? value : "", method->input_type(), &first_request);
+             !s.ok()) {
+    return connection->Write(ErrorResponse(s.error_code(), s.error_message(), headers),
+                             request.keep_alive);
   }
   StreamCall call(channel_, method, request, headers, stopping, connection, &values,
                   std::move(first_request));

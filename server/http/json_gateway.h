@@ -6,7 +6,11 @@
 // and metrics as any gRPC call; the answer comes back as JSON. Streaming
 // calls (watch, lease keep-alive, snapshot, election observe) take their
 // requests from the body, one JSON object after another, and stream
-// `{"result":...}` lines until the call ends or the client goes away.
+// `{"result":...}` lines until the call ends or the client goes away. It
+// answers as etcd 3.5.16's gateway (grpc-gateway v2) does: errors as a
+// google.rpc.Status `{"code":3, "message":"..."}`, HTTP statuses from
+// grpc-gateway v2's table, a stream's error as its last line
+// `{"error":{"code":...,"message":...}}`.
 
 #ifndef CAPSTAN_SERVER_HTTP_JSON_GATEWAY_H_
 #define CAPSTAN_SERVER_HTTP_JSON_GATEWAY_H_
@@ -28,6 +32,13 @@ class Server;
 }  // namespace grpc
 
 namespace capstan::server {
+
+// grpc-gateway v2's answer to an error of gRPC code code: the HTTP status
+// of the code, the body `{"code":5, "message":"Not Found"}`, headers and a
+// JSON content type (and WWW-Authenticate for Unauthenticated). Also what
+// a /v3/ path that routes nowhere (code 5, "Not Found") or a method other
+// than POST (code 12, "Method Not Allowed") is answered with.
+HttpResponse GatewayError(int code, const std::string& message, const HttpHeaders& headers);
 
 // Thread-safe: any number of connections may Serve at once.
 class JsonGateway {
