@@ -346,6 +346,7 @@ void Server::ConfigureGrpc(Listening& l) {
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
+  metrics_->AddFeatureGates(config_.feature_gates);
   grpc_metrics_ =
       std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive",
                                     metrics_->requests());

@@ -451,7 +451,8 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   const std::map<std::string, std::string> newer_etcd = {
       {"etcd_server_request_duration_seconds", "histogram"},
       {"etcd_server_range_duration_seconds", "histogram"},
-      {"etcd_debugging_server_alarms", "gauge"}};
+      {"etcd_debugging_server_alarms", "gauge"},
+      {"etcd_server_feature_enabled", "gauge"}};
   for (const auto& [name, type] : before.types) {
     if (name.rfind("capstan_", 0) == 0) continue;
     if (auto newer = newer_etcd.find(name); newer != newer_etcd.end()) {
@@ -471,6 +472,10 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(before.Value("etcd_server_has_leader"), 1);
   EXPECT_EQ(before.Value(absl::StrCat("etcd_server_version{server_version=\"", CAPSTAN_ETCD_API_VERSION, "\"}")), 1);
   EXPECT_GT(before.Value("etcd_mvcc_db_total_size_in_bytes"), 0);
+  // Every gate as etcd 3.6 exports it (stage "" for GA), at its default.
+  EXPECT_EQ(before.samples.count(R"(etcd_server_feature_enabled{name="AllAlpha",stage="ALPHA"})"), 1u);
+  EXPECT_EQ(before.Value(R"(etcd_server_feature_enabled{name="AllAlpha",stage="ALPHA"})"), 0);
+  EXPECT_EQ(before.Value(R"(etcd_server_feature_enabled{name="StopGRPCServiceOnDefrag",stage="ALPHA"})"), 0);
 
   // Three puts, a range, a failing range, a lease.
   int64_t rev = 0;

@@ -14,6 +14,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/api/cache_range.h"
 #include "server/api/recipes.h"
+#include "server/config/feature_gates.h"
 #include "server/observability/request_metrics.h"
 #include "watchcache/cache.h"
 
@@ -249,6 +250,35 @@ void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ra
 
 void Metrics::AddRecipes(const Recipes* recipes) {
   scraped_.push_back(std::make_unique<RecipesMetrics>(recipes));
+}
+
+namespace {
+
+// Families fixed when they are added (the feature gates).
+class FixedMetrics final : public prometheus::Collectable {
+ public:
+  explicit FixedMetrics(std::vector<MetricFamily> families) : families_(std::move(families)) {}
+  std::vector<MetricFamily> Collect() const override { return families_; }
+
+ private:
+  const std::vector<MetricFamily> families_;
+};
+
+}  // namespace
+
+void Metrics::AddFeatureGates(const FeatureGates& gates) {
+  MetricFamily family{"etcd_server_feature_enabled",
+                      "Whether or not a feature is enabled. 1 is enabled, 0 is not.",
+                      MetricType::Gauge,
+                      {}};
+  for (const FeatureGates::Resolved& gate : gates.All()) {
+    ClientMetric m;
+    m.label = {{"name", std::string(gate.spec->name)},
+               {"stage", std::string(FeatureStageName(gate.spec->stage))}};
+    m.gauge.value = gate.enabled ? 1 : 0;
+    family.metric.push_back(std::move(m));
+  }
+  scraped_.push_back(std::make_unique<FixedMetrics>(std::vector<MetricFamily>{std::move(family)}));
 }
 
 Metrics::Metrics(mvcc::KvStore* store, std::string server_version)

@@ -32,6 +32,7 @@ class Cache;
 namespace capstan::server {
 
 class CacheRange;
+class FeatureGates;
 class Recipes;
 class RequestMetrics;
 
@@ -61,6 +62,12 @@ class Metrics {
   // pauses (capstan_lock_election_*), read at each scrape. Call before the
   // first Render; recipes must stay valid while Render may be called.
   void AddRecipes(const Recipes* recipes);
+
+  // Adds etcd 3.6's etcd_server_feature_enabled{name,stage}: 1 for each
+  // gate of `gates` that is enabled, 0 for the others (AllAlpha and AllBeta
+  // included, as etcd lists them). Fixed at this call. Call before the first
+  // Render.
+  void AddFeatureGates(const FeatureGates& gates);
 
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string Render() const;
