@@ -149,14 +149,22 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
  public:
   RangeStreamReactor(mvcc::KvStore* store, const membership::MemberInfo* member, BulkReads* bulk,
                      CacheRange* cache, etcdserverpb::RangeRequest req)
-      : member_(member), bulk_(bulk), source_(store, bulk, cache, std::move(req)) {
+      : member_(member), bulk_(bulk), source_(store, bulk, cache, req) {
     counters().active.fetch_add(1);
     counters().started.fetch_add(1);
     {
       util::MutexLock l(&mu_);
       producing_ = true;
     }
-    Schedule();
+    // The first chunk holds at most 10 keys (or only a count): read here,
+    // as a small Range is, so that it does not wait behind the bulk queue.
+    // A negative limit makes it the whole range: that one goes to the bulk
+    // threads.
+    if (req.limit() >= 0) {
+      Produce();
+    } else {
+      Schedule();
+    }
   }
 
   ~RangeStreamReactor() override { counters().active.fetch_sub(1); }
