@@ -81,6 +81,10 @@ const std::vector<WorkloadInfo>& Workloads() {
        "Load N objects under a prefix, then measure full, paginated and concurrent lists and put "
        "latency while they run",
        NewLargeListWorkload},
+      {"range-stream", "range-stream",
+       "Load N keys, then list them by RangeStream (etcd 3.7), one Range and pages, in turn: "
+       "time to the first chunk, total time, server RSS growth",
+       NewRangeStreamWorkload},
       {"compaction", "compaction",
        "Write N keys twice, then measure put and range latency while a physical compaction "
        "removes the stale revisions",

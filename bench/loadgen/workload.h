@@ -88,6 +88,7 @@ std::unique_ptr<Workload> NewLeaseKeepaliveWorkload();
 std::unique_ptr<Workload> NewLockWorkload();  // lock_workload.cc
 std::unique_ptr<Workload> NewLeaseStormWorkload();
 std::unique_ptr<Workload> NewLargeListWorkload();
+std::unique_ptr<Workload> NewRangeStreamWorkload();
 std::unique_ptr<Workload> NewCompactionWorkload();
 std::unique_ptr<Workload> NewFillWorkload();
 std::unique_ptr<Workload> NewK8sWorkload();

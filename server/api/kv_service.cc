@@ -7,12 +7,14 @@
 
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_range.h"
+#include "mvcc/kv_range_stream.h"
 #include "mvcc/kv_store.h"
 #include "server/api/auth_service.h"
 #include "server/api/bulk_reads.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
+#include "server/api/range_stream.h"
 
 namespace capstan::server {
 
@@ -100,6 +102,35 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
     PartsToBuffer(std::move(parts), response);
   }
   reactor->Finish(grpc::Status::OK);
+}
+
+namespace {
+
+// A server stream refused before its first message.
+class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KvService::RangeStream(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  etcdserverpb::RangeRequest req;
+  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+    return new RefusedStream(UnmarshalStatus(error));
+  }
+  // etcd 3.7's order: the Range checks, what the stream refuses, then
+  // permission.
+  if (auto s = mvcc::ValidateRange(req); !s.ok()) return new RefusedStream(ToGrpcStatus(s));
+  if (std::string why = mvcc::RangeStreamUnsupported(req); !why.empty()) {
+    return new RefusedStream(grpc::Status(grpc::UNIMPLEMENTED, why));
+  }
+  if (auth_ != nullptr) {
+    if (auto s = auth_->CheckRange(*ctx, req); !s.ok()) return new RefusedStream(ToGrpcStatus(s));
+  }
+  return NewRangeStreamReactor(store_, member_, bulk_, cache_range_.get(), std::move(req));
 }
 
 namespace {
