@@ -116,11 +116,19 @@ void KeyIndex::AppendSince(int64_t rev, std::vector<Revision>* out) const {
 void KeyIndex::FindCompactionPoint(int64_t at_rev, RevisionSet* available, size_t* gen,
                                    ptrdiff_t* rev_index) const {
   // The first generation that includes at_rev or was created after it; a
-  // generation whose tombstone is at at_rev still includes it (etcd 3.5.16).
+  // generation whose tombstone is at at_rev still includes it (etcd 3.5.16),
+  // unless the key was created again in that same revision (a txn deleting
+  // a range ending at "\0" and putting a key in it): then the next
+  // generation holds the key's value at at_rev, which etcd 3.5.16 loses
+  // (etcd-io/etcd#22376; Capstan takes the fix proposed there).
   size_t g = 0;
   while (g + 1 < gens_.size()) {
     const int64_t tomb = revs_[GenerationEnd(g) - 1].main;
-    if (tomb >= at_rev) break;
+    if (tomb > at_rev) break;
+    if (tomb == at_rev &&
+        (GenerationIsEmpty(g + 1) || revs_[GenerationBegin(g + 1)].main > at_rev)) {
+      break;
+    }
     ++g;
   }
   // Its largest revision <= at_rev, if any.

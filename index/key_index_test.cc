@@ -322,6 +322,27 @@ TEST(KeyIndexTest, IsEmpty) {
   EXPECT_TRUE(ki.IsEmpty());
 }
 
+// A key deleted and created again in the compaction revision (one txn):
+// its value at that revision stays, the tombstone goes (etcd 3.5.16 keeps
+// the tombstone and loses the value, etcd-io/etcd#22376).
+TEST(KeyIndexTest, CompactKeepsAKeyRecreatedAtTheCompactionRevision) {
+  KeyIndex ki;
+  ki.Put(R(4));
+  ASSERT_TRUE(ki.Tombstone(R(7, 2)).ok());
+  ki.Put(R(7, 5));
+  RevisionSet keep, am;
+  ki.Keep(7, &keep);
+  EXPECT_EQ(keep, (RevisionSet{R(7, 5)}));
+  EXPECT_TRUE(ki.NeedsCompaction(7));
+  ki.Compact(7, &am);
+  EXPECT_EQ(am, (RevisionSet{R(7, 5)}));
+  ExpectKeyIndex(ki, R(7, 5), {{R(7, 5), 1, {R(7, 5)}}});
+  Revision mod, created;
+  int64_t ver;
+  ASSERT_TRUE(ki.Get(7, &mod, &created, &ver).ok());
+  EXPECT_EQ(mod, R(7, 5));
+}
+
 TEST(KeyIndexTest, NeedsCompactionMatchesCompact) {
   for (int64_t at = 0; at <= 17; ++at) {
     const KeyIndex ki = NewTestKeyIndex();

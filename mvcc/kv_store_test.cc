@@ -171,6 +171,37 @@ TEST_F(KvStoreTest, CompactionKeepsTheTombstoneAtItsRevision) {
   EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{"5"}));
 }
 
+// A txn that deletes a range ending at "\0" may put a key of that range
+// again: compacting at its revision keeps the new value (etcd 3.5.16 loses
+// it and then dies on the next read, etcd-io/etcd#22376).
+TEST_F(KvStoreTest, CompactionKeepsAKeyRecreatedInItsRevision) {
+  Put("f", "old");                                          // 2
+  etcdserverpb::TxnRequest txn;
+  auto* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key("b");
+  del->set_range_end(std::string(1, '\0'));
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key("f");
+  put->set_value("new");
+  auto resp = store_->Txn(txn);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  const int64_t rev = resp->header().revision();            // 3
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(rev);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+  EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{std::to_string(rev)}));
+  for (int64_t at : {rev, int64_t{0}}) {
+    auto got = Get("f", "", at);
+    ASSERT_EQ(got.kvs_size(), 1) << at;
+    EXPECT_EQ(got.kvs(0).value(), "new");
+  }
+  Reopen();
+  auto got = Get("f");
+  ASSERT_EQ(got.kvs_size(), 1);
+  EXPECT_EQ(got.kvs(0).value(), "new");
+}
+
 TEST_F(KvStoreTest, DeleteRangeAndRecreate) {
   Put("a", "1");
   Put("b", "1");
