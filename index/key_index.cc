@@ -126,11 +126,20 @@ void KeyIndex::AppendSince(int64_t rev, std::vector<Revision>* out) const {
 
 void KeyIndex::FindCompactionPoint(int64_t at_rev, RevisionSet* available, size_t* gen,
                                    ptrdiff_t* rev_index) const {
-  // The first generation that includes at_rev or was created after it.
+  // The first generation that includes at_rev or was created after it; a
+  // generation whose tombstone is at at_rev still includes it (etcd 3.5.16),
+  // unless the key was created again in that same revision (a txn deleting
+  // a range ending at "\0" and putting a key in it): then the next
+  // generation holds the key's value at at_rev, which etcd 3.5.16 loses
+  // (etcd-io/etcd#22376; Capstan takes the fix proposed there).
   size_t g = 0;
   while (g + 1 < gens_.size()) {
     const int64_t tomb = revs_[GenerationEnd(g) - 1].main;
     if (tomb > at_rev) break;
+    if (tomb == at_rev &&
+        (GenerationIsEmpty(g + 1) || revs_[GenerationBegin(g + 1)].main > at_rev)) {
+      break;
+    }
     ++g;
   }
   // Its largest revision <= at_rev, if any.
@@ -154,16 +163,10 @@ void KeyIndex::Compact(int64_t at_rev, RevisionSet* available) {
 
   // first_rev: index in revs_ of the first revision that stays.
   size_t first_rev = GenerationBegin(g);
-  if (!GenerationIsEmpty(g)) {
-    // Remove the previous contents of the generation.
-    if (rev_index != -1) first_rev += static_cast<size_t>(rev_index);
-    // Remove a generation reduced to its tombstone.
-    if (GenerationEnd(g) - first_rev == 1 && g != gens_.size() - 1) {
-      if (available != nullptr) available->erase(revs_[first_rev]);
-      ++g;
-      first_rev = GenerationBegin(g);
-    }
-  }
+  // Remove the previous contents of the generation. A tombstone at at_rev
+  // stays, alone in its generation, until a later compaction (etcd 3.5.16;
+  // 3.4 removed it with its generation).
+  if (!GenerationIsEmpty(g) && rev_index != -1) first_rev += static_cast<size_t>(rev_index);
   // Remove the previous generations.
   if (first_rev == 0 && g == 0) return;
   revs_.erase(revs_.begin(), revs_.begin() + first_rev);
@@ -178,7 +181,8 @@ void KeyIndex::Keep(int64_t at_rev, RevisionSet* available) const {
   ptrdiff_t rev_index;
   FindCompactionPoint(at_rev, available, &g, &rev_index);
   if (GenerationIsEmpty(g)) return;
-  // A tombstone that ends its generation is not kept.
+  // A tombstone at at_rev is not kept, though Compact keeps it (etcd's keep:
+  // hashes stay those of versions that removed it).
   const ptrdiff_t len = static_cast<ptrdiff_t>(GenerationEnd(g) - GenerationBegin(g));
   if (rev_index == len - 1 && g != gens_.size() - 1) {
     available->erase(revs_[GenerationBegin(g) + rev_index]);
@@ -191,10 +195,7 @@ bool KeyIndex::NeedsCompaction(int64_t at_rev) const {
   ptrdiff_t rev_index;
   FindCompactionPoint(at_rev, nullptr, &g, &rev_index);
   if (g > 0) return true;
-  if (GenerationIsEmpty(g)) return false;
-  if (rev_index > 0) return true;
-  const size_t first_rev = GenerationBegin(g) + (rev_index > 0 ? rev_index : 0);
-  return GenerationEnd(g) - first_rev == 1 && g != gens_.size() - 1;
+  return !GenerationIsEmpty(g) && rev_index > 0;
 }
 
 ptrdiff_t KeyIndex::FindGeneration(int64_t rev) const {

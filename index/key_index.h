@@ -10,12 +10,16 @@
 //
 //   generations: {1.0, 2.0, 3.0(t)} {4.0, 5.0(t)} {empty}
 //
-// Compact(at) removes, from the generation alive at `at`, the revisions at or
-// below `at` except the largest one (which is dropped too when it is the
-// tombstone that ended its generation), and removes the older generations. A
-// KeyIndex whose only generation is empty IsEmpty() and must be dropped by its
-// owner. E.g. on the example above: Compact(2) -> {2.0, 3.0(t)} {4.0, 5.0(t)}
-// {empty}; Compact(4) -> {4.0, 5.0(t)} {empty}; Compact(5) -> {empty}.
+// Compact(at) removes, from the generation alive at `at` (or ended by a
+// tombstone at `at`), the revisions at or below `at` except the largest one,
+// and removes the older generations. A KeyIndex whose only generation is
+// empty IsEmpty() and must be dropped by its owner. E.g. on the example above:
+// Compact(2) -> {2.0, 3.0(t)} {4.0, 5.0(t)} {empty}; Compact(4) -> {4.0,
+// 5.0(t)} {empty}; Compact(5) -> {5.0(t)} {empty}; Compact(6) -> {empty}.
+// As etcd 3.5.16 (3.4 dropped the tombstone at `at` as well), the tombstone
+// at the compaction revision stays until the next compaction, so that a
+// watch from the compaction revision still sees that delete; Keep leaves it
+// out, so that hashes stay those of the versions that dropped it.
 
 #ifndef CAPSTAN_INDEX_KEY_INDEX_H_
 #define CAPSTAN_INDEX_KEY_INDEX_H_
@@ -104,7 +108,8 @@ class KeyIndex {
   void Compact(int64_t at_rev, RevisionSet* available);
 
   // Adds to *available what Compact(at_rev, available) would, without changing
-  // anything (etcd's keyIndex.keep). No-op on an empty index.
+  // anything, except a tombstone at at_rev, which Compact keeps and Keep
+  // leaves out (etcd's keyIndex.keep). No-op on an empty index.
   // REQUIRES: available != nullptr.
   void Keep(int64_t at_rev, RevisionSet* available) const;
 

@@ -223,9 +223,12 @@ struct CompactCase {
   int64_t compact;
   std::vector<Gen> wgens;
   RevisionSet wam;
+  // The compaction revision is a tombstone: Compact keeps it, Keep does not.
+  bool at_tombstone = false;
 };
 
-// etcd's TestKeyIndexCompactAndKeep table; modified is {16,0} throughout.
+// etcd 3.5.16's TestKeyIndexCompactAndKeep table (a tombstone at the
+// compaction revision stays); modified is {16,0} throughout.
 std::vector<CompactCase> CompactCases() {
   const Gen g1{R(2), 3, {R(2), R(4), R(6)}};
   const Gen g1_4{R(2), 3, {R(4), R(6)}};
@@ -233,6 +236,9 @@ std::vector<CompactCase> CompactCases() {
   const Gen g2_10{R(8), 3, {R(10), R(12)}};
   const Gen g3{R(14), 3, {R(14), R(15, 1), R(16)}};
   const Gen g3_15{R(14), 3, {R(15, 1), R(16)}};
+  const Gen g1_6{R(2), 3, {R(6)}};
+  const Gen g2_12{R(8), 3, {R(12)}};
+  const Gen g3_16{R(14), 3, {R(16)}};
   const Gen empty{};
   return {
       {1, {g1, g2, g3, empty}, {}},
@@ -240,17 +246,18 @@ std::vector<CompactCase> CompactCases() {
       {3, {g1, g2, g3, empty}, {R(2)}},
       {4, {g1_4, g2, g3, empty}, {R(4)}},
       {5, {g1_4, g2, g3, empty}, {R(4)}},
-      {6, {g2, g3, empty}, {}},
+      {6, {g1_6, g2, g3, empty}, {R(6)}, true},
       {7, {g2, g3, empty}, {}},
       {8, {g2, g3, empty}, {R(8)}},
       {9, {g2, g3, empty}, {R(8)}},
       {10, {g2_10, g3, empty}, {R(10)}},
       {11, {g2_10, g3, empty}, {R(10)}},
-      {12, {g3, empty}, {}},
+      {12, {g2_12, g3, empty}, {R(12)}, true},
       {13, {g3, empty}, {}},
       {14, {g3, empty}, {R(14)}},
       {15, {g3_15, empty}, {R(15, 1)}},
-      {16, {empty}, {}},
+      {16, {g3_16, empty}, {R(16)}, true},
+      {17, {empty}, {}},
   };
 }
 
@@ -260,7 +267,7 @@ void CheckKeepThenCompact(KeyIndex* ki, const CompactCase& c) {
   RevisionSet am;
   ki->Keep(c.compact, &am);
   EXPECT_TRUE(*ki == before) << "keep changed the index";
-  EXPECT_EQ(am, c.wam);
+  EXPECT_EQ(am, c.at_tombstone ? RevisionSet{} : c.wam);
   am.clear();
   ki->Compact(c.compact, &am);
   // etcd's keyIndex keeps its modified revision when compacted to nothing;
@@ -309,8 +316,33 @@ TEST(KeyIndexTest, IsEmpty) {
   ki.Compact(3, &am);
   EXPECT_FALSE(ki.IsEmpty());
   ASSERT_TRUE(ki.Tombstone(R(4)).ok());
+  // The tombstone at the compaction revision stays until the next one.
   ki.Compact(4, &am);
+  EXPECT_FALSE(ki.IsEmpty());
+  EXPECT_FALSE(ki.AliveAt(4));
+  ki.Compact(5, &am);
   EXPECT_TRUE(ki.IsEmpty());
+}
+
+// A key deleted and created again in the compaction revision (one txn):
+// its value at that revision stays, the tombstone goes (etcd 3.5.16 keeps
+// the tombstone and loses the value, etcd-io/etcd#22376).
+TEST(KeyIndexTest, CompactKeepsAKeyRecreatedAtTheCompactionRevision) {
+  KeyIndex ki;
+  ki.Put(R(4));
+  ASSERT_TRUE(ki.Tombstone(R(7, 2)).ok());
+  ki.Put(R(7, 5));
+  RevisionSet keep, am;
+  ki.Keep(7, &keep);
+  EXPECT_EQ(keep, (RevisionSet{R(7, 5)}));
+  EXPECT_TRUE(ki.NeedsCompaction(7));
+  ki.Compact(7, &am);
+  EXPECT_EQ(am, (RevisionSet{R(7, 5)}));
+  ExpectKeyIndex(ki, R(7, 5), {{R(7, 5), 1, {R(7, 5)}}});
+  Revision mod, created;
+  int64_t ver;
+  ASSERT_TRUE(ki.Get(7, &mod, &created, &ver).ok());
+  EXPECT_EQ(mod, R(7, 5));
 }
 
 TEST(KeyIndexTest, NeedsCompactionMatchesCompact) {
@@ -362,8 +394,8 @@ bool HistoryGet(const std::vector<Op>& ops, int64_t at, Revision* mod, Revision*
 }
 
 // Random puts, tombstones and compactions of one key: Get at and above the
-// compaction revision, Since above it, and Keep == Compact's available, all
-// hold throughout.
+// compaction revision, Since above it, and Keep == Compact's available but
+// for a tombstone at the compaction revision, all hold throughout.
 TEST(KeyIndexTest, RandomAgainstHistory) {
   std::mt19937_64 rng(42);
   for (int round = 0; round < 300; ++round) {
@@ -388,6 +420,10 @@ TEST(KeyIndexTest, RandomAgainstHistory) {
         ki->Keep(at, &keep);
         const KeyIndex before = *ki;
         ki->Compact(at, &avail);
+        // Compact keeps a tombstone at `at`, which Keep leaves out.
+        for (const Op& op : ops) {
+          if (op.tombstone && op.rev.main == at) avail.erase(op.rev);
+        }
         EXPECT_EQ(keep, avail);
         EXPECT_EQ(before.NeedsCompaction(at), !(before == *ki));
         floor = at;

@@ -233,7 +233,14 @@ TEST_P(TreeIndexModelTest, RandomOpsMatchModel) {
         if (!(before == it->second)) want_keys.push_back(it->first);
         it = it->second.IsEmpty() ? mirror.erase(it) : std::next(it);
       }
-      ASSERT_EQ(keep, etcd_available);
+      // Compaction keeps a tombstone at `at` (etcd 3.5.16), Keep leaves it out.
+      RevisionSet available_but_tombstones = etcd_available;
+      for (const auto& [key, ops] : history_) {
+        for (const Op& op : ops) {
+          if (op.tombstone && op.rev.main == at) available_but_tombstones.erase(op.rev);
+        }
+      }
+      ASSERT_EQ(keep, available_but_tombstones);
       pending = snap.KeysToCompact(at);
       ASSERT_EQ(pending, want_keys);
       pending_at = at;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -178,10 +179,13 @@ class KvStore {
       const etcdserverpb::LeaseRevokeRequest& req);
   absl::StatusOr<etcdserverpb::AlarmResponse> Alarm(const etcdserverpb::AlarmRequest& req);
 
-  // etcd's HashKV: CRC-32C of the key family's records up to rev (0: the
-  // current revision), skipping revisions at or below the compaction
-  // revision that compaction no longer keeps. Equal data and history give
-  // equal hashes (and equal to etcd's for byte-identical records).
+  // etcd 3.5.16's HashKV (hashStorage.HashByRev): the hash a compaction at
+  // exactly rev stored, if one of the last ten did; else CRC-32C of the key
+  // family's records up to rev (0: the current revision), skipping revisions
+  // at or below the compaction revision that compaction no longer keeps and
+  // a tombstone at the compaction revision; kCompacted only below the
+  // compaction revision. Equal data and history give equal hashes (and equal
+  // to etcd's for byte-identical records).
   absl::Status HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev, int64_t* hash_rev) const;
   // CRC-32C of every record of every column family (Maintenance.Hash).
   absl::StatusOr<uint32_t> Hash() const;
@@ -387,6 +391,24 @@ class KvStore {
   bool compact_stopped_ ABSL_GUARDED_BY(compact_mu_) = false;  // a compaction failed: no more run
   std::vector<std::pair<int64_t, absl::AnyInvocable<void(absl::Status)>>> compact_waiters_
       ABSL_GUARDED_BY(compact_mu_);
+  // One scheduled compaction, as the committer saw it when it applied it:
+  // the compactor runs each in revision order (etcd's FIFO scheduler).
+  struct CompactionJob {
+    int64_t prev_rev = -1;    // the compaction revision before it (-1: none)
+    bool store_hash = false;  // the compaction before it had finished
+  };
+  std::map<int64_t, CompactionJob> compact_jobs_ ABSL_GUARDED_BY(compact_mu_);
+  // etcd's hash storage: the hash each of the newest compactions took of the
+  // history it compacted (etcd's kvHasher over [0, rev] from prev_rev on);
+  // HashKV at exactly such a revision answers it. In memory only, ordered by
+  // revision, at most kStoredCompactionHashes.
+  struct CompactionHash {
+    uint32_t hash = 0;
+    int64_t compact_rev = -1;  // the job's prev_rev
+    int64_t rev = 0;
+  };
+  static constexpr size_t kStoredCompactionHashes = 10;
+  std::vector<CompactionHash> compaction_hashes_ ABSL_GUARDED_BY(compact_mu_);
   bool CompactionWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
   bool CompactionDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
 

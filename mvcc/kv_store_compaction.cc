@@ -2,6 +2,7 @@
 // and deletion of compacted revisions from the backend on the compactor
 // thread. Neither step holds a lock while it traverses the index.
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "mvcc/kv_store.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
+#include "util/crc32c.h"
 
 namespace capstan::mvcc {
 
@@ -22,6 +24,14 @@ absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
   if (rev <= compact_rev_) return MakeError(Error::kCompacted);
   if (rev > current_rev_) return MakeError(Error::kFutureRev);
   batch_.Put(Cf::kMeta, kScheduledCompactKey, EncodeMetaRevision(rev));
+  {
+    // As etcd's Compact: the compactor stores this compaction's hash only if
+    // the one before it had finished (scheduled == finished), so that the
+    // hash covers every revision from that compaction on.
+    util::MutexLock l(&compact_mu_);
+    compact_jobs_[rev] =
+        CompactionJob{compact_rev_ > 0 ? compact_rev_ : -1, compact_finished_ == compact_rev_};
+  }
   compact_rev_ = rev;
   // Views published from now on belong to a new epoch; the compactor waits
   // for the readers of the old one.
@@ -56,7 +66,14 @@ void KvStore::CompactionLoop() {
       compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionWorkLocked),
                                    absl::InfiniteDuration());
       if (compact_requested_ < 0) return;
+      // Each scheduled compaction in turn, up to the newest.
       rev = compact_requested_;
+      for (const auto& [job_rev, job] : compact_jobs_) {
+        if (job_rev > compact_finished_ && job_rev < rev) {
+          rev = job_rev;
+          break;
+        }
+      }
       barrier = compact_epoch_;
     }
     // Readers that began before the compaction was scheduled may still read
@@ -73,12 +90,28 @@ void KvStore::CompactionLoop() {
 }
 
 void KvStore::RunCompaction(int64_t rev) {
+  // The job the committer scheduled; a compaction resumed at start-up has
+  // none and stores no hash (etcd: the one before it had not finished).
+  CompactionJob job;
+  {
+    util::MutexLock l(&compact_mu_);
+    if (auto it = compact_jobs_.find(rev); it != compact_jobs_.end()) job = it->second;
+    compact_jobs_.erase(compact_jobs_.begin(), compact_jobs_.upper_bound(rev));
+  }
+
   // 1. The key index, in batches on the committer between write groups.
-  const std::vector<std::string> keys = View()->index.KeysToCompact(rev);
+  // What it keeps (etcd's treeIndex.Compact): what Keep reports, which
+  // compaction does not change, and what compacting adds to it, a tombstone
+  // at rev. (Keep goes first: on a compacted index it would take out of the
+  // set the tombstones compaction put in.)
+  index::RevisionSet keep;
+  const std::shared_ptr<const ReadView> before = View();
+  before->index.Keep(rev, &keep);
+  const std::vector<std::string> keys = before->index.KeysToCompact(rev);
   const size_t step = static_cast<size_t>(std::max(1, options_.compaction_batch_limit));
   for (size_t i = 0; i < keys.size(); i += step) {
     std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
-    RunOnCommitter([this, batch, rev] { index_.CompactKeys(batch, rev, nullptr); });
+    RunOnCommitter([this, batch, rev, &keep] { index_.CompactKeys(batch, rev, &keep); });
     {
       util::MutexLock l(&queue_mu_);
       if (stopping_) return;
@@ -86,9 +119,12 @@ void KvStore::RunCompaction(int64_t rev) {
   }
 
   // 2. The backend: every revision at or below rev that the index no longer
-  // keeps, in batches with a pause between them so writes keep flowing.
-  index::RevisionSet keep;
-  View()->index.Keep(rev, &keep);
+  // keeps, in batches with a pause between them so writes keep flowing. On
+  // the way, etcd's kvHasher over what the compaction reads: the records
+  // from the previous compaction on, the older ones it keeps, but not a
+  // tombstone at the previous compaction revision (which versions before
+  // 3.5.16 had removed).
+  uint32_t hash = util::Crc32cExtend(0, "key");
   const std::string end = RevisionKey(Revision{rev + 1, 0});
   auto it = backend_->NewIterator(Cf::kKey);
   storage::WriteBatch batch;
@@ -98,7 +134,13 @@ void KvStore::RunCompaction(int64_t rev) {
     Revision r;
     bool tombstone;
     if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
-    if (!tombstone && keep.contains(r)) continue;
+    const bool kept = keep.contains(r);
+    if (job.store_hash && (r.main > job.prev_rev || keep.empty() || kept) &&
+        !(tombstone && r.main == job.prev_rev)) {
+      hash = util::Crc32cExtend(hash, it->key());
+      hash = util::Crc32cExtend(hash, it->value());
+    }
+    if (kept) continue;
     batch.Delete(Cf::kKey, it->key());
     if (batch.Count() >= options_.compaction_batch_limit) {
       deleted += batch.Count();
@@ -108,6 +150,7 @@ void KvStore::RunCompaction(int64_t rev) {
       std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.compaction_sleep_interval));
     }
   }
+  if (status.ok()) status = it->status();
   it.reset();
   if (status.ok()) {
     deleted += batch.Count();
@@ -126,6 +169,16 @@ void KvStore::RunCompaction(int64_t rev) {
   std::vector<absl::AnyInvocable<void(absl::Status)>> done;
   {
     util::MutexLock l(&compact_mu_);
+    if (job.store_hash) {
+      // Stored before the compaction is answered, as etcd does.
+      compaction_hashes_.push_back(CompactionHash{hash, job.prev_rev, rev});
+      std::sort(compaction_hashes_.begin(), compaction_hashes_.end(),
+                [](const CompactionHash& a, const CompactionHash& b) { return a.rev < b.rev; });
+      if (compaction_hashes_.size() > kStoredCompactionHashes) {
+        compaction_hashes_.erase(compaction_hashes_.begin(),
+                                 compaction_hashes_.end() - kStoredCompactionHashes);
+      }
+    }
     compact_finished_ = std::max(compact_finished_, rev);
     for (auto it2 = compact_waiters_.begin(); it2 != compact_waiters_.end();) {
       if (it2->first <= compact_finished_) {

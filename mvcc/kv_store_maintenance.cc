@@ -16,16 +16,35 @@ using storage::Cf;
 
 absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
                              int64_t* hash_rev) const {
+  // A compaction at exactly rev that stored its hash answers it, whatever
+  // compactions came after (etcd's hashStorage.HashByRev).
+  if (rev > 0) {
+    util::MutexLock l(&compact_mu_);
+    for (const CompactionHash& h : compaction_hashes_) {
+      if (h.rev != rev) continue;
+      *hash = h.hash;
+      *compact_rev = h.compact_rev;
+      *hash_rev = h.rev;
+      return absl::OkStatus();
+    }
+  }
   // The view pins the revisions it can see against physical compaction.
   auto view = View();
+  if (rev > 0 && rev < view->compact_rev) return MakeError(Error::kCompacted);
   if (rev > view->rev) return MakeError(Error::kFutureRev);
-  if (rev <= 0) rev = view->rev;
-  if (rev < view->compact_rev) return MakeError(Error::kCompacted);
+  if (rev == 0) rev = view->rev;
+  *compact_rev = view->compact_rev;
+  *hash_rev = rev;
+  uint32_t h = util::Crc32cExtend(0, "key");
+  // etcd hashes no record below a negative revision.
+  if (rev < 0) {
+    *hash = h;
+    return absl::OkStatus();
+  }
   index::RevisionSet keep;
   // As etcd's hashByRev: the revisions a compaction at `rev` would keep.
   if (view->compact_rev > 0) view->index.Keep(rev, &keep);
 
-  uint32_t h = util::Crc32cExtend(0, "key");
   const std::string upper = RevisionKey(Revision{rev + 1, 0});
   auto it = backend_->NewIterator(Cf::kKey);
   for (it->SeekToFirst(); it->Valid() && it->key() < upper; it->Next()) {
@@ -35,13 +54,14 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
     // Revisions at or below the compaction revision that compaction does
     // not keep are about to be deleted: leave them out.
     if (r.main <= view->compact_rev && !keep.empty() && !keep.contains(r)) continue;
+    // So is the tombstone at the compaction revision, which etcd 3.5.16
+    // keeps until the next compaction and earlier versions removed.
+    if (tombstone && r.main == view->compact_rev) continue;
     h = util::Crc32cExtend(h, it->key());
     h = util::Crc32cExtend(h, it->value());
   }
   if (auto s = it->status(); !s.ok()) return s;
   *hash = h;
-  *compact_rev = view->compact_rev;
-  *hash_rev = rev;
   return absl::OkStatus();
 }
 

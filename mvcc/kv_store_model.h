@@ -113,8 +113,9 @@ class Model {
 
   // The records a store compacted at compact_rev() keeps in its `key`
   // family, by revision key: every change above the compaction revision, and
-  // of the older ones only each key's last change, if it is a put (etcd's
-  // keyIndex.keep).
+  // of the older ones only each key's last change, if it is a put or a
+  // tombstone at exactly the compaction revision (etcd 3.5.16's
+  // keyIndex.compact).
   std::map<std::string, std::optional<ModelKv>> ExpectedRecords() const {
     std::map<std::string, std::optional<ModelKv>> out;
     for (const auto& [key, changes] : history_) {
@@ -128,6 +129,8 @@ class Model {
       }
       if (last_compacted != nullptr && last_compacted->kv.has_value()) {
         out[RevisionKey(last_compacted->rev, false)] = last_compacted->kv;
+      } else if (last_compacted != nullptr && last_compacted->rev.main == compact_rev_) {
+        out[RevisionKey(last_compacted->rev, true)] = std::nullopt;
       }
     }
     return out;

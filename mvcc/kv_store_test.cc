@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
+#include "mvcc/revision_key.h"
 
 namespace capstan::mvcc {
 namespace {
@@ -116,6 +117,89 @@ TEST_F(KvStoreTest, FutureAndCompactedRevisions) {
   EXPECT_TRUE(Is(store_->Compact(creq).status(), Error::kCompacted));
   creq.set_revision(100);
   EXPECT_TRUE(Is(store_->Compact(creq).status(), Error::kFutureRev));
+}
+
+// The revisions in the key family, "t" marking a tombstone.
+std::vector<std::string> StoredRevisions(const KvStore& store) {
+  std::vector<std::string> out;
+  auto it = store.backend()->NewIterator(storage::Cf::kKey);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    Revision r;
+    bool tombstone;
+    if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
+    out.push_back(std::to_string(r.main) + (tombstone ? "t" : ""));
+  }
+  return out;
+}
+
+// etcd 3.5.16 keeps the tombstone at the compaction revision, in the index
+// and in the key family, until the next compaction; reads at that revision
+// still find no key, and hashes leave it out.
+TEST_F(KvStoreTest, CompactionKeepsTheTombstoneAtItsRevision) {
+  Put("a", "1");                                            // 2
+  Put("b", "1");                                            // 3
+  etcdserverpb::DeleteRangeRequest d;
+  d.set_key("a");
+  ASSERT_TRUE(store_->DeleteRange(d).ok());                 // 4
+  Put("b", "2");                                            // 5
+  uint32_t before;
+  int64_t compact_rev, hash_rev;
+  ASSERT_TRUE(store_->HashKV(4, &before, &compact_rev, &hash_rev).ok());
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(4);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+  EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{"3", "4t", "5"}));
+  absl::Status s;
+  EXPECT_EQ(Get("a", "", 4, &s).kvs_size(), 0);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Get("a", std::string(1, '\0'), 4).count(), 1);
+  // The hash the compaction stored: every revision up to 4, none compacted
+  // before it.
+  uint32_t at4;
+  ASSERT_TRUE(store_->HashKV(4, &at4, &compact_rev, &hash_rev).ok());
+  EXPECT_EQ(at4, before);
+  EXPECT_EQ(compact_rev, -1);
+  // A restart keeps the record (the index does not hold a tombstone whose
+  // key history is gone, as etcd's restore).
+  Reopen();
+  EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{"3", "4t", "5"}));
+  EXPECT_EQ(Get("a", "", 4).kvs_size(), 0);
+  // The next compaction removes it.
+  creq.set_revision(5);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+  EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{"5"}));
+}
+
+// A txn that deletes a range ending at "\0" may put a key of that range
+// again: compacting at its revision keeps the new value (etcd 3.5.16 loses
+// it and then dies on the next read, etcd-io/etcd#22376).
+TEST_F(KvStoreTest, CompactionKeepsAKeyRecreatedInItsRevision) {
+  Put("f", "old");                                          // 2
+  etcdserverpb::TxnRequest txn;
+  auto* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key("b");
+  del->set_range_end(std::string(1, '\0'));
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key("f");
+  put->set_value("new");
+  auto resp = store_->Txn(txn);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  const int64_t rev = resp->header().revision();            // 3
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(rev);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+  EXPECT_EQ(StoredRevisions(*store_), (std::vector<std::string>{std::to_string(rev)}));
+  for (int64_t at : {rev, int64_t{0}}) {
+    auto got = Get("f", "", at);
+    ASSERT_EQ(got.kvs_size(), 1) << at;
+    EXPECT_EQ(got.kvs(0).value(), "new");
+  }
+  Reopen();
+  auto got = Get("f");
+  ASSERT_EQ(got.kvs_size(), 1);
+  EXPECT_EQ(got.kvs(0).value(), "new");
 }
 
 TEST_F(KvStoreTest, DeleteRangeAndRecreate) {

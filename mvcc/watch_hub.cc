@@ -179,8 +179,13 @@ void WatchHub::RemoveWatcherLocked(Watcher* w) {
 }
 
 bool WatchHub::AllSyncedLocked(WatchStream* s) const {
-  for (Watcher* w : unsynced_) {
-    if (w->stream == s) return false;
+  // As etcd's progressIfSync over the stream's watchers: one catching up,
+  // parked, or canceled for compaction and not yet canceled by the client
+  // (etcd keeps it in the stream) is not synced.
+  auto it = streams_.find(s);
+  if (it == streams_.end()) return false;
+  for (const auto& [id, w] : it->second.by_id) {
+    if (!w->synced) return false;
   }
   return true;
 }
@@ -473,14 +478,16 @@ void WatchHub::SendProgressLocked() {
 }
 
 void WatchHub::AnswerDeferredProgressLocked() {
-  // Deferred progress requests of streams that are now all synced.
+  // Progress requests that waited for the hub to reach the writes
+  // acknowledged before them: answered if every watcher of the stream is
+  // still synced, else dropped, as etcd 3.5.16 drops a request it gets while
+  // one is not.
   for (auto& [s, sw] : streams_) {
-    if (!sw.progress_deferred || !AllSyncedLocked(s) || last_notified_rev_ < sw.progress_rev) {
-      continue;
-    }
+    if (!sw.progress_deferred || last_notified_rev_ < sw.progress_rev) continue;
     sw.progress_deferred = false;
     sw.progress_rev = 0;
-    if (sw.by_id.empty()) continue;  // its watchers are gone: no answer
+    // Its watchers are gone, or one is not synced: no answer.
+    if (sw.by_id.empty() || !AllSyncedLocked(s)) continue;
     util::MutexLock sl(&s->mu_);
     WatchStream::ControlFields f;
     f.watch_id = -1;

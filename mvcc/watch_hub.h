@@ -165,8 +165,8 @@ class WatchHub {
   struct StreamWatchers {
     absl::flat_hash_map<int64_t, Watcher*> by_id;
     int64_t next_watch_id = 0;
-    // A progress request waits, for every watcher of the stream to be
-    // synced and the hub to reach progress_rev.
+    // A progress request of a synced stream waits for the hub to reach
+    // progress_rev.
     bool progress_deferred = false;
     int64_t progress_rev = 0;
   };
@@ -272,10 +272,12 @@ class WatchStream {
   // Cancels a watcher; queues its canceled response. Unknown ids are
   // ignored, as etcd does.
   void Cancel(int64_t watch_id) ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
-  // A WatchProgressRequest: answered, as etcd 3.5 answers it, with a
-  // progress notification once every watcher of the stream is synced and
-  // every write acknowledged before the request was delivered; a stream
-  // without watchers gets no answer.
+  // A WatchProgressRequest, as etcd 3.5.16 takes it: dropped unless every
+  // watcher of the stream is synced (none catching up, parked, or canceled
+  // for compaction but not by the client); else answered with a progress
+  // notification once the hub has every write acknowledged before the
+  // request was delivered (and dropped if a watcher fell behind meanwhile).
+  // A stream without watchers gets no answer.
   void RequestProgress() ABSL_LOCKS_EXCLUDED(hub_->mu_, mu_);
 
   // Takes the next encoded WatchResponse. Returns false if none is queued;

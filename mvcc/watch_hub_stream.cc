@@ -274,8 +274,13 @@ void WatchStream::RequestProgress() {
   WatchHub::StreamWatchers* sw = hub_->StreamWatchersLocked(this);
   // etcd 3.5 answers through one of the stream's watchers: none, no answer.
   if (sw == nullptr || sw->by_id.empty()) return;
+  // etcd 3.5.16 (progressIfSync) drops the request unless every watcher of
+  // the stream is synced; it never answers it later.
+  if (!hub_->AllSyncedLocked(this)) return;
+  // etcd has notified its watchers of every write it acknowledged before
+  // the request: wait for the hub to reach those too.
   sw->progress_rev = std::max(sw->progress_rev, covered);
-  if (!hub_->AllSyncedLocked(this) || hub_->last_notified_rev_ < sw->progress_rev) {
+  if (hub_->last_notified_rev_ < sw->progress_rev) {
     sw->progress_deferred = true;
     return;
   }

@@ -636,7 +636,9 @@ TEST_F(WatchHubTest, RequestProgressWhenSynced) {
   EXPECT_EQ(p->header().cluster_id(), 11u);
 }
 
-TEST_F(WatchHubTest, RequestProgressDeferredWhileUnsynced) {
+// etcd 3.5.16 (progressIfSync) drops a progress request while a watcher of
+// the stream is unsynced, and never answers it later.
+TEST_F(WatchHubTest, RequestProgressDroppedWhileUnsynced) {
   WatchHubOptions ho;
   ho.stream_queue_messages = 4;
   ho.max_response_bytes = 64;  // no merging of catch-up batches into queued responses
@@ -657,14 +659,55 @@ TEST_F(WatchHubTest, RequestProgressDeferredWhileUnsynced) {
   std::vector<WatchResponse> all;
   auto evs = ReadEvents(r, 0, revs.size(), &all);
   EXPECT_EQ(Revs(evs), revs);
-  for (const auto& m : all) {
-    EXPECT_NE(m.watch_id(), -1) << "progress before the events it covers";
+  for (const auto& m : all) EXPECT_NE(m.watch_id(), -1) << "a dropped request answered";
+  ExpectQuiet(r);
+  // Synced now: the next request is answered.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (hub_->GetStats().unsynced != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
   }
+  ASSERT_EQ(hub_->GetStats().unsynced, 0u);
+  r->stream()->RequestProgress();
   auto p = r->Next();
-  ASSERT_TRUE(p) << "deferred progress never sent";
+  ASSERT_TRUE(p) << "no progress once synced";
   EXPECT_EQ(p->watch_id(), -1);
   EXPECT_EQ(p->events_size(), 0);
   EXPECT_EQ(p->header().revision(), revs.back());
+  ExpectQuiet(r);
+}
+
+// A watcher canceled for compaction stays in etcd's stream until the client
+// cancels it, never synced: until then the stream's progress requests are
+// dropped.
+TEST_F(WatchHubTest, RequestProgressDroppedWhileACompactedWatcherStays) {
+  Start();
+  const int64_t r1 = Put("a", "1");
+  const int64_t r2 = Put("a", "2");
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(r2);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+
+  TestReader* r = NewReader();
+  r->stream()->Create(CreateReq("b"));
+  ExpectCreated(r, 0);
+  r->stream()->Create(CreateReq("a", "", r1));
+  ExpectCreated(r, 1);
+  auto canceled = r->Next();
+  ASSERT_TRUE(canceled);
+  EXPECT_TRUE(canceled->canceled());
+  EXPECT_EQ(canceled->compact_revision(), r2);
+  r->stream()->RequestProgress();
+  ExpectQuiet(r);
+  r->stream()->Cancel(1);
+  auto answer = r->Next();
+  ASSERT_TRUE(answer);
+  EXPECT_TRUE(answer->canceled());
+  r->stream()->RequestProgress();
+  auto p = r->Next();
+  ASSERT_TRUE(p) << "no progress once the compacted watcher is canceled";
+  EXPECT_EQ(p->watch_id(), -1);
+  EXPECT_EQ(p->header().revision(), r2);
   ExpectQuiet(r);
 }
 

@@ -1,5 +1,5 @@
-// Maintenance RPCs end to end: HashKV's hash_revision (etcd 3.5.6+) with
-// hashes compared against etcd, Defragment while puts and linearizable
+// Maintenance RPCs end to end: HashKV's hashes and compact_revision
+// compared against etcd's across compactions, Defragment while puts and linearizable
 // ranges go on, the Alarm RPC (ACTIVATE / GET / DEACTIVATE) against etcd,
 // and /health with active alarms as kubeadm's liveness probe asks it.
 
@@ -60,8 +60,8 @@ grpc::Status HashKV(ServerStubs& s, int64_t rev, etcdserverpb::HashKVResponse* r
 }
 
 // ---------------------------------------------------------------------------
-// HashKV: hash_revision is the revision hashed (the current one when 0 is
-// asked); hash and compact_revision as etcd's at every revision.
+// HashKV: hash and compact_revision as etcd 3.5.16's at every revision, and
+// no hash_revision (3.6 adds it).
 
 TEST(HashKVTest, HashRevisionAndHashesAsEtcd) {
   auto capstan = ServerProcess::Start(ServerOptions::Capstan());
@@ -94,7 +94,7 @@ TEST(HashKVTest, HashRevisionAndHashesAsEtcd) {
       etcdserverpb::HashKVResponse cr, er;
       ASSERT_TRUE(HashKV(c, rev, &cr).ok()) << "rev " << rev;
       ASSERT_TRUE(HashKV(e, rev, &er).ok()) << "rev " << rev;
-      EXPECT_EQ(cr.hash_revision(), rev == 0 ? current : rev) << "rev " << rev;
+      EXPECT_EQ(cr.hash_revision(), 0) << "rev " << rev;
       EXPECT_EQ(cr.header().revision(), current);
       EXPECT_EQ(cr.hash(), er.hash()) << "rev " << rev;
       EXPECT_EQ(cr.compact_revision(), want_compact) << "rev " << rev;
@@ -117,30 +117,58 @@ TEST(HashKVTest, HashRevisionAndHashesAsEtcd) {
   ASSERT_TRUE(c.kv->Compact(Deadline().get(), compact, &unused).ok());
   ASSERT_TRUE(e.kv->Compact(Deadline().get(), compact, &unused).ok());
   check_all(5, 4);
-  // At the compaction revision itself etcd 3.5.6+ hashes (hashByRev refuses
-  // rev < compactRev) where 3.4 answered ErrCompacted (rev <= compactRev).
-  {
-    etcdserverpb::HashKVResponse cr, er;
-    ASSERT_TRUE(HashKV(c, 4, &cr).ok());
-    EXPECT_EQ(cr.hash_revision(), 4);
-    EXPECT_EQ(cr.compact_revision(), 4);
-    grpc::Status est = HashKV(e, 4, &er);
-    if (est.ok()) {  // an etcd 3.5.6+ in CAPSTAN_ETCD_BINARY
-      EXPECT_EQ(cr.hash(), er.hash());
-    } else {
-      EXPECT_EQ(est.error_code(), grpc::OUT_OF_RANGE) << est.error_message();
-    }
-  }
-
-  // Below the compaction and in the future: the same errors, no hash.
-  for (int64_t rev : {int64_t{3}, current + 1}) {
+  // At the compaction revision itself: the hash the compaction stored
+  // (etcd 3.5.16's hashStorage), whose compact_revision is the compaction
+  // before it (none: -1). 3.4 answered ErrCompacted.
+  auto same_hash = [&](int64_t rev, int64_t want_compact) {
     etcdserverpb::HashKVResponse cr, er;
     grpc::Status cst = HashKV(c, rev, &cr);
     grpc::Status est = HashKV(e, rev, &er);
-    EXPECT_FALSE(cst.ok()) << "rev " << rev;
+    ASSERT_TRUE(est.ok()) << "rev " << rev << ": " << est.error_message();
+    ASSERT_TRUE(cst.ok()) << "rev " << rev << ": " << cst.error_message();
+    EXPECT_EQ(cr.hash(), er.hash()) << "rev " << rev;
+    EXPECT_EQ(er.compact_revision(), want_compact) << "rev " << rev;
+    EXPECT_EQ(cr.compact_revision(), want_compact) << "rev " << rev;
+    EXPECT_EQ(cr.header().revision(), er.header().revision()) << "rev " << rev;
+  };
+  same_hash(4, -1);
+
+  // Below the compaction and in the future: the same errors, no hash.
+  auto same_error = [&](int64_t rev) {
+    etcdserverpb::HashKVResponse cr, er;
+    grpc::Status cst = HashKV(c, rev, &cr);
+    grpc::Status est = HashKV(e, rev, &er);
+    EXPECT_FALSE(est.ok()) << "rev " << rev;
     EXPECT_EQ(cst.error_code(), est.error_code()) << "rev " << rev;
     EXPECT_EQ(cst.error_message(), est.error_message()) << "rev " << rev;
-  }
+  };
+  same_error(3);
+  same_error(current + 1);
+
+  // A second compaction, at the delete of revision 7: 3.5.16 keeps that
+  // tombstone until the next compaction, and leaves it out of the hashes.
+  // Revision 4 still answers its stored hash though now compacted, 7 the
+  // hash of its compaction (from 4 on), 5 and 6 are compacted.
+  compact.set_revision(7);
+  ASSERT_TRUE(c.kv->Compact(Deadline().get(), compact, &unused).ok());
+  ASSERT_TRUE(e.kv->Compact(Deadline().get(), compact, &unused).ok());
+  same_hash(4, -1);
+  same_hash(7, 4);
+  same_hash(0, 7);
+  same_error(5);
+  same_error(6);
+
+  // After more writes and a compaction past the tombstone, which removes it.
+  int64_t crev = 0, erev = 0;
+  ASSERT_TRUE(Put(c, "/h/d", "1", &crev).ok());
+  ASSERT_TRUE(Put(e, "/h/d", "1", &erev).ok());
+  ASSERT_EQ(crev, erev);
+  compact.set_revision(crev);
+  ASSERT_TRUE(c.kv->Compact(Deadline().get(), compact, &unused).ok());
+  ASSERT_TRUE(e.kv->Compact(Deadline().get(), compact, &unused).ok());
+  same_hash(crev, 7);
+  same_hash(7, 4);
+  same_hash(0, crev);
 }
 
 // ---------------------------------------------------------------------------
@@ -188,7 +216,7 @@ TEST(DefragTest, PutsAndLinearizableRangesContinue) {
   }
   etcdserverpb::HashKVResponse bulk_hash;
   ASSERT_TRUE(HashKV(s, 0, &bulk_hash).ok());
-  const int64_t bulk_rev = bulk_hash.hash_revision();
+  const int64_t bulk_rev = bulk_hash.header().revision();  // nothing else writes yet
 
   std::mutex mu;
   std::vector<TimedOp> puts, ranges;  // guarded by mu

@@ -145,7 +145,9 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
     response->set_hash(hash);
     // etcd's compaction revision is -1 until the first compaction.
     response->set_compact_revision(compact_rev == 0 ? -1 : compact_rev);
-    response->set_hash_revision(hash_rev);
+    // etcd 3.5.16's HashKVResponse has no hash_revision (3.6 adds it): the
+    // field stays unset.
+    (void)hash_rev;
   }
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
