@@ -91,19 +91,10 @@ std::string StripValue(std::string_view record) {
 
 namespace {
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 // The size of a varint field of KeyValue (tag < 128: one byte), 0 when
 // omitted.
 size_t VarintFieldSize(int64_t v) {
-  return v == 0 ? 0 : 1 + VarintSize(static_cast<uint64_t>(v));
+  return v == 0 ? 0 : 1 + util::VarintSize(static_cast<uint64_t>(v));
 }
 
 // The keys_only KeyValue of kv, prefixed by its tag and length as field
@@ -111,7 +102,7 @@ size_t VarintFieldSize(int64_t v) {
 void AppendKeysOnly(int field, const KeyValueView& kv, std::string* out) {
   size_t size = VarintFieldSize(kv.create_revision) + VarintFieldSize(kv.mod_revision) +
                 VarintFieldSize(kv.version) + VarintFieldSize(kv.lease);
-  if (!kv.key.empty()) size += 1 + VarintSize(kv.key.size()) + kv.key.size();
+  if (!kv.key.empty()) size += 1 + util::VarintSize(kv.key.size()) + kv.key.size();
   util::AppendTag(field, 2, out);
   util::AppendVarint(size, out);
   if (!kv.key.empty()) util::AppendBytesField(1, kv.key, out);

@@ -82,6 +82,16 @@ absl::Status ReadInParts(std::vector<Revision> revs, const RecordVisitor& stream
 
 }  // namespace
 
+bool SortsBefore(RangeRequest::SortTarget target, const KeyValueView& x, const KeyValueView& y) {
+  switch (target) {
+    case RangeRequest::VERSION: return x.version < y.version;
+    case RangeRequest::CREATE: return x.create_revision < y.create_revision;
+    case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
+    case RangeRequest::VALUE: return x.value < y.value;
+    default: return false;
+  }
+}
+
 bool IsFromKey(const std::string& range_end) { return range_end.size() == 1 && range_end[0] == 0; }
 
 absl::Status ValidateRange(const RangeRequest& req) {
@@ -314,14 +324,7 @@ std::vector<size_t> FilterAndSort(const RangeRequest& req, const RangePlan& plan
   auto less = [&fields, target = req.sort_target()](size_t a, size_t b) {
     // Positions are in key order, and keys are unique.
     if (target == RangeRequest::KEY) return a < b;
-    const KeyValueView x = fields(a), y = fields(b);
-    switch (target) {
-      case RangeRequest::VERSION: return x.version < y.version;
-      case RangeRequest::CREATE: return x.create_revision < y.create_revision;
-      case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
-      case RangeRequest::VALUE: return x.value < y.value;
-      default: return false;
-    }
+    return SortsBefore(target, fields(a), fields(b));
   };
   auto swap = [&items](int i, int j) { std::swap(items[i], items[j]); };
   const int n = static_cast<int>(items.size());

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
+#include "mvcc/kv_codec.h"
 #include "mvcc/kv_store.h"
 
 namespace capstan::mvcc {
@@ -44,6 +45,11 @@ absl::Status ResolveReadRevision(int64_t requested, int64_t current, int64_t com
 absl::Status RangeAt(const index::IndexView& index, const etcdserverpb::RangeRequest& req,
                      int64_t rev, int64_t header_rev, const RecordReader& read,
                      RangeResult* result, const RecordVisitor* stream = nullptr);
+
+// The order etcd sorts a Range by `target` in (its kvSortBy... Less), for
+// every target but KEY (keys are unique and already in order): x before y.
+bool SortsBefore(etcdserverpb::RangeRequest::SortTarget target, const KeyValueView& x,
+                 const KeyValueView& y);
 
 // etcd's mkGteRange: a range_end of "\0" means "every key >= key".
 bool IsFromKey(const std::string& range_end);

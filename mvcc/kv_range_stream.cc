@@ -175,17 +175,7 @@ absl::Status RangeStreamReader::Next(ByteSink* kvs, RangeStreamChunk* chunk) {
         return absl::DataLossError("stored record is not a KeyValue");
       }
     }
-    auto less = [&](size_t a, size_t b) {
-      const KeyValueView& x = decoded[a];
-      const KeyValueView& y = decoded[b];
-      switch (target) {
-        case RangeRequest::VERSION: return x.version < y.version;
-        case RangeRequest::CREATE: return x.create_revision < y.create_revision;
-        case RangeRequest::MOD: return x.mod_revision < y.mod_revision;
-        case RangeRequest::VALUE: return x.value < y.value;
-        default: return false;
-      }
-    };
+    auto less = [&](size_t a, size_t b) { return SortsBefore(target, decoded[a], decoded[b]); };
     util::GoSort(
         static_cast<int>(order.size()), [&](int i, int j) { return less(order[i], order[j]); },
         [&](int i, int j) { std::swap(order[i], order[j]); });

@@ -284,9 +284,13 @@ class RequestGenerator {
     return c;
   }
 
-  // Requests for a user whose permissions etcd checks: etcd's answer for a
-  // reversed range depends on the shape of its interval tree (see
-  // docs/COMPATIBILITY.md). So: no reversed ranges.
+  // Requests for a user whom the reference etcd checks otherwise than Capstan
+  // does (see docs/COMPATIBILITY.md): etcd 3.5.16 predates the txn permission
+  // fixes of April 2026 (etcd-io/etcd#21677, #21689), which Capstan follows,
+  // and lets through nested txns and a txn's put with prev_kv or a lease
+  // that a plain request is refused; and etcd's answer for a reversed range
+  // depends on the shape of its interval tree. So: no nested txn, no prev_kv
+  // or lease on a txn's puts, no reversed ranges.
   void set_restricted(bool restricted) { restricted_ = restricted; }
   bool restricted() const { return restricted_; }
 
@@ -396,9 +400,13 @@ class RequestGenerator {
 
   RequestOp TxnOp(int depth) {
     RequestOp op;
-    switch (Weighted({35, 20, 35, depth < 2 ? 10 : 0})) {
+    switch (Weighted({35, 20, 35, depth < 2 && !restricted_ ? 10 : 0})) {
       case 0: {
         PutRequest put = Put();
+        if (restricted_) {
+          put.set_prev_kv(false);
+          put.set_lease(0);
+        }
         // etcd 3.4 (and 3.5) panics, "unexpected error during txn", on a
         // put with ignore_value or ignore_lease of a key that a from-key
         // delete earlier in the txn deleted: its duplicate-key check misses
