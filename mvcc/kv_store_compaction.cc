@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
+#include "mvcc/kv_hash.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
-#include "util/crc32c.h"
 
 namespace capstan::mvcc {
 
@@ -120,11 +120,9 @@ void KvStore::RunCompaction(int64_t rev) {
 
   // 2. The backend: every revision at or below rev that the index no longer
   // keeps, in batches with a pause between them so writes keep flowing. On
-  // the way, etcd's kvHasher over what the compaction reads: the records
-  // from the previous compaction on, the older ones it keeps, but not a
-  // tombstone at the previous compaction revision (which versions before
-  // 3.5.16 had removed).
-  uint32_t hash = util::Crc32cExtend(0, "key");
+  // the way, etcd's kvHasher over what the compaction reads, from the
+  // previous compaction on (kv_hash.h).
+  KvHasher hasher;
   const std::string end = RevisionKey(Revision{rev + 1, 0});
   auto it = backend_->NewIterator(Cf::kKey);
   storage::WriteBatch batch;
@@ -134,13 +132,10 @@ void KvStore::RunCompaction(int64_t rev) {
     Revision r;
     bool tombstone;
     if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
-    const bool kept = keep.contains(r);
-    if (job.store_hash && (r.main > job.prev_rev || keep.empty() || kept) &&
-        !(tombstone && r.main == job.prev_rev)) {
-      hash = util::Crc32cExtend(hash, it->key());
-      hash = util::Crc32cExtend(hash, it->value());
+    if (job.store_hash && HashCovers(r, tombstone, job.prev_rev, keep)) {
+      hasher.Add(it->key(), it->value());
     }
-    if (kept) continue;
+    if (keep.contains(r)) continue;
     batch.Delete(Cf::kKey, it->key());
     if (batch.Count() >= options_.compaction_batch_limit) {
       deleted += batch.Count();
@@ -171,7 +166,7 @@ void KvStore::RunCompaction(int64_t rev) {
     util::MutexLock l(&compact_mu_);
     if (job.store_hash) {
       // Stored before the compaction is answered, as etcd does.
-      compaction_hashes_.push_back(CompactionHash{hash, job.prev_rev, rev});
+      compaction_hashes_.push_back(CompactionHash{hasher.hash(), job.prev_rev, rev});
       std::sort(compaction_hashes_.begin(), compaction_hashes_.end(),
                 [](const CompactionHash& a, const CompactionHash& b) { return a.rev < b.rev; });
       if (compaction_hashes_.size() > kStoredCompactionHashes) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mvcc/errors.h"
+#include "mvcc/kv_hash.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/revision_key.h"
 #include "util/crc32c.h"
@@ -35,10 +36,10 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
   if (rev == 0) rev = view->rev;
   *compact_rev = view->compact_rev;
   *hash_rev = rev;
-  uint32_t h = util::Crc32cExtend(0, "key");
+  KvHasher hasher;
   // etcd hashes no record below a negative revision.
   if (rev < 0) {
-    *hash = h;
+    *hash = hasher.hash();
     return absl::OkStatus();
   }
   index::RevisionSet keep;
@@ -51,17 +52,10 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
     Revision r;
     bool tombstone;
     if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
-    // Revisions at or below the compaction revision that compaction does
-    // not keep are about to be deleted: leave them out.
-    if (r.main <= view->compact_rev && !keep.empty() && !keep.contains(r)) continue;
-    // So is the tombstone at the compaction revision, which etcd 3.5.16
-    // keeps until the next compaction and earlier versions removed.
-    if (tombstone && r.main == view->compact_rev) continue;
-    h = util::Crc32cExtend(h, it->key());
-    h = util::Crc32cExtend(h, it->value());
+    if (HashCovers(r, tombstone, view->compact_rev, keep)) hasher.Add(it->key(), it->value());
   }
   if (auto s = it->status(); !s.ok()) return s;
-  *hash = h;
+  *hash = hasher.hash();
   return absl::OkStatus();
 }
 
