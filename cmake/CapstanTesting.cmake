@@ -38,8 +38,15 @@ function(capstan_test_against_etcd34 name)
   if(NOT T_FILTER)
     set(T_FILTER "*")
   endif()
+  # Debian 12's etcd 3.4, or CAPSTAN_ETCD34_BINARY at configure time (the
+  # same variable tests/process_fixture.h reads at run time).
+  set(etcd34 "/usr/bin/etcd")
+  if(DEFINED ENV{CAPSTAN_ETCD34_BINARY})
+    set(etcd34 "$ENV{CAPSTAN_ETCD34_BINARY}")
+  endif()
+  get_filename_component(etcd34_dir "${etcd34}" DIRECTORY)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_FILTER "${T_FILTER}"
                        TEST_SUFFIX ".etcd34"
                        PROPERTIES LABELS "integration" TIMEOUT 300
-                       ENVIRONMENT "CAPSTAN_ETCD_BINARY=/usr/bin/etcd;CAPSTAN_ETCDCTL_BINARY=/usr/bin/etcdctl")
+                       ENVIRONMENT "CAPSTAN_ETCD_BINARY=${etcd34};CAPSTAN_ETCDCTL_BINARY=${etcd34_dir}/etcdctl")
 endfunction()
