@@ -377,11 +377,14 @@ void KvStore::LeaseExpiryLoop() {
                                  options_.lease_check_interval);
       if (stopping_) return;
     }
+    WriteLog* log = write_log_.load(std::memory_order_acquire);
+    if (log == nullptr) log = this;
+    if (!log->Leads()) continue;
     for (int64_t id : lessor_.Expired(per_check)) {
       auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
       req->set_id(id);
       auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
-      Submit({LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}});
+      log->Submit({LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}});
     }
   }
 }

@@ -141,7 +141,7 @@ absl::Status ValidateWrite(const etcdserverpb::DeleteRangeRequest& r, int max_tx
 absl::Status ValidateWrite(const etcdserverpb::TxnRequest& r, int max_txn_ops);
 absl::Status ValidateWrite(const etcdserverpb::CompactionRequest& r, int max_txn_ops);
 
-class KvStore {
+class KvStore : public WriteLog {
  public:
   // Opens the store on backend, rebuilding the key index from it and
   // resuming an interrupted compaction.
@@ -164,7 +164,14 @@ class KvStore {
   // Queues a write for the committer (mvcc/write_request.h has the
   // contract). A write submitted after the store began to stop is answered
   // Error::kStopped at once.
-  void Submit(WriteRequest write) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  void Submit(WriteRequest write) override ABSL_LOCKS_EXCLUDED(queue_mu_);
+
+  // Where the store's own writes go (the revocations of expired leases),
+  // and whether this member expires leases at all (WriteLog::Leads): in a
+  // cluster the Raft log, so that every member revokes the same leases at
+  // the same index and only the leader decides to. Null (the default): the
+  // store itself. The log must outlive the store or be reset to null.
+  void SetWriteLog(WriteLog* log) { write_log_.store(log, std::memory_order_release); }
 
   // Blocking conveniences over Submit, for tests and tools.
   absl::StatusOr<etcdserverpb::PutResponse> Put(const etcdserverpb::PutRequest& req);
@@ -221,8 +228,10 @@ class KvStore {
   // must not call into the store.
   void TEST_SetGroupWaitHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
-  // Write requests applied over the store's life, kept durable with each
-  // group: the member's raft index and applied index in Status.
+  // The applied index, kept durable with each group: in a cluster the
+  // index of the last Raft entry applied (WriteRequest::raft_index), on a
+  // single member the number of write requests applied over the store's
+  // life. The member's raft index and applied index in Status.
   uint64_t AppliedIndex() const { return applied_index_.load(std::memory_order_acquire); }
 
   int64_t Rev() const { return View()->rev; }
@@ -361,6 +370,7 @@ class KvStore {
   // Changes of the group being committed, for the watch hub.
   std::vector<WatchEvent> group_events_;
   std::atomic<WatchHub*> hub_{nullptr};
+  std::atomic<WriteLog*> write_log_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
   // The backend's size as last measured, for the quota.
   int64_t backend_size_ = 0;

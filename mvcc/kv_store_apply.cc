@@ -692,13 +692,20 @@ absl::Status KvStore::Apply(WriteRequest& w, size_t i, Group* group) {
 }
 
 void KvStore::CommitBatch(Group* group) {
-  // The applied index counts the client writes (not the store's own steps)
-  // and is written with the data it covers, in the same batch.
+  // The applied index is written with the data it covers, in the same
+  // batch. Writes from a Raft log carry their entry's index; a single
+  // member's index counts its client writes (not the store's own steps).
   uint64_t applied = applied_index_.load(std::memory_order_relaxed);
+  bool from_log = false;
   for (const auto& w : *group->writes) {
-    if (!std::holds_alternative<InternalOp>(w.op)) ++applied;
+    if (w.raft_index > 0) {
+      from_log = true;
+      applied = std::max(applied, w.raft_index);
+    } else if (!std::holds_alternative<InternalOp>(w.op)) {
+      ++applied;
+    }
   }
-  if (batch_.Count() > 0) {
+  if (batch_.Count() > 0 || (from_log && applied != applied_index_.load(std::memory_order_relaxed))) {
     std::string index_bytes;
     util::AppendBigEndian64(applied, &index_bytes);
     batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);

@@ -20,6 +20,8 @@
 #define CAPSTAN_MVCC_WRITE_REQUEST_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <variant>
 
 #include "absl/functional/any_invocable.h"
@@ -78,6 +80,38 @@ struct WriteRequest {
   // service does, before its auth checks): the committer skips the txn
   // checks that cost (the duplicate-key walk), off its serial path.
   bool validated = false;
+  // A CustomOp that a cluster replicates (an auth change) carries the
+  // request as etcd's Raft log holds it: the member that proposed it
+  // applies op, every other member the WriteRequest that the owner of the
+  // request builds from this entry (replication/). Null for a client write
+  // (ToInternalRaftRequest gives its entry) and for what never leaves the
+  // member.
+  std::shared_ptr<const etcdserverpb::InternalRaftRequest> raft_request;
+  // The index of the Raft log entry this write applies (0: a write that is
+  // not in a log). The committer stores the greatest applied index with
+  // each group, atomically with its data (etcd's consistent index), so that
+  // replay after a crash skips what was applied.
+  uint64_t raft_index = 0;
+};
+
+// Where writes go to be ordered, made durable and applied: on a single
+// member (and in libcapstan) the KV store's committer itself; in a cluster
+// the Raft log (replication/), whose committed entries reach the committer
+// of every member in log order. The services and the stores layered on the
+// KV store (auth) submit through a WriteLog, never knowing which.
+//
+// Thread safety: Submit may be called from any thread.
+class WriteLog {
+ public:
+  virtual ~WriteLog() = default;
+  // Orders w with every other write and calls w.done exactly once, as
+  // KvStore::Submit does: after the write is durable (in a cluster, on a
+  // quorum) and applied here, or with the error that refused it.
+  virtual void Submit(WriteRequest w) = 0;
+  // Whether this member does the work that only one member may do (expiring
+  // leases, automatic compaction): always on a single member, on the leader
+  // in a cluster.
+  virtual bool Leads() const { return true; }
 };
 
 // A client write's request as etcd's Raft log carries it: `out` gets a copy

@@ -1,0 +1,75 @@
+// Transport: how a member's Raft messages reach its peers and theirs reach
+// it. The replication layer knows only this interface; the peer service
+// (server/peer/, gRPC over the peer URLs with etcd's peer TLS flags)
+// implements it.
+//
+// Thread safety: every method may be called from any thread. Send never
+// blocks: each peer has its own bounded queue, and a message that does not
+// fit is dropped and its peer reported unreachable (Raft resends).
+
+#ifndef CAPSTAN_REPLICATION_TRANSPORT_H_
+#define CAPSTAN_REPLICATION_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "replication/raft_engine.h"
+
+namespace capstan::replication {
+
+// What a member does with what its peers send it. Set before Start; each
+// callback may be called from any transport thread, concurrently, and
+// must not block for long (enqueue and return).
+struct TransportHandler {
+  // A raftpb.Message from peer `from`, addressed to this member.
+  std::function<void(uint64_t from, std::string message)> on_message;
+  // A message to `to` could not be delivered (peer down, queue full):
+  // raft's ReportUnreachable.
+  std::function<void(uint64_t to)> on_unreachable;
+  // A lease keep-alive forwarded by a follower to this member, the leader:
+  // renews the lease and answers its new TTL (etcd's leader-side
+  // LeaseRenew). Errors are etcd's lease errors.
+  std::function<absl::Status(const etcdserverpb::LeaseKeepAliveRequest& request,
+                             etcdserverpb::LeaseKeepAliveResponse* response)>
+      on_lease_renew;
+  // A LeaseTimeToLive forwarded to the leader, which alone knows the
+  // remaining TTL.
+  std::function<absl::Status(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                             etcdserverpb::LeaseTimeToLiveResponse* response)>
+      on_lease_time_to_live;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Starts serving the peer URLs. Messages from a peer whose cluster ID
+  // differs, or from a member this one has removed, are refused with
+  // etcd's errors before they reach the handler.
+  virtual absl::Status Start(TransportHandler handler) = 0;
+  // Stops serving and sending; no handler runs after Stop returns.
+  virtual void Stop() = 0;
+  // Adds (or updates the URLs of) a peer that messages may be sent to.
+  virtual void AddPeer(uint64_t id, const std::vector<std::string>& peer_urls) = 0;
+  // Forgets a peer; it is refused from now on (etcd's removed-member check).
+  virtual void RemovePeer(uint64_t id) = 0;
+  // Queues each message for its peer (RaftMessage::to), in order per peer.
+  virtual void Send(std::vector<RaftMessage> messages) = 0;
+  // Calls the leader's on_lease_renew (or on_lease_time_to_live) over the
+  // peer connection and waits for the answer (a follower's LeaseKeepAlive).
+  // Unavailable when the leader cannot be reached before deadline_ms.
+  virtual absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+                                  etcdserverpb::LeaseKeepAliveResponse* response,
+                                  int64_t deadline_ms) = 0;
+  virtual absl::Status LeaseTimeToLive(uint64_t leader,
+                                       const etcdserverpb::LeaseTimeToLiveRequest& request,
+                                       etcdserverpb::LeaseTimeToLiveResponse* response,
+                                       int64_t deadline_ms) = 0;
+};
+
+}  // namespace capstan::replication
+
+#endif  // CAPSTAN_REPLICATION_TRANSPORT_H_
