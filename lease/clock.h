@@ -24,6 +24,7 @@ namespace capstan::lease {
 class Clock {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::steady_clock::duration;
 
   // The current time; never earlier than a time it returned before.
   virtual TimePoint Now() const = 0;

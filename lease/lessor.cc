@@ -65,6 +65,16 @@ std::optional<int64_t> Lessor::Renew(int64_t id) {
   return it->second.ttl;
 }
 
+void Lessor::Promote(Clock::Duration extend) {
+  util::MutexLock l(&mu_);
+  const auto now = clock_->Now();
+  heap_ = {};
+  for (auto& [id, lease] : leases_) {
+    lease.deadline = now + std::chrono::seconds(lease.ttl) + extend;
+    PushLocked(id, lease.deadline);
+  }
+}
+
 std::vector<int64_t> Lessor::Expired(size_t max) {
   util::MutexLock l(&mu_);
   std::vector<int64_t> out;

@@ -69,6 +69,12 @@ class Lessor {
   // only ever revoked).
   std::optional<int64_t> Renew(int64_t id);
 
+  // A member that becomes its cluster's leader: every lease gets its full
+  // TTL again plus `extend` from now (etcd's Lessor.Promote, which extends
+  // by the election timeout), since a follower never saw the keep-alives
+  // the old leader took.
+  void Promote(Clock::Duration extend);
+
   // Leases whose deadline passed, at most `max` of them, oldest first. A
   // lease returned here is returned again by later calls until it is
   // revoked (a revoke that failed is retried).

@@ -57,7 +57,8 @@ uint64_t EtcdClusterId(std::vector<uint64_t> member_ids) {
 absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const std::string& name,
                                               std::vector<std::string> peer_urls,
                                               std::vector<std::string> client_urls,
-                                              std::string_view cluster_token) {
+                                              std::string_view cluster_token,
+                                              const std::vector<InitialMember>& initial_members) {
   MemberInfo m;
   m.name = name;
   m.peer_urls = std::move(peer_urls);
@@ -71,7 +72,25 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
   // A new member takes the ids etcd gives the same flags; a data dir keeps
   // the ids it was created with.
   m.member_id = *member != 0 ? *member : EtcdMemberId(m.peer_urls, cluster_token);
-  m.cluster_id = *cluster != 0 ? *cluster : EtcdClusterId({m.member_id});
+  std::vector<uint64_t> ids;
+  for (const auto& im : initial_members) {
+    ClusterMember cm;
+    cm.id = EtcdMemberId(im.peer_urls, cluster_token);
+    cm.name = im.name;
+    cm.peer_urls = im.peer_urls;
+    if (im.name == name) {
+      if (*member == 0) m.member_id = cm.id;
+      cm.client_urls = m.client_urls;
+    }
+    ids.push_back(cm.id);
+    m.initial_members.push_back(std::move(cm));
+  }
+  if (m.initial_members.size() <= 1) {
+    m.initial_members.clear();
+    ids = {m.member_id};
+    m.initial_members.push_back({m.member_id, m.name, m.peer_urls, m.client_urls, false});
+  }
+  m.cluster_id = *cluster != 0 ? *cluster : EtcdClusterId(ids);
   m.raft_term = *term == 0 ? 2 : *term + 1;
   storage::WriteBatch batch;
   batch.Put(storage::Cf::kMeta, kClusterIdKey, U64Bytes(m.cluster_id));
@@ -84,7 +103,7 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
 void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header) {
   header->set_cluster_id(member.cluster_id);
   header->set_member_id(member.member_id);
-  header->set_raft_term(member.raft_term);
+  header->set_raft_term(member.raft != nullptr ? member.raft->Term() : member.raft_term);
 }
 
 }  // namespace capstan::membership

@@ -16,6 +16,31 @@
 
 namespace capstan::membership {
 
+// One member of the cluster as etcd's member list shows it.
+struct ClusterMember {
+  uint64_t id = 0;
+  std::string name;
+  std::vector<std::string> peer_urls;
+  std::vector<std::string> client_urls;  // empty until the member published them
+  bool is_learner = false;
+};
+
+// What the services report of this member's Raft state (Status, headers),
+// kept by the replication layer. Thread safety: every method may be called
+// from any thread.
+class RaftView {
+ public:
+  virtual ~RaftView() = default;
+  virtual uint64_t Leader() const = 0;  // 0: no leader known
+  virtual uint64_t Term() const = 0;
+  virtual uint64_t CommittedIndex() const = 0;
+  virtual uint64_t AppliedIndex() const = 0;
+  virtual bool IsLearner() const { return false; }
+  // The members as this member's applied log knows them, with the client
+  // URLs each published.
+  virtual std::vector<ClusterMember> Members() const = 0;
+};
+
 struct MemberInfo {
   uint64_t cluster_id = 0;
   uint64_t member_id = 0;
@@ -25,6 +50,18 @@ struct MemberInfo {
   std::string name;
   std::vector<std::string> peer_urls;
   std::vector<std::string> client_urls;
+  // The members of the cluster this one was started in (--initial-cluster),
+  // this one included; one entry for a single member.
+  std::vector<ClusterMember> initial_members;
+  // In a cluster, its Raft state (not owned; outlives the services); null
+  // on a single member.
+  const RaftView* raft = nullptr;
+};
+
+// A member of --initial-cluster: its name and peer URLs.
+struct InitialMember {
+  std::string name;
+  std::vector<std::string> peer_urls;
 };
 
 // etcd's ids for a new cluster (membership.NewMember, RaftCluster.genID):
@@ -38,13 +75,19 @@ uint64_t EtcdClusterId(std::vector<uint64_t> member_ids);
 // Loads the identity from backend's meta family, creating it on first start
 // with etcd's ids for peer_urls and cluster_token, and begins a new term.
 // Call before the backend is handed to the KV store.
+//
+// With more than one initial member (a cluster) every member's id and the
+// cluster's id come from initial_members, as etcd computes them from
+// --initial-cluster and --initial-cluster-token; this member is the one
+// named `name`.
 absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const std::string& name,
                                               std::vector<std::string> peer_urls,
                                               std::vector<std::string> client_urls,
-                                              std::string_view cluster_token);
+                                              std::string_view cluster_token,
+                                              const std::vector<InitialMember>& initial_members = {});
 
 // Fills the member fields of a response header (cluster_id, member_id,
-// raft_term); the revision is the caller's.
+// raft_term: the Raft term in a cluster); the revision is the caller's.
 void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header);
 
 }  // namespace capstan::membership

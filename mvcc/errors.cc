@@ -39,6 +39,13 @@ ErrorInfo InfoOf(Error e) {
     case Error::kStopped: return {absl::StatusCode::kUnavailable, "server stopped"};
     case Error::kStorageFailed:
       return {absl::StatusCode::kUnavailable, "storage failed; writes are no longer accepted"};
+    case Error::kTimeout: return {absl::StatusCode::kUnavailable, "request timed out"};
+    case Error::kTimeoutLeaderFail:
+      return {absl::StatusCode::kUnavailable,
+              "request timed out, possibly due to previous leader failure"};
+    case Error::kNoLeader: return {absl::StatusCode::kUnavailable, "no leader"};
+    case Error::kTooManyRequests: return {absl::StatusCode::kResourceExhausted, "too many requests"};
+    case Error::kLeaderChanged: return {absl::StatusCode::kUnavailable, "leader changed"};
   }
   return {absl::StatusCode::kUnknown, "unknown error"};
 }

@@ -32,6 +32,12 @@ enum class Error {
   kLeaseTtlTooLarge,  // etcdserver: too large lease TTL
   kStopped,           // etcdserver: server stopped
   kStorageFailed,     // the backend failed a write; the store no longer accepts writes
+  // A cluster's (the write log's) errors.
+  kTimeout,                // etcdserver: request timed out
+  kTimeoutLeaderFail,      // etcdserver: request timed out, possibly due to previous leader failure
+  kNoLeader,               // etcdserver: no leader
+  kTooManyRequests,        // etcdserver: too many requests (apply far behind commit)
+  kLeaderChanged,          // etcdserver: leader changed
 };
 
 // A Status carrying `e`.

@@ -240,6 +240,53 @@ absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* 
 }
 
 void KvStore::Submit(WriteRequest write) {
+  // A cluster orders what the services submit through its Raft log, which
+  // hands each committed write back through SubmitCommitted. The store's
+  // own steps never leave the member.
+  if (write.raft_index == 0 && !std::holds_alternative<InternalOp>(write.op)) {
+    if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+      log->Submit(std::move(write));
+      return;
+    }
+    if (options_.requires_write_log) {
+      write.done(MakeError(Error::kNoLeader));
+      return;
+    }
+  }
+  SubmitCommitted(std::move(write));
+}
+
+void KvStore::ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) {
+  if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+    log->ReadBarrier(std::move(ready));
+    return;
+  }
+  ready(options_.requires_write_log ? MakeError(Error::kNoLeader) : absl::OkStatus());
+}
+
+void KvStore::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+  if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+    log->RenewLease(id, std::move(done));
+    return;
+  }
+  if (options_.requires_write_log) {
+    done(MakeError(Error::kNoLeader));
+    return;
+  }
+  std::optional<int64_t> ttl = lessor_.Renew(id);
+  if (!ttl) {
+    done(MakeError(Error::kLeaseNotFound));
+    return;
+  }
+  done(*ttl);
+}
+
+bool KvStore::Leads() const {
+  if (WriteLog* log = write_log_.load(std::memory_order_acquire)) return log->Leads();
+  return !options_.requires_write_log;
+}
+
+void KvStore::SubmitCommitted(WriteRequest write) {
   {
     util::MutexLock l(&queue_mu_);
     if (!stopping_) {
@@ -378,6 +425,7 @@ void KvStore::LeaseExpiryLoop() {
       if (stopping_) return;
     }
     WriteLog* log = write_log_.load(std::memory_order_acquire);
+    if (log == nullptr && options_.requires_write_log) continue;
     if (log == nullptr) log = this;
     if (!log->Leads()) continue;
     for (int64_t id : lessor_.Expired(per_check)) {

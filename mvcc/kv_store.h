@@ -82,6 +82,10 @@ struct KvStoreOptions {
   int64_t quota_bytes = 0;
   // The member raising alarms (the NOSPACE alarm names it).
   uint64_t member_id = 0;
+  // A cluster member's store: every write is ordered by the write log
+  // (SetWriteLog), and until there is one, Submit answers "no leader" and
+  // leases do not expire, so that nothing is applied on this member alone.
+  bool requires_write_log = false;
 };
 
 // What a reader sees: one published, durable state of the store.
@@ -164,13 +168,30 @@ class KvStore : public WriteLog {
   // Queues a write for the committer (mvcc/write_request.h has the
   // contract). A write submitted after the store began to stop is answered
   // Error::kStopped at once.
+  // With a write log set (SetWriteLog) a write from a service goes to it
+  // to be ordered, and comes back through SubmitCommitted once committed.
   void Submit(WriteRequest write) override ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Queues a write the write log committed (or one of the store's own
+  // steps) for the committer, in the order of calls.
+  void SubmitCommitted(WriteRequest write) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Calls ready once a read served afterwards is linearizable (the write
+  // log's ReadBarrier; at once without one).
+  void ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) override;
+  // Renews the lease here, or through the write log where it keeps leases
+  // alive (a cluster's leader).
+  void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
+  // Whether this member does the leader-only work: its write log's answer;
+  // without one, true unless the store requires a log.
+  bool Leads() const override;
 
   // Where the store's own writes go (the revocations of expired leases),
   // and whether this member expires leases at all (WriteLog::Leads): in a
   // cluster the Raft log, so that every member revokes the same leases at
-  // the same index and only the leader decides to. Null (the default): the
-  // store itself. The log must outlive the store or be reset to null.
+  // the same index and only the leader decides to. The log hears of every
+  // applied index (WriteLog::Applied). Null (the default): the store
+  // itself. The log must outlive the store or be reset to null. With
+  // KvStoreOptions::requires_write_log, writes submitted before a log is
+  // set are refused and no lease expires.
   void SetWriteLog(WriteLog* log) { write_log_.store(log, std::memory_order_release); }
 
   // Blocking conveniences over Submit, for tests and tools.

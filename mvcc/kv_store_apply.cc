@@ -734,6 +734,9 @@ void KvStore::PublishGroup(Group* group) {
   // A failed store never publishes again: its live index holds the failed
   // group's changes, which are not durable.
   if (group->changed && !failed_) Publish();
+  if (WriteLog* log = write_log_.load(std::memory_order_acquire); log != nullptr && !failed_) {
+    log->Applied(applied_index_.load(std::memory_order_relaxed));
+  }
   if (!group_events_.empty()) {
     if (WatchHub* hub = hub_.load(std::memory_order_acquire)) {
       hub->Notify(current_rev_, std::move(group_events_));

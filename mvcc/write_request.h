@@ -26,6 +26,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "etcdserverpb/raft_internal.pb.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "storage/backend.h"
@@ -112,6 +113,24 @@ class WriteLog {
   // leases, automatic compaction): always on a single member, on the leader
   // in a cluster.
   virtual bool Leads() const { return true; }
+  // Calls ready (on any thread; it must not block) once every write
+  // committed before the call is applied on this member, so that a read
+  // served then is linearizable (etcd's ReadIndex), or with the error that
+  // prevents it (no leader, a timeout). At once on a single member.
+  virtual void ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) {
+    ready(absl::OkStatus());
+  }
+  // Called by the KV store's committer after each group is durable and
+  // published, with the store's applied index. Must not block or call into
+  // the store.
+  virtual void Applied(uint64_t applied_index) {}
+  // Renews a lease where its cluster keeps leases alive (the leader) and
+  // calls done with its TTL, or kLeaseNotFound, or why it could not reach
+  // the leader. done may run on any thread, before RenewLease returns.
+  // Only a cluster's write log overrides it; the KV store renews locally.
+  virtual void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+    done(absl::UnimplementedError("this write log does not renew leases"));
+  }
 };
 
 // A client write's request as etcd's Raft log carries it: `out` gets a copy

@@ -50,6 +50,9 @@ AutoCompactor::~AutoCompactor() {
 
 bool AutoCompactor::Compact(int64_t rev) {
   if (rev <= store_->CompactRev()) return true;
+  // In a cluster only the leader compacts (etcd pauses the compactor of a
+  // follower); the compaction is an entry of the log, applied everywhere.
+  if (!store_->Leads()) return false;
   etcdserverpb::CompactionRequest req;
   req.set_revision(rev);
   auto resp = store_->Compact(req);

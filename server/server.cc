@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "auth/auth_store.h"
 #include "grpcpp/grpcpp.h"
 #include "membership/member.h"
+#include "replication/replicator.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
 #include "server/api/auth_service.h"
@@ -35,12 +37,14 @@
 #include "server/api/snapshot_stream.h"
 #include "server/api/watch_service.h"
 #include "server/auto_compactor.h"
+#include "server/config/validation.h"
 #include "server/http/client_http.h"
 #include "server/http/client_listener.h"
 #include "server/http/http_endpoints.h"
 #include "server/http/json_gateway.h"
 #include "server/observability/grpc_metrics.h"
 #include "server/observability/metrics.h"
+#include "server/peer/peer_transport.h"
 #include "server/security/metrics_tls.h"
 #include "server/security/tls.h"
 #include "spdlog/spdlog.h"
@@ -118,12 +122,14 @@ absl::StatusOr<std::optional<ClientTls>> ClientTlsIfNeeded(const ServerConfig& c
 
 }  // namespace
 
-Server::Server(const ServerConfig& config) : config_(config) {}
+Server::Server(const ServerConfig& config, replication::RaftEngineFactory* raft)
+    : config_(config), raft_factory_(raft) {}
 
 Server::~Server() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
-  auto server = Open(config);
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config,
+                                                     replication::RaftEngineFactory* raft) {
+  auto server = Open(config, raft);
   if (!server.ok()) return server.status();
   if (auto s = (*server)->Serve(); !s.ok()) {
     (*server)->Shutdown();
@@ -132,8 +138,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   return server;
 }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config) {
-  std::unique_ptr<Server> server(new Server(config));
+absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config,
+                                                    replication::RaftEngineFactory* raft) {
+  std::unique_ptr<Server> server(new Server(config, raft));
   if (auto s = server->Init(); !s.ok()) {
     server->Shutdown();
     return s;
@@ -145,6 +152,9 @@ absl::Status Server::Init() {
   if (auto s = OpenStore(); !s.ok()) return s;
   if (auto s = StartWatchHubAndCache(); !s.ok()) return s;
   if (auto s = BuildServices(); !s.ok()) return s;
+  if (clustered_) {
+    if (auto s = StartReplication(); !s.ok()) return s;
+  }
   StartAutoCompaction();
   return absl::OkStatus();
 }
@@ -152,10 +162,26 @@ absl::Status Server::Init() {
 absl::Status Server::OpenStore() {
   if (auto s = storage::PrepareDataDir(config_.data_dir); !s.ok()) return s;
 
+  std::vector<membership::InitialMember> initial;
+  if (auto parsed = config_internal::ParseInitialCluster(config_.initial_cluster); parsed.ok()) {
+    for (const auto& [name, urls] : *parsed) initial.push_back({name, UrlStrings(urls)});
+  }
+  std::error_code ec;
+  clustered_ = initial.size() > 1 ||
+               std::filesystem::exists(storage::RaftLogDir(config_.data_dir), ec);
+  if (clustered_ && raft_factory_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this build of Capstan has no Raft engine: it cannot run a member of a multi-member "
+        "cluster (the capstan binary can)");
+  }
+
   storage::BackendOptions backend_options;
   backend_options.dir = storage::BackendDir(config_.data_dir);
   RemoveSnapshotLeftovers(backend_options.dir);
-  backend_options.sync = !config_.unsafe_no_fsync;
+  // A cluster member's data is durable in its Raft log first: the store
+  // writes the applied index with its data and replays the log after a
+  // crash (docs/REPLICATION.md), so its own writes need no fsync.
+  backend_options.sync = !config_.unsafe_no_fsync && !clustered_;
   backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();
@@ -163,12 +189,14 @@ absl::Status Server::OpenStore() {
   auto member = membership::LoadOrCreateMember(backend->get(), config_.name,
                                    UrlStrings(InitialPeerUrls(config_)),
                                    UrlStrings(config_.advertise_client_urls),
-                                   config_.initial_cluster_token);
+                                   config_.initial_cluster_token, initial);
   if (!member.ok()) return member.status();
   member_ = std::make_unique<membership::MemberInfo>(std::move(*member));
 
   const auto start = std::chrono::steady_clock::now();
-  auto store = mvcc::KvStore::Open(StoreOptions(config_, member_->member_id), std::move(*backend));
+  mvcc::KvStoreOptions kv_options = StoreOptions(config_, member_->member_id);
+  kv_options.requires_write_log = clustered_;
+  auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
   SPDLOG_INFO("opened store: revision {}, compacted revision {}, {} keys, recovered in {} ms",
@@ -219,6 +247,7 @@ absl::Status Server::BuildServices() {
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
                                             member_.get());
   const AuthGate* gate = auth->gate();
+  auth_store_ = gate->store();
   bulk_reads_ = std::make_unique<BulkReads>(BulkReads::Options{});
   auto kv = std::make_unique<KvService>(store_.get(), member_.get(), gate, bulk_reads_.get());
   if (cache_) {
@@ -240,6 +269,57 @@ absl::Status Server::BuildServices() {
     services_.push_back(std::make_unique<CacheService>(cache_.get(), member_.get(), 4, gate));
   }
   services_.push_back(std::move(auth));
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartReplication() {
+  replication::RaftLogOptions log_options;
+  log_options.dir = storage::RaftLogDir(config_.data_dir);
+  log_options.sync = !config_.unsafe_no_fsync;
+  auto log = replication::RaftLog::Open(log_options);
+  if (!log.ok()) return log.status();
+
+  auto transport_options =
+      PeerTransportOptionsFromConfig(config_, member_->member_id, member_->cluster_id);
+  if (!transport_options.ok()) return transport_options.status();
+  auto transport = std::make_unique<PeerTransport>(*std::move(transport_options));
+
+  replication::ReplicatorOptions options;
+  options.member_id = member_->member_id;
+  options.cluster_id = member_->cluster_id;
+  options.initial_members = member_->initial_members;
+  options.name = member_->name;
+  options.client_urls = member_->client_urls;
+  options.tick = absl::Milliseconds(static_cast<int64_t>(config_.heartbeat_interval_ms));
+  options.election_ticks = static_cast<int>(
+      std::max<uint64_t>(1, config_.election_timeout_ms / std::max<uint64_t>(1, config_.heartbeat_interval_ms)));
+  options.pre_vote = config_.pre_vote;
+  options.max_proposal_bytes = static_cast<int64_t>(config_.max_request_bytes);
+  // etcd's ReqTimeout: 5 s plus two election timeouts.
+  options.request_timeout =
+      absl::Seconds(5) + 2 * absl::Milliseconds(static_cast<int64_t>(config_.election_timeout_ms));
+  // Auth changes are entries too: each member rebuilds them on its auth
+  // store.
+  auth::AuthStore* auth_store = auth_store_;
+  replication::EntryDecoder decode_auth =
+      [auth_store](std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
+                   absl::AnyInvocable<void(absl::Status)>* done)
+      -> std::optional<mvcc::WriteRequest> {
+    if (!auth::AuthStore::IsAuthRequest(*request)) return std::nullopt;
+    return auth_store->Write(std::move(request), std::move(*done));
+  };
+  replicator_ = replication::Replicator::Create(options, raft_factory_, *std::move(log),
+                                                store_.get(), transport.get(),
+                                                std::move(decode_auth));
+  if (auto s = transport->Start(replicator_->handler()); !s.ok()) return s;
+  for (const auto& m : member_->initial_members) {
+    if (m.id != member_->member_id) transport->AddPeer(m.id, m.peer_urls);
+  }
+  peer_transport_ = std::move(transport);
+  if (auto s = replicator_->Run(); !s.ok()) return s;
+  member_->raft = replicator_.get();
+  SPDLOG_INFO("member {:x} of cluster {:x} started with {} members", member_->member_id,
+              member_->cluster_id, member_->initial_members.size());
   return absl::OkStatus();
 }
 
@@ -483,6 +563,10 @@ void Server::Shutdown() {
   shut_down_ = true;
   // No new connections, for gRPC or HTTP.
   for (auto& l : client_listeners_) l->Stop();
+  // Writes and reads waiting for the cluster are answered now; later ones
+  // are refused (nothing is applied on this member alone).
+  if (replicator_) replicator_->Stop();
+  if (peer_transport_) peer_transport_->Stop();
   if (grpc_server_) {
     // Locks and campaigns may wait indefinitely: answer them now.
     if (recipes_) recipes_->EndCalls();
@@ -515,6 +599,9 @@ void Server::Shutdown() {
   // its queue (still notifying the hub) and stops its threads.
   if (hub_) hub_->Stop();
   store_.reset();
+  // The store called the replicator as its write log until it closed.
+  replicator_.reset();
+  peer_transport_.reset();
   hub_.reset();
   services_.clear();
   SPDLOG_INFO("stopped serving");

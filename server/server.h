@@ -35,9 +35,19 @@ namespace capstan::watchcache {
 class Cache;
 }
 
+namespace capstan::auth {
+class AuthStore;
+}  // namespace capstan::auth
+
 namespace capstan::membership {
 struct MemberInfo;
 }  // namespace capstan::membership
+
+namespace capstan::replication {
+class RaftEngineFactory;
+class Replicator;
+class Transport;
+}  // namespace capstan::replication
 
 namespace capstan::server {
 
@@ -56,13 +66,20 @@ class Server {
  public:
   // Starts serving. Fails (with nothing left running) if the data directory
   // is unusable or an address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerConfig& config);
+  //
+  // raft makes the Raft engines of a cluster member (--initial-cluster with
+  // more than one member): the `capstan` binary passes etcd's Raft (Go),
+  // which libcapstan never links. Without it such a config is refused; a
+  // single member never needs it. It must outlive the server.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr);
 
   // Embedding (libcapstan): Open does what Start does except listening, so
   // the caller can use the store directly; Serve then starts the gRPC and
   // HTTP listeners of config on the same store (at most once). Start is
   // Open followed by Serve.
-  static absl::StatusOr<std::unique_ptr<Server>> Open(const ServerConfig& config);
+  static absl::StatusOr<std::unique_ptr<Server>> Open(
+      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr);
   absl::Status Serve();
   // Owned by the Server; valid until Shutdown. cache() is null when no
   // watch cache prefix is configured.
@@ -83,7 +100,7 @@ class Server {
   // What Serve's phases hand on to one another (server.cc).
   struct Listening;
 
-  explicit Server(const ServerConfig& config);
+  Server(const ServerConfig& config, replication::RaftEngineFactory* raft);
 
   // Open: OpenStore, StartWatchHubAndCache, BuildServices, then
   // StartAutoCompaction. On failure the caller calls Shutdown.
@@ -102,6 +119,11 @@ class Server {
   // Starts auto-compaction if --auto-compaction-retention asks for it.
   // REQUIRES: OpenStore succeeded.
   void StartAutoCompaction();
+  // A cluster member: opens the Raft log, starts the peer transport on
+  // --listen-peer-urls and the replicator, which becomes the store's write
+  // log. REQUIRES: BuildServices succeeded (the log's auth entries apply
+  // to the auth store); clustered_.
+  absl::Status StartReplication();
 
   // Serve's phases, in this order. On failure the caller calls Shutdown,
   // which stops whatever the earlier phases started.
@@ -134,7 +156,11 @@ class Server {
   void LogReady() const;
 
   const ServerConfig config_;
+  replication::RaftEngineFactory* const raft_factory_;
+  // Whether this member is one of a cluster's (its writes go through Raft).
+  bool clustered_ = false;
   std::unique_ptr<membership::MemberInfo> member_;
+  auth::AuthStore* auth_store_ = nullptr;  // owned by the auth service
   std::unique_ptr<mvcc::KvStore> store_;
   std::unique_ptr<mvcc::WatchHub> hub_;
   // The Kubernetes watch cache, fed by the store and the hub.
@@ -163,6 +189,10 @@ class Server {
   // gRPC and HTTP, then those of --listen-client-http-urls (HTTP only).
   std::vector<std::unique_ptr<ClientListener>> client_listeners_;
   std::unique_ptr<AutoCompactor> auto_compactor_;
+  // A cluster member's peer transport and write log. The replicator is
+  // stopped first at shutdown and destroyed after the store.
+  std::unique_ptr<replication::Transport> peer_transport_;
+  std::unique_ptr<replication::Replicator> replicator_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;
 };

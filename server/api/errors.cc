@@ -42,6 +42,13 @@ EtcdError EtcdErrorOf(mvcc::Error e) {
     case Error::kStopped: return {grpc::UNAVAILABLE, "etcdserver: server stopped"};
     case Error::kStorageFailed:
       return {grpc::UNAVAILABLE, "etcdserver: storage failed; writes are no longer accepted"};
+    case Error::kTimeout: return {grpc::UNAVAILABLE, "etcdserver: request timed out"};
+    case Error::kTimeoutLeaderFail:
+      return {grpc::UNAVAILABLE,
+              "etcdserver: request timed out, possibly due to previous leader failure"};
+    case Error::kNoLeader: return {grpc::UNAVAILABLE, "etcdserver: no leader"};
+    case Error::kTooManyRequests: return {grpc::RESOURCE_EXHAUSTED, "etcdserver: too many requests"};
+    case Error::kLeaderChanged: return {grpc::UNAVAILABLE, "etcdserver: leader changed"};
   }
   return {grpc::UNKNOWN, "etcdserver: unknown error"};
 }

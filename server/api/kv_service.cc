@@ -54,16 +54,29 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
       return reactor;
     }
   }
-  if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  if (bulk_ != nullptr && IsBulkRange(*store_, *req)) {
-    bulk_->Run([this, req, response, reactor] {
-      ServeRange(*req, response, reactor, /*big=*/true);
-    });
+  auto serve = [this, req, response, reactor](absl::Status barrier) {
+    if (!barrier.ok()) {
+      reactor->Finish(ToGrpcStatus(barrier));
+      return;
+    }
+    if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
+      reactor->Finish(grpc::Status::OK);
+      return;
+    }
+    if (bulk_ != nullptr && IsBulkRange(*store_, *req)) {
+      bulk_->Run([this, req, response, reactor] {
+        ServeRange(*req, response, reactor, /*big=*/true);
+      });
+    } else {
+      ServeRange(*req, response, reactor, /*big=*/false);
+    }
+  };
+  // A linearizable Range waits until this member has applied every write
+  // committed before it arrived (in a cluster; at once on a single member).
+  if (req->serializable()) {
+    serve(absl::OkStatus());
   } else {
-    ServeRange(*req, response, reactor, /*big=*/false);
+    store_->ReadBarrier(std::move(serve));
   }
   return reactor;
 }

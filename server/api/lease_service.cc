@@ -32,12 +32,20 @@ class KeepAliveReactor final
       return;
     }
     const int64_t id = request_.message.id();
-    response_.Clear();
-    membership::FillHeader(*member_, response_.mutable_header());
-    response_.mutable_header()->set_revision(store_->Rev());
-    response_.set_id(id);
-    response_.set_ttl(store_->lessor()->Renew(id).value_or(0));
-    StartWrite(&response_);
+    // Renewed here, or by the cluster's leader; the answer may come on
+    // another thread, and the next read waits for this write.
+    store_->RenewLease(id, [this, id](absl::StatusOr<int64_t> ttl) {
+      if (!ttl.ok() && !mvcc::Is(ttl.status(), mvcc::Error::kLeaseNotFound)) {
+        Finish(ToGrpcStatus(ttl.status()));
+        return;
+      }
+      response_.Clear();
+      membership::FillHeader(*member_, response_.mutable_header());
+      response_.mutable_header()->set_revision(store_->Rev());
+      response_.set_id(id);
+      response_.set_ttl(ttl.ok() ? *ttl : 0);  // 0: the lease does not exist
+      StartWrite(&response_);
+    });
   }
 
   void OnWriteDone(bool ok) override {

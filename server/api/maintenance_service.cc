@@ -1,5 +1,6 @@
 #include "server/api/maintenance_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "mvcc/errors.h"
@@ -62,14 +63,22 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
   response->set_version(version_);
   response->set_dbsize(static_cast<int64_t>(store_->backend()->SizeOnDisk()));
   response->set_dbsizeinuse(static_cast<int64_t>(store_->backend()->LiveDataSize()));
-  response->set_leader(member_->member_id);
-  // One member: every applied request is a committed raft entry, plus the
-  // entry each term starts with.
-  const uint64_t index = store_->AppliedIndex() + member_->raft_term;
-  response->set_raftindex(index);
-  response->set_raftappliedindex(index);
-  response->set_raftterm(member_->raft_term);
-  response->set_islearner(false);
+  if (const membership::RaftView* raft = member_->raft) {
+    response->set_leader(raft->Leader());
+    response->set_raftindex(raft->CommittedIndex());
+    response->set_raftappliedindex(raft->AppliedIndex());
+    response->set_raftterm(raft->Term());
+    response->set_islearner(raft->IsLearner());
+  } else {
+    response->set_leader(member_->member_id);
+    // One member: every applied request is a committed raft entry, plus the
+    // entry each term starts with.
+    const uint64_t index = store_->AppliedIndex() + member_->raft_term;
+    response->set_raftindex(index);
+    response->set_raftappliedindex(index);
+    response->set_raftterm(member_->raft_term);
+    response->set_islearner(false);
+  }
   // etcd 3.6's: the schema version of the data (the cluster version once
   // migrated), the backend quota (2 GiB unless --quota-backend-bytes says
   // otherwise; with a negative quota, no quota: 0) and no downgrade.
@@ -195,12 +204,28 @@ grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext
                                                      etcdserverpb::MemberListResponse* response) {
   // etcd's MemberList header carries no revision.
   membership::FillHeader(*member_, response->mutable_header());
-  auto* m = response->add_members();
-  m->set_id(member_->member_id);
-  m->set_name(member_->name);
-  for (const auto& u : member_->peer_urls) m->add_peerurls(u);
-  for (const auto& u : member_->client_urls) m->add_clienturls(u);
-  m->set_islearner(false);
+  if (const membership::RaftView* raft = member_->raft) {
+    // etcd lists the members by id; one that has not published its
+    // attributes yet has no name and no client URLs.
+    std::vector<membership::ClusterMember> members = raft->Members();
+    std::sort(members.begin(), members.end(),
+              [](const auto& a, const auto& b) { return a.id < b.id; });
+    for (const auto& cm : members) {
+      auto* m = response->add_members();
+      m->set_id(cm.id);
+      m->set_name(cm.name);
+      for (const auto& u : cm.peer_urls) m->add_peerurls(u);
+      for (const auto& u : cm.client_urls) m->add_clienturls(u);
+      m->set_islearner(cm.is_learner);
+    }
+  } else {
+    auto* m = response->add_members();
+    m->set_id(member_->member_id);
+    m->set_name(member_->name);
+    for (const auto& u : member_->peer_urls) m->add_peerurls(u);
+    for (const auto& u : member_->client_urls) m->add_clienturls(u);
+    m->set_islearner(false);
+  }
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -1,0 +1,570 @@
+#include "replication/replicator.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mvcc/errors.h"
+#include "spdlog/spdlog.h"
+#include "util/check.h"
+#include "util/coding.h"
+
+namespace capstan::replication {
+namespace {
+
+using mvcc::Error;
+using mvcc::MakeError;
+using Done = absl::AnyInvocable<void(absl::Status)>;
+
+// etcd retries a ReadIndex that got no answer this often (readIndexRetryTime).
+constexpr absl::Duration kReadIndexRetry = absl::Milliseconds(500);
+
+// The entry data of an InternalRaftRequest's ReadIndex context: 8 bytes.
+std::string ReadContext(uint64_t seq) {
+  std::string out;
+  util::AppendBigEndian64(seq, &out);
+  return out;
+}
+
+// Owns a decoded entry and the response a member that did not propose it
+// applies it into.
+template <typename Response>
+struct Owned {
+  std::shared_ptr<etcdserverpb::InternalRaftRequest> request;
+  Response response;
+};
+
+// A ClientOp over the decoded request, answering into the waiter's response
+// when the waiter proposed this kind of write, else into one of its own,
+// kept alive by the returned holder.
+template <typename Op>
+Op MakeOp(const std::shared_ptr<etcdserverpb::InternalRaftRequest>& request,
+          const std::remove_pointer_t<decltype(Op::request)>& field, mvcc::WriteOp* waiter_op,
+          std::shared_ptr<void>* holder) {
+  using Response = std::remove_pointer_t<decltype(Op::response)>;
+  Op op;
+  op.request = &field;
+  if (waiter_op != nullptr) {
+    if (auto* w = std::get_if<Op>(waiter_op)) {
+      op.response = w->response;
+      *holder = request;
+      return op;
+    }
+  }
+  auto owned = std::make_shared<Owned<Response>>();
+  owned->request = request;
+  op.response = &owned->response;
+  *holder = owned;
+  return op;
+}
+
+void LogRaft(int level, std::string_view line) {
+  switch (level) {
+    case 0: SPDLOG_DEBUG("raft: {}", line); break;
+    case 1: SPDLOG_INFO("raft: {}", line); break;
+    case 2: SPDLOG_WARN("raft: {}", line); break;
+    default: SPDLOG_ERROR("raft: {}", line); break;
+  }
+}
+
+}  // namespace
+
+Replicator::Replicator(const ReplicatorOptions& options, RaftEngineFactory* factory,
+                       std::unique_ptr<RaftLog> log, mvcc::KvStore* store, Transport* transport,
+                       EntryDecoder decode_other)
+    : options_(options),
+      factory_(factory),
+      log_(std::move(log)),
+      store_(store),
+      transport_(transport),
+      decode_other_(std::move(decode_other)),
+      id_prefix_((options.member_id & 0xffff) << 48),
+      id_suffix_((static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) & ((1ULL << 40) - 1))
+                 << 8) {
+  members_ = options.initial_members;
+}
+
+std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
+                                               RaftEngineFactory* factory,
+                                               std::unique_ptr<RaftLog> log, mvcc::KvStore* store,
+                                               Transport* transport, EntryDecoder decode_other) {
+  std::unique_ptr<Replicator> r(new Replicator(options, factory, std::move(log), store, transport,
+                                               std::move(decode_other)));
+  r->applied_.store(store->AppliedIndex());
+  r->commit_.store(r->log_->hard_state().commit);
+  r->term_.store(r->log_->hard_state().term);
+  r->read_queue_ = std::make_unique<util::WorkQueue>(1, "raft-reads");
+  r->forward_queue_ = std::make_unique<util::WorkQueue>(2, "lease-forward");
+  // From now on every write of the store goes through the log, and the
+  // replay of the log notifies Applied.
+  store->SetWriteLog(r.get());
+  return r;
+}
+
+absl::Status Replicator::Run() {
+  // The engine is made on the loop thread; Run returns once it exists.
+  std::promise<absl::Status> made;
+  auto made_future = made.get_future();
+  loop_thread_ = std::thread([this, &made] {
+    factory_->RunLoop([this, &made] {
+      pthread_setname_np(pthread_self(), "raft-loop");
+      RaftConfig config;
+      config.id = options_.member_id;
+      if (log_->IsNew()) {
+        for (const auto& m : options_.initial_members) {
+          if (!m.is_learner) config.bootstrap_voters.push_back(m.id);
+        }
+      }
+      config.election_tick = options_.election_ticks;
+      config.heartbeat_tick = 1;
+      config.pre_vote = options_.pre_vote;
+      config.check_quorum = true;
+      config.applied = store_->AppliedIndex();
+      config.max_size_per_msg = 1 << 20;
+      config.max_inflight_msgs = 512;
+      config.storage = log_.get();
+      config.log = LogRaft;
+      auto engine = factory_->NewEngine(config);
+      if (!engine.ok()) {
+        made.set_value(engine.status());
+        return;
+      }
+      engine_ = std::move(*engine);
+      made.set_value(absl::OkStatus());
+      Loop();
+      engine_.reset();
+    });
+  });
+  absl::Status s = made_future.get();
+  if (!s.ok()) Stop();
+  return s;
+}
+
+Replicator::~Replicator() {
+  Stop();
+  forward_queue_.reset();
+  read_queue_.reset();
+}
+
+void Replicator::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    util::MutexLock l(&inbox_mu_);
+    stopping_ = true;
+  }
+  if (loop_thread_.joinable()) loop_thread_.join();
+  // The loop answered what it held; what arrived after it stopped:
+  Inbox left;
+  {
+    util::MutexLock l(&inbox_mu_);
+    std::swap(left, inbox_);
+  }
+  for (auto& p : left.writes) p.w.done(MakeError(Error::kStopped));
+  for (auto& r : left.reads) r(MakeError(Error::kStopped));
+  std::multimap<uint64_t, Done> reads;
+  {
+    util::MutexLock l(&reads_mu_);
+    std::swap(reads, apply_waiters_);
+  }
+  for (auto& [index, r] : reads) r(MakeError(Error::kStopped));
+}
+
+TransportHandler Replicator::handler() {
+  TransportHandler h;
+  h.on_message = [this](uint64_t, std::string message) {
+    util::MutexLock l(&inbox_mu_);
+    inbox_.messages.push_back(std::move(message));
+  };
+  h.on_unreachable = [this](uint64_t to) {
+    util::MutexLock l(&inbox_mu_);
+    inbox_.unreachable.push_back(to);
+  };
+  h.on_lease_renew = [this](const etcdserverpb::LeaseKeepAliveRequest& request,
+                            etcdserverpb::LeaseKeepAliveResponse* response) -> absl::Status {
+    if (!Leads()) return MakeError(Error::kNoLeader);
+    std::optional<int64_t> ttl = store_->lessor()->Renew(request.id());
+    if (!ttl) return MakeError(Error::kLeaseNotFound);
+    response->set_id(request.id());
+    response->set_ttl(*ttl);
+    return absl::OkStatus();
+  };
+  h.on_lease_time_to_live = [this](const etcdserverpb::LeaseTimeToLiveRequest& request,
+                                   etcdserverpb::LeaseTimeToLiveResponse* response) -> absl::Status {
+    if (!Leads()) return MakeError(Error::kNoLeader);
+    auto info = store_->lessor()->Get(request.id(), request.keys());
+    if (!info) return MakeError(Error::kLeaseNotFound);
+    response->set_id(info->id);
+    response->set_ttl(info->remaining_ttl);
+    response->set_grantedttl(info->granted_ttl);
+    for (auto& k : info->keys) response->add_keys(std::move(k));
+    return absl::OkStatus();
+  };
+  return h;
+}
+
+bool Replicator::Leads() const { return leader_.load(std::memory_order_acquire); }
+
+void Replicator::Submit(mvcc::WriteRequest w) {
+  if (CommittedIndex() > AppliedIndex() + options_.max_apply_lag) {
+    w.done(MakeError(Error::kTooManyRequests));
+    return;
+  }
+  {
+    util::MutexLock l(&inbox_mu_);
+    if (!stopping_) {
+      inbox_.writes.push_back({std::move(w), absl::Now() + options_.request_timeout});
+      return;
+    }
+  }
+  w.done(MakeError(Error::kStopped));
+}
+
+void Replicator::ReadBarrier(Done ready) {
+  {
+    util::MutexLock l(&inbox_mu_);
+    if (!stopping_) {
+      inbox_.reads.push_back(std::move(ready));
+      return;
+    }
+  }
+  ready(MakeError(Error::kStopped));
+}
+
+std::vector<membership::ClusterMember> Replicator::Members() const {
+  util::MutexLock l(&members_mu_);
+  return members_;
+}
+
+void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+  if (Leads()) {
+    std::optional<int64_t> ttl = store_->lessor()->Renew(id);
+    if (!ttl) {
+      done(MakeError(Error::kLeaseNotFound));
+    } else {
+      done(*ttl);
+    }
+    return;
+  }
+  const uint64_t leader = Leader();
+  if (leader == 0) {
+    done(MakeError(Error::kNoLeader));
+    return;
+  }
+  forward_queue_->Run([this, id, leader, done = std::move(done)]() mutable {
+    etcdserverpb::LeaseKeepAliveRequest request;
+    request.set_id(id);
+    etcdserverpb::LeaseKeepAliveResponse response;
+    absl::Status s = transport_->LeaseRenew(leader, request, &response,
+                                            absl::ToInt64Milliseconds(options_.request_timeout));
+    if (!s.ok()) {
+      // The leader's own answer for a lease it does not have.
+      if (absl::IsNotFound(s)) s = MakeError(Error::kLeaseNotFound);
+      done(s);
+      return;
+    }
+    done(response.ttl());
+  });
+}
+
+void Replicator::Loop() {
+  absl::Time next_tick = absl::Now() + options_.tick;
+  for (;;) {
+    Inbox in;
+    {
+      util::MutexLock l(&inbox_mu_);
+      inbox_mu_.AwaitWithDeadline(absl::Condition(this, &Replicator::InboxReadyLocked), next_tick);
+      if (stopping_) break;
+      std::swap(in, inbox_);
+    }
+    for (auto& m : in.messages) {
+      if (absl::Status s = engine_->Step(m); !s.ok()) {
+        SPDLOG_DEBUG("raft: a peer's message was refused: {}", s.ToString());
+      }
+    }
+    for (uint64_t id : in.unreachable) engine_->ReportUnreachable(id);
+    const absl::Time now = absl::Now();
+    if (now >= next_tick) {
+      engine_->Tick();
+      next_tick += options_.tick;
+      // A loop that fell far behind (a stalled disk) does not tick in a
+      // burst: that would start an election at once.
+      if (next_tick < now) next_tick = now + options_.tick;
+    }
+    for (auto& w : in.writes) pending_.push_back(std::move(w));
+    for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
+    Propose();
+    SendReadIndex(now);
+    ExpireWaiters(now);
+    while (engine_->HasReady()) {
+      HandleReady(engine_->GetReady());
+      engine_->Advance();
+    }
+  }
+  // Stopping: answer everything still held.
+  for (auto& p : pending_) p.w.done(MakeError(Error::kStopped));
+  pending_.clear();
+  for (auto& [id, w] : waiters_) w.done(MakeError(Error::kStopped));
+  waiters_.clear();
+  for (auto& r : pending_reads_) r(MakeError(Error::kStopped));
+  pending_reads_.clear();
+  if (read_in_flight_) {
+    for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kStopped));
+    read_in_flight_.reset();
+  }
+}
+
+void Replicator::Propose() {
+  if (!published_ && Leader() != 0) {
+    // etcd's publishV3: this member's name and client URLs, through the log.
+    auto attrs = std::make_shared<etcdserverpb::InternalRaftRequest>();
+    auto* set = attrs->mutable_cluster_member_attr_set();
+    set->set_member_id(options_.member_id);
+    set->mutable_member_attributes()->set_name(options_.name);
+    for (const auto& u : options_.client_urls) set->mutable_member_attributes()->add_client_urls(u);
+    mvcc::WriteRequest w;
+    w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
+    w.raft_request = attrs;
+    w.done = [this](absl::Status s) {
+      if (!s.ok()) SPDLOG_WARN("publishing this member's attributes failed: {}", s.ToString());
+    };
+    pending_.push_front({std::move(w), absl::Now() + options_.request_timeout});
+    published_ = true;
+  }
+  if (pending_.empty() || Leader() == 0) return;
+  std::vector<std::string> entries;
+  std::vector<uint64_t> ids;
+  std::vector<PendingWrite> proposed;
+  int64_t bytes = 0;
+  while (!pending_.empty()) {
+    PendingWrite& p = pending_.front();
+    etcdserverpb::InternalRaftRequest r;
+    if (!mvcc::ToInternalRaftRequest(p.w.op, &r)) {
+      if (p.w.raft_request == nullptr) {
+        // Only what the log can carry may be replicated.
+        p.w.done(absl::InternalError("a write that cannot be replicated was submitted"));
+        pending_.pop_front();
+        continue;
+      }
+      r = *p.w.raft_request;
+    }
+    const uint64_t id = NextRequestId();
+    r.mutable_header()->set_id(id);
+    r.set_id(id);
+    if (r.has_lease_grant() && r.lease_grant().id() == 0) {
+      // etcd picks a new lease's id where the request arrives, before
+      // proposing it, so every member grants the same one.
+      r.mutable_lease_grant()->set_id(static_cast<int64_t>(NextRequestId() & ((1ULL << 63) - 1)));
+    }
+    std::string data = r.SerializeAsString();
+    if (!entries.empty() && bytes + static_cast<int64_t>(data.size()) > options_.max_proposal_bytes) {
+      break;
+    }
+    bytes += static_cast<int64_t>(data.size());
+    entries.push_back(std::move(data));
+    ids.push_back(id);
+    proposed.push_back(std::move(p));
+    pending_.pop_front();
+  }
+  if (entries.empty()) return;
+  std::vector<std::string_view> views(entries.begin(), entries.end());
+  if (absl::Status s = engine_->Propose(views); !s.ok()) {
+    // Dropped (no leader after all, a transfer): retried until the deadline.
+    for (auto it = proposed.rbegin(); it != proposed.rend(); ++it) pending_.push_front(std::move(*it));
+    return;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    waiters_.emplace(ids[i], Waiter{std::move(proposed[i].w.op), std::move(proposed[i].w.done),
+                                    proposed[i].deadline});
+  }
+}
+
+void Replicator::SendReadIndex(absl::Time now) {
+  if (read_in_flight_) {
+    if (now >= read_in_flight_->deadline) {
+      for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kTimeout));
+      read_in_flight_.reset();
+    } else if (now - read_in_flight_->sent >= kReadIndexRetry && Leader() != 0) {
+      engine_->ReadIndex(ReadContext(read_in_flight_->context));
+      read_in_flight_->sent = now;
+    }
+  }
+  if (read_in_flight_ || pending_reads_.empty()) return;
+  ReadBatch batch;
+  batch.context = ++read_seq_;
+  batch.waiters = std::move(pending_reads_);
+  pending_reads_.clear();
+  batch.sent = now;
+  batch.deadline = now + options_.request_timeout;
+  read_in_flight_ = std::move(batch);
+  engine_->ReadIndex(ReadContext(read_in_flight_->context));
+}
+
+void Replicator::ExpireWaiters(absl::Time now) {
+  while (!pending_.empty() && pending_.front().deadline <= now) {
+    pending_.front().w.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
+    pending_.pop_front();
+  }
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->second.deadline <= now) {
+      it->second.done(MakeError(Error::kTimeout));
+      waiters_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Replicator::HandleReady(Ready rd) {
+  if (rd.soft_state) {
+    lead_.store(rd.soft_state->lead, std::memory_order_release);
+    const bool was_leader = role_ == RaftRole::kLeader;
+    role_ = rd.soft_state->role;
+    const bool leads = role_ == RaftRole::kLeader;
+    if (leads && !was_leader) {
+      // etcd's Lessor.Promote: the followers never saw the old leader's
+      // keep-alives, so every lease gets its TTL again (plus an election).
+      store_->lessor()->Promote(std::chrono::milliseconds(
+          absl::ToInt64Milliseconds(options_.tick * options_.election_ticks)));
+    }
+    leader_.store(leads, std::memory_order_release);
+  }
+  // The leader sends before its own write (etcd does: its entries count for
+  // the quorum only once this Ready is durable, since committed entries
+  // reach apply in a later Ready); a follower's answers wait for it.
+  const bool leads = role_ == RaftRole::kLeader;
+  if (leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
+  if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
+    absl::Status s = log_->Save(rd.hard_state, rd.entries, rd.snapshot, rd.must_sync);
+    // A log that cannot be written loses the member's promises: stop, as
+    // etcd's WAL does.
+    CHECK(s.ok()) << "the raft log write failed: " << s.ToString();
+  }
+  if (rd.hard_state) {
+    term_.store(rd.hard_state->term, std::memory_order_release);
+    commit_.store(rd.hard_state->commit, std::memory_order_release);
+  }
+  CHECK(!rd.snapshot) << "installing a snapshot from the leader is not supported yet";
+  if (!leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
+  for (const ReadState& rs : rd.read_states) {
+    if (!read_in_flight_ || rs.context != ReadContext(read_in_flight_->context)) continue;
+    ReleaseReads(rs.index, std::move(read_in_flight_->waiters));
+    read_in_flight_.reset();
+  }
+  for (const RaftEntry& e : rd.committed) ApplyCommitted(e);
+}
+
+void Replicator::ApplyCommitted(const RaftEntry& entry) {
+  auto noop = [&entry, this] {
+    mvcc::WriteRequest w;
+    w.op = mvcc::InternalOp{[] {}};
+    w.raft_index = entry.index;
+    w.done = [](absl::Status) {};
+    store_->SubmitCommitted(std::move(w));
+  };
+  if (entry.type != EntryType::kNormal) {
+    engine_->ApplyConfChange(entry.type, entry.data);
+    noop();
+    return;
+  }
+  if (entry.data.empty()) {  // a new leader's entry
+    noop();
+    return;
+  }
+  auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
+  CHECK(request->ParseFromString(entry.data))
+      << "the raft log entry at index " << entry.index << " is not an InternalRaftRequest";
+  if (request->has_cluster_member_attr_set()) {
+    ApplyMemberAttributes(request->cluster_member_attr_set());
+  }
+  mvcc::WriteRequest w = DecodeEntry(std::move(request));
+  w.raft_index = entry.index;
+  store_->SubmitCommitted(std::move(w));
+}
+
+mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
+  const uint64_t id = request->header().id() != 0 ? request->header().id() : request->id();
+  std::optional<Waiter> waiter;
+  if (auto it = waiters_.find(id); it != waiters_.end()) {
+    waiter = std::move(it->second);
+    waiters_.erase(it);
+  }
+  mvcc::WriteOp* waiter_op = waiter ? &waiter->op : nullptr;
+  Done done = waiter ? std::move(waiter->done) : Done([](absl::Status) {});
+  std::shared_ptr<void> holder;
+  mvcc::WriteRequest w;
+  const etcdserverpb::InternalRaftRequest& r = *request;
+  if (r.has_put()) {
+    w.op = MakeOp<mvcc::PutOp>(request, r.put(), waiter_op, &holder);
+  } else if (r.has_delete_range()) {
+    w.op = MakeOp<mvcc::DeleteRangeOp>(request, r.delete_range(), waiter_op, &holder);
+  } else if (r.has_txn()) {
+    w.op = MakeOp<mvcc::TxnOp>(request, r.txn(), waiter_op, &holder);
+  } else if (r.has_compaction()) {
+    w.op = MakeOp<mvcc::CompactOp>(request, r.compaction(), waiter_op, &holder);
+  } else if (r.has_lease_grant()) {
+    w.op = MakeOp<mvcc::LeaseGrantOp>(request, r.lease_grant(), waiter_op, &holder);
+  } else if (r.has_lease_revoke()) {
+    w.op = MakeOp<mvcc::LeaseRevokeOp>(request, r.lease_revoke(), waiter_op, &holder);
+  } else if (r.has_alarm()) {
+    w.op = MakeOp<mvcc::AlarmOp>(request, r.alarm(), waiter_op, &holder);
+  } else {
+    // Not a client write: its owner rebuilds it (auth), or it changes
+    // nothing the store keeps (a member's attributes).
+    if (decode_other_) {
+      std::optional<mvcc::WriteRequest> other = decode_other_(request, &done);
+      if (other) return std::move(*other);
+    }
+    w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
+    w.done = std::move(done);
+    return w;
+  }
+  w.done = [holder = std::move(holder), done = std::move(done)](absl::Status s) mutable {
+    done(std::move(s));
+  };
+  return w;
+}
+
+void Replicator::ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r) {
+  util::MutexLock l(&members_mu_);
+  for (auto& m : members_) {
+    if (m.id != r.member_id()) continue;
+    m.name = r.member_attributes().name();
+    m.client_urls.assign(r.member_attributes().client_urls().begin(),
+                         r.member_attributes().client_urls().end());
+  }
+}
+
+void Replicator::Applied(uint64_t applied) {
+  applied_.store(applied, std::memory_order_release);
+  std::vector<Done> ready;
+  {
+    util::MutexLock l(&reads_mu_);
+    auto end = apply_waiters_.upper_bound(applied);
+    for (auto it = apply_waiters_.begin(); it != end; ++it) ready.push_back(std::move(it->second));
+    apply_waiters_.erase(apply_waiters_.begin(), end);
+  }
+  if (ready.empty()) return;
+  read_queue_->Run([ready = std::move(ready)]() mutable {
+    for (auto& r : ready) r(absl::OkStatus());
+  });
+}
+
+void Replicator::ReleaseReads(uint64_t index, std::vector<Done> waiters) {
+  {
+    util::MutexLock l(&reads_mu_);
+    if (AppliedIndex() < index) {
+      for (auto& w : waiters) apply_waiters_.emplace(index, std::move(w));
+      return;
+    }
+  }
+  read_queue_->Run([waiters = std::move(waiters)]() mutable {
+    for (auto& r : waiters) r(absl::OkStatus());
+  });
+}
+
+}  // namespace capstan::replication

@@ -1,0 +1,241 @@
+// Replicator: a member's write log in a cluster. It orders the writes the
+// services submit through etcd's Raft (a RaftEngine), keeps the log durable
+// (RaftLog), exchanges messages with the peers (Transport) and hands every
+// committed entry to the KV store's committer in log order, on every member.
+//
+//   service -> KvStore::Submit -> Replicator::Submit (a group of writes
+//   becomes one proposal of etcd InternalRaftRequests, each with etcd's
+//   request ID) -> raft loop: Ready -> peers get messages, the log one
+//   synced write -> committed entries -> KvStore::SubmitCommitted (with
+//   the entry's index) -> the member that took the write answers it.
+//
+// Every member applies the same entries in the same order, each decoded
+// from the log (never from the submitter's objects), so their stores hold
+// the same data at the same index. The submitter's response object and
+// completion are matched to its entry by request ID.
+//
+// Linearizable reads (ReadBarrier) use ReadIndex, batched as etcd's
+// linearizableReadLoop batches them: one ReadIndex in flight, retried every
+// 500 ms; requests arriving meanwhile wait for the next. A barrier passes
+// once the store has applied the read index.
+//
+// Thread safety: Submit, ReadBarrier and every RaftView method may be
+// called from any thread. One thread (the raft loop, hosted by the engine
+// factory) makes every engine and RaftLog call.
+
+#ifndef CAPSTAN_REPLICATION_REPLICATOR_H_
+#define CAPSTAN_REPLICATION_REPLICATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcdserverpb/raft_internal.pb.h"
+#include "membership/member.h"
+#include "mvcc/kv_store.h"
+#include "mvcc/write_request.h"
+#include "replication/raft_engine.h"
+#include "replication/raft_log.h"
+#include "replication/transport.h"
+#include "util/mutex.h"
+#include "util/work_queue.h"
+
+namespace capstan::replication {
+
+struct ReplicatorOptions {
+  uint64_t member_id = 0;
+  uint64_t cluster_id = 0;
+  // The cluster's members at bootstrap (--initial-cluster), this one
+  // included. A brand-new log starts with their ConfChange entries.
+  std::vector<membership::ClusterMember> initial_members;
+  // This member's name and client URLs, published through the log once it
+  // runs (etcd's ClusterMemberAttrSetRequest).
+  std::string name;
+  std::vector<std::string> client_urls;
+  // One tick (--heartbeat-interval); an election takes election_ticks
+  // (--election-timeout / --heartbeat-interval).
+  absl::Duration tick = absl::Milliseconds(100);
+  int election_ticks = 10;
+  bool pre_vote = true;
+  // The most request bytes one proposal carries (--max-request-bytes): a
+  // group of writes is cut into proposals no larger, but always at least
+  // one write each.
+  int64_t max_proposal_bytes = 1572864;
+  // A write or a read not done by then is answered etcd's "request timed
+  // out" (etcd: 5 s + 2 election timeouts).
+  absl::Duration request_timeout = absl::Seconds(7);
+  // Writes are refused with "too many requests" while the store is this
+  // many entries behind the commit index (etcd's
+  // maxGapBetweenApplyAndCommitIndex).
+  uint64_t max_apply_lag = 5000;
+};
+
+// Turns a committed entry that is not a client write (an auth change) back
+// into the write that applies it, taking *done as its completion. Returns
+// nullopt, leaving *done alone, for an entry its owner does not know.
+using EntryDecoder = std::function<std::optional<mvcc::WriteRequest>(
+    std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
+    absl::AnyInvocable<void(absl::Status)>* done)>;
+
+class Replicator final : public mvcc::WriteLog, public membership::RaftView {
+ public:
+  // Makes the member's write log and becomes the store's (SetWriteLog):
+  // writes queue until Run. The store, transport and factory must outlive
+  // the replicator. Then: start the transport with handler(), then Run.
+  static std::unique_ptr<Replicator> Create(const ReplicatorOptions& options,
+                                            RaftEngineFactory* factory,
+                                            std::unique_ptr<RaftLog> log, mvcc::KvStore* store,
+                                            Transport* transport, EntryDecoder decode_other);
+
+  // Starts the raft loop on the factory's thread: replays the committed
+  // entries the store has not applied, then joins (or, with a new log,
+  // bootstraps) the cluster. Fails if the engine cannot be made. Once.
+  absl::Status Run();
+
+  // Stops the raft loop; writes and reads still waiting are answered
+  // "server stopped", and so is every later Submit and ReadBarrier (the
+  // store keeps this as its write log, so that nothing is applied on this
+  // member alone). What the store was handed it still answers. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(inbox_mu_, reads_mu_);
+
+  // REQUIRES: the store is destroyed (it calls the replicator as its write
+  // log and from its committer) and the transport stopped.
+  ~Replicator() override;
+
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // What the transport calls with what peers send (set before Start).
+  TransportHandler handler();
+
+  // --- mvcc::WriteLog
+  void Submit(mvcc::WriteRequest w) override ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  bool Leads() const override;
+  void ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) override
+      ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  // Releases the read barriers the store's applied index satisfies.
+  void Applied(uint64_t applied) override ABSL_LOCKS_EXCLUDED(reads_mu_);
+
+  // --- membership::RaftView
+  uint64_t Leader() const override { return lead_.load(std::memory_order_acquire); }
+  uint64_t Term() const override { return term_.load(std::memory_order_acquire); }
+  uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }
+  uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
+  std::vector<membership::ClusterMember> Members() const override ABSL_LOCKS_EXCLUDED(members_mu_);
+
+  // Renews a lease where leases are kept alive: here on the leader, else on
+  // the leader through the transport (a follower's LeaseKeepAlive, on a
+  // forwarding thread). Answers the TTL, or etcd's lease errors, or "no
+  // leader".
+  void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
+
+ private:
+  Replicator(const ReplicatorOptions& options, RaftEngineFactory* factory,
+             std::unique_ptr<RaftLog> log, mvcc::KvStore* store, Transport* transport,
+             EntryDecoder decode_other);
+
+  // A write proposed by this member, waiting for its entry to be applied.
+  struct Waiter {
+    mvcc::WriteOp op;  // for its response object
+    absl::AnyInvocable<void(absl::Status)> done;
+    absl::Time deadline;
+  };
+  struct PendingWrite {
+    mvcc::WriteRequest w;
+    absl::Time deadline;
+  };
+  // A batch of read barriers behind one ReadIndex request.
+  struct ReadBatch {
+    uint64_t context = 0;
+    std::vector<absl::AnyInvocable<void(absl::Status)>> waiters;
+    absl::Time sent;
+    absl::Time deadline;
+  };
+  // What other threads hand to the raft loop.
+  struct Inbox {
+    std::vector<std::string> messages;
+    std::vector<uint64_t> unreachable;
+    std::vector<PendingWrite> writes;
+    std::vector<absl::AnyInvocable<void(absl::Status)>> reads;
+    bool empty() const {
+      return messages.empty() && unreachable.empty() && writes.empty() && reads.empty();
+    }
+  };
+
+  // The raft loop (on the factory's thread) and its steps.
+  void Loop();
+  void Propose();
+  void SendReadIndex(absl::Time now);
+  void ExpireWaiters(absl::Time now);
+  void HandleReady(Ready rd);
+  void ApplyCommitted(const RaftEntry& entry);
+  // The write that applies a committed client or auth entry.
+  mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
+  void ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r)
+      ABSL_LOCKS_EXCLUDED(members_mu_);
+
+  void ReleaseReads(uint64_t index, std::vector<absl::AnyInvocable<void(absl::Status)>> waiters)
+      ABSL_LOCKS_EXCLUDED(reads_mu_);
+  bool InboxReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(inbox_mu_) {
+    return stopping_ || !inbox_.empty();
+  }
+  // etcd's idutil.Generator: the member id's low 16 bits, then 40 bits of
+  // the start time in ms, then a counter.
+  uint64_t NextRequestId() { return id_prefix_ | (id_suffix_.fetch_add(1) + 1) & ((1ULL << 48) - 1); }
+
+  const ReplicatorOptions options_;
+  RaftEngineFactory* const factory_;
+  const std::unique_ptr<RaftLog> log_;
+  mvcc::KvStore* const store_;
+  Transport* const transport_;
+  const EntryDecoder decode_other_;
+  const uint64_t id_prefix_;
+  std::atomic<uint64_t> id_suffix_;
+
+  std::atomic<uint64_t> lead_{0}, term_{0}, commit_{0}, applied_{0};
+  std::atomic<bool> leader_{false};
+
+  // Raft loop state: touched by the loop thread only.
+  std::unique_ptr<RaftEngine> engine_;
+  std::deque<PendingWrite> pending_;
+  absl::flat_hash_map<uint64_t, Waiter> waiters_;
+  std::vector<absl::AnyInvocable<void(absl::Status)>> pending_reads_;
+  std::optional<ReadBatch> read_in_flight_;
+  uint64_t read_seq_ = 0;
+  bool published_ = false;  // this member's attributes are proposed
+  RaftRole role_ = RaftRole::kFollower;
+
+  // Lock order: each lock below is a leaf; nothing blocks or calls out
+  // under one.
+  util::Mutex inbox_mu_;
+  Inbox inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  bool stopping_ ABSL_GUARDED_BY(inbox_mu_) = false;
+
+  // Barriers waiting for the store to apply their read index.
+  util::Mutex reads_mu_;
+  std::multimap<uint64_t, absl::AnyInvocable<void(absl::Status)>> apply_waiters_
+      ABSL_GUARDED_BY(reads_mu_);
+
+  mutable util::Mutex members_mu_;
+  std::vector<membership::ClusterMember> members_ ABSL_GUARDED_BY(members_mu_);
+
+  // Runs released read barriers off the committer and the raft loop.
+  std::unique_ptr<util::WorkQueue> read_queue_;
+  // Forwards a follower's keep-alives to the leader (each waits for it).
+  std::unique_ptr<util::WorkQueue> forward_queue_;
+  std::thread loop_thread_;
+  bool stopped_ = false;  // Stop ran (Stop's caller only)
+};
+
+}  // namespace capstan::replication
+
+#endif  // CAPSTAN_REPLICATION_REPLICATOR_H_
