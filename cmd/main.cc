@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
   }
 
   StopSignals stop;
-  auto server = Server::Start(*config);
+  // etcd's Raft (Go), for a member of a multi-member cluster.
+  capstan::replication::GoRaftEngineFactory raft;
+  auto server = Server::Start(*config, &raft);
   if (!server.ok()) {
     SPDLOG_CRITICAL("failed to start: {}", std::string(server.status().message()));
     return 1;

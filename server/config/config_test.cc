@@ -134,8 +134,7 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(
       c->ignored_flags,
-      ElementsAre("snapshot-count", "listen-peer-urls", "initial-advertise-peer-urls",
-                  "initial-cluster", "peer-cert-file", "peer-key-file", "peer-client-cert-auth",
+      ElementsAre("snapshot-count", "peer-cert-file", "peer-key-file", "peer-client-cert-auth",
                   "peer-trusted-ca-file", "experimental-initial-corrupt-check"));
 }
 
@@ -147,8 +146,8 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "listen-peer-urls", "pre-vote", "peer-cert-file",
-                          "enable-pprof", "force-new-cluster", "v"));
+              ElementsAre("snapshot-count", "peer-cert-file", "enable-pprof", "force-new-cluster",
+                          "v"));
 }
 
 // ---------------------------------------------------------------------------

@@ -53,21 +53,19 @@ std::vector<FlagSpec> MemberFlags() {
        "Capstan (no raft log to snapshot).",
        kNoEffect},
       {"heartbeat-interval", Section::kMember, Uint(&S::heartbeat_interval_ms), "'100'",
-       "Time (in milliseconds) of a heartbeat interval. Validated as etcd does; with\n"
-       "--election-timeout it sets the shortest lease TTL, as in etcd (one member holds\n"
-       "no elections)."},
+       "Time (in milliseconds) of a heartbeat interval (one Raft tick). With\n"
+       "--election-timeout it also sets the shortest lease TTL, as in etcd."},
       {"election-timeout", Section::kMember, Uint(&S::election_timeout_ms), "'1000'",
-       "Time (in milliseconds) for an election to timeout. Validated as etcd does; leases\n"
-       "live at least 1.5 election timeouts (rounded up to seconds), as in etcd."},
+       "Time (in milliseconds) for an election to timeout. Leases live at least 1.5\n"
+       "election timeouts (rounded up to seconds), as in etcd."},
       {"initial-election-tick-advance", Section::kMember, Bool(&S::initial_election_tick_advance),
        "'true'",
        "Whether to fast-forward initial election ticks on boot for faster election. No\n"
        "effect in Capstan.",
        kNoEffect},
       {"listen-peer-urls", Section::kMember, Urls(&S::listen_peer_urls), "'http://localhost:2380'",
-       "List of URLs to listen on for peer traffic. Validated; no effect in a\n"
-       "single-member Capstan (nothing listens for peers).",
-       kNoEffect},
+       "List of URLs to listen on for peer traffic (a member of a multi-member cluster;\n"
+       "a single member listens for no peers)."},
       {"listen-client-urls", Section::kMember, Urls(&S::listen_client_urls),
        "'http://localhost:2379'",
        "List of URLs to listen on for client grpc traffic and http as long as\n"
@@ -143,14 +141,11 @@ std::vector<FlagSpec> ClusteringFlags() {
   return {
       {"initial-advertise-peer-urls", Section::kClustering, Urls(&S::initial_advertise_peer_urls),
        "'http://localhost:2380'",
-       "List of this member's peer URLs to advertise to the rest of the cluster. Validated;\n"
-       "no effect in a single-member Capstan.",
-       kNoEffect},
+       "List of this member's peer URLs to advertise to the rest of the cluster."},
       {"initial-cluster", Section::kClustering, Str(&S::initial_cluster),
        "'default=http://localhost:2380'",
-       "Initial cluster configuration for bootstrapping. Capstan is single-member: the\n"
-       "list must name only this member (--name); more members are refused.",
-       kNoEffect},
+       "Initial cluster configuration for bootstrapping: name=peerURL pairs. With more\n"
+       "than one member, this member (--name) replicates through Raft with the others."},
       {"initial-cluster-state", Section::kClustering,
        ChoiceIn(&ParseState::initial_cluster_state, {"new", "existing"}), "'new'",
        "Initial cluster state ('new' or 'existing'). No effect in Capstan, which starts\n"
@@ -232,8 +227,7 @@ std::vector<FlagSpec> ClusteringFlags() {
        kNoEffect},
       {"pre-vote", Section::kClustering, Bool(&S::pre_vote), "'true'",
        "Enable the raft Pre-Vote algorithm to prevent disruption when a node that has been\n"
-       "partitioned away rejoins the cluster. No effect in Capstan.",
-       kNoEffect},
+       "partitioned away rejoins the cluster."},
       {"auto-compaction-retention", Section::kClustering, Str(&S::auto_compaction_retention), "'0'",
        "Auto compaction retention length. 0 means disable auto compaction."},
       {"auto-compaction-mode", Section::kClustering, StrIn(&ParseState::auto_compaction_mode),

@@ -304,23 +304,13 @@ void UpdateDefaultClusterFromName(ServerConfig& c) {
   }
 }
 
-// --initial-cluster, if any, names this member and no other.
+// --initial-cluster, if any, names this member.
 absl::Status CheckInitialCluster(const ServerConfig& c) {
   if (c.initial_cluster.empty()) return absl::OkStatus();
   absl::StatusOr<InitialCluster> members = ParseInitialCluster(c.initial_cluster);
   if (!members.ok()) {
     return VerifyError(
         absl::StrCat("error setting up initial cluster: ", members.status().message()));
-  }
-  if (members->size() > 1) {
-    std::vector<std::string> names;
-    for (const auto& [member, urls] : *members) names.push_back(member);
-    return RefusalError(absl::StrCat(
-        "Capstan is a single-member server and does not support multi-member clusters yet: "
-        "--initial-cluster lists ",
-        members->size(), " members (", absl::StrJoin(names, ", "),
-        "); give it only this member, e.g. --initial-cluster=", c.name,
-        "=http://localhost:2380"));
   }
   if (members->count(c.name) == 0) {
     return VerifyError(absl::StrCat("couldn't find local name ", GoQuote(c.name),

@@ -69,16 +69,13 @@ TEST(ServerConfigTest, ListenClientUrlsWithoutAdvertiseUrls) {
 // Clustering
 // ---------------------------------------------------------------------------
 
-TEST(ServerConfigTest, MultiMemberClusterIsRefused) {
+TEST(ServerConfigTest, MultiMemberClusterIsAccepted) {
   absl::StatusOr<ServerConfig> c =
       Parse({"--name=a",
              "--initial-cluster=a=http://10.0.0.1:2380,b=http://10.0.0.2:2380,"
              "c=http://10.0.0.3:2380"});
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("single-member"));
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("3 members (a, b, c)"));
-  EXPECT_EQ(GetConfigFailure(c.status()).exit_code, 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->ignored_flags, IsEmpty());
 }
 
 TEST(ServerConfigTest, SingleMemberClusterWithSeveralUrls) {
@@ -87,7 +84,7 @@ TEST(ServerConfigTest, SingleMemberClusterWithSeveralUrls) {
              "--initial-cluster-token=tok"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->initial_cluster_token, "tok");
-  EXPECT_THAT(c->ignored_flags, ElementsAre("initial-cluster"));
+  EXPECT_THAT(c->ignored_flags, IsEmpty());
 }
 
 TEST(ServerConfigTest, InitialClusterMustNameThisMember) {
