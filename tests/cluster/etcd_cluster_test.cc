@@ -132,8 +132,16 @@ TEST(EtcdClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
     threads.clear();
   };
 
-  // Faults, each after the cluster has shown progress.
+  // Faults spread over the run (a timeline), each after the cluster has
+  // shown progress.
+  auto run_until = [&](std::chrono::milliseconds at) {
+    while (Clock::now() - start < at) {
+      ASSERT_TRUE(WaitForProgress(history, history.ok_count(), 1, seconds(20)));
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  };
   ASSERT_TRUE(WaitForProgress(history, 0, 300, seconds(20)));
+  run_until(seconds(3));
   auto leader = cluster.WaitForLeader(seconds(10));
   ASSERT_TRUE(leader.ok()) << leader.status();
   std::printf("killing leader %s at %.1f s\n", cluster.name(*leader).c_str(),
@@ -145,6 +153,7 @@ TEST(EtcdClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
   ASSERT_TRUE(cluster.Restart(*leader).ok());
 
   ASSERT_TRUE(WaitForProgress(history, history.ok_count(), 300, seconds(20)));
+  run_until(seconds(8));
   auto now_leader = cluster.WaitForLeader(seconds(15));
   ASSERT_TRUE(now_leader.ok()) << now_leader.status();
   const int follower = (*now_leader + 1) % cluster.size();
@@ -154,11 +163,7 @@ TEST(EtcdClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
   ASSERT_TRUE(WaitForProgress(history, history.ok_count(), 300, seconds(20)));
   ASSERT_TRUE(cluster.Restart(follower).ok());
 
-  // The rest of the run: a timeline, not a synchronization.
-  while (Clock::now() - start < kRunFor) {
-    ASSERT_TRUE(WaitForProgress(history, history.ok_count(), 1, seconds(20)));
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  run_until(kRunFor);
   join();
   const double run_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -260,6 +265,45 @@ TEST(EtcdClusterTest, StaleAndCorruptedReadsAreCaught) {
   CheckResult corrupted = CheckHistory(linearizable_only, events);
   EXPECT_EQ(corrupted.Count(Rule::kWrongRead), 1u) << corrupted.Report();
   std::printf("corrupted answer caught: %s\n", corrupted.Report(3).c_str());
+}
+
+// The fixture with 5 members: a paused leader is replaced, a stopped member
+// restarts on its data, and every member ends with the same HashKV.
+TEST(EtcdClusterTest, FiveMembersSurvivePauseStopAndRestart) {
+  CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+  auto started = Cluster::Start(ClusterOptions::Etcd(5));
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& cluster = **started;
+  ASSERT_EQ(cluster.endpoints().size(), 5u);
+  auto leader = cluster.WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+
+  History history;
+  KvClient client(0, cluster.endpoints(), (*leader + 1) % 5, &history);
+  ASSERT_EQ(client.Put(Key(0), client.NextValue()).outcome, Outcome::kOk);
+
+  ASSERT_TRUE(cluster.Pause(*leader).ok());
+  EXPECT_TRUE(cluster.paused(*leader));
+  auto next = cluster.WaitForLeader(seconds(15));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE(*next, *leader);
+  ASSERT_EQ(client.Put(Key(1), client.NextValue()).outcome, Outcome::kOk);
+  ASSERT_TRUE(cluster.Resume(*leader).ok());
+
+  const int stopped = (*next + 2) % 5;
+  ExitInfo exit = cluster.Stop(stopped);
+  EXPECT_FALSE(cluster.running(stopped)) << exit.ToString();
+  ASSERT_EQ(client.Put(Key(2), client.NextValue()).outcome, Outcome::kOk);
+  ASSERT_TRUE(cluster.Restart(stopped).ok());
+  ASSERT_TRUE(cluster.WaitForLeader(seconds(15)).ok());
+
+  for (int k = 0; k < 3; ++k) client.Get(Key(k));
+  int64_t rev = 0;
+  std::vector<Event> events = FinalEventLog(cluster, stopped, &rev);
+  CheckResult r = CheckHistory(history.Operations(), events);
+  EXPECT_TRUE(r.ok()) << r.Report();
+  EXPECT_EQ(r.stats.ok, 6);
+  ExpectHashesEqual(cluster, rev);
 }
 
 }  // namespace
