@@ -267,6 +267,19 @@ TEST(EtcdClusterTest, StaleAndCorruptedReadsAreCaught) {
   std::printf("corrupted answer caught: %s\n", corrupted.Report(3).c_str());
 }
 
+// Puts a fresh value until one is acknowledged (a write during an election
+// or at a member that just stopped may come back unknown; the client moves
+// on to the next member, as clientv3 does).
+::testing::AssertionResult PutUntilOk(KvClient* client, const std::string& key,
+                                      milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    Operation op = client->Put(key, client->NextValue());
+    if (op.outcome == Outcome::kOk) return ::testing::AssertionSuccess();
+    if (Clock::now() >= deadline) return ::testing::AssertionFailure() << op.ToString();
+  }
+}
+
 // The fixture with 5 members: a paused leader is replaced, a stopped member
 // restarts on its data, and every member ends with the same HashKV.
 TEST(EtcdClusterTest, FiveMembersSurvivePauseStopAndRestart) {
@@ -280,29 +293,33 @@ TEST(EtcdClusterTest, FiveMembersSurvivePauseStopAndRestart) {
 
   History history;
   KvClient client(0, cluster.endpoints(), (*leader + 1) % 5, &history);
-  ASSERT_EQ(client.Put(Key(0), client.NextValue()).outcome, Outcome::kOk);
+  ASSERT_TRUE(PutUntilOk(&client, Key(0), seconds(15)));
 
   ASSERT_TRUE(cluster.Pause(*leader).ok());
   EXPECT_TRUE(cluster.paused(*leader));
   auto next = cluster.WaitForLeader(seconds(15));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_NE(*next, *leader);
-  ASSERT_EQ(client.Put(Key(1), client.NextValue()).outcome, Outcome::kOk);
+  ASSERT_TRUE(PutUntilOk(&client, Key(1), seconds(15)));
   ASSERT_TRUE(cluster.Resume(*leader).ok());
 
   const int stopped = (*next + 2) % 5;
   ExitInfo exit = cluster.Stop(stopped);
   EXPECT_FALSE(cluster.running(stopped)) << exit.ToString();
-  ASSERT_EQ(client.Put(Key(2), client.NextValue()).outcome, Outcome::kOk);
+  ASSERT_TRUE(PutUntilOk(&client, Key(2), seconds(15)));
   ASSERT_TRUE(cluster.Restart(stopped).ok());
   ASSERT_TRUE(cluster.WaitForLeader(seconds(15)).ok());
 
-  for (int k = 0; k < 3; ++k) client.Get(Key(k));
+  for (int k = 0; k < 3; ++k) {
+    const auto deadline = Clock::now() + seconds(15);
+    while (client.Get(Key(k)).outcome != Outcome::kOk && Clock::now() < deadline) {
+    }
+  }
   int64_t rev = 0;
   std::vector<Event> events = FinalEventLog(cluster, stopped, &rev);
   CheckResult r = CheckHistory(history.Operations(), events);
   EXPECT_TRUE(r.ok()) << r.Report();
-  EXPECT_EQ(r.stats.ok, 6);
+  EXPECT_GE(r.stats.ok, 6);
   ExpectHashesEqual(cluster, rev);
 }
 
