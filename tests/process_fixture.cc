@@ -472,6 +472,36 @@ std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
 
 // ---------------------------------------------------------------------------
 
+absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
+                                 const std::string& log_path) {
+  int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(absl::StrCat("open ", log_path, ": ", std::strerror(errno)));
+  }
+  std::string banner = absl::StrCat("=== capstan-test: starting: ", absl::StrJoin(argv, " "), "\n");
+  ssize_t ignored = write(log_fd, banner.data(), banner.size());
+  (void)ignored;
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  pid_t pid = ForkExec(argv, null_fd, log_fd, log_fd);
+  close(null_fd);
+  close(log_fd);
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(-pid)));
+  RegisterLive(pid);
+  return pid;
+}
+
+bool ReapChild(pid_t pid, bool block, ExitInfo* exit) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, block ? 0 : WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return false;
+  if (r == pid && exit != nullptr) *exit = DecodeWaitStatus(status);
+  UnregisterLive(pid);
+  return true;
+}
+
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& stdin_data,
                          std::chrono::milliseconds timeout) {
   CommandResult r;

@@ -200,6 +200,20 @@ class ServerProcess {
   ExitInfo exit_;
 };
 
+// Starts `argv` (argv[0] a path; no shell) as a server child the way a
+// ServerProcess starts its own: stdin from /dev/null, stdout and stderr
+// appended to `log_path` after a banner line with the command, ETCD_* and
+// ETCDCTL_* removed from its environment, killed with the test process
+// (PR_SET_PDEATHSIG, and the atexit handler until ReapChild sees it end).
+// For fixtures that run several servers with flags of their own
+// (tests/cluster). Returns the pid.
+absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
+                                 const std::string& log_path);
+// waitpid for a child of SpawnChild: true when it has ended (then *exit, if
+// not null, says how and the pid is forgotten), false while it runs.
+// Blocks until it ends when `block`.
+bool ReapChild(pid_t pid, bool block, ExitInfo* exit);
+
 // Result of running a short-lived command.
 struct CommandResult {
   ExitInfo exit;

@@ -1,0 +1,176 @@
+// A cluster of 3 or 5 server processes (the reference etcd, or Capstan: the
+// binary is a parameter, started with etcd's clustering flags) on loopback
+// ports, each with its own data dir and log, for replication and fault tests:
+//
+//   ClusterOptions o;                       // etcd 3.5, 3 members
+//   auto cluster = Cluster::Start(o);       // returns once a leader is agreed
+//   ASSERT_TRUE(cluster.ok()) << cluster.status();
+//   auto leader = (*cluster)->WaitForLeader(std::chrono::seconds(10));
+//   (*cluster)->Kill(*leader);              // SIGKILL
+//   ASSERT_TRUE((*cluster)->Restart(*leader).ok());  // same data dir, same flags
+//
+// Member i is named "m<i>"; its data dir is <dir>/m<i>/data and its log
+// (stdout and stderr, every start appended after a banner) <dir>/m<i>/server.log.
+// Children die with the test process (process_fixture.h: SpawnChild).
+// Waiting is polling with deadlines, never a fixed sleep.
+//
+// Thread safety: a Cluster is driven by one thread (start, kill, restart,
+// pause). Endpoints, NewChannel and the RPC helpers (Status, HashKV,
+// WaitForLeader) may be called from any thread while no member is being
+// started or reaped.
+
+#ifndef CAPSTAN_TESTS_CLUSTER_CLUSTER_FIXTURE_H_
+#define CAPSTAN_TESTS_CLUSTER_CLUSTER_FIXTURE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "etcdserverpb/rpc.pb.h"
+#include "grpcpp/channel.h"
+#include "process_fixture.h"
+
+namespace capstan::testing::cluster {
+
+// A new insecure channel to `endpoint` ("127.0.0.1:<port>") with its own
+// connection (no subchannel shared with other channels), no message size
+// limits, and reconnects within 250 ms while a member restarts.
+std::shared_ptr<grpc::Channel> NewMemberChannel(const std::string& endpoint);
+
+struct ClusterOptions {
+  ServerFlavor flavor = ServerFlavor::kEtcd;
+  // Empty: EtcdBinary() or CapstanBinary() by flavor.
+  std::string binary;
+  int members = 3;
+  int heartbeat_interval_ms = 100;   // --heartbeat-interval
+  int election_timeout_ms = 1000;    // --election-timeout
+  int64_t snapshot_count = 10000;    // --snapshot-count
+  std::string cluster_token = "capstan-test-cluster";  // --initial-cluster-token
+  // Appended after the standard flags on every member.
+  std::vector<std::string> extra_args;
+  // Start and Restart give up after this long.
+  std::chrono::milliseconds start_timeout{30000};
+  // Stop sends SIGKILL after this long.
+  std::chrono::milliseconds stop_timeout{10000};
+
+  static ClusterOptions Etcd(int members = 3) {
+    ClusterOptions o;
+    o.members = members;
+    return o;
+  }
+  static ClusterOptions Capstan(int members = 3) {
+    ClusterOptions o;
+    o.flavor = ServerFlavor::kCapstan;
+    o.members = members;
+    return o;
+  }
+};
+
+class Cluster {
+ public:
+  // Picks ports, starts every member with --initial-cluster-state new, and
+  // waits until every member answers Status naming the same leader. On
+  // failure every member is killed and the error carries the logs' tails.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(ClusterOptions options);
+
+  // Kills every member still running (resuming paused ones); removes the
+  // directory unless CAPSTAN_KEEP_TEST_DIRS is set.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  int size() const { return static_cast<int>(members_.size()); }
+  const ClusterOptions& options() const { return options_; }
+  const std::string& dir() const { return dir_; }
+
+  // Member i's client endpoint "127.0.0.1:<port>", and all of them.
+  std::string endpoint(int i) const;
+  std::vector<std::string> endpoints() const;
+  std::string client_url(int i) const;
+  std::string peer_url(int i) const;
+  std::string name(int i) const;
+  std::string data_dir(int i) const;
+  std::string log_path(int i) const;
+  // The member's log, or its last `max_bytes`.
+  std::string ReadLog(int i, size_t max_bytes = 0) const;
+  // The command line member i was (last) started with.
+  const std::vector<std::string>& argv(int i) const;
+  // A new insecure channel to member i (its own connection, quick reconnects).
+  std::shared_ptr<grpc::Channel> NewChannel(int i) const;
+
+  // --- process control. REQUIRES: 0 <= i < size().
+  bool running(int i);
+  bool paused(int i) const;
+  pid_t pid(int i) const;
+  // SIGKILL (a crash), and reap it. REQUIRES: running(i).
+  ExitInfo Kill(int i);
+  // SIGTERM, SIGKILL after options.stop_timeout. REQUIRES: running(i).
+  ExitInfo Stop(int i);
+  // SIGSTOP: the member stops answering anyone (a hung or partitioned member).
+  absl::Status Pause(int i);
+  // SIGCONT after Pause.
+  absl::Status Resume(int i);
+  // Starts member i again with the same flags and data dir and waits until it
+  // answers Status naming a leader. REQUIRES: !running(i).
+  absl::Status Restart(int i);
+
+  // --- state, by RPC to one member (each call its own deadline).
+  absl::StatusOr<etcdserverpb::StatusResponse> Status(
+      int i, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) const;
+  // HashKV of member i at `revision` (0: its current one). Polls while the
+  // member has not reached `revision` yet (etcd's "future revision" answer).
+  absl::StatusOr<etcdserverpb::HashKVResponse> HashKV(
+      int i, int64_t revision, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+  // Polls until every running, unpaused member answers Status naming the same
+  // leader, and that leader is one of them; returns the leader's index.
+  absl::StatusOr<int> WaitForLeader(std::chrono::milliseconds timeout) const;
+  // Like WaitForLeader, then the index of the leader (an alias that reads
+  // better at call sites that only want to find it).
+  absl::StatusOr<int> Leader(std::chrono::milliseconds timeout) const {
+    return WaitForLeader(timeout);
+  }
+  // Polls until every running, unpaused member's Status revision is the same
+  // and at least `revision`; returns that revision.
+  absl::StatusOr<int64_t> WaitForConvergence(int64_t revision,
+                                             std::chrono::milliseconds timeout) const;
+  // The index of the member with ID `id` (etcd's member ID), or -1.
+  int IndexOfMemberId(uint64_t id) const;
+  uint64_t member_id(int i) const { return member_ids_[i]; }
+
+ private:
+  struct Member {
+    std::string name;
+    std::string dir;
+    int client_port = 0;
+    int peer_port = 0;
+    std::vector<std::string> argv;
+    pid_t pid = -1;
+    bool paused = false;
+    ExitInfo exit;
+  };
+
+  explicit Cluster(ClusterOptions options);
+  std::vector<std::string> BuildArgv(int i) const;
+  absl::Status Spawn(int i);
+  bool Reap(int i, bool block);
+  ExitInfo SignalAndWait(int i, int sig, std::chrono::milliseconds timeout);
+  absl::Status WaitMemberReady(int i, std::chrono::milliseconds timeout);
+  std::string LogTails(size_t bytes_each) const;
+
+  ClusterOptions options_;
+  std::string dir_;
+  std::vector<Member> members_;
+  // Member IDs by index, from MemberList once the cluster has started.
+  std::vector<uint64_t> member_ids_;
+};
+
+}  // namespace capstan::testing::cluster
+
+#endif  // CAPSTAN_TESTS_CLUSTER_CLUSTER_FIXTURE_H_

@@ -1,0 +1,214 @@
+#include "cluster/kv_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/client_context.h"
+
+namespace capstan::testing::cluster {
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+}  // namespace
+
+KvClient::KvClient(int id, std::vector<std::string> endpoints, int first, History* history,
+                   std::chrono::milliseconds timeout)
+    : id_(id), endpoints_(std::move(endpoints)), history_(history), timeout_(timeout) {
+  for (const std::string& e : endpoints_) {
+    stubs_.push_back(etcdserverpb::KV::NewStub(NewMemberChannel(e)));
+  }
+  current_ = endpoints_.empty() ? 0 : first % static_cast<int>(endpoints_.size());
+}
+
+std::string KvClient::NextValue() { return absl::StrCat("c", id_, "-", ++seq_); }
+
+etcdserverpb::KV::Stub* KvClient::Stub() { return stubs_[current_].get(); }
+
+void KvClient::Failed(const grpc::Status&) {
+  if (pinned_ < 0) current_ = (current_ + 1) % static_cast<int>(stubs_.size());
+}
+
+void KvClient::Finish(int64_t id, const grpc::Status& st, const Response& r, bool write) {
+  if (st.ok()) {
+    history_->CompleteOk(id, r);
+  } else {
+    std::string error = absl::StrCat("code ", st.error_code(), ": ", st.error_message());
+    if (write) {
+      history_->CompleteUnknown(id, std::move(error));
+    } else {
+      history_->CompleteFailed(id, std::move(error));
+    }
+    Failed(st);
+  }
+}
+
+Operation KvClient::Put(const std::string& key, const std::string& value, bool prev_kv) {
+  Operation op = Operation::Put(id_, key, value, prev_kv);
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::PutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  req.set_prev_kv(prev_kv);
+  etcdserverpb::PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(op);
+  grpc::Status st = stub->Put(&ctx, req, &resp);
+  Response r;
+  r.revision = resp.header().revision();
+  r.has_prev = resp.has_prev_kv();
+  if (r.has_prev) r.prev_value = resp.prev_kv().value();
+  Finish(id, st, r, true);
+  return history_->At(id);
+}
+
+Operation KvClient::Get(const std::string& key, bool serializable) {
+  Operation op = Operation::Get(id_, key, serializable);
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  req.set_serializable(serializable);
+  etcdserverpb::RangeResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(op);
+  grpc::Status st = stub->Range(&ctx, req, &resp);
+  Response r;
+  r.revision = resp.header().revision();
+  if (resp.kvs_size() > 0) {
+    r.found = true;
+    r.value = resp.kvs(0).value();
+    r.mod_revision = resp.kvs(0).mod_revision();
+  }
+  Finish(id, st, r, false);
+  return history_->At(id);
+}
+
+Operation KvClient::Delete(const std::string& key, bool prev_kv) {
+  Operation op = Operation::Delete(id_, key, prev_kv);
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::DeleteRangeRequest req;
+  req.set_key(key);
+  req.set_prev_kv(prev_kv);
+  etcdserverpb::DeleteRangeResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(op);
+  grpc::Status st = stub->DeleteRange(&ctx, req, &resp);
+  Response r;
+  r.revision = resp.header().revision();
+  r.deleted = resp.deleted();
+  if (resp.prev_kvs_size() > 0) {
+    r.has_prev = true;
+    r.prev_value = resp.prev_kvs(0).value();
+  }
+  Finish(id, st, r, true);
+  return history_->At(id);
+}
+
+Operation KvClient::Cas(const std::string& key, const std::string& expected, bool expect_absent,
+                        const std::string& value) {
+  Operation op = Operation::Cas(id_, key, expected, expect_absent, value);
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::TxnRequest req;
+  auto* cmp = req.add_compare();
+  cmp->set_key(key);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  if (expect_absent) {
+    cmp->set_target(etcdserverpb::Compare::CREATE);
+    cmp->set_create_revision(0);
+  } else {
+    cmp->set_target(etcdserverpb::Compare::VALUE);
+    cmp->set_value(expected);
+  }
+  auto* put = req.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  req.add_failure()->mutable_request_range()->set_key(key);
+  etcdserverpb::TxnResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(op);
+  grpc::Status st = stub->Txn(&ctx, req, &resp);
+  Response r;
+  r.revision = resp.header().revision();
+  r.succeeded = resp.succeeded();
+  if (!resp.succeeded() && resp.responses_size() > 0 &&
+      resp.responses(0).response_range().kvs_size() > 0) {
+    const auto& kv = resp.responses(0).response_range().kvs(0);
+    r.found = true;
+    r.value = kv.value();
+    r.mod_revision = kv.mod_revision();
+  }
+  Finish(id, st, r, true);
+  return history_->At(id);
+}
+
+absl::StatusOr<std::vector<Event>> ReadEventLog(const std::string& endpoint,
+                                                const std::string& prefix,
+                                                int64_t last_revision,
+                                                std::chrono::milliseconds timeout) {
+  auto stub = etcdserverpb::Watch::NewStub(NewMemberChannel(endpoint));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  auto stream = stub->Watch(&ctx);
+  etcdserverpb::WatchRequest req;
+  auto* create = req.mutable_create_request();
+  create->set_key(prefix);
+  create->set_range_end(PrefixEnd(prefix));
+  create->set_start_revision(1);
+  if (!stream->Write(req)) {
+    return absl::UnavailableError(absl::StrCat("watch at ", endpoint, ": cannot send create"));
+  }
+  std::vector<Event> events;
+  int64_t seen = 0;
+  etcdserverpb::WatchResponse resp;
+  while (seen < last_revision && stream->Read(&resp)) {
+    if (resp.compact_revision() != 0) {
+      ctx.TryCancel();
+      return absl::OutOfRangeError(absl::StrCat("watch compacted at ", resp.compact_revision()));
+    }
+    if (resp.canceled()) {
+      ctx.TryCancel();
+      return absl::AbortedError(absl::StrCat("watch canceled: ", resp.cancel_reason()));
+    }
+    for (const auto& e : resp.events()) {
+      Event ev;
+      ev.revision = e.kv().mod_revision();
+      ev.key = e.kv().key();
+      ev.is_delete = e.type() == mvccpb::Event::DELETE;
+      if (!ev.is_delete) ev.value = e.kv().value();
+      seen = std::max(seen, ev.revision);
+      events.push_back(std::move(ev));
+    }
+  }
+  ctx.TryCancel();
+  grpc::Status st = stream->Finish();
+  if (seen < last_revision) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "watch at ", endpoint, " reached revision ", seen, " of ", last_revision, " (",
+        st.error_message(), ")"));
+  }
+  return events;
+}
+
+}  // namespace capstan::testing::cluster
