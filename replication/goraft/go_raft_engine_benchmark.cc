@@ -70,7 +70,7 @@ void BM_ProposeReadyAdvance(benchmark::State& state) {
       static_cast<double>(state.iterations() * batch) / 1e9,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_ProposeReadyAdvance)->ArgNames({"batch"})->Arg(1)->Arg(16)->Arg(128);
+BENCHMARK(BM_ProposeReadyAdvance)->ArgNames({"batch"})->Arg(1)->Arg(16)->Arg(128)->UseRealTime();
 
 }  // namespace
 }  // namespace capstan::replication

@@ -4,10 +4,12 @@
 #include "replication/goraft/go_raft_engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -421,6 +423,42 @@ TEST_F(GoRaftEngineTest, InvalidConfigIsRefused) {
     engine = factory_.NewEngine(config);
     EXPECT_THAT(engine.status().message(), HasSubstr("nonempty Storage"));
   });
+}
+
+
+// A storage whose LastIndex throws once armed.
+class ThrowingStorage : public MemoryRaftStorage {
+ public:
+  uint64_t LastIndex() override {
+    if (armed) throw std::runtime_error("disk on fire");
+    return MemoryRaftStorage::LastIndex();
+  }
+  bool armed = false;
+};
+
+// raft panics on a failing storage; the shim logs the panic and aborts
+// instead of unwinding through C++ (and the exception never reaches Go).
+TEST_F(GoRaftEngineTest, StorageFailureAbortsWithTheReason) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(InLoop([&] {
+                 ThrowingStorage storage;
+                 RaftConfig config;
+                 config.id = 1;
+                 config.bootstrap_voters = {1};
+                 config.storage = &storage;
+                 config.log = [](int level, std::string_view line) {
+                   if (level >= 3) fprintf(stderr, "log: %.*s\n", int(line.size()), line.data());
+                 };
+                 auto engine = factory_.NewEngine(config);
+                 CHECK(engine.ok());
+                 Ready rd = (*engine)->GetReady();  // the bootstrap entries, made stable
+                 storage.Append(rd.entries);
+                 (*engine)->Advance();
+                 storage.armed = true;
+                 (void)(*engine)->Campaign();
+               }),
+               "raft storage LastIndex threw an exception: disk on fire(.|\n)*"
+               "Go panic in capstan_raft_campaign");
 }
 
 }  // namespace

@@ -41,20 +41,22 @@ func (b *block) take(n int) unsafe.Pointer {
 		return nil
 	}
 	p := unsafe.Pointer(&b.buf[b.off])
-	end := b.off + roundUp(n)
-	for i := b.off; i < end; i++ {
-		b.buf[i] = 0
+	z := b.buf[b.off : b.off+roundUp(n)]
+	for i := range z { // compiled to memclr
+		z[i] = 0
 	}
-	b.off = end
+	b.off += len(z)
 	return p
 }
 
+// bytes copies s into the block (not zeroed first: s overwrites it).
 func (b *block) bytes(s []byte) (*C.uint8_t, C.size_t) {
 	if len(s) == 0 {
 		return nil, 0
 	}
-	p := b.take(len(s))
-	copy(unsafe.Slice((*byte)(p), len(s)), s)
+	p := unsafe.Pointer(&b.buf[b.off])
+	copy(b.buf[b.off:], s)
+	b.off += roundUp(len(s))
 	return (*C.uint8_t)(p), C.size_t(len(s))
 }
 
