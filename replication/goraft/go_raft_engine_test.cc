@@ -461,5 +461,24 @@ TEST_F(GoRaftEngineTest, StorageFailureAbortsWithTheReason) {
                "Go panic in capstan_raft_campaign");
 }
 
+
+#ifndef NDEBUG
+// Debug builds enforce the thread rules of go_raft_engine.h.
+TEST_F(GoRaftEngineTest, DebugBuildsCheckTheLoopThread) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  MemoryRaftStorage storage;
+  RaftConfig config;
+  config.id = 1;
+  config.bootstrap_voters = {1};
+  config.storage = &storage;
+  EXPECT_DEATH((void)factory_.NewEngine(config), "made inside GoRaftEngineFactory::RunLoop");
+  std::unique_ptr<RaftEngine> engine;
+  InLoop([&] { engine = *factory_.NewEngine(config); });
+  EXPECT_DEATH(engine->Tick(), "used on one thread only");
+  // Its loop has returned, so no thread may destroy it: leak it.
+  (void)engine.release();
+}
+#endif
+
 }  // namespace
 }  // namespace capstan::replication
