@@ -13,6 +13,14 @@
 // calls. Debug builds CHECK both rules. The factory itself may be used from
 // any thread; several RunLoops may run at once, each with its own engines.
 //
+// The Go runtime. It starts before main() (from the archive's initializers)
+// and runs its own threads and garbage collector in the process; GOMAXPROCS
+// and GOGC are read from the environment only. It installs handlers for
+// SIGSEGV, SIGBUS, SIGFPE, SIGPIPE and SIGURG: a crash handler installed
+// later must use SA_ONSTACK and chain to the previous handler, and the
+// process must still ignore SIGPIPE (or write with MSG_NOSIGNAL) as before.
+// A binary can hold only one Go c-archive.
+//
 // Failures. A raft invariant violation or a storage callback returning
 // LogError::kFailed makes raft panic: the shim logs the panic through the
 // engine's log function (else the global logger, spdlog) and aborts the
