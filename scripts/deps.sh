@@ -20,7 +20,8 @@ packages=(
   libcpp-httplib-dev libspdlog-dev libssl-dev prometheus-cpp-dev
   python3                 # source checks (check_layers) and make test's summary of skips
   etcd-server etcd-client curl openssl golang-go  # the tests' references
-  golang-etcd-server-dev  # etcd's sources: its e2e suite (tests/etcd_e2e)
+  golang-etcd-server-dev  # etcd's sources: its e2e suite (tests/etcd_e2e), its raft (replication/goraft)
+  golang-github-gogo-protobuf-dev golang-github-golang-protobuf-1-3-dev  # raft's protobuf packages
   clang                   # make fuzz (libFuzzer), the thread-safety check in make test
   jq                      # make soak, bench scripts
 )
