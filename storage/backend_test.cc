@@ -9,7 +9,6 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "storage/data_dir.h"
-#include "storage/testing/fault_injection_fs.h"
 
 namespace capstan::storage {
 namespace {
@@ -273,44 +272,6 @@ TEST_F(BackendTest, ReadWriteOpenOfAnOldLayoutAddsTheRaftFamily) {
   EXPECT_EQ(v, "log");
   ASSERT_TRUE(b->Get(Cf::kAlarm, "a", &v).ok());
   EXPECT_TRUE(absl::IsNotFound(b->Get(Cf::kRaft, "k", &v)));
-}
-
-// An unsynced batch may be lost at a power failure, but a later synced one
-// carries it along: what survives is a prefix of the writes.
-TEST_F(BackendTest, UnsyncedBatchIsMadeDurableByTheNextSyncedOne) {
-  auto fs = FaultInjectionFs::Create();
-  BackendOptions options;
-  options.dir = dir_ + "/db";
-  options.file_system = fs;
-  auto crash_and_open = [&]() -> std::unique_ptr<Backend> {
-    auto b = Backend::Open(options);
-    EXPECT_TRUE(b.ok()) << b.status();
-    return b.ok() ? std::move(*b) : nullptr;
-  };
-  auto b = crash_and_open();
-  ASSERT_NE(b, nullptr);
-  WriteBatch unsynced;
-  unsynced.set_sync(false);
-  unsynced.Put(Cf::kRaft, "1", "a");
-  ASSERT_TRUE(b->Write(&unsynced).ok());
-  EXPECT_GT(fs->UnsyncedBytes(), 0);
-  WriteBatch synced;
-  synced.Put(Cf::kRaft, "2", "b");
-  ASSERT_TRUE(b->Write(&synced).ok());
-  WriteBatch lost;
-  lost.set_sync(false);
-  lost.Put(Cf::kRaft, "3", "c");
-  ASSERT_TRUE(b->Write(&lost).ok());
-  fs->SetFault(FaultInjectionFs::Fault::kInactive);
-  b.reset();
-  ASSERT_TRUE(fs->DropUnsyncedData().ok());
-  fs->SetFault(FaultInjectionFs::Fault::kNone);
-  b = crash_and_open();
-  ASSERT_NE(b, nullptr);
-  std::string v;
-  EXPECT_TRUE(b->Get(Cf::kRaft, "1", &v).ok());
-  EXPECT_TRUE(b->Get(Cf::kRaft, "2", &v).ok());
-  EXPECT_TRUE(absl::IsNotFound(b->Get(Cf::kRaft, "3", &v)));
 }
 
 TEST_F(BackendTest, DataDirKeepsTheRaftLogApart) {
