@@ -10,7 +10,7 @@ recorded in compile_commands.json (so generated headers must exist: run it
 after the normal build, as the ctest check_thread_safety does).
 
 Checked: every .cc of the static libraries built from util/, storage/,
-index/, lease/, mvcc/, auth/, watchcache/, membership/, server/ (every room)
+index/, lease/, mvcc/, auth/, watchcache/, membership/, replication/, server/ (every room)
 and embed/. Headers are checked through the .cc files that include them.
 
 Usage: scripts/check_thread_safety.py [BUILD_DIR] [-j JOBS] [--clang CLANG]
@@ -32,7 +32,7 @@ import sys
 
 # Source folders whose libraries are checked (their tests and benchmarks,
 # being executables, are not).
-ROOTS = ('util', 'storage', 'index', 'lease', 'mvcc', 'auth', 'watchcache', 'membership',
+ROOTS = ('util', 'storage', 'index', 'lease', 'mvcc', 'auth', 'watchcache', 'membership', 'replication',
          'server', 'embed')
 
 # Files not checked yet, each with its reason. Temporary: every entry is a

@@ -26,7 +26,8 @@ absl::Status MultiGetError(size_t i, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat("key ", i, " of the batch: ", s.message()));
 }
 
-constexpr std::array<const char*, kNumCfs> kCfNames = {"key", "meta", "lease", "auth", "alarm"};
+constexpr std::array<const char*, kNumCfs> kCfNames = {"key",  "meta",  "lease",
+                                                        "auth", "alarm", "raft"};
 
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
@@ -57,6 +58,22 @@ class RocksIterator final : public Iterator {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
+// What a read-only backend reads of a column family its files lack.
+class EmptyIterator final : public Iterator {
+ public:
+  void Seek(std::string_view) override {}
+  void SeekToFirst() override {}
+  void SeekToLast() override {}
+  bool Valid() const override { return false; }
+  void Next() override {}
+  void Prev() override {}
+  std::string_view key() const override { return {}; }
+  std::string_view value() const override { return {}; }
+  absl::Status status() const override { return absl::OkStatus(); }
+};
+
+absl::Status MissingFamily() { return absl::NotFoundError("NotFound: "); }
+
 class RocksBackend final : public Backend {
  public:
   RocksBackend(BackendOptions options, std::unique_ptr<rocksdb::DB> db,
@@ -66,13 +83,16 @@ class RocksBackend final : public Backend {
   }
 
   ~RocksBackend() override {
-    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    for (auto* h : handles_) {
+      if (h != nullptr) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    }
     db_->Close().PermitUncheckedError();
   }
 
   absl::Status Write(WriteBatch* batch) override;
 
   absl::Status Get(Cf cf, std::string_view key, std::string* value) const override {
+    if (handle(cf) == nullptr) return MissingFamily();
     return FromRocks(db_->Get(rocksdb::ReadOptions(), handle(cf), ToSlice(key), value));
   }
 
@@ -93,6 +113,9 @@ class RocksBackend final : public Backend {
   absl::Status MultiGetVisit(
       Cf cf, const std::vector<std::string_view>& keys,
       absl::FunctionRef<void(size_t i, std::string_view value)> visit) const override {
+    if (handle(cf) == nullptr) {
+      return keys.empty() ? absl::OkStatus() : MultiGetError(0, MissingFamily());
+    }
     std::vector<rocksdb::PinnableSlice> pinned;
     std::vector<rocksdb::Status> st;
     PinnedMultiGet(cf, keys, &pinned, &st);
@@ -111,6 +134,7 @@ class RocksBackend final : public Backend {
     constexpr int kMaxSteps = 16;
     const size_t n = keys.size();
     if (n == 0) return absl::OkStatus();
+    if (handle(cf) == nullptr) return MultiGetError(0, MissingFamily());
     std::vector<uint32_t> order(n);
     for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
     auto before = [&keys](uint32_t a, uint32_t b) { return keys[a] < keys[b]; };
@@ -158,6 +182,11 @@ class RocksBackend final : public Backend {
                       std::vector<rocksdb::PinnableSlice>* pinned,
                       std::vector<rocksdb::Status>* st) const {
     const size_t n = keys.size();
+    if (handle(cf) == nullptr) {
+      *pinned = std::vector<rocksdb::PinnableSlice>(n);
+      st->assign(n, rocksdb::Status::NotFound());
+      return;
+    }
     std::vector<rocksdb::Slice> slices;
     slices.reserve(n);
     for (auto k : keys) slices.push_back(ToSlice(k));
@@ -168,6 +197,7 @@ class RocksBackend final : public Backend {
   }
 
   std::unique_ptr<Iterator> NewIterator(Cf cf) const override {
+    if (handle(cf) == nullptr) return std::make_unique<EmptyIterator>();
     rocksdb::ReadOptions ro;
     ro.fill_cache = true;
     return std::make_unique<RocksIterator>(db_->NewIterator(ro, handle(cf)));
@@ -187,6 +217,7 @@ class RocksBackend final : public Backend {
   uint64_t SizeOnDisk() const override {
     uint64_t total = WalBytes();
     for (auto* h : handles_) {
+      if (h == nullptr) continue;
       uint64_t v = 0;
       if (db_->GetIntProperty(h, rocksdb::DB::Properties::kTotalSstFilesSize, &v)) total += v;
     }
@@ -196,6 +227,7 @@ class RocksBackend final : public Backend {
   uint64_t LiveDataSize() const override {
     uint64_t total = WalBytes();
     for (auto* h : handles_) {
+      if (h == nullptr) continue;
       uint64_t v = 0;
       if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateLiveDataSize, &v)) total += v;
     }
@@ -206,6 +238,7 @@ class RocksBackend final : public Backend {
     rocksdb::CompactRangeOptions cro;
     cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
     for (auto* h : handles_) {
+      if (h == nullptr) continue;
       auto s = db_->CompactRange(cro, h, nullptr, nullptr);
       if (!s.ok()) return FromRocks(s);
     }
@@ -223,7 +256,11 @@ class RocksBackend final : public Backend {
   absl::Status Flush() override {
     rocksdb::FlushOptions fo;
     fo.wait = true;
-    auto s = db_->Flush(fo, handles_);
+    std::vector<rocksdb::ColumnFamilyHandle*> present;
+    for (auto* h : handles_) {
+      if (h != nullptr) present.push_back(h);
+    }
+    auto s = db_->Flush(fo, present);
     if (!s.ok()) return FromRocks(s);
     return FromRocks(db_->FlushWAL(/*sync=*/true));
   }
@@ -235,7 +272,8 @@ class RocksBackend final : public Backend {
 
   const BackendOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
-  // handles_[0] is RocksDB's default family; handles_[1 + Cf] are ours.
+  // handles_[0] is RocksDB's default family; handles_[1 + Cf] are ours,
+  // null for a family a read-only backend's files lack.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::WriteOptions write_options_;
 #if defined(__SANITIZE_THREAD__)
@@ -288,7 +326,7 @@ IdHandle* HandleFor(Cf cf) {
   // Column family ids are assigned in creation order: default is 0, then
   // kCfNames in order; Open() checks this holds.
   static IdHandle* handles[kNumCfs] = {new IdHandle(1), new IdHandle(2), new IdHandle(3),
-                                       new IdHandle(4), new IdHandle(5)};
+                                       new IdHandle(4), new IdHandle(5), new IdHandle(6)};
   return handles[static_cast<int>(cf)];
 }
 }  // namespace
@@ -310,7 +348,12 @@ absl::Status RocksBackend::Write(WriteBatch* batch) {
 #if defined(__SANITIZE_THREAD__)
   util::MutexLock l(&tsan_write_mu_);
 #endif
-  return FromRocks(db_->Write(write_options_, WriteBatchAccess::Rocks(batch)));
+  if (batch->sync() || !write_options_.sync) {
+    return FromRocks(db_->Write(write_options_, WriteBatchAccess::Rocks(batch)));
+  }
+  rocksdb::WriteOptions unsynced = write_options_;
+  unsynced.sync = false;
+  return FromRocks(db_->Write(unsynced, WriteBatchAccess::Rocks(batch)));
 }
 
 absl::Status Backend::MultiGetVisit(
@@ -360,20 +403,41 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& opt
   cf_options.bottommost_compression = rocksdb::kZSTD;
   cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
 
+  // A data dir made before a family was added gets it at a read-write open
+  // (create_missing_column_families, with the next id: families are only
+  // ever appended). A read-only open cannot create it: it opens the
+  // families the files have and reads a missing one as empty.
+  std::vector<bool> present(kNumCfs, true);
+  if (options.read_only) {
+    std::vector<std::string> existing;
+    auto ls = rocksdb::DB::ListColumnFamilies(db_options, options.dir, &existing);
+    if (!ls.ok()) return FromRocks(ls);
+    for (int i = 0; i < kNumCfs; ++i) {
+      present[i] = std::find(existing.begin(), existing.end(), kCfNames[i]) != existing.end();
+    }
+  }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
-  for (const char* name : kCfNames) descriptors.emplace_back(name, cf_options);
+  for (int i = 0; i < kNumCfs; ++i) {
+    if (present[i]) descriptors.emplace_back(kCfNames[i], cf_options);
+  }
 
   rocksdb::DB* raw = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  std::vector<rocksdb::ColumnFamilyHandle*> opened;
   auto s = options.read_only
-               ? rocksdb::DB::OpenForReadOnly(db_options, options.dir, descriptors, &handles, &raw)
-               : rocksdb::DB::Open(db_options, options.dir, descriptors, &handles, &raw);
+               ? rocksdb::DB::OpenForReadOnly(db_options, options.dir, descriptors, &opened, &raw)
+               : rocksdb::DB::Open(db_options, options.dir, descriptors, &opened, &raw);
   if (!s.ok()) return FromRocks(s);
   std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<rocksdb::ColumnFamilyHandle*> handles(1 + kNumCfs, nullptr);
+  handles[0] = opened[0];
+  for (int i = 0, next = 1; i < kNumCfs; ++i) {
+    if (present[i]) handles[i + 1] = opened[next++];
+  }
   for (int i = 0; i < kNumCfs; ++i) {
+    if (handles[i + 1] == nullptr) continue;
     if (handles[i + 1]->GetID() != HandleFor(static_cast<Cf>(i))->GetID()) {
-      for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+      for (auto* h : opened) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
       return absl::FailedPreconditionError(
           absl::StrCat("column family ", kCfNames[i], " has unexpected id ", handles[i + 1]->GetID()));
     }

@@ -30,8 +30,12 @@ enum class Cf : int {
   kLease = 2,  // lease id -> lease record
   kAuth = 3,   // users, roles, auth revision
   kAlarm = 4,  // active alarms
+  // The Raft log: entries by index, hard state, snapshot metadata. Used by
+  // the log's own backend only (<data-dir>/raft/, replication/raft_log.h);
+  // empty in the data backend, so its hashes and snapshots do not change.
+  kRaft = 5,
 };
-inline constexpr int kNumCfs = 5;
+inline constexpr int kNumCfs = 6;
 
 // A file system the backend does all its I/O through, in place of the
 // operating system's. Opaque outside storage/: RocksDB's view of it is
@@ -56,6 +60,9 @@ struct BackendOptions {
   // Memtable size per column family.
   size_t write_buffer_bytes = 64 << 20;
   // Open without writing anything, as a checkpoint is read: Write fails.
+  // A column family the files lack (one added by a later Capstan, such as
+  // kRaft in a checkpoint made before it) reads as empty. A read-write open
+  // creates it.
   bool read_only = false;
   // Null: the operating system's file system. Else every file the backend
   // touches goes through it; it must outlive the backend (holding it here
@@ -82,11 +89,18 @@ class WriteBatch {
   int Count() const;
   // Approximate encoded size in bytes.
   size_t ByteSize() const;
+  // When false, Backend::Write does not fsync this batch even when the
+  // backend is synced (a Raft Ready that needs no sync). Default true. An
+  // unsynced batch reaches the RocksDB WAL in order: a later synced write
+  // makes it durable too, and a crash loses a suffix of writes, never a hole.
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
 
  private:
   friend struct WriteBatchAccess;
   struct Rep;
   std::unique_ptr<Rep> rep_;
+  bool sync_ = true;
 };
 
 // Iterates one column family in key order. Not thread-safe. The key and
@@ -114,7 +128,8 @@ class Backend {
   virtual ~Backend() = default;
 
   // Applies the batch atomically. Returns only after the batch is durable
-  // (WAL fsynced) unless the backend was opened with sync = false.
+  // (WAL fsynced) unless the backend was opened with sync = false or the
+  // batch says sync() == false.
   // After an error the backend must be considered failed: Capstan stops
   // acknowledging writes (fail-stop) rather than retrying.
   virtual absl::Status Write(WriteBatch* batch) = 0;

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "storage/data_dir.h"
 
 namespace capstan::storage {
 namespace {
@@ -208,6 +210,87 @@ TEST_F(BackendTest, CompactAllKeepsLiveData) {
   ASSERT_TRUE(b->Get(Cf::kKey, "key7", &v).ok());
   EXPECT_EQ(v, std::string(100, 'c'));
   EXPECT_GT(b->SizeOnDisk(), 0u);
+}
+
+// A data dir made before the raft family existed: RocksDB files with the
+// default family and the five of that layout, written with RocksDB directly.
+void MakeOldLayout(const std::string& dir) {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const char* name : {"default", "key", "meta", "lease", "auth", "alarm"}) {
+    descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  }
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir, descriptors, &handles, &raw).ok());
+  ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), handles[1], "k", "old").ok());
+  for (auto* h : handles) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(h).ok());
+  ASSERT_TRUE(raw->Close().ok());
+  delete raw;
+}
+
+TEST_F(BackendTest, ReadOnlyOpenOfAnOldLayoutReadsTheMissingFamilyAsEmpty) {
+  MakeOldLayout(dir_ + "/db");
+  BackendOptions options;
+  options.dir = dir_ + "/db";
+  options.read_only = true;
+  auto b = Backend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::string v;
+  ASSERT_TRUE((*b)->Get(Cf::kKey, "k", &v).ok());
+  EXPECT_EQ(v, "old");
+  EXPECT_TRUE(absl::IsNotFound((*b)->Get(Cf::kRaft, "k", &v)));
+  std::vector<std::string> values;
+  auto statuses = (*b)->MultiGet(Cf::kRaft, {"a", "b"}, &values);
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_TRUE(absl::IsNotFound(statuses[0]));
+  auto it = (*b)->NewIterator(Cf::kRaft);
+  it->SeekToFirst();
+  EXPECT_FALSE(it->Valid());
+  EXPECT_TRUE(it->status().ok());
+}
+
+TEST_F(BackendTest, ReadWriteOpenOfAnOldLayoutAddsTheRaftFamily) {
+  MakeOldLayout(dir_ + "/db");
+  {
+    auto b = OpenBackend();
+    ASSERT_NE(b, nullptr);
+    std::string v;
+    ASSERT_TRUE(b->Get(Cf::kKey, "k", &v).ok());
+    EXPECT_EQ(v, "old");
+    WriteBatch batch;
+    batch.Put(Cf::kRaft, "r", "log");
+    batch.Put(Cf::kAlarm, "a", "");
+    ASSERT_TRUE(b->Write(&batch).ok());
+  }
+  auto b = OpenBackend();
+  ASSERT_NE(b, nullptr);
+  std::string v;
+  ASSERT_TRUE(b->Get(Cf::kRaft, "r", &v).ok());
+  EXPECT_EQ(v, "log");
+  ASSERT_TRUE(b->Get(Cf::kAlarm, "a", &v).ok());
+  EXPECT_TRUE(absl::IsNotFound(b->Get(Cf::kRaft, "k", &v)));
+}
+
+TEST_F(BackendTest, DataDirKeepsTheRaftLogApart) {
+  const std::string root = dir_ + "/data";
+  ASSERT_TRUE(PrepareDataDir(root).ok());
+  EXPECT_EQ(BackendDir(root), root + "/db");
+  EXPECT_EQ(RaftLogDir(root), root + "/raft");
+  BackendOptions data;
+  data.dir = BackendDir(root);
+  BackendOptions log;
+  log.dir = RaftLogDir(root);
+  {
+    auto d = Backend::Open(data);
+    ASSERT_TRUE(d.ok()) << d.status();
+    auto l = Backend::Open(log);
+    ASSERT_TRUE(l.ok()) << l.status();
+  }
+  // A data dir holding both is still Capstan's.
+  EXPECT_TRUE(PrepareDataDir(root).ok());
 }
 
 }  // namespace

@@ -16,6 +16,8 @@ constexpr char kMarker[] = "capstan-data 1";
 
 std::string BackendDir(const std::string& dir) { return (fs::path(dir) / "db").string(); }
 
+std::string RaftLogDir(const std::string& dir) { return (fs::path(dir) / "raft").string(); }
+
 absl::Status PrepareDataDir(const std::string& dir) {
   std::error_code ec;
   const fs::path root(dir);

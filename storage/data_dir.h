@@ -1,7 +1,11 @@
 // The layout of a Capstan data directory and the checks made before using one.
 //
 //   <data-dir>/capstan.version   format marker, "capstan-data 1"
-//   <data-dir>/db/               RocksDB files (storage::Backend)
+//   <data-dir>/db/               RocksDB files (storage::Backend): the data
+//   <data-dir>/raft/             RocksDB files of the member's Raft log (a
+//                                second storage::Backend, replication/raft_log.h),
+//                                apart so the data's checkpoints and snapshots
+//                                never hold the log
 
 #ifndef CAPSTAN_STORAGE_DATA_DIR_H_
 #define CAPSTAN_STORAGE_DATA_DIR_H_
@@ -19,6 +23,9 @@ absl::Status PrepareDataDir(const std::string& dir);
 
 // Where the backend lives inside a data directory.
 std::string BackendDir(const std::string& dir);
+
+// Where the Raft log's backend lives inside a data directory.
+std::string RaftLogDir(const std::string& dir);
 
 }  // namespace capstan::storage
 
