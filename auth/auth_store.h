@@ -1,15 +1,25 @@
 // AuthStore: etcd v3's users, roles, key-range permissions and simple tokens,
 // layered on the KV store's durability.
 //
-// Every mutation (user/role changes, enable/disable) is a WriteRequest of
-// kind kCustom: the committer applies it in order with every other write,
-// stages the changed records into its group batch (column family kAuth, in
-// the layout `capstan migrate` produces from etcd's buckets:
+// Every mutation (user/role changes, enable/disable) is a typed request, the
+// auth field of an etcdserverpb::InternalRaftRequest as etcd 3.5 puts it in
+// its Raft log (auth_enable, auth_user_add, ...). Write() turns one into a
+// WriteRequest whose CustomOp applies it, and the mutation methods submit
+// that through a mvcc::WriteLog: the KV store itself on a single member,
+// the Raft log in a cluster, where every member applies the entry with its
+// own AuthStore::Write. The committer applies it in order with every other
+// write, stages the changed records into its group batch (column family
+// kAuth, in the layout `capstan migrate` produces from etcd's buckets:
 // "auth/authEnabled", "auth/authRevision", "authUsers/<name>" ->
 // authpb.User, "authRoles/<name>" -> authpb.Role) and the mutation becomes
 // visible to permission checks only once it is durable. Each successful
 // mutation but AuthEnable bumps the auth revision, as etcd's commitRevision
 // does.
+//
+// A request's effect depends only on the request and the applied auth
+// state, so members fed the same entries store the same records: passwords
+// are hashed before the request is made (etcd 3.5 logs
+// base64(bcrypt hash) in hashedPassword and the applier decodes it).
 //
 // Permission checks read an immutable published state (users, roles and each
 // user's merged read/write key ranges, like etcd's range_perm_cache) and take
@@ -45,8 +55,10 @@
 #include "absl/time/time.h"
 #include "auth/jwt_token.h"
 #include "authpb/auth.pb.h"
+#include "etcdserverpb/raft_internal.pb.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/write_request.h"
 #include "util/mutex.h"
 
 namespace capstan::auth {
@@ -107,8 +119,13 @@ struct AuthStoreOptions {
 class AuthStore {
  public:
   // Loads the auth records from store's backend; a store without an auth
-  // revision starts at revision 1, as etcd does. store must outlive the
-  // auth store.
+  // revision starts at revision 1, as etcd does. The mutation methods submit
+  // their requests to log (the store itself on a single member, the Raft
+  // log in a cluster). store and log must outlive the auth store.
+  static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
+                                                         mvcc::WriteLog* log,
+                                                         const AuthStoreOptions& options);
+  // The single-member form: store is the log.
   static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
                                                          const AuthStoreOptions& options);
 
@@ -119,17 +136,37 @@ class AuthStore {
   uint64_t Revision() const;
   mvcc::KvStore* kv() const { return kv_; }
 
-  // --- Mutations. Each is queued to the KV store's committer; done runs on
-  // the committer thread (must not block) once the change is durable and
-  // visible, or with the error that refused it (etcd's texts via Error).
+  // --- Mutations. Each builds its InternalRaftRequest and submits it to
+  // the log; done runs on the committer thread (must not block) once the
+  // change is durable and visible, or with the error that refused it
+  // (etcd's texts via Error).
   using Done = absl::AnyInvocable<void(absl::Status)>;
+
+  // The write that applies request, one of its auth mutations (auth_enable,
+  // auth_disable, auth_user_add, auth_user_delete,
+  // auth_user_change_password, auth_user_grant_role, auth_user_revoke_role,
+  // auth_role_add, auth_role_delete, auth_role_grant_permission,
+  // auth_role_revoke_permission; the first set in etcd's apply order), as
+  // etcd 3.5's applier applies it: a CustomOp with raft_request set to
+  // request. done gets InvalidArgument for a request holding none of them
+  // (or a client write before them). Admin permission is the submitter's
+  // to check. An auth_user_add or auth_user_change_password with a password
+  // and no hashedPassword (as etcd before 3.5 logs them) is hashed here, on
+  // the calling thread, as etcd's applier hashes it; a hashedPassword is
+  // base64 of the bcrypt hash, as etcd 3.5 logs it.
+  mvcc::WriteRequest Write(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
+                           Done done);
+  // log->Submit(Write(request, done)).
+  void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done);
 
   void AuthEnable(Done done);
   void AuthDisable(Done done);
-  // hashed_password: from HashPassword (ignored with no_password).
+  // hashed_password: from HashPassword, the bcrypt hash itself (ignored
+  // with no_password); the request carries it base64-encoded.
   void UserAdd(const std::string& name, const std::string& hashed_password, bool no_password,
                Done done);
   void UserDelete(const std::string& name, Done done);
+  // A user added with no_password keeps no password (etcd 3.5).
   void UserChangePassword(const std::string& name, const std::string& hashed_password, Done done);
   void UserGrantRole(const std::string& user, const std::string& role, Done done);
   void UserRevokeRole(const std::string& user, const std::string& role, Done done);
@@ -223,9 +260,16 @@ class AuthStore {
   };
   using Mutation = std::function<absl::Status(State* next, Changes* changes)>;
 
-  AuthStore(mvcc::KvStore* kv, const AuthStoreOptions& options);
+  AuthStore(mvcc::KvStore* kv, mvcc::WriteLog* log, const AuthStoreOptions& options);
   absl::Status Load();
-  void Submit(Mutation m, Done done);
+  // The mutation request applies (hashing a pre-3.5 entry's password here).
+  absl::StatusOr<Mutation> MutationOf(const etcdserverpb::InternalRaftRequest& request) const;
+  // etcd's selectPassword: the bcrypt hash a request's password and
+  // hashedPassword give.
+  absl::StatusOr<std::string> SelectPassword(const std::string& password,
+                                             const std::string& hashed) const;
+  // The CustomOp write applying m to the applied state.
+  mvcc::WriteRequest WriteOf(Mutation m, Done done);
   std::shared_ptr<const State> Current() const;
   absl::Status CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
                             std::string_view range_end, PermType type) const;
@@ -237,6 +281,7 @@ class AuthStore {
                           const etcdserverpb::PutRequest& put) const;
 
   mvcc::KvStore* const kv_;
+  mvcc::WriteLog* const log_;
   const AuthStoreOptions options_;
 
   // The state with every applied mutation, durable or not: read and written

@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <filesystem>
+#include <future>
+#include <map>
 #include <memory>
 #include <regex>
 
+#include "absl/strings/escaping.h"
 #include "auth/errors.h"
 #include "gtest/gtest.h"
 #include "storage/backend.h"
@@ -366,6 +369,354 @@ TEST_F(AuthStoreTest, VerifiesEtcdBcryptHashes) {
   ASSERT_TRUE(Do([&](auto d) { auth_->UserAdd("bob", relabelled, false, std::move(d)); }).ok());
   EXPECT_TRUE(auth_->Authenticate("bob", "pw-for-bob").ok());
   EXPECT_TRUE(Is(auth_->Authenticate("bob", "pw-for-bo").status(), Error::kAuthFailed));
+}
+
+// ---------------------------------------------------------------- typed requests
+
+using Request = etcdserverpb::InternalRaftRequest;
+using RequestPtr = std::shared_ptr<const Request>;
+
+// One member: a KV store on its own data dir and an auth store on it, whose
+// mutations go through log (the KV store when null).
+class Member {
+ public:
+  explicit Member(mvcc::WriteLog* log = nullptr) {
+    char tmpl[] = "/tmp/capstan-auth-member-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    storage::BackendOptions bo;
+    bo.dir = dir_;
+    auto backend = storage::Backend::Open(bo);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    auto kv = KvStore::Open(KvStoreOptions{}, std::move(*backend));
+    EXPECT_TRUE(kv.ok()) << kv.status();
+    kv_ = std::move(*kv);
+    AuthStoreOptions options;
+    options.bcrypt_cost = 4;
+    auto as = log ? AuthStore::Open(kv_.get(), log, options) : AuthStore::Open(kv_.get(), options);
+    EXPECT_TRUE(as.ok()) << as.status();
+    auth_ = std::move(*as);
+  }
+  ~Member() {
+    auth_.reset();
+    kv_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  KvStore* kv() const { return kv_.get(); }
+  AuthStore* auth() const { return auth_.get(); }
+
+  // Applies request through Write, submitted straight to the KV store.
+  absl::Status Apply(RequestPtr request) {
+    std::promise<absl::Status> p;
+    auto f = p.get_future();
+    kv_->Submit(auth_->Write(std::move(request), [&p](absl::Status s) { p.set_value(s); }));
+    return f.get();
+  }
+  absl::Status Do(const std::function<void(AuthStore::Done)>& m) { return auth_->Wait(m); }
+
+  // Every record of the auth column family, as stored.
+  std::map<std::string, std::string> Records() const {
+    std::map<std::string, std::string> out;
+    auto it = kv_->backend()->NewIterator(storage::Cf::kAuth);
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      out[std::string(it->key())] = std::string(it->value());
+    }
+    EXPECT_TRUE(it->status().ok()) << it->status();
+    return out;
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<AuthStore> auth_;
+};
+
+RequestPtr Req(const std::function<void(Request*)>& fill) {
+  auto r = std::make_shared<Request>();
+  fill(r.get());
+  return r;
+}
+
+RequestPtr UserAddReq(const std::string& name, const std::string& hash, bool no_password = false) {
+  return Req([&](Request* r) {
+    auto* a = r->mutable_auth_user_add();
+    a->set_name(name);
+    a->mutable_options()->set_no_password(no_password);
+    if (!no_password) a->set_hashedpassword(absl::Base64Escape(hash));
+  });
+}
+RequestPtr GrantRoleReq(const std::string& user, const std::string& role) {
+  return Req([&](Request* r) {
+    r->mutable_auth_user_grant_role()->set_user(user);
+    r->mutable_auth_user_grant_role()->set_role(role);
+  });
+}
+RequestPtr RoleAddReq(const std::string& name) {
+  return Req([&](Request* r) { r->mutable_auth_role_add()->set_name(name); });
+}
+RequestPtr GrantPermReq(const std::string& role, const Perm& perm) {
+  return Req([&](Request* r) {
+    r->mutable_auth_role_grant_permission()->set_name(role);
+    *r->mutable_auth_role_grant_permission()->mutable_perm() = perm;
+  });
+}
+RequestPtr EnableReq() { return Req([](Request* r) { r->mutable_auth_enable(); }); }
+RequestPtr DisableReq() { return Req([](Request* r) { r->mutable_auth_disable(); }); }
+
+std::optional<Error> ErrorIn(const absl::Status& s) { return ErrorOf(s); }
+
+TEST(AuthWriteTest, WriteGivesTheStateTheMethodsGive) {
+  Member by_method;
+  Member by_write;
+  auto hash = by_method.auth()->HashPassword("pw");
+  ASSERT_TRUE(hash.ok());
+  AuthStore* m = by_method.auth();
+  // Each step as a method call and as the request it stands for.
+  struct Step {
+    std::function<void(AuthStore::Done)> method;
+    RequestPtr request;
+  };
+  const Perm rw = MakePerm(Perm::READWRITE, "foo", "fop");
+  const Perm w_from = MakePerm(Perm::WRITE, "b", kNul);
+  const std::vector<Step> steps = {
+      {[&](auto d) { m->AuthEnable(std::move(d)); }, EnableReq()},  // no root user
+      {[&](auto d) { m->UserAdd("root", *hash, false, std::move(d)); }, UserAddReq("root", *hash)},
+      {[&](auto d) { m->AuthEnable(std::move(d)); }, EnableReq()},  // no root role
+      {[&](auto d) { m->UserGrantRole("root", "root", std::move(d)); },
+       GrantRoleReq("root", "root")},
+      {[&](auto d) { m->RoleAdd("r", std::move(d)); }, RoleAddReq("r")},
+      {[&](auto d) { m->RoleGrantPermission("r", rw, std::move(d)); }, GrantPermReq("r", rw)},
+      {[&](auto d) { m->RoleGrantPermission("r", w_from, std::move(d)); },
+       GrantPermReq("r", w_from)},
+      {[&](auto d) { m->UserAdd("u", "", true, std::move(d)); }, UserAddReq("u", "", true)},
+      {[&](auto d) { m->UserGrantRole("u", "r", std::move(d)); }, GrantRoleReq("u", "r")},
+      {[&](auto d) { m->UserGrantRole("u", "nope", std::move(d)); }, GrantRoleReq("u", "nope")},
+      {[&](auto d) { m->UserChangePassword("root", *hash, std::move(d)); },
+       Req([&](Request* r) {
+         r->mutable_auth_user_change_password()->set_name("root");
+         r->mutable_auth_user_change_password()->set_hashedpassword(absl::Base64Escape(*hash));
+       })},
+      {[&](auto d) { m->AuthEnable(std::move(d)); }, EnableReq()},
+      {[&](auto d) { m->UserRevokeRole("u", "r", std::move(d)); }, Req([](Request* r) {
+         r->mutable_auth_user_revoke_role()->set_name("u");
+         r->mutable_auth_user_revoke_role()->set_role("r");
+       })},
+      {[&](auto d) { m->RoleRevokePermission("r", "foo", "fop", std::move(d)); },
+       Req([](Request* r) {
+         r->mutable_auth_role_revoke_permission()->set_role("r");
+         r->mutable_auth_role_revoke_permission()->set_key("foo");
+         r->mutable_auth_role_revoke_permission()->set_range_end("fop");
+       })},
+      {[&](auto d) { m->RoleDelete("root", std::move(d)); },
+       Req([](Request* r) { r->mutable_auth_role_delete()->set_role("root"); })},
+      {[&](auto d) { m->AuthDisable(std::move(d)); }, DisableReq()},
+      {[&](auto d) { m->RoleDelete("r", std::move(d)); },
+       Req([](Request* r) { r->mutable_auth_role_delete()->set_role("r"); })},
+      {[&](auto d) { m->UserDelete("u", std::move(d)); },
+       Req([](Request* r) { r->mutable_auth_user_delete()->set_name("u"); })},
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const absl::Status a = by_method.Do(steps[i].method);
+    const absl::Status b = by_write.Apply(steps[i].request);
+    EXPECT_EQ(a, b) << "step " << i;
+    EXPECT_EQ(by_method.auth()->Revision(), by_write.auth()->Revision()) << "step " << i;
+    EXPECT_EQ(by_method.auth()->Enabled(), by_write.auth()->Enabled()) << "step " << i;
+    EXPECT_EQ(by_method.Records(), by_write.Records()) << "step " << i;
+  }
+  EXPECT_EQ(by_write.auth()->Revision(), 14u);
+  EXPECT_FALSE(by_write.auth()->Enabled());
+  EXPECT_EQ(by_write.auth()->UserNames(), (std::vector<std::string>{"root"}));
+  EXPECT_TRUE(by_write.auth()->RoleNames().empty());
+}
+
+// Members applying the same requests in the same order store the same
+// records, whatever each request's outcome: a cluster's members stay equal.
+TEST(AuthWriteTest, TwoMembersFedTheSameRequestsStoreTheSameRecords) {
+  Member a;
+  Member b;
+  auto hash = a.auth()->HashPassword("rootpw");
+  ASSERT_TRUE(hash.ok());
+  struct Step {
+    RequestPtr request;
+    std::optional<Error> want;  // nullopt: ok
+  };
+  const std::vector<Step> steps = {
+      {EnableReq(), Error::kRootUserNotExist},
+      {UserAddReq("root", *hash), std::nullopt},
+      {UserAddReq("root", *hash), Error::kUserAlreadyExist},
+      {UserAddReq("", *hash), Error::kUserEmpty},
+      {EnableReq(), Error::kRootRoleNotExist},
+      {GrantRoleReq("root", "missing"), Error::kRoleNotFound},
+      {GrantRoleReq("ghost", "root"), Error::kUserNotFound},
+      {GrantRoleReq("root", "root"), std::nullopt},
+      {GrantRoleReq("root", "root"), std::nullopt},  // ignored: no revision
+      {RoleAddReq("r"), std::nullopt},
+      {RoleAddReq("r"), Error::kRoleAlreadyExist},
+      {RoleAddReq(""), Error::kRoleEmpty},
+      {GrantPermReq("missing", MakePerm(Perm::READ, "k", "")), Error::kRoleNotFound},
+      // etcd checks the range before it looks the role up.
+      {GrantPermReq("missing", MakePerm(Perm::READ, "", "")), Error::kInvalidAuthMgmt},
+      {Req([](Request* r) { r->mutable_auth_role_grant_permission()->set_name("r"); }),
+       Error::kPermissionNotGiven},
+      {GrantPermReq("r", MakePerm(Perm::READ, "b", "a")), Error::kInvalidAuthMgmt},
+      {GrantPermReq("r", MakePerm(Perm::READ, "k", "l")), std::nullopt},
+      {GrantPermReq("r", MakePerm(Perm::WRITE, "k", "")), std::nullopt},
+      {GrantPermReq("r", MakePerm(Perm::WRITE, "k", "l")), std::nullopt},  // updated in place
+      {UserAddReq("u", "", true), std::nullopt},
+      {GrantRoleReq("u", "r"), std::nullopt},
+      {EnableReq(), std::nullopt},
+      {EnableReq(), std::nullopt},  // ignored
+      {Req([](Request* r) { r->mutable_auth_user_delete()->set_name("root"); }),
+       Error::kInvalidAuthMgmt},
+      {Req([](Request* r) { r->mutable_auth_role_delete()->set_role("root"); }),
+       Error::kInvalidAuthMgmt},
+      {Req([](Request* r) {
+         r->mutable_auth_user_revoke_role()->set_name("u");
+         r->mutable_auth_user_revoke_role()->set_role("root");
+       }),
+       Error::kRoleNotGranted},
+      {Req([](Request* r) {
+         r->mutable_auth_role_revoke_permission()->set_role("r");
+         r->mutable_auth_role_revoke_permission()->set_key("zz");
+       }),
+       Error::kPermissionNotGranted},
+      {Req([](Request* r) { r->mutable_auth_role_delete()->set_role("r"); }), std::nullopt},
+      {DisableReq(), std::nullopt},
+      {DisableReq(), std::nullopt},  // ignored
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const absl::Status sa = a.Apply(steps[i].request);
+    const absl::Status sb = b.Apply(steps[i].request);
+    if (steps[i].want) {
+      EXPECT_EQ(ErrorIn(sa), steps[i].want) << "step " << i << ": " << sa;
+    } else {
+      EXPECT_TRUE(sa.ok()) << "step " << i << ": " << sa;
+    }
+    EXPECT_EQ(sa, sb) << "step " << i;
+    EXPECT_EQ(a.Records(), b.Records()) << "step " << i;
+  }
+  // Revision: 1, then one per change but AuthEnable.
+  EXPECT_EQ(a.auth()->Revision(), 11u);
+  EXPECT_EQ(b.auth()->Revision(), 11u);
+  const auto records = a.Records();
+  EXPECT_EQ(records.count("authRoles/r"), 0u);
+  authpb::User u;
+  ASSERT_TRUE(u.ParseFromString(records.at("authUsers/u")));
+  EXPECT_EQ(u.roles_size(), 0);  // the deleted role was taken from its user
+  EXPECT_TRUE(u.options().no_password());
+}
+
+TEST(AuthWriteTest, WriteCarriesItsRequestAndRefusesOthers) {
+  Member m;
+  auto request = RoleAddReq("r");
+  mvcc::WriteRequest w = m.auth()->Write(request, [](absl::Status) {});
+  EXPECT_EQ(w.raft_request, request);
+  EXPECT_TRUE(std::holds_alternative<mvcc::CustomOp>(w.op));
+  const uint64_t rev = m.auth()->Revision();
+  // Nothing set, a client write, an auth read, a login: not auth mutations.
+  for (const auto& bad : {Req([](Request*) {}), Req([](Request* r) {
+                            r->mutable_put()->set_key("k");
+                            r->mutable_auth_role_add()->set_name("x");
+                          }),
+                          Req([](Request* r) { r->set_auth_user_get("\x0a\x01u"); }),
+                          Req([](Request* r) { r->set_authenticate("\x0a\x01u"); })}) {
+    const absl::Status s = m.Apply(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(m.auth()->Revision(), rev);
+  }
+  EXPECT_EQ(m.Apply(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.auth()->RoleNames().empty());
+  EXPECT_TRUE(m.Records().empty()) << "a refused request stored something";
+}
+
+// The mutation methods submit through the log given at Open, with the
+// request each stands for.
+TEST(AuthWriteTest, MethodsSubmitThroughTheLog) {
+  class RecordingLog : public mvcc::WriteLog {
+   public:
+    void Submit(mvcc::WriteRequest w) override {
+      requests.push_back(w.raft_request);
+      kv->Submit(std::move(w));
+    }
+    KvStore* kv = nullptr;
+    std::vector<RequestPtr> requests;
+  };
+  RecordingLog log;
+  Member m(&log);
+  log.kv = m.kv();
+  ASSERT_TRUE(m.Do([&](auto d) { m.auth()->RoleAdd("r", std::move(d)); }).ok());
+  ASSERT_TRUE(m.Do([&](auto d) { m.auth()->UserAdd("u", "$2b$hash", false, std::move(d)); }).ok());
+  ASSERT_EQ(log.requests.size(), 2u);
+  ASSERT_TRUE(log.requests[0]);
+  EXPECT_EQ(log.requests[0]->auth_role_add().name(), "r");
+  ASSERT_TRUE(log.requests[1]);
+  // etcd 3.5 logs the hash in base64, never the password.
+  EXPECT_EQ(log.requests[1]->auth_user_add().hashedpassword(), absl::Base64Escape("$2b$hash"));
+  EXPECT_TRUE(log.requests[1]->auth_user_add().password().empty());
+  auto user = m.auth()->GetUser("u");
+  ASSERT_TRUE(user.ok());
+  EXPECT_EQ(user->password(), "$2b$hash");
+}
+
+// What etcd 3.5's applier does with the password fields (selectPassword).
+TEST(AuthWriteTest, PasswordFieldsAsEtcdAppliesThem) {
+  Member m;
+  auto stored = [&](const std::string& name) {
+    auto u = m.auth()->GetUser(name);
+    EXPECT_TRUE(u.ok()) << u.status();
+    return u.ok() ? *u : authpb::User();
+  };
+  // no_password: no password kept, whatever the request carries.
+  ASSERT_TRUE(m.Apply(Req([](Request* r) {
+                 auto* a = r->mutable_auth_user_add();
+                 a->set_name("np");
+                 a->set_password("pw");
+                 a->set_hashedpassword(absl::Base64Escape("$2b$x"));
+                 a->mutable_options()->set_no_password(true);
+               })).ok());
+  EXPECT_TRUE(stored("np").password().empty());
+  EXPECT_TRUE(stored("np").options().no_password());
+  // Changing a no-password user's password keeps it without one.
+  ASSERT_TRUE(m.Apply(Req([](Request* r) {
+                 r->mutable_auth_user_change_password()->set_name("np");
+                 r->mutable_auth_user_change_password()->set_hashedpassword(
+                     absl::Base64Escape("$2b$y"));
+               })).ok());
+  EXPECT_TRUE(stored("np").password().empty());
+  // A request without options is a user with a password; nothing in it
+  // gives an empty one.
+  ASSERT_TRUE(m.Apply(Req([](Request* r) { r->mutable_auth_user_add()->set_name("empty"); })).ok());
+  EXPECT_TRUE(stored("empty").password().empty());
+  EXPECT_TRUE(stored("empty").has_options());
+  EXPECT_FALSE(stored("empty").options().no_password());
+  // A hashedPassword that is not base64: etcd's ErrNoPasswordUser, which
+  // its gRPC layer answers as Unknown with the error's text.
+  const absl::Status bad = m.Apply(Req([](Request* r) {
+    r->mutable_auth_user_add()->set_name("bad");
+    r->mutable_auth_user_add()->set_hashedpassword("not base64!");
+  }));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(bad.message(), "auth: authentication failed, password was given for no password user");
+  EXPECT_FALSE(m.auth()->GetUser("bad").ok());
+  // Name checks come first.
+  EXPECT_TRUE(Is(m.Apply(Req([](Request* r) {
+                   r->mutable_auth_user_add()->set_name("empty");
+                   r->mutable_auth_user_add()->set_hashedpassword("not base64!");
+                 })),
+                 Error::kUserAlreadyExist));
+  // An entry as etcd before 3.5 logs it (the password itself) is hashed
+  // when written, as etcd's applier hashes it.
+  ASSERT_TRUE(m.Apply(Req([](Request* r) {
+                 r->mutable_auth_user_add()->set_name("old");
+                 r->mutable_auth_user_add()->set_password("oldpw");
+               })).ok());
+  EXPECT_EQ(Crypt("oldpw", stored("old").password()), stored("old").password());
+  ASSERT_TRUE(m.Apply(Req([](Request* r) {
+                 r->mutable_auth_user_change_password()->set_name("old");
+                 r->mutable_auth_user_change_password()->set_password("newpw");
+               })).ok());
+  EXPECT_EQ(Crypt("newpw", stored("old").password()), stored("old").password());
+  EXPECT_NE(stored("old").password().find("$2b$04$"), std::string::npos);
 }
 
 }  // namespace

@@ -242,7 +242,9 @@ absl::Status Server::BuildServices() {
     if (!jwt.ok()) return jwt.status();
     auth_options.jwt = std::move(*jwt);
   }
-  auto auth_store = auth::AuthStore::Open(store_.get(), auth_options);
+  // Auth changes go through the write log: the store itself on a single
+  // member (a cluster's would be its Raft log).
+  auto auth_store = auth::AuthStore::Open(store_.get(), /*log=*/store_.get(), auth_options);
   if (!auth_store.ok()) return auth_store.status();
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,
                                             member_.get());

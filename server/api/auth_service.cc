@@ -237,11 +237,13 @@ grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
                                                etcdserverpb::AuthUserAddResponse* resp) {
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     auth::AuthStore* store = gate_->store();
-    const bool no_password = req->options().no_password();
-    if (no_password || !req->hashedpassword().empty()) {
-      store->UserAdd(req->name(), req->hashedpassword(), no_password, FinishWhenDone(reactor, resp));
+    if (req->options().no_password()) {
+      store->UserAdd(req->name(), {}, /*no_password=*/true, FinishWhenDone(reactor, resp));
       return;
     }
+    // As etcd 3.5's server: the password (an empty one too) is hashed
+    // before the request is logged; a hashedPassword the client sent is
+    // not used.
     RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
       auto hash = store->HashPassword(req->password());
       if (!hash.ok()) {
@@ -258,8 +260,15 @@ grpc::ServerUnaryReactor* AuthService::UserChangePassword(
     etcdserverpb::AuthUserChangePasswordResponse* resp) {
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     auth::AuthStore* store = gate_->store();
-    if (!req->hashedpassword().empty()) {
-      store->UserChangePassword(req->name(), req->hashedpassword(), FinishWhenDone(reactor, resp));
+    if (req->password().empty()) {
+      // As etcd 3.5's server: without a password the client's
+      // hashedPassword (base64 of a bcrypt hash) is logged as it is, and
+      // the applier decodes it.
+      auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
+      auto* change = request->mutable_auth_user_change_password();
+      change->set_name(req->name());
+      change->set_hashedpassword(req->hashedpassword());
+      store->Submit(std::move(request), FinishWhenDone(reactor, resp));
       return;
     }
     RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {

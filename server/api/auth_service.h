@@ -90,8 +90,9 @@ absl::Status CheckWrite(const AuthGate* gate, const grpc::ServerContextBase& ctx
 // member and the KV store under the auth store must outlive the service;
 // the gate lives as long as the service.
 //
-// bcrypt work (Authenticate, and UserAdd and UserChangePassword given a
-// plain password) runs on the service's pool of a few threads (one per
+// bcrypt work (Authenticate, UserAdd of a user with a password, and
+// UserChangePassword given a plain password; the hash goes in the logged
+// request, as etcd 3.5 logs it) runs on the service's pool of a few threads (one per
 // core, 2 to 8), never on a gRPC reactor thread nor on a thread per call.
 // While the pool is busy a call waits in its queue, however many there are:
 // etcd answers every Authenticate eventually. A queued call whose client is
