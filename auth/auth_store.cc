@@ -295,6 +295,14 @@ mvcc::WriteRequest AuthStore::WriteOf(Mutation m, Done done) {
   return w;
 }
 
+bool AuthStore::IsAuthRequest(const InternalRaftRequest& r) {
+  return r.has_auth_enable() || r.has_auth_disable() || r.has_auth_user_add() ||
+         r.has_auth_user_delete() || r.has_auth_user_change_password() ||
+         r.has_auth_user_grant_role() || r.has_auth_user_revoke_role() || r.has_auth_role_add() ||
+         r.has_auth_role_delete() || r.has_auth_role_grant_permission() ||
+         r.has_auth_role_revoke_permission();
+}
+
 WriteRequest AuthStore::Write(std::shared_ptr<const InternalRaftRequest> request, Done done) {
   absl::StatusOr<Mutation> m =
       request ? MutationOf(*request) : absl::InvalidArgumentError("auth: no request");

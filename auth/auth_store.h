@@ -156,6 +156,8 @@ class AuthStore {
   // base64 of the bcrypt hash, as etcd 3.5 logs it.
   mvcc::WriteRequest Write(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
                            Done done);
+  // Whether request holds one of the auth mutations Write applies.
+  static bool IsAuthRequest(const etcdserverpb::InternalRaftRequest& request);
   // log->Submit(Write(request, done)).
   void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done);
 
