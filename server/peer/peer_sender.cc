@@ -61,11 +61,16 @@ void PeerSender::Start() {
   thread_ = NamedThread(absl::StrCat("peer-", IdText(options_.peer_id)), [this] { Run(); });
 }
 
-bool PeerSender::Enqueue(std::string message) {
+size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
   util::MutexLock l(&mu_);
-  if (stopping_ || queue_.size() >= options_.queue_capacity) return false;
-  queue_.push_back(std::move(message));
-  return true;
+  if (stopping_) return 0;
+  size_t n = 0;
+  for (std::string& m : *messages) {
+    if (queue_.size() >= options_.queue_capacity) break;
+    queue_.push_back(std::move(m));
+    ++n;
+  }
+  return n;
 }
 
 void PeerSender::Stop() {

@@ -67,9 +67,10 @@ class PeerSender {
 
   // Starts the thread. REQUIRES: called at most once.
   void Start();
-  // Queues a message; false (and the message dropped) when the queue is
-  // full or the sender stopped. Never blocks on the network.
-  bool Enqueue(std::string message);
+  // Queues messages in order, as many as fit, and returns how many did (the
+  // rest are dropped; none fit once the sender stopped). One lock
+  // acquisition for all of them; never blocks on the network.
+  size_t EnqueueAll(std::vector<std::string>* messages);
   // Cancels the stream and joins the thread; the callbacks do not run after
   // Stop returns. Idempotent.
   void Stop();

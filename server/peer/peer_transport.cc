@@ -150,6 +150,12 @@ void PeerTransport::Stop() {
     senders.swap(senders_);
   }
   for (auto& [id, sender] : senders) sender->Stop();
+  {
+    // A Send that got past its check still reports to the handler.
+    util::MutexLock l(&mu_);
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_sends_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
   if (started && server_) {
     // Cancels the open streams at once; returns when every handler has
     // returned.
@@ -229,35 +235,46 @@ void PeerTransport::ReportUnreachable(uint64_t id) const {
 
 void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
   if (messages.empty()) return;
-  // The senders of this call's peers, looked up once under the lock.
-  std::vector<std::shared_ptr<peer::PeerSender>> targets(messages.size());
+  // The messages per peer, in order, with the peer's sender (looked up once
+  // under the lock, fed outside it).
+  struct Outgoing {
+    uint64_t to;
+    std::shared_ptr<peer::PeerSender> sender;
+    std::vector<std::string> messages;
+  };
+  std::vector<Outgoing> outgoing;
   {
     util::MutexLock l(&mu_);
     if (stopped_) return;
-    for (size_t i = 0; i < messages.size(); ++i) {
-      auto it = senders_.find(messages[i].to);
-      if (it != senders_.end()) targets[i] = it->second;
+    ++active_sends_;  // Stop waits for this call before it returns
+    for (auto& m : messages) {
+      auto out = std::find_if(outgoing.begin(), outgoing.end(),
+                              [&](const Outgoing& o) { return o.to == m.to; });
+      if (out == outgoing.end()) {
+        auto it = senders_.find(m.to);
+        outgoing.push_back({m.to, it == senders_.end() ? nullptr : it->second, {}});
+        out = outgoing.end() - 1;
+      }
+      // MsgSnap (replication::MessageType::kSnapshot) is queued like any
+      // message for now; its snapshot stream will go beside it.
+      if (out->sender) out->messages.push_back(std::move(m.bytes));
     }
   }
-  std::vector<uint64_t> full;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (!targets[i]) {
+  for (auto& out : outgoing) {
+    if (!out.sender) {
       SPDLOG_DEBUG("ignored message send request; unknown remote peer target {}",
-                   peer::IdText(messages[i].to));
+                   peer::IdText(out.to));
       continue;
     }
-    // MsgSnap (replication::MessageType::kSnapshot) is queued like any
-    // message for now; its snapshot stream will go beside it.
-    if (!targets[i]->Enqueue(std::move(messages[i].bytes)) &&
-        std::find(full.begin(), full.end(), messages[i].to) == full.end()) {
-      full.push_back(messages[i].to);
+    const size_t queued = out.sender->EnqueueAll(&out.messages);
+    if (queued < out.messages.size()) {
+      SPDLOG_WARN("dropped {} internal Raft message(s) since sending buffer is full (remote peer {})",
+                  out.messages.size() - queued, peer::IdText(out.to));
+      ReportUnreachable(out.to);
     }
   }
-  for (uint64_t id : full) {
-    SPDLOG_WARN("dropped internal Raft message since sending buffer is full (remote peer {})",
-                peer::IdText(id));
-    ReportUnreachable(id);
-  }
+  util::MutexLock l(&mu_);
+  --active_sends_;
 }
 
 std::shared_ptr<grpc::Channel> PeerTransport::ChannelTo(uint64_t id) {

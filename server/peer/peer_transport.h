@@ -143,6 +143,7 @@ class PeerTransport final : public replication::Transport {
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int active_sends_ ABSL_GUARDED_BY(mu_) = 0;  // Send calls past their stopped_ check
   std::map<uint64_t, std::vector<std::string>> peer_urls_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> removed_ ABSL_GUARDED_BY(mu_);
