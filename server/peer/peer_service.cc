@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "server/peer/peer_protocol.h"
+#include "server/peer/peer_tls.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::server::peer {
@@ -20,17 +21,45 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// The IP of a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000").
+std::string CallerHost(const std::string& peer) {
+  std::string_view p = peer;
+  const size_t colon = p.find(':');
+  if (colon != std::string_view::npos) p.remove_prefix(colon + 1);
+  if (!p.empty() && p[0] == '[') {
+    const size_t close = p.find(']');
+    return std::string(p.substr(1, close == std::string_view::npos ? p.size() - 1 : close - 1));
+  }
+  const size_t port = p.rfind(':');
+  return std::string(port == std::string_view::npos ? p : p.substr(0, port));
+}
+
 }  // namespace
 
 PeerService::PeerService(uint64_t local_id, uint64_t cluster_id,
                          const replication::TransportHandler* handler,
-                         std::function<bool(uint64_t)> is_removed)
+                         std::function<bool(uint64_t)> is_removed, bool check_client_san)
     : local_id_(local_id),
       cluster_id_(cluster_id),
       handler_(handler),
-      is_removed_(std::move(is_removed)) {}
+      is_removed_(std::move(is_removed)),
+      check_client_san_(check_client_san) {}
 
 grpc::Status PeerService::Admit(const grpc::ServerContext& context, uint64_t* from) const {
+  if (check_client_san_) {
+    // etcd checks the connection, before any request: here, every call.
+    const auto auth = context.auth_context();
+    const auto pem = auth ? auth->FindPropertyValues("x509_pem_cert")
+                          : std::vector<grpc::string_ref>{};
+    if (!pem.empty()) {
+      const std::string host = CallerHost(context.peer());
+      const std::string why = PeerAddressMismatch(std::string_view(pem[0].data(), pem[0].size()), host);
+      if (!why.empty()) {
+        SPDLOG_WARN("rejected connection from {}: {}", host, why);
+        return grpc::Status(grpc::UNAUTHENTICATED, why);
+      }
+    }
+  }
   // rafthttp's order: cluster compatibility, the sender's ID, removal, then
   // whom the request is for.
   const std::string_view cluster = Metadata(context, kClusterIdKey);

@@ -1,7 +1,9 @@
 // PeerService: the receiving half of the peer transport, the
 // capstan.v1.Peer service (proto/capstan/v1/peer.proto) on the peer URLs.
 //
-// Every call is admitted first, as rafthttp admits a request: the sender's
+// Every call is admitted first, as etcd's peer listener and rafthttp admit
+// a request: a client certificate must name the caller's address (unless
+// --peer-skip-client-san-verification), then the sender's
 // cluster ID must be this member's ("cluster ID mismatch"), the sender must
 // not be a removed member ("the member has been permanently removed from
 // the cluster"), and the call must be addressed to this member ("to field
@@ -31,8 +33,11 @@ class PeerService final : public capstan::v1::Peer::Service {
   // is_removed answers whether a member ID was removed from the cluster; it
   // is called for every call and every batch and must be cheap. handler
   // and is_removed must outlive the service's server.
+  // check_client_san: a caller's client certificate must name the address
+  // it calls from (etcd's checkSAN; PeerAddressMismatch), else
+  // UNAUTHENTICATED with the reason.
   PeerService(uint64_t local_id, uint64_t cluster_id, const replication::TransportHandler* handler,
-              std::function<bool(uint64_t)> is_removed);
+              std::function<bool(uint64_t)> is_removed, bool check_client_san);
 
   grpc::Status Raft(grpc::ServerContext* context, grpc::ServerReader<capstan::v1::RaftBatch>* reader,
                     capstan::v1::RaftStreamEnd* response) override;
@@ -51,6 +56,7 @@ class PeerService final : public capstan::v1::Peer::Service {
   const uint64_t cluster_id_;
   const replication::TransportHandler* const handler_;
   const std::function<bool(uint64_t)> is_removed_;
+  const bool check_client_san_;
 };
 
 }  // namespace capstan::server::peer

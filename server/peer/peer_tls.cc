@@ -1,10 +1,16 @@
 #include "server/peer/peer_tls.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <fstream>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_certificate_verifier.h"
@@ -12,6 +18,7 @@
 #include "openssl/bio.h"
 #include "openssl/err.h"
 #include "openssl/pem.h"
+#include "openssl/x509v3.h"
 #include "server/security/tls.h"
 
 namespace capstan::server {
@@ -113,7 +120,86 @@ class PeerCertVerifier : public grpc::experimental::ExternalCertificateVerifier 
   const std::string crl_file_;
 };
 
+std::string IpText(const void* addr, int family) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (!inet_ntop(family, addr, text, sizeof text)) return "";
+  return text;
+}
+
+// Go's isHostInDNS: a name the address resolves back to matches a DNS SAN
+// ("*.example.com" by suffix), or a DNS SAN resolves to the address.
+bool HostInDns(const std::string& host, const std::vector<std::string>& dns) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* numeric = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &numeric) == 0) {
+    char name[NI_MAXHOST] = {};
+    const bool named = getnameinfo(numeric->ai_addr, numeric->ai_addrlen, name, sizeof name,
+                                   nullptr, 0, NI_NAMEREQD) == 0;
+    freeaddrinfo(numeric);
+    std::string reverse = named ? name : "";
+    if (absl::EndsWith(reverse, ".")) reverse.pop_back();
+    for (const auto& d : dns) {
+      if (reverse.empty()) break;
+      if (absl::StartsWith(d, "*.") ? absl::EndsWith(reverse, d.substr(1)) : reverse == d) {
+        return true;
+      }
+    }
+  }
+  for (const auto& d : dns) {
+    if (absl::StartsWith(d, "*.")) continue;
+    addrinfo forward{};
+    forward.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(d.c_str(), nullptr, &forward, &found) != 0) continue;
+    bool match = false;
+    for (addrinfo* a = found; a && !match; a = a->ai_next) {
+      if (a->ai_family == AF_INET) {
+        match = IpText(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, AF_INET) == host;
+      } else if (a->ai_family == AF_INET6) {
+        match = IpText(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr, AF_INET6) ==
+                host;
+      }
+    }
+    freeaddrinfo(found);
+    if (match) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string PeerAddressMismatch(std::string_view pem, const std::string& host) {
+  auto certs = ReadPemCertificates(grpc::string_ref(pem.data(), pem.size()));
+  if (certs.empty()) return "";
+  std::vector<std::string> ips, dns;
+  auto* general = static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(certs[0].get(), NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; general && i < sk_GENERAL_NAME_num(general); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(general, i);
+    if (name->type == GEN_DNS) {
+      dns.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(name->d.dNSName)),
+                       ASN1_STRING_length(name->d.dNSName));
+    } else if (name->type == GEN_IPADD) {
+      const int len = ASN1_STRING_length(name->d.iPAddress);
+      const unsigned char* data = ASN1_STRING_get0_data(name->d.iPAddress);
+      if (len == 4) ips.push_back(IpText(data, AF_INET));
+      if (len == 16) ips.push_back(IpText(data, AF_INET6));
+    }
+  }
+  GENERAL_NAMES_free(general);
+  if (ips.empty() && dns.empty()) return "";
+  if (!ips.empty()) {
+    if (CertificateValidForHostname(ips, {}, host)) return "";
+    if (dns.empty()) {
+      return absl::StrCat("x509: certificate is valid for ", absl::StrJoin(ips, ", "), ", not ",
+                          host);
+    }
+  }
+  if (HostInDns(host, dns)) return "";
+  return absl::StrCat("tls: \"", host, "\" does not match any of DNSNames [\"",
+                      absl::StrJoin(dns, "\" \""), "\"]");
+}
 
 bool HasPeerCertificate(const ServerConfig& config) {
   return !config.peer_cert_file.empty() || !config.peer_key_file.empty() || config.peer_auto_tls;
@@ -168,6 +254,7 @@ absl::StatusOr<PeerTls> ResolvePeerTls(const ServerConfig& config) {
     return absl::InvalidArgumentError("--peer-client-cert-auth requires --peer-trusted-ca-file");
   }
   tls.crl_file = config.peer_crl_file;
+  tls.check_client_san = !config.peer_skip_client_san_verification;
   tls.allowed_cn = config.peer_cert_allowed_cn;
   tls.allowed_hostname = config.peer_cert_allowed_hostname;
   return tls;

@@ -19,6 +19,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,10 @@ struct PeerTls {
   // --peer-auto-tls without certificates: peers' self-signed certificates
   // are not verified (etcd's selfCert: InsecureSkipVerify).
   bool self_signed = false;
+  // etcd's checkSAN, on unless --peer-skip-client-san-verification: a
+  // peer's client certificate naming addresses must name the one it
+  // connects from (PeerAddressMismatch).
+  bool check_client_san = true;
   std::string min_version = "TLS1.2";  // --tls-min-version
   std::string max_version;             // --tls-max-version
 };
@@ -71,6 +76,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(c
 // valid for the URL's host and, when set, with the allowed CN or for the
 // allowed hostname.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(const PeerTls& tls);
+
+// etcd's checkCertSAN for a peer's client certificate (PEM) and the address
+// it connects from (an IP as text): "" when the certificate names no
+// address, names that IP, or names a DNS name the address resolves back to
+// or that resolves to the address (Go's reverse and forward lookups);
+// otherwise why not. May do DNS lookups: call it outside locks.
+std::string PeerAddressMismatch(std::string_view pem, const std::string& host);
 
 }  // namespace capstan::server
 

@@ -86,7 +86,8 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
   }
   service_ = std::make_unique<peer::PeerService>(
       options_.member_id, options_.cluster_id, &handler_,
-      [this](uint64_t id) { return IsRemoved(id); });
+      [this](uint64_t id) { return IsRemoved(id); },
+      options_.tls && options_.tls->require_client_cert && options_.tls->check_client_san);
 
   grpc::ServerBuilder builder;
   builder.RegisterService(service_.get());

@@ -13,6 +13,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -495,7 +497,8 @@ TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
 
 // Certificates made by openssl: a CA, "peer" certificates (CN "peer",
 // for 127.0.0.1), "intruder" (CN "intruder", same CA), "revoked" (CN
-// "peer", revoked by crl.pem), "foreign" (CN "peer", another CA).
+// "peer", revoked by crl.pem), "foreign" (CN "peer", another CA), "farip"
+// (CN "peer", naming only 10.1.2.3).
 constexpr char kMakeCertificates[] = R"sh(
 set -e
 mkdir -p db && : > db/index.txt && echo 1000 > db/serial && echo 1000 > db/crlnumber
@@ -519,13 +522,16 @@ commonName = supplied
 [leaf]
 subjectAltName = IP:127.0.0.1,DNS:localhost
 extendedKeyUsage = serverAuth,clientAuth
+[farip]
+subjectAltName = IP:10.1.2.3
+extendedKeyUsage = serverAuth,clientAuth
 CNF
 ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
 openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=testca 2>/dev/null
 openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
 leaf() {
   openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$2 2>/dev/null
-  openssl ca -batch -config ca.cnf -cert ${3:-ca}.pem -keyfile ${3:-ca}.key -extensions leaf \
+  openssl ca -batch -config ca.cnf -cert ${3:-ca}.pem -keyfile ${3:-ca}.key -extensions ${4:-leaf} \
     -in $1.csr -out $1.pem 2>/dev/null
 }
 leaf peer1 peer
@@ -533,6 +539,7 @@ leaf peer2 peer
 leaf intruder intruder
 leaf revoked peer
 leaf foreign peer other
+leaf farip peer ca farip
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
 openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
 )sh";
@@ -642,6 +649,39 @@ TEST_F(PeerTlsTest, MutualTlsAdmitsPeersAndRefusesOthers) {
     return plain->recorder.Unreachable(2) >= 2;
   }));
   EXPECT_EQ(b->recorder.CountFrom(20), 0u);
+}
+
+TEST_F(PeerTlsTest, ClientCertificateMustNameTheCallersAddress) {
+  std::ifstream in(*dir_ + "/peer1.pem");
+  std::stringstream pem;
+  pem << in.rdbuf();
+  EXPECT_EQ(PeerAddressMismatch(pem.str(), "127.0.0.1"), "");
+  EXPECT_EQ(PeerAddressMismatch(pem.str(), "10.9.9.9").substr(0, 30),
+            "tls: \"10.9.9.9\" does not match");
+
+  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
+  ASSERT_NE(b, nullptr);
+  // farip calls from 127.0.0.1 with a certificate for 10.1.2.3 only.
+  auto x = StartMember(3, kCluster, 0, Tls("farip"));
+  ASSERT_NE(x, nullptr);
+  Connect(*x, *b);
+  ASSERT_TRUE(WaitFor([&] {
+    x->transport->Send({Message(3, 2, 1)});
+    return x->errors.Saw(2, absl::StatusCode::kUnauthenticated,
+                         "x509: certificate is valid for 10.1.2.3, not 127.0.0.1");
+  })) << x->errors.Describe(2);
+  EXPECT_EQ(b->recorder.CountFrom(3), 0u);
+
+  // --peer-skip-client-san-verification lets it in.
+  PeerTls skip = Tls("peer2");
+  skip.check_client_san = false;
+  auto c = StartMember(4, kCluster, 0, skip);
+  ASSERT_NE(c, nullptr);
+  x->transport->AddPeer(4, {c->url});
+  ASSERT_TRUE(WaitFor([&] {
+    x->transport->Send({Message(3, 4, 1)});
+    return c->recorder.CountFrom(3) > 0;
+  })) << x->errors.Describe(4);
 }
 
 TEST_F(PeerTlsTest, AllowedCnAlsoChecksThePeerDialed) {
