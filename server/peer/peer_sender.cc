@@ -1,0 +1,226 @@
+#include "server/peer/peer_sender.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "capstan/v1/peer.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "server/peer/peer_protocol.h"
+#include "spdlog/spdlog.h"
+#include "util/thread_name.h"
+
+namespace capstan::server::peer {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// "https://host:port" -> ("host:port", true).
+std::pair<std::string, bool> Target(const std::string& url) {
+  if (absl::StartsWith(url, "https://")) return {url.substr(8), true};
+  if (absl::StartsWith(url, "http://")) return {url.substr(7), false};
+  return {url, false};
+}
+
+}  // namespace
+
+grpc::ChannelArguments PeerChannelArguments() {
+  grpc::ChannelArguments args;
+  // Reconnect soon after a peer comes back (gRPC's default starts at 1s and
+  // grows to 120s; etcd's stream readers retry every 100ms).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Notice a peer that vanished without closing the connection (etcd's
+  // ConnReadTimeout is 5s).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+  // One connection per peer and per URL: a member's channels never share
+  // a subchannel, so one peer's stream cannot slow another's.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+PeerSender::PeerSender(PeerSenderOptions options) : options_(std::move(options)) {}
+
+PeerSender::~PeerSender() { Stop(); }
+
+void PeerSender::Start() {
+  {
+    util::MutexLock l(&mu_);
+    if (started_ || stopping_) return;
+    started_ = true;
+  }
+  thread_ = NamedThread(absl::StrCat("peer-", IdText(options_.peer_id)), [this] { Run(); });
+}
+
+size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
+  util::MutexLock l(&mu_);
+  if (stopping_) return 0;
+  size_t n = 0;
+  for (std::string& m : *messages) {
+    if (queue_.size() >= options_.queue_capacity) break;
+    queue_.push_back(std::move(m));
+    ++n;
+  }
+  return n;
+}
+
+void PeerSender::Stop() {
+  std::shared_ptr<grpc::ClientContext> context;
+  bool join = false;
+  {
+    util::MutexLock l(&mu_);
+    stopping_ = true;
+    context = context_;
+    join = started_ && !joined_;
+    joined_ = true;
+  }
+  if (context) context->TryCancel();
+  if (join && thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<grpc::Channel> PeerSender::ChannelFor(size_t url_index) {
+  {
+    util::MutexLock l(&mu_);
+    if (channels_.empty()) channels_.resize(options_.urls.size());
+    if (channels_[url_index]) return channels_[url_index];
+  }
+  auto [target, tls] = Target(options_.urls[url_index]);
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (!tls) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else if (options_.tls) {
+    credentials = options_.tls;
+  } else {
+    credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, PeerChannelArguments());
+  util::MutexLock l(&mu_);
+  if (!channels_[url_index]) channels_[url_index] = channel;
+  return channels_[url_index];
+}
+
+std::shared_ptr<grpc::Channel> PeerSender::Channel() {
+  size_t index;
+  {
+    util::MutexLock l(&mu_);
+    index = url_index_;
+  }
+  return ChannelFor(index);
+}
+
+void PeerSender::Run() {
+  absl::Duration backoff = options_.initial_backoff;
+  bool was_active = false;
+  while (true) {
+    size_t index;
+    {
+      util::MutexLock l(&mu_);
+      if (stopping_) return;
+      index = url_index_;
+    }
+    bool accepted = false;
+    const absl::Status status = RunStream(ChannelFor(index), &accepted);
+    size_t dropped;
+    {
+      util::MutexLock l(&mu_);
+      if (stopping_) return;
+      // What was queued for the failed stream is stale by the next attempt.
+      dropped = queue_.size();
+      queue_.clear();
+      url_index_ = (url_index_ + 1) % options_.urls.size();
+    }
+    if (accepted) {
+      backoff = options_.initial_backoff;
+      was_active = true;
+    }
+    if (was_active || !accepted) {
+      // Log the change from working to failed once, as etcd logs "lost
+      // TCP streaming connection"; refusals always.
+      const bool refused = status.code() == absl::StatusCode::kFailedPrecondition ||
+                           status.code() == absl::StatusCode::kPermissionDenied ||
+                           status.code() == absl::StatusCode::kInvalidArgument;
+      if (refused) {
+        SPDLOG_ERROR("request sent was ignored by peer {} (local member {}): {}",
+                     IdText(options_.peer_id), IdText(options_.local_id), std::string(status.message()));
+      } else if (was_active) {
+        SPDLOG_WARN("lost streaming connection with remote peer {} (local member {}): {}",
+                    IdText(options_.peer_id), IdText(options_.local_id), std::string(status.message()));
+      }
+      was_active = false;
+    }
+    if (dropped > 0) {
+      SPDLOG_DEBUG("dropped {} message(s) to unreachable peer {}", dropped, IdText(options_.peer_id));
+    }
+    if (options_.on_error) options_.on_error(options_.peer_id, status);
+    if (options_.on_unreachable) options_.on_unreachable(options_.peer_id);
+    {
+      util::MutexLock l(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff)) return;
+    }
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel, bool* accepted) {
+  auto context = std::make_shared<grpc::ClientContext>();
+  context->AddMetadata(kClusterIdKey, IdText(options_.cluster_id));
+  context->AddMetadata(kFromKey, IdText(options_.local_id));
+  context->AddMetadata(kToKey, IdText(options_.peer_id));
+  {
+    util::MutexLock l(&mu_);
+    if (stopping_) return absl::OkStatus();
+    context_ = context;
+  }
+  auto stub = capstan::v1::Peer::NewStub(channel);
+  capstan::v1::RaftStreamEnd end;
+  auto writer = stub->Raft(context.get(), &end);
+  // The peer sends its initial metadata, with its cluster ID, only when it
+  // accepts the stream; a refusal ends the call without it.
+  writer->WaitForInitialMetadata();
+  const auto& initial = context->GetServerInitialMetadata();
+  *accepted = initial.find(kClusterIdKey) != initial.end();
+  absl::Status failure;
+  if (*accepted) {
+    capstan::v1::RaftBatch batch;
+    while (true) {
+      batch.Clear();
+      {
+        util::MutexLock l(&mu_);
+        auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stopping_) break;
+        size_t bytes = 0;
+        while (!queue_.empty() &&
+               (batch.messages_size() == 0 || bytes + queue_.front().size() <= options_.max_batch_bytes)) {
+          bytes += queue_.front().size();
+          batch.add_messages(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      // MsgSnap (type 7) goes in the batch like any message for now; the
+      // streamed snapshot will have an RPC of its own (peer.proto).
+      if (!writer->Write(batch)) break;
+    }
+  }
+  const grpc::Status finish = writer->Finish();
+  {
+    util::MutexLock l(&mu_);
+    context_.reset();
+    if (stopping_) return absl::OkStatus();
+  }
+  if (finish.ok()) return absl::UnavailableError("the peer ended the stream");
+  return FromGrpc(finish);
+}
+
+}  // namespace capstan::server::peer

@@ -1,0 +1,107 @@
+// PeerSender: the outgoing half of one ordered pair of members. It owns a
+// bounded queue of marshaled raftpb.Messages for one peer and one thread
+// that keeps a capstan.v1.Peer/Raft stream open to the peer and writes the
+// queue into it, in order, in batches.
+//
+// The stream is opened as soon as the sender starts (as etcd's stream
+// readers dial at once) and reopened after a failure with exponential
+// backoff, trying the peer's URLs in turn. Each failure (the peer cannot be
+// reached, it refused the stream, the stream broke) is reported once:
+// on_unreachable(peer) and on_error(peer, status), where a refusal carries
+// the peer's text ("cluster ID mismatch", "the member has been permanently
+// removed from the cluster"). The messages of a failed write and those
+// queued when an attempt fails are dropped (Raft resends what matters).
+//
+// Thread safety: Enqueue, Channel and Stop may be called from any thread.
+// The callbacks run on the sender's thread, never under its lock.
+
+#ifndef CAPSTAN_SERVER_PEER_PEER_SENDER_H_
+#define CAPSTAN_SERVER_PEER_PEER_SENDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/security/credentials.h"
+#include "util/mutex.h"
+
+namespace capstan::server::peer {
+
+struct PeerSenderOptions {
+  uint64_t local_id = 0;
+  uint64_t cluster_id = 0;
+  uint64_t peer_id = 0;
+  // The peer's URLs ("http://host:port" or "https://host:port"); at least one.
+  std::vector<std::string> urls;
+  // For https URLs; nullptr uses TLS with the system's roots and no client
+  // certificate (etcd with https peer URLs and no peer TLS flags).
+  std::shared_ptr<grpc::ChannelCredentials> tls;
+  size_t queue_capacity = 4096;           // messages
+  size_t max_batch_bytes = 1 << 20;       // per RaftBatch (a larger message goes alone)
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(1);
+  std::function<void(uint64_t peer)> on_unreachable;
+  std::function<void(uint64_t peer, const absl::Status& status)> on_error;
+};
+
+// gRPC channel arguments for peer connections: reconnect backoff and
+// keepalive sized for Raft's timing rather than gRPC's defaults.
+grpc::ChannelArguments PeerChannelArguments();
+
+class PeerSender {
+ public:
+  explicit PeerSender(PeerSenderOptions options);
+  // Stops and joins the thread.
+  ~PeerSender();
+  PeerSender(const PeerSender&) = delete;
+  PeerSender& operator=(const PeerSender&) = delete;
+
+  // Starts the thread. REQUIRES: called at most once.
+  void Start();
+  // Queues messages in order, as many as fit, and returns how many did (the
+  // rest are dropped; none fit once the sender stopped). One lock
+  // acquisition for all of them; never blocks on the network.
+  size_t EnqueueAll(std::vector<std::string>* messages);
+  // Cancels the stream and joins the thread; the callbacks do not run after
+  // Stop returns. Idempotent.
+  void Stop();
+  // The channel to the peer's current URL, for unary calls.
+  std::shared_ptr<grpc::Channel> Channel();
+
+  uint64_t peer_id() const { return options_.peer_id; }
+
+ private:
+  void Run();
+  // One stream's life: opens it, writes batches until it fails or the
+  // sender stops. Returns the failure (OK when stopped) and sets *accepted
+  // when the peer accepted the stream.
+  absl::Status RunStream(const std::shared_ptr<grpc::Channel>& channel, bool* accepted);
+  std::shared_ptr<grpc::Channel> ChannelFor(size_t url_index);
+
+  const PeerSenderOptions options_;
+  std::thread thread_;  // written by Start, joined by Stop (one caller each)
+
+  // Lock order: a leaf; nothing blocks or calls out under it.
+  util::Mutex mu_;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  // The open call's context, to cancel it from Stop.
+  std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
+  size_t url_index_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace capstan::server::peer
+
+#endif  // CAPSTAN_SERVER_PEER_PEER_SENDER_H_

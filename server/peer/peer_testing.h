@@ -1,0 +1,203 @@
+// Helpers for the peer transport's tests: members on 127.0.0.1 whose
+// handlers record what they receive, raftpb.Message bytes made and read
+// without the raftpb protobufs, and polling with a deadline. Test-only
+// (linked by the tests of server/peer alone).
+//
+// Thread safety: Recorder and ErrorLog are thread-safe (the transports'
+// threads call them); the rest is for the test's thread.
+
+#ifndef CAPSTAN_SERVER_PEER_PEER_TESTING_H_
+#define CAPSTAN_SERVER_PEER_PEER_TESTING_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/peer/peer_transport.h"
+#include "util/coding.h"
+#include "util/mutex.h"
+
+namespace capstan::server::peer_testing {
+
+using replication::RaftMessage;
+
+inline constexpr uint64_t kCluster = 0x1c2d3e4f;
+
+inline constexpr uint32_t kMsgApp = 3;  // raftpb.MsgApp
+
+// A marshaled raftpb.Message (type 1, to 2, from 3, term 4, index 6,
+// entries 7) from -> to whose index is `seq`, with one entry of `payload`
+// bytes when payload > 0.
+inline RaftMessage Message(uint64_t from, uint64_t to, uint64_t seq, size_t payload = 0) {
+  std::string bytes;
+  util::AppendVarintField(1, kMsgApp, &bytes);
+  util::AppendVarintField(2, to, &bytes);
+  util::AppendVarintField(3, from, &bytes);
+  util::AppendVarintField(4, 1, &bytes);
+  util::AppendVarintField(6, seq, &bytes);
+  if (payload > 0) {
+    std::string entry;
+    util::AppendVarintField(2, 1, &entry);
+    util::AppendVarintField(3, seq, &entry);
+    util::AppendBytesField(4, std::string(payload, 'x'), &entry);
+    util::AppendBytesField(7, entry, &bytes);
+  }
+  RaftMessage out;
+  out.to = to;
+  out.type = kMsgApp;
+  out.bytes = std::move(bytes);
+  return out;
+}
+
+// The index (field 6) of a marshaled raftpb.Message; false when the bytes
+// do not parse.
+inline bool MessageIndex(const std::string& bytes, uint64_t* index) {
+  *index = 0;
+  const char* p = bytes.data();
+  const char* end = p + bytes.size();
+  while (p < end) {
+    uint64_t tag = 0, value = 0;
+    if (!util::ReadVarint(&p, end, &tag)) return false;
+    if ((tag & 7) == 0) {
+      if (!util::ReadVarint(&p, end, &value)) return false;
+      if ((tag >> 3) == 6) *index = value;
+    } else if ((tag & 7) == 2) {
+      if (!util::ReadVarint(&p, end, &value) || value > static_cast<uint64_t>(end - p)) return false;
+      p += value;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// What one member's handler saw.
+class Recorder {
+ public:
+  replication::TransportHandler Handler() {
+    replication::TransportHandler h;
+    h.on_message = [this](uint64_t from, std::string bytes) {
+      uint64_t index = 0;
+      const bool parsed = MessageIndex(bytes, &index);
+      util::MutexLock l(&mu_);
+      if (!parsed) ++unparsed_;
+      received_[from].push_back(index);
+    };
+    h.on_unreachable = [this](uint64_t to) {
+      util::MutexLock l(&mu_);
+      ++unreachable_[to];
+    };
+    return h;
+  }
+  std::vector<uint64_t> From(uint64_t id) {
+    util::MutexLock l(&mu_);
+    return received_[id];
+  }
+  size_t CountFrom(uint64_t id) {
+    util::MutexLock l(&mu_);
+    return received_[id].size();
+  }
+  int Unreachable(uint64_t id) {
+    util::MutexLock l(&mu_);
+    return unreachable_[id];
+  }
+  int unparsed() {
+    util::MutexLock l(&mu_);
+    return unparsed_;
+  }
+
+ private:
+  util::Mutex mu_;
+  std::map<uint64_t, std::vector<uint64_t>> received_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, int> unreachable_ ABSL_GUARDED_BY(mu_);
+  int unparsed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The errors a member's senders reported, per peer.
+class ErrorLog {
+ public:
+  std::function<void(uint64_t, const absl::Status&)> Callback() {
+    return [this](uint64_t peer, const absl::Status& s) {
+      util::MutexLock l(&mu_);
+      errors_[peer].push_back(s);
+    };
+  }
+  // Whether an error with this code and text was reported for peer.
+  bool Saw(uint64_t peer, absl::StatusCode code, const std::string& text) {
+    util::MutexLock l(&mu_);
+    for (const auto& s : errors_[peer]) {
+      if (s.code() == code && s.message() == text) return true;
+    }
+    return false;
+  }
+  size_t Count(uint64_t peer) {
+    util::MutexLock l(&mu_);
+    return errors_[peer].size();
+  }
+  std::string Describe(uint64_t peer) {
+    util::MutexLock l(&mu_);
+    std::string out;
+    for (const auto& s : errors_[peer]) absl::StrAppend(&out, s.ToString(), "; ");
+    return out;
+  }
+
+ private:
+  util::Mutex mu_;
+  std::map<uint64_t, std::vector<absl::Status>> errors_ ABSL_GUARDED_BY(mu_);
+};
+
+// Polls cond until it holds or the deadline passes.
+template <typename Cond>
+bool WaitFor(Cond cond, absl::Duration timeout = absl::Seconds(20)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return cond();
+}
+
+struct Member {
+  uint64_t id;
+  Recorder recorder;
+  ErrorLog errors;
+  std::unique_ptr<PeerTransport> transport;
+  std::string url;  // where peers reach it
+};
+
+// Starts member `id` on 127.0.0.1:port (0: any).
+inline std::unique_ptr<Member> StartMember(uint64_t id, uint64_t cluster = kCluster, int port = 0,
+                                    std::optional<PeerTls> tls = std::nullopt,
+                                    size_t queue_capacity = 4096) {
+  auto m = std::make_unique<Member>();
+  m->id = id;
+  PeerTransportOptions o;
+  o.member_id = id;
+  o.cluster_id = cluster;
+  const std::string scheme = tls ? "https" : "http";
+  o.listen_peer_urls = {{scheme, absl::StrCat("127.0.0.1:", port)}};
+  o.tls = std::move(tls);
+  o.queue_capacity = queue_capacity;
+  o.initial_backoff = absl::Milliseconds(20);
+  o.max_backoff = absl::Milliseconds(200);
+  o.on_peer_error = m->errors.Callback();
+  m->transport = std::make_unique<PeerTransport>(std::move(o));
+  absl::Status s = m->transport->Start(m->recorder.Handler());
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return nullptr;
+  m->url = absl::StrCat(scheme, "://127.0.0.1:", m->transport->BoundPorts()[0]);
+  return m;
+}
+
+inline void Connect(Member& from, const Member& to) { from.transport->AddPeer(to.id, {to.url}); }
+
+}  // namespace capstan::server::peer_testing
+
+#endif  // CAPSTAN_SERVER_PEER_PEER_TESTING_H_

@@ -1,0 +1,314 @@
+#include "server/peer/peer_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "capstan/v1/peer.grpc.pb.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "server/peer/peer_protocol.h"
+#include "server/peer/peer_sender.h"
+#include "server/peer/peer_service.h"
+#include "spdlog/spdlog.h"
+
+namespace capstan::server {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// A lease call to the leader: the leader's answer, or Unavailable when it
+// could not be had in time.
+template <typename Call>
+absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t leader,
+                        const PeerTransportOptions& options, int64_t deadline_ms, Call call) {
+  if (!channel) {
+    return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader), " is not a known peer"));
+  }
+  grpc::ClientContext context;
+  context.AddMetadata(peer::kClusterIdKey, peer::IdText(options.cluster_id));
+  context.AddMetadata(peer::kFromKey, peer::IdText(options.member_id));
+  context.AddMetadata(peer::kToKey, peer::IdText(leader));
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(std::max<int64_t>(deadline_ms, 0)));
+  auto stub = capstan::v1::Peer::NewStub(channel);
+  const grpc::Status status = call(stub.get(), &context);
+  if (status.error_code() == grpc::UNAVAILABLE || status.error_code() == grpc::DEADLINE_EXCEEDED ||
+      status.error_code() == grpc::CANCELLED) {
+    return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader),
+                                               " unreachable: ", status.error_message()));
+  }
+  return FromGrpc(status);
+}
+
+}  // namespace
+
+absl::StatusOr<PeerTransportOptions> PeerTransportOptionsFromConfig(const ServerConfig& config,
+                                                                    uint64_t member_id,
+                                                                    uint64_t cluster_id) {
+  PeerTransportOptions options;
+  options.member_id = member_id;
+  options.cluster_id = cluster_id;
+  options.listen_peer_urls = config.listen_peer_urls;
+  if (HasPeerCertificate(config)) {
+    auto tls = ResolvePeerTls(config);
+    if (!tls.ok()) return tls.status();
+    options.tls = *std::move(tls);
+  }
+  for (const auto& url : options.listen_peer_urls) {
+    if (url.scheme == "https" && !options.tls) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TLS key/cert (--peer-cert-file, --peer-key-file) must be provided for ", url.String(),
+          " (or use --peer-auto-tls)"));
+    }
+  }
+  return options;
+}
+
+PeerTransport::PeerTransport(PeerTransportOptions options) : options_(std::move(options)) {}
+
+PeerTransport::~PeerTransport() { Stop(); }
+
+absl::Status PeerTransport::Start(replication::TransportHandler handler) {
+  {
+    util::MutexLock l(&mu_);
+    if (started_ || stopped_) return absl::FailedPreconditionError("peer transport already started");
+  }
+  handler_ = std::move(handler);
+  if (options_.tls) {
+    auto credentials = PeerChannelCredentials(*options_.tls);
+    if (!credentials.ok()) return credentials.status();
+    channel_tls_ = *std::move(credentials);
+  }
+  service_ = std::make_unique<peer::PeerService>(
+      options_.member_id, options_.cluster_id, &handler_,
+      [this](uint64_t id) { return IsRemoved(id); },
+      options_.tls && options_.tls->require_client_cert && options_.tls->check_client_san);
+
+  grpc::ServerBuilder builder;
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  // The senders' keepalive pings (peer_sender.cc) are welcome.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::vector<int> ports(options_.listen_peer_urls.size(), 0);
+  for (size_t i = 0; i < options_.listen_peer_urls.size(); ++i) {
+    const Url& url = options_.listen_peer_urls[i];
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (url.scheme == "https") {
+      if (!options_.tls) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no peer certificate for ", url.String(), " (--peer-cert-file)"));
+      }
+      auto made = PeerServerCredentials(*options_.tls);
+      if (!made.ok()) return made.status();
+      credentials = *std::move(made);
+    } else if (url.scheme == "http") {
+      credentials = grpc::InsecureServerCredentials();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer URL scheme must be http or https: ", url.String()));
+    }
+    builder.AddListeningPort(url.host, credentials, &ports[i]);
+  }
+  auto server = builder.BuildAndStart();
+  if (!server) return absl::UnavailableError("cannot serve the peer URLs");
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i] == 0) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on peer URL ", options_.listen_peer_urls[i].String()));
+    }
+  }
+  server_ = std::move(server);
+  ports_ = std::move(ports);
+
+  // The peers added before Start, now that the credentials exist.
+  std::map<uint64_t, std::vector<std::string>> peers;
+  {
+    util::MutexLock l(&mu_);
+    started_ = true;
+    peers = peer_urls_;
+  }
+  for (const auto& [id, urls] : peers) AddPeerSender(id, urls);
+  return absl::OkStatus();
+}
+
+void PeerTransport::Stop() {
+  std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders;
+  bool started;
+  {
+    util::MutexLock l(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    started = started_;
+    senders.swap(senders_);
+  }
+  for (auto& [id, sender] : senders) sender->Stop();
+  {
+    // A Send that got past its check still reports to the handler.
+    util::MutexLock l(&mu_);
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_sends_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  if (started && server_) {
+    // Cancels the open streams at once; returns when every handler has
+    // returned.
+    server_->Shutdown(std::chrono::system_clock::now());
+  }
+}
+
+std::shared_ptr<peer::PeerSender> PeerTransport::NewSender(uint64_t id,
+                                                           const std::vector<std::string>& urls) {
+  peer::PeerSenderOptions o;
+  o.local_id = options_.member_id;
+  o.cluster_id = options_.cluster_id;
+  o.peer_id = id;
+  o.urls = urls;
+  o.tls = channel_tls_;
+  o.queue_capacity = options_.queue_capacity;
+  o.max_batch_bytes = options_.max_batch_bytes;
+  o.initial_backoff = options_.initial_backoff;
+  o.max_backoff = options_.max_backoff;
+  o.on_unreachable = [this](uint64_t peer) { ReportUnreachable(peer); };
+  o.on_error = options_.on_peer_error;
+  return std::make_shared<peer::PeerSender>(std::move(o));
+}
+
+void PeerTransport::AddPeer(uint64_t id, const std::vector<std::string>& peer_urls) {
+  if (peer_urls.empty() || id == options_.member_id) return;
+  {
+    util::MutexLock l(&mu_);
+    if (stopped_ || removed_.count(id)) return;
+    auto it = peer_urls_.find(id);
+    if (it != peer_urls_.end() && it->second == peer_urls) return;  // nothing changes
+    peer_urls_[id] = peer_urls;
+    if (!started_) return;  // Start makes its sender
+  }
+  AddPeerSender(id, peer_urls);
+}
+
+void PeerTransport::AddPeerSender(uint64_t id, const std::vector<std::string>& peer_urls) {
+  // Made outside the lock (it copies options and credentials).
+  std::shared_ptr<peer::PeerSender> added = NewSender(id, peer_urls);
+  std::shared_ptr<peer::PeerSender> replaced;
+  {
+    util::MutexLock l(&mu_);
+    // A RemovePeer or Stop that came in between wins.
+    if (stopped_ || removed_.count(id)) return;
+    auto it = senders_.find(id);
+    if (it != senders_.end()) replaced = std::move(it->second);
+    senders_[id] = added;
+  }
+  if (replaced) replaced->Stop();
+  added->Start();
+}
+
+void PeerTransport::RemovePeer(uint64_t id) {
+  std::shared_ptr<peer::PeerSender> sender;
+  {
+    util::MutexLock l(&mu_);
+    removed_.insert(id);
+    peer_urls_.erase(id);
+    auto it = senders_.find(id);
+    if (it != senders_.end()) {
+      sender = std::move(it->second);
+      senders_.erase(it);
+    }
+  }
+  if (sender) sender->Stop();
+}
+
+bool PeerTransport::IsRemoved(uint64_t id) const {
+  util::MutexLock l(&mu_);
+  return removed_.count(id) > 0;
+}
+
+void PeerTransport::ReportUnreachable(uint64_t id) const {
+  if (handler_.on_unreachable) handler_.on_unreachable(id);
+}
+
+void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
+  if (messages.empty()) return;
+  // The messages per peer, in order, with the peer's sender (looked up once
+  // under the lock, fed outside it).
+  struct Outgoing {
+    uint64_t to;
+    std::shared_ptr<peer::PeerSender> sender;
+    std::vector<std::string> messages;
+  };
+  std::vector<Outgoing> outgoing;
+  {
+    util::MutexLock l(&mu_);
+    if (stopped_) return;
+    ++active_sends_;  // Stop waits for this call before it returns
+    for (auto& m : messages) {
+      auto out = std::find_if(outgoing.begin(), outgoing.end(),
+                              [&](const Outgoing& o) { return o.to == m.to; });
+      if (out == outgoing.end()) {
+        auto it = senders_.find(m.to);
+        outgoing.push_back({m.to, it == senders_.end() ? nullptr : it->second, {}});
+        out = outgoing.end() - 1;
+      }
+      // MsgSnap (replication::MessageType::kSnapshot) is queued like any
+      // message for now; its snapshot stream will go beside it.
+      if (out->sender) out->messages.push_back(std::move(m.bytes));
+    }
+  }
+  for (auto& out : outgoing) {
+    if (!out.sender) {
+      SPDLOG_DEBUG("ignored message send request; unknown remote peer target {}",
+                   peer::IdText(out.to));
+      continue;
+    }
+    const size_t queued = out.sender->EnqueueAll(&out.messages);
+    if (queued < out.messages.size()) {
+      SPDLOG_WARN("dropped {} internal Raft message(s) since sending buffer is full (remote peer {})",
+                  out.messages.size() - queued, peer::IdText(out.to));
+      ReportUnreachable(out.to);
+    }
+  }
+  util::MutexLock l(&mu_);
+  --active_sends_;
+}
+
+std::shared_ptr<grpc::Channel> PeerTransport::ChannelTo(uint64_t id) {
+  std::shared_ptr<peer::PeerSender> sender;
+  {
+    util::MutexLock l(&mu_);
+    auto it = senders_.find(id);
+    if (it == senders_.end()) return nullptr;
+    sender = it->second;
+  }
+  return sender->Channel();
+}
+
+absl::Status PeerTransport::LeaseRenew(uint64_t leader,
+                                       const etcdserverpb::LeaseKeepAliveRequest& request,
+                                       etcdserverpb::LeaseKeepAliveResponse* response,
+                                       int64_t deadline_ms) {
+  return CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
+                    [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                      return stub->LeaseRenew(context, request, response);
+                    });
+}
+
+absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,
+                                            const etcdserverpb::LeaseTimeToLiveRequest& request,
+                                            etcdserverpb::LeaseTimeToLiveResponse* response,
+                                            int64_t deadline_ms) {
+  return CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
+                    [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                      return stub->LeaseTimeToLive(context, request, response);
+                    });
+}
+
+std::vector<int> PeerTransport::BoundPorts() const { return ports_; }
+
+}  // namespace capstan::server

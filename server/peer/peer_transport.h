@@ -1,0 +1,154 @@
+// PeerTransport: replication::Transport over the peer URLs, as the
+// capstan.v1.Peer gRPC service (proto/capstan/v1/peer.proto explains why
+// not etcd's rafthttp) secured with etcd's peer TLS flags (peer_tls.h).
+//
+// Receiving: a gRPC server on every --listen-peer-urls URL (http:// plain,
+// https:// with the peer certificate) runs PeerService (peer_service.h):
+// calls from another cluster or from removed members are refused with
+// rafthttp's texts before the handler sees them.
+//
+// Sending: one PeerSender (peer_sender.h) per peer: a bounded queue
+// (queue_capacity messages) and one thread holding one long-lived Raft
+// stream to the peer, reconnecting with backoff. Send never blocks: a
+// message that does not fit is dropped and on_unreachable(peer) called; a
+// failed stream calls on_unreachable once per failure. Messages to one peer
+// keep their order. Outgoing https connections present the peer certificate
+// (or --peer-client-cert-file) as their client certificate, as etcd's do.
+//
+// Thread safety: every method may be called from any thread, concurrently.
+// The handler's callbacks run on transport threads (gRPC's server threads,
+// the senders' threads) and on the caller's thread of Send (an overflow),
+// never under a transport lock.
+
+#ifndef CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_
+#define CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "replication/transport.h"
+#include "server/config/config.h"
+#include "server/peer/peer_tls.h"
+#include "util/mutex.h"
+
+namespace capstan::server {
+
+namespace peer {
+class PeerSender;
+class PeerService;
+}  // namespace peer
+
+struct PeerTransportOptions {
+  uint64_t member_id = 0;
+  uint64_t cluster_id = 0;
+  // Where to serve: http://host:port or https://host:port (port 0 picks a
+  // free port; BoundPorts tells which).
+  std::vector<Url> listen_peer_urls;
+  // The peer TLS settings (ResolvePeerTls); nullopt when the flags give no
+  // peer certificate. REQUIRED for https listen URLs.
+  std::optional<PeerTls> tls;
+  size_t queue_capacity = 4096;      // messages queued per peer
+  size_t max_batch_bytes = 1 << 20;  // per RaftBatch written to a stream
+  absl::Duration initial_backoff = absl::Milliseconds(100);  // stream reconnects
+  absl::Duration max_backoff = absl::Seconds(1);
+  // Called (on a sender thread) with each failure of a stream to `peer`: a
+  // refusal with the peer's status (FailedPrecondition "cluster ID
+  // mismatch", PermissionDenied "the member has been permanently removed
+  // from the cluster": this member should stop, as etcd does) or the
+  // connection's error. Optional.
+  std::function<void(uint64_t peer, const absl::Status& status)> on_peer_error;
+};
+
+// The options etcd's peer flags give a member: --listen-peer-urls and the
+// peer TLS flags (when HasPeerCertificate). Fails as ResolvePeerTls fails,
+// or when an https listen URL has no peer certificate.
+absl::StatusOr<PeerTransportOptions> PeerTransportOptionsFromConfig(const ServerConfig& config,
+                                                                    uint64_t member_id,
+                                                                    uint64_t cluster_id);
+
+class PeerTransport final : public replication::Transport {
+ public:
+  explicit PeerTransport(PeerTransportOptions options);
+  // Stops (see Stop).
+  ~PeerTransport() override;
+  PeerTransport(const PeerTransport&) = delete;
+  PeerTransport& operator=(const PeerTransport&) = delete;
+
+  // Binds every listen URL and starts serving and sending. Fails (and
+  // serves nothing) when a URL cannot be bound or its TLS files are
+  // unusable. REQUIRES: called once, before Stop.
+  absl::Status Start(replication::TransportHandler handler) override;
+  // Stops the senders (queued messages are dropped) and the server (open
+  // streams are cancelled); no handler callback runs after Stop returns.
+  // Idempotent.
+  void Stop() override;
+  // Adds a peer, or replaces its URLs (its queue is then dropped). Peers
+  // added before Start start sending at Start (messages to them before
+  // that are dropped). A removed ID is not added
+  // again (etcd never reuses member IDs).
+  void AddPeer(uint64_t id, const std::vector<std::string>& peer_urls) override;
+  // Stops sending to the peer and refuses its calls from now on.
+  void RemovePeer(uint64_t id) override;
+  // Queues each message for its peer. Messages to unknown peers are dropped
+  // (as etcd drops them); a full queue drops the message and calls
+  // on_unreachable once per peer per call.
+  void Send(std::vector<replication::RaftMessage> messages) override;
+  // deadline_ms: how long, in milliseconds from the call, to wait for the
+  // leader's answer. Unavailable when the leader is not a known peer or
+  // cannot be reached in time; otherwise the leader's status (etcd's lease
+  // errors, code and text).
+  absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+                          etcdserverpb::LeaseKeepAliveResponse* response,
+                          int64_t deadline_ms) override;
+  absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
+                               etcdserverpb::LeaseTimeToLiveResponse* response,
+                               int64_t deadline_ms) override;
+
+  // The ports bound, in listen_peer_urls order. REQUIRES: Start succeeded.
+  std::vector<int> BoundPorts() const;
+
+ private:
+  // Makes, registers and starts the sender of a peer, replacing any.
+  void AddPeerSender(uint64_t id, const std::vector<std::string>& peer_urls);
+  std::shared_ptr<peer::PeerSender> NewSender(uint64_t id, const std::vector<std::string>& urls);
+  bool IsRemoved(uint64_t id) const;
+  void ReportUnreachable(uint64_t id) const;
+  // The channel to peer id; nullptr when it is not a known peer.
+  std::shared_ptr<grpc::Channel> ChannelTo(uint64_t id);
+
+  const PeerTransportOptions options_;
+  // Outgoing https credentials, made at Start. Written once before any
+  // sender starts, read-only afterwards.
+  std::shared_ptr<grpc::ChannelCredentials> channel_tls_;
+  // Written by Start before the server and senders start, read-only
+  // afterwards (the callbacks read it without the lock).
+  replication::TransportHandler handler_;
+  std::unique_ptr<peer::PeerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<int> ports_;
+
+  // Lock order: mu_ before nothing: senders are started, stopped and fed
+  // outside it. Nothing blocks or calls out under it.
+  mutable util::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int active_sends_ ABSL_GUARDED_BY(mu_) = 0;  // Send calls past their stopped_ check
+  std::map<uint64_t, std::vector<std::string>> peer_urls_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> removed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace capstan::server
+
+#endif  // CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_

@@ -1,0 +1,321 @@
+// The peer transport between real gRPC servers on 127.0.0.1: ordered
+// delivery between three members, rafthttp's refusals (another cluster, a
+// removed member), a peer that is down and then starts, a full queue, and
+// lease calls forwarded to the leader.
+
+#include "server/peer/peer_transport.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/peer/peer_protocol.h"
+#include "server/peer/peer_testing.h"
+
+namespace capstan::server {
+namespace {
+
+using namespace peer_testing;  // NOLINT: the helpers of these tests
+
+TEST(PeerProtocolTest, IdsAreEtcdsHex) {
+  EXPECT_EQ(peer::IdText(0x8e9e05c52164694d), "8e9e05c52164694d");
+  EXPECT_EQ(peer::ParseIdText("8e9e05c52164694d"), 0x8e9e05c52164694dull);
+  EXPECT_EQ(peer::ParseIdText("1"), 1u);
+  EXPECT_FALSE(peer::ParseIdText(""));
+  EXPECT_FALSE(peer::ParseIdText("12345678901234567"));
+  EXPECT_FALSE(peer::ParseIdText("xyz"));
+  uint64_t to = 0, from = 0;
+  ASSERT_TRUE(peer::ReadMessageAddresses(Message(7, 9, 3).bytes, &to, &from));
+  EXPECT_EQ(to, 9u);
+  EXPECT_EQ(from, 7u);
+}
+
+TEST(PeerTransportTest, ThreeMembersExchangeMessagesInOrder) {
+  std::vector<std::unique_ptr<Member>> members;
+  for (uint64_t id : {1, 2, 3}) members.push_back(StartMember(id));
+  for (auto& a : members) ASSERT_NE(a, nullptr);
+  for (auto& a : members) {
+    for (auto& b : members) {
+      if (a != b) Connect(*a, *b);
+    }
+  }
+  // The streams are up before the messages go (a message queued while a
+  // stream is still being refused or retried may be dropped by design).
+  for (auto& a : members) {
+    for (auto& b : members) {
+      if (a == b) continue;
+      ASSERT_TRUE(WaitFor([&] {
+        a->transport->Send({Message(a->id, b->id, 0)});
+        return b->recorder.CountFrom(a->id) > 0;
+      }));
+    }
+  }
+  constexpr uint64_t kCount = 2000;
+  std::map<std::pair<uint64_t, uint64_t>, size_t> base;
+  for (auto& a : members) {
+    for (auto& b : members) {
+      if (a != b) base[{a->id, b->id}] = b->recorder.CountFrom(a->id);
+    }
+  }
+  for (uint64_t seq = 1; seq <= kCount; seq += 100) {
+    for (auto& a : members) {
+      std::vector<RaftMessage> batch;
+      for (uint64_t s = seq; s < seq + 100; ++s) {
+        for (auto& b : members) {
+          if (a != b) batch.push_back(Message(a->id, b->id, s, 16));
+        }
+      }
+      a->transport->Send(std::move(batch));
+    }
+  }
+  for (auto& a : members) {
+    for (auto& b : members) {
+      if (a == b) continue;
+      // The numbered messages, leaving out the warm-up's (index 0), some of
+      // which may arrive after `base` was taken.
+      auto numbered = [&] {
+        std::vector<uint64_t> got = b->recorder.From(a->id);
+        std::vector<uint64_t> out;
+        for (size_t i = base[{a->id, b->id}]; i < got.size(); ++i) {
+          if (got[i] != 0) out.push_back(got[i]);
+        }
+        return out;
+      };
+      ASSERT_TRUE(WaitFor([&] { return numbered().size() >= kCount; }))
+          << a->id << " -> " << b->id << ": " << numbered().size() << " of " << kCount;
+      std::vector<uint64_t> tail = numbered();
+      ASSERT_EQ(tail.size(), kCount);
+      for (uint64_t i = 0; i < kCount; ++i) ASSERT_EQ(tail[i], i + 1) << a->id << " -> " << b->id;
+    }
+  }
+  for (auto& a : members) {
+    EXPECT_EQ(a->recorder.unparsed(), 0);
+    for (auto& b : members) {
+      if (a != b) {
+        EXPECT_EQ(a->recorder.Unreachable(b->id), 0);
+      }
+    }
+  }
+}
+
+TEST(PeerTransportTest, AnotherClusterIsRefusedWithEtcdsText) {
+  auto a = StartMember(1, kCluster);
+  auto b = StartMember(2, kCluster + 1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  // The sender learns why; the receiver's handler never hears of it.
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 1)});
+    return a->errors.Count(2) >= 3;
+  })) << a->errors.Describe(2);
+  EXPECT_TRUE(a->errors.Saw(2, absl::StatusCode::kFailedPrecondition, "cluster ID mismatch"))
+      << a->errors.Describe(2);
+  EXPECT_GE(a->recorder.Unreachable(2), 3);
+  EXPECT_EQ(b->recorder.CountFrom(1), 0u);
+  // Lease calls are refused alike.
+  etcdserverpb::LeaseKeepAliveResponse response;
+  absl::Status s = a->transport->LeaseRenew(2, {}, &response, 5000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "cluster ID mismatch");
+}
+
+TEST(PeerTransportTest, RemovedMemberIsRefused) {
+  auto a = StartMember(1);
+  auto b = StartMember(2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  Connect(*b, *a);
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 1)});
+    return b->recorder.CountFrom(1) > 0;
+  }));
+  b->transport->RemovePeer(1);
+  // Messages sent after the removal: the open stream is cut at its next
+  // batch, new streams are refused.
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 1000)});
+    return a->errors.Saw(2, absl::StatusCode::kPermissionDenied,
+                         "the member has been permanently removed from the cluster");
+  })) << a->errors.Describe(2);
+  for (int i = 0; i < 20; ++i) a->transport->Send({Message(1, 2, 1000)});
+  ASSERT_TRUE(WaitFor([&] { return a->errors.Count(2) >= 3; }));
+  // Nothing sent after the removal (index 1000) reached b's handler.
+  for (uint64_t index : b->recorder.From(1)) EXPECT_NE(index, 1000u);
+  etcdserverpb::LeaseTimeToLiveResponse response;
+  absl::Status s = a->transport->LeaseTimeToLive(2, {}, &response, 5000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(), "the member has been permanently removed from the cluster");
+  // Sending to a removed peer goes nowhere and does not block.
+  b->transport->Send({Message(2, 1, 1)});
+}
+
+// A port nothing listens on (bound, then released).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(PeerTransportTest, PeerDownIsUnreachableThenMessagesFlowOnceItStarts) {
+  auto a = StartMember(1);
+  ASSERT_NE(a, nullptr);
+  const int port = FreePort();
+  a->transport->AddPeer(2, {absl::StrCat("http://127.0.0.1:", port)});
+  a->transport->Send({Message(1, 2, 1)});
+  ASSERT_TRUE(WaitFor([&] { return a->recorder.Unreachable(2) >= 2; }));
+  EXPECT_EQ(a->errors.Count(2) > 0, true);
+
+  auto b = StartMember(2, kCluster, port);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 7)});
+    return b->recorder.CountFrom(1) > 0;
+  }));
+  // Once the stream is up, everything sent arrives, in order.
+  const size_t base = b->recorder.CountFrom(1);
+  std::vector<RaftMessage> batch;
+  for (uint64_t s = 100; s < 600; ++s) batch.push_back(Message(1, 2, s));
+  a->transport->Send(std::move(batch));
+  // (Leaving out the probes, index 7, some of which may still arrive.)
+  auto numbered = [&] {
+    std::vector<uint64_t> got = b->recorder.From(1);
+    std::vector<uint64_t> out;
+    for (size_t i = base; i < got.size(); ++i) {
+      if (got[i] != 7) out.push_back(got[i]);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return numbered().size() >= 500; }));
+  std::vector<uint64_t> got = numbered();
+  ASSERT_EQ(got.size(), 500u);
+  for (size_t i = 0; i < 500; ++i) EXPECT_EQ(got[i], 100 + i);
+}
+
+TEST(PeerTransportTest, FullQueueDropsWithoutBlocking) {
+  auto a = StartMember(1, kCluster, 0, std::nullopt, /*queue_capacity=*/16);
+  ASSERT_NE(a, nullptr);
+  // A peer that never answers: nothing listens there.
+  a->transport->AddPeer(2, {absl::StrCat("http://127.0.0.1:", FreePort())});
+  std::vector<RaftMessage> batch;
+  for (uint64_t s = 0; s < 100000; ++s) batch.push_back(Message(1, 2, s, 64));
+  const int before = a->recorder.Unreachable(2);
+  const absl::Time start = absl::Now();
+  a->transport->Send(std::move(batch));
+  const absl::Duration took = absl::Now() - start;
+  // Reported at once, from Send itself: at least one more report.
+  EXPECT_GT(a->recorder.Unreachable(2), before);
+  // Queueing 16 and dropping the rest is quick; a generous bound that only
+  // a blocking Send would miss.
+  EXPECT_LT(took, absl::Seconds(5)) << took;
+}
+
+TEST(PeerTransportTest, FullQueueOfALivePeerDropsAndReports) {
+  auto b = StartMember(2);
+  ASSERT_NE(b, nullptr);
+  auto a = StartMember(1, kCluster, 0, std::nullopt, /*queue_capacity=*/4);
+  ASSERT_NE(a, nullptr);
+  Connect(*a, *b);
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 0)});
+    return b->recorder.CountFrom(1) > 0;
+  }));
+  // Far more than the queue holds in one call: some are dropped, the peer
+  // is reported, and what arrives is in order.
+  std::vector<RaftMessage> batch;
+  for (uint64_t s = 1; s <= 5000; ++s) batch.push_back(Message(1, 2, s, 1024));
+  const size_t base = b->recorder.CountFrom(1);
+  a->transport->Send(std::move(batch));
+  EXPECT_GE(a->recorder.Unreachable(2), 1);
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 100000)});
+    std::vector<uint64_t> got = b->recorder.From(1);
+    return !got.empty() && got.back() == 100000;
+  }));
+  std::vector<uint64_t> got = b->recorder.From(1);
+  std::vector<uint64_t> tail(got.begin() + base, got.end());
+  EXPECT_LT(tail.size(), 5000u);
+  for (size_t i = 1; i < tail.size(); ++i) EXPECT_LE(tail[i - 1], tail[i]);
+}
+
+TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
+  auto leader = std::make_unique<Member>();
+  leader->id = 2;
+  PeerTransportOptions o;
+  o.member_id = 2;
+  o.cluster_id = kCluster;
+  o.listen_peer_urls = {{"http", "127.0.0.1:0"}};
+  leader->transport = std::make_unique<PeerTransport>(o);
+  replication::TransportHandler h = leader->recorder.Handler();
+  h.on_lease_renew = [](const etcdserverpb::LeaseKeepAliveRequest& request,
+                        etcdserverpb::LeaseKeepAliveResponse* response) {
+    if (request.id() == 404) return absl::NotFoundError("etcdserver: requested lease not found");
+    response->set_id(request.id());
+    response->set_ttl(42);
+    return absl::OkStatus();
+  };
+  h.on_lease_time_to_live = [](const etcdserverpb::LeaseTimeToLiveRequest& request,
+                               etcdserverpb::LeaseTimeToLiveResponse* response) {
+    response->set_id(request.id());
+    response->set_ttl(30);
+    response->set_grantedttl(60);
+    if (request.keys()) response->add_keys("foo");
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(leader->transport->Start(std::move(h)).ok());
+  leader->url = absl::StrCat("http://127.0.0.1:", leader->transport->BoundPorts()[0]);
+
+  auto follower = StartMember(1);
+  ASSERT_NE(follower, nullptr);
+  Connect(*follower, *leader);
+
+  etcdserverpb::LeaseKeepAliveRequest renew;
+  renew.set_id(7);
+  etcdserverpb::LeaseKeepAliveResponse renewed;
+  absl::Status s = follower->transport->LeaseRenew(2, renew, &renewed, 10000);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(renewed.id(), 7);
+  EXPECT_EQ(renewed.ttl(), 42);
+
+  renew.set_id(404);
+  s = follower->transport->LeaseRenew(2, renew, &renewed, 10000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "etcdserver: requested lease not found");
+
+  etcdserverpb::LeaseTimeToLiveRequest ttl;
+  ttl.set_id(9);
+  ttl.set_keys(true);
+  etcdserverpb::LeaseTimeToLiveResponse ttl_response;
+  s = follower->transport->LeaseTimeToLive(2, ttl, &ttl_response, 10000);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ttl_response.id(), 9);
+  EXPECT_EQ(ttl_response.grantedttl(), 60);
+  ASSERT_EQ(ttl_response.keys_size(), 1);
+
+  // Not a peer, or a peer that is down: Unavailable within the deadline.
+  s = follower->transport->LeaseRenew(3, renew, &renewed, 1000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  follower->transport->AddPeer(4, {absl::StrCat("http://127.0.0.1:", FreePort())});
+  const absl::Time start = absl::Now();
+  s = follower->transport->LeaseRenew(4, renew, &renewed, 300);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+}  // namespace
+}  // namespace capstan::server
