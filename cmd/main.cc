@@ -15,6 +15,7 @@
 #include "cmd/cache_proxy.h"
 #include "cmd/migrate/migrate.h"
 #include "cmd/snapshot_command.h"
+#include "replication/goraft/go_raft_engine.h"
 #include "server/config/config.h"
 #include "server/observability/logging.h"
 #include "server/server.h"

@@ -255,7 +255,10 @@ void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<i
     done(MakeError(Error::kNoLeader));
     return;
   }
-  forward_queue_->Run([this, id, leader, done = std::move(done)]() mutable {
+  // WorkQueue takes copyable closures: the completion rides in a shared_ptr.
+  auto renewed = std::make_shared<absl::AnyInvocable<void(absl::StatusOr<int64_t>)>>(std::move(done));
+  forward_queue_->Run([this, id, leader, renewed] {
+    auto& done = *renewed;
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(id);
     etcdserverpb::LeaseKeepAliveResponse response;
@@ -277,7 +280,8 @@ void Replicator::Loop() {
     Inbox in;
     {
       util::MutexLock l(&inbox_mu_);
-      inbox_mu_.AwaitWithDeadline(absl::Condition(this, &Replicator::InboxReadyLocked), next_tick);
+      inbox_mu_.AwaitWithTimeout(absl::Condition(this, &Replicator::InboxReadyLocked),
+                                 next_tick - absl::Now());
       if (stopping_) break;
       std::swap(in, inbox_);
     }
@@ -549,8 +553,13 @@ void Replicator::Applied(uint64_t applied) {
     apply_waiters_.erase(apply_waiters_.begin(), end);
   }
   if (ready.empty()) return;
-  read_queue_->Run([ready = std::move(ready)]() mutable {
-    for (auto& r : ready) r(absl::OkStatus());
+  RunReads(std::move(ready));
+}
+
+void Replicator::RunReads(std::vector<Done> ready) {
+  auto batch = std::make_shared<std::vector<Done>>(std::move(ready));
+  read_queue_->Run([batch] {
+    for (auto& r : *batch) r(absl::OkStatus());
   });
 }
 
@@ -562,9 +571,7 @@ void Replicator::ReleaseReads(uint64_t index, std::vector<Done> waiters) {
       return;
     }
   }
-  read_queue_->Run([waiters = std::move(waiters)]() mutable {
-    for (auto& r : waiters) r(absl::OkStatus());
-  });
+  RunReads(std::move(waiters));
 }
 
 }  // namespace capstan::replication

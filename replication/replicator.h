@@ -185,6 +185,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   void ReleaseReads(uint64_t index, std::vector<absl::AnyInvocable<void(absl::Status)>> waiters)
       ABSL_LOCKS_EXCLUDED(reads_mu_);
+  // Runs released barriers on the read queue, in order.
+  void RunReads(std::vector<absl::AnyInvocable<void(absl::Status)>> ready);
   bool InboxReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(inbox_mu_) {
     return stopping_ || !inbox_.empty();
   }

@@ -124,6 +124,7 @@ class ReplicatorTest : public ::testing::Test {
   void StartMember(int i) {
     Member& m = nodes_[i];
     const std::string base = (dir_ / absl::StrCat("m", i)).string();
+    std::filesystem::create_directories(base);
     storage::BackendOptions bo;
     bo.dir = base + "/db";
     bo.sync = false;
