@@ -1,11 +1,11 @@
-// A 3-member etcd 3.5 cluster under load and faults, its history checked:
+// A 3-member cluster under load and faults, its history checked, run on
+// etcd 3.5 (which keeps the checker honest) and on Capstan:
 //   - 8 clients (endpoints spread over the members) put, get, CAS and delete
 //     on a few keys for ~15 s while the leader and then a follower are
 //     SIGKILLed and restarted; the history has no violation and every
 //     member's HashKV at the final revision is the same.
 //   - serializable reads at a follower that was paused while a write
 //     committed, and a recorded answer corrupted on purpose, are caught.
-// The same tests will run Capstan's replicated members (ClusterOptions::binary).
 
 #include <algorithm>
 #include <atomic>
@@ -91,6 +91,17 @@ std::vector<Event> FinalEventLog(const Cluster& cluster, int at, int64_t* final_
   return events.ok() ? *events : std::vector<Event>{};
 }
 
+class ClusterTest : public ::testing::TestWithParam<ServerFlavor> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ServerFlavor::kEtcd) CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+  }
+  ClusterOptions Options(int members) const {
+    return GetParam() == ServerFlavor::kEtcd ? ClusterOptions::Etcd(members)
+                                             : ClusterOptions::Capstan(members);
+  }
+};
+
 void ExpectHashesEqual(const Cluster& cluster, int64_t rev) {
   std::vector<uint32_t> hashes;
   for (int i = 0; i < cluster.size(); ++i) {
@@ -106,9 +117,8 @@ void ExpectHashesEqual(const Cluster& cluster, int64_t rev) {
   }
 }
 
-TEST(EtcdClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
-  CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
-  auto started = Cluster::Start(ClusterOptions::Etcd(3));
+TEST_P(ClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
+  auto started = Cluster::Start(Options(3));
   ASSERT_TRUE(started.ok()) << started.status();
   Cluster& cluster = **started;
 
@@ -193,9 +203,8 @@ TEST(EtcdClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
   ExpectHashesEqual(cluster, final_rev);
 }
 
-TEST(EtcdClusterTest, StaleAndCorruptedReadsAreCaught) {
-  CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
-  auto started = Cluster::Start(ClusterOptions::Etcd(3));
+TEST_P(ClusterTest, StaleAndCorruptedReadsAreCaught) {
+  auto started = Cluster::Start(Options(3));
   ASSERT_TRUE(started.ok()) << started.status();
   Cluster& cluster = **started;
   auto leader = cluster.WaitForLeader(seconds(10));
@@ -286,9 +295,8 @@ TEST(EtcdClusterTest, StaleAndCorruptedReadsAreCaught) {
 
 // The fixture with 5 members: a paused leader is replaced, a stopped member
 // restarts on its data, and every member ends with the same HashKV.
-TEST(EtcdClusterTest, FiveMembersSurvivePauseStopAndRestart) {
-  CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
-  auto started = Cluster::Start(ClusterOptions::Etcd(5));
+TEST_P(ClusterTest, FiveMembersSurvivePauseStopAndRestart) {
+  auto started = Cluster::Start(Options(5));
   ASSERT_TRUE(started.ok()) << started.status();
   Cluster& cluster = **started;
   ASSERT_EQ(cluster.endpoints().size(), 5u);
@@ -326,6 +334,12 @@ TEST(EtcdClusterTest, FiveMembersSurvivePauseStopAndRestart) {
   EXPECT_GE(r.stats.ok, 6);
   ExpectHashesEqual(cluster, rev);
 }
+
+INSTANTIATE_TEST_SUITE_P(Servers, ClusterTest,
+                         ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
+                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
+                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
+                         });
 
 }  // namespace
 }  // namespace capstan::testing::cluster
