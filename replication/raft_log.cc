@@ -291,7 +291,7 @@ absl::Status RaftLog::Recover() {
     }
     if (auto s = backend_->Write(&repair); !s.ok()) return s;
   }
-  if (has_hard_state_ && hs.commit > std::max(last, snapshot_.index)) {
+  if (has_hard_state_ && hs.commit > last) {
     return absl::DataLossError(absl::StrCat("raft log corrupt: the commit index ", hs.commit,
                                             " is past the last entry ", last));
   }

@@ -544,5 +544,33 @@ TEST_F(RaftLogTest, RecordUnderTheWrongKeyFailsOpen) {
       << s;
 }
 
+TEST_F(RaftLogTest, IntactRecordWithAFallingTermFailsOpen) {
+  // Entry 4 of term 1, its record intact, taken from another log.
+  std::string record;
+  {
+    RaftLogOptions other;
+    other.dir = dir_ + "/other";
+    auto log = RaftLog::Open(other);
+    ASSERT_TRUE(log.ok());
+    ASSERT_TRUE((*log)->Save(std::nullopt, Range(1, 4, 1), std::nullopt, true).ok());
+    log->reset();
+    storage::BackendOptions bo;
+    bo.dir = other.dir;
+    auto b = storage::Backend::Open(bo);
+    ASSERT_TRUE(b.ok());
+    std::string k4;
+    util::AppendBigEndian64(4, &k4);
+    ASSERT_TRUE((*b)->Get(storage::Cf::kRaft, k4, &record).ok());
+  }
+  ASSERT_TRUE(Reopen().ok());
+  Append(Range(1, 10, 3), Hs(3, 2));
+  CorruptRecord(4, record);
+  auto s = Reopen();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("raft log corrupt at index 4: term 1 is below the term 3 before it"),
+            std::string::npos)
+      << s;
+}
+
 }  // namespace
 }  // namespace capstan::replication
