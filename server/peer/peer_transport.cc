@@ -61,9 +61,9 @@ absl::StatusOr<PeerTransportOptions> PeerTransportOptionsFromConfig(const Server
   }
   for (const auto& url : options.listen_peer_urls) {
     if (url.scheme == "https" && !options.tls) {
+      // etcd's newTLSListener.
       return absl::InvalidArgumentError(absl::StrCat(
-          "TLS key/cert (--peer-cert-file, --peer-key-file) must be provided for ", url.String(),
-          " (or use --peer-auto-tls)"));
+          "cannot listen on TLS for ", url.host, ": KeyFile and CertFile are not presented"));
     }
   }
   return options;

@@ -15,7 +15,9 @@
 // keep their order. Outgoing https connections present the peer certificate
 // (or --peer-client-cert-file) as their client certificate, as etcd's do.
 //
-// Thread safety: every method may be called from any thread, concurrently.
+// Thread safety: every method may be called from any thread, concurrently,
+// except from inside a callback (a handler's or on_peer_error) for Stop,
+// AddPeer and RemovePeer, which join sender threads.
 // The handler's callbacks run on transport threads (gRPC's server threads,
 // the senders' threads) and on the caller's thread of Send (an overflow),
 // never under a transport lock.
@@ -66,7 +68,9 @@ struct PeerTransportOptions {
   // refusal with the peer's status (FailedPrecondition "cluster ID
   // mismatch", PermissionDenied "the member has been permanently removed
   // from the cluster": this member should stop, as etcd does) or the
-  // connection's error. Optional.
+  // connection's error. Optional. Like the handler's callbacks it must not
+  // block, and must not call Stop, AddPeer or RemovePeer itself (they join
+  // the sender thread it runs on): hand the decision to another thread.
   std::function<void(uint64_t peer, const absl::Status& status)> on_peer_error;
 };
 

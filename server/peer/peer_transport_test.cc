@@ -60,9 +60,15 @@ TEST(PeerTransportTest, ThreeMembersExchangeMessagesInOrder) {
   }
   constexpr uint64_t kCount = 2000;
   std::map<std::pair<uint64_t, uint64_t>, size_t> base;
+  // Reports after the warm-up: a first connection that failed on a slow
+  // machine is retried and is no drop of the numbered messages.
+  std::map<std::pair<uint64_t, uint64_t>, int> unreachable;
   for (auto& a : members) {
     for (auto& b : members) {
-      if (a != b) base[{a->id, b->id}] = b->recorder.CountFrom(a->id);
+      if (a != b) {
+        base[{a->id, b->id}] = b->recorder.CountFrom(a->id);
+        unreachable[{a->id, b->id}] = a->recorder.Unreachable(b->id);
+      }
     }
   }
   for (uint64_t seq = 1; seq <= kCount; seq += 100) {
@@ -100,7 +106,8 @@ TEST(PeerTransportTest, ThreeMembersExchangeMessagesInOrder) {
     EXPECT_EQ(a->recorder.unparsed(), 0);
     for (auto& b : members) {
       if (a != b) {
-        EXPECT_EQ(a->recorder.Unreachable(b->id), 0);
+        EXPECT_EQ(a->recorder.Unreachable(b->id), (unreachable[{a->id, b->id}]))
+            << a->errors.Describe(b->id);
       }
     }
   }
