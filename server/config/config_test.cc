@@ -134,8 +134,7 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(
       c->ignored_flags,
-      ElementsAre("snapshot-count", "peer-cert-file", "peer-key-file", "peer-client-cert-auth",
-                  "peer-trusted-ca-file", "experimental-initial-corrupt-check"));
+      ElementsAre("snapshot-count", "experimental-initial-corrupt-check"));
 }
 
 TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
@@ -146,8 +145,7 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "peer-cert-file", "enable-pprof", "force-new-cluster",
-                          "v"));
+              ElementsAre("snapshot-count", "enable-pprof", "force-new-cluster", "v"));
 }
 
 // ---------------------------------------------------------------------------
