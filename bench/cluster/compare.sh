@@ -16,7 +16,8 @@
 #   range    --conns=10 --clients=100 range /bench/range/key --consistency=l --total=20000
 #            (the key holds a 256-byte value, put first with etcdctl)
 #
-# recording requests/s and the p99 of each run. Then, FAILOVER_REPS times per server and round,
+# recording requests/s, the p99, and the three members' CPU time and context switches per request
+# of each run. Then, FAILOVER_REPS times per server and round,
 # each on a fresh cluster: a light write load (one clientv3 client over all endpoints, one put
 # every 10 ms), kill -9 of the leader, and the time from the kill to the first acknowledged put
 # issued after it, and to the first Status of a survivor naming a new leader
@@ -32,7 +33,9 @@
 #   PORT..PORT+2 for clients, PORT+10..PORT+12 for peers), TOTAL (20000),
 #   CAPSTAN (build/release/capstan), ETCD and ETCDCTL (etcd 3.5.16 under
 #   /root/.cache/capstan/etcd-3.5/usr/bin), PERF=1 (perf record -g on Capstan's leader during the
-#   put and range runs of round 1; reports in OUT_DIR/perf-put.txt, perf-range-leader.txt).
+#   put run and on all three members during the range run of round 1; reports in
+#   OUT_DIR/perf-put*.txt, perf-range*.txt; perf slows the runs it watches, so take figures from
+#   a run without it).
 # The Go tools (etcd's benchmark from Debian's etcd source, and the failover client) are built
 # once into TOOLS_DIR (/var/tmp/capstan-bench-cluster) by bench/cluster/tools.sh.
 # Exits 1 when a run fails (a request error, a cluster that does not start).
@@ -122,34 +125,62 @@ if len(leaders) == 1 and next(iter(leaders)) in ids:
 '
 }
 
+# cluster_cpu_ticks: user + system clock ticks of the three members, so far.
+cluster_cpu_ticks() {
+  local pid total=0
+  for pid in "${PIDS[@]}"; do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/${pid}/stat")))
+  done
+  echo "${total}"
+}
+
 # bench_run SERVER ROUND WORKLOAD ARGS...: one run of etcd's benchmark; appends
-# "server round workload ops/s p99_ms" to runs.tsv.
+# "server round workload ops/s p99_ms cpu_us switches" to runs.tsv: the CPU time of all three
+# members and their context switches (counted by `perf stat` when perf is installed), each
+# divided by the requests of the run.
 bench_run() {
-  local server=$1 round=$2 workload=$3 log
+  local server=$1 round=$2 workload=$3 log before after
   shift 3
   log="${OUT}/${server}-r${round}-${workload}.txt"
+  local stat_pid=""
+  if command -v perf > /dev/null; then
+    perf stat -e context-switches -x, -o "${log}.perfstat" -p "$(IFS=,; echo "${PIDS[*]}")" \
+      > /dev/null 2>&1 &
+    stat_pid=$!
+  fi
+  before=$(cluster_cpu_ticks)
   timeout 600 "${BENCHMARK}" --endpoints "$(endpoints)" --conns 10 --clients 100 "$@" \
     2> "${log}.stderr" | tr '\r' '\n' > "${log}"
+  after=$(cluster_cpu_ticks)
+  local switches=""
+  if [[ -n "${stat_pid}" ]]; then
+    kill -INT "${stat_pid}" 2>/dev/null || true
+    wait "${stat_pid}" 2>/dev/null || true
+    switches=$(awk -F, -v n="${TOTAL}" '$3 == "context-switches" && $1 ~ /^[0-9]+$/ {
+      printf "%.1f", $1 / n }' "${log}.perfstat" 2>/dev/null || true)
+  fi
   if grep -q 'Error distribution' "${log}"; then
     echo "compare.sh: ${server} ${workload} had failed requests:" >&2
     sed -n '/Error distribution/,$p' "${log}" >&2
     exit 1
   fi
-  local rate p99
+  local rate p99 cpu
   rate=$(awk '/Requests\/sec:/ {print $2}' "${log}")
   p99=$(awk '$1 == "99%" && $2 == "in" {printf "%.2f", $3 * 1000}' "${log}")
   [[ -n "${rate}" && -n "${p99}" ]] || { echo "compare.sh: no summary in ${log}" >&2; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\n' "${server}" "${round}" "${workload}" "${rate}" "${p99}" \
-    >> "${OUT}/runs.tsv"
-  echo "  ${server} ${workload}: ${rate} req/s, p99 ${p99} ms" >&2
+  cpu=$(( (after - before) * 1000000 / $(getconf CLK_TCK) / TOTAL ))
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${server}" "${round}" "${workload}" "${rate}" \
+    "${p99}" "${cpu}" "${switches}" >> "${OUT}/runs.tsv"
+  echo "  ${server} ${workload}: ${rate} req/s, p99 ${p99} ms, members' CPU ${cpu} us/request," \
+    "${switches:-?} context switches/request" >&2
 }
 
-# perf_start SERVER ROUND WORKLOAD MEMBER: with PERF=1, perf record -g on Capstan's member
-# (index 0-2) in round 1, into OUT/perf-WORKLOAD.data; perf_stop writes its reports.
+# perf_start SERVER ROUND WORKLOAD PIDS: with PERF=1, perf record -g on Capstan's members PIDS
+# (comma-separated) in round 1, into OUT/perf-WORKLOAD.data; perf_stop writes its reports.
 PERF_PID=
 perf_start() {
   [[ "${PERF}" == 1 && "$1" == capstan && "$2" == 1 ]] || return 0
-  perf record -g -o "${OUT}/perf-$3.data" -p "${PIDS[$4]}" > /dev/null 2>&1 &
+  perf record -g -o "${OUT}/perf-$3.data" -p "$4" > /dev/null 2>&1 &
   PERF_PID=$!
   PERF_NAME=$3
 }
@@ -160,6 +191,8 @@ perf_stop() {
   PERF_PID=
   perf report -i "${OUT}/perf-${PERF_NAME}.data" --no-children --percent-limit 0.5 --stdio \
     -g none > "${OUT}/perf-${PERF_NAME}.txt" 2>/dev/null || true
+  perf report -i "${OUT}/perf-${PERF_NAME}.data" --no-children --sort pid,comm --stdio \
+    -g none > "${OUT}/perf-${PERF_NAME}-threads.txt" 2>/dev/null || true
   perf report -i "${OUT}/perf-${PERF_NAME}.data" --children --percent-limit 2 --stdio -g none \
     > "${OUT}/perf-${PERF_NAME}-children.txt" 2>/dev/null || true
 }
@@ -168,7 +201,7 @@ throughput_round() {  # SERVER BINARY ROUND
   local server=$1 bin=$2 round=$3 leader
   start_cluster "${bin}" "${server}-r${round}"
   leader=$(leader_index)
-  perf_start "${server}" "${round}" put "${leader}"
+  perf_start "${server}" "${round}" put "${PIDS[${leader}]}"
   bench_run "${server}" "${round}" put put --total "${TOTAL}" --val-size 256 \
     --key-space-size 100000
   perf_stop
@@ -176,7 +209,7 @@ throughput_round() {  # SERVER BINARY ROUND
     --val-size 256 --key-space-size 100000
   "${ETCDCTL}" --endpoints "$(endpoints)" put /bench/range/key "$(head -c 256 /dev/zero | tr '\0' v)" \
     > /dev/null
-  perf_start "${server}" "${round}" range-leader "${leader}"
+  perf_start "${server}" "${round}" range "$(IFS=,; echo "${PIDS[*]}")"
   bench_run "${server}" "${round}" range range /bench/range/key --consistency l --total "${TOTAL}"
   perf_stop
   stop_cluster
@@ -230,23 +263,30 @@ python3 - "${OUT}/runs.tsv" > "${OUT}/table.md" <<'EOF'
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    server, _, workload, value, p99 = line.rstrip("\n").split("\t")
-    runs.setdefault((server, workload), []).append((float(value), float(p99) if p99 else None))
+    server, _, workload, value, p99, cpu, sw = (line.rstrip("\n").split("\t") + ["", ""])[:7]
+    runs.setdefault((server, workload), []).append(
+        (float(value), float(p99) if p99 else None, float(cpu) if cpu else None,
+         float(sw) if sw else None))
 
 def cell(values, fmt):
+    if any(v is None for v in values):
+        return "-"
     med = statistics.median(values)
     return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
-print("| workload | etcd ops/s | Capstan ops/s | Capstan/etcd | etcd p99 ms | Capstan p99 ms |")
-print("| --- | ---: | ---: | ---: | ---: | ---: |")
+print("| workload | etcd ops/s | Capstan ops/s | Capstan/etcd | etcd p99 ms | Capstan p99 ms "
+      "| etcd CPU us/op | Capstan CPU us/op | etcd cs/op | Capstan cs/op |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for w in ("put", "txn-put", "range"):
     e, c = runs.get(("etcd", w)), runs.get(("capstan", w))
     if not e or not c:
         continue
-    er, cr = [r for r, _ in e], [r for r, _ in c]
+    er, cr = [r[0] for r in e], [r[0] for r in c]
     print(f"| {w} | {cell(er, '{:.0f}')} | {cell(cr, '{:.0f}')} | "
           f"{statistics.median(cr) / statistics.median(er):.2f} | "
-          f"{cell([p for _, p in e], '{:.1f}')} | {cell([p for _, p in c], '{:.1f}')} |")
+          f"{cell([r[1] for r in e], '{:.1f}')} | {cell([r[1] for r in c], '{:.1f}')} | "
+          f"{cell([r[2] for r in e], '{:.0f}')} | {cell([r[2] for r in c], '{:.0f}')} | "
+          f"{cell([r[3] for r in e], '{:.1f}')} | {cell([r[3] for r in c], '{:.1f}')} |")
 print()
 print("| failover (kill -9 of the leader) | etcd ms | Capstan ms | Capstan/etcd |")
 print("| --- | ---: | ---: | ---: |")
@@ -255,10 +295,12 @@ for w, name in (("failover-leader", "new leader in Status"),
     e, c = runs.get(("etcd", w)), runs.get(("capstan", w))
     if not e or not c:
         continue
-    ev, cv = [v for v, _ in e], [v for v, _ in c]
+    ev, cv = [r[0] for r in e], [r[0] for r in c]
     print(f"| {name} | {cell(ev, '{:.0f}')} | {cell(cv, '{:.0f}')} | "
           f"{statistics.median(cv) / statistics.median(ev):.2f} |")
 print()
+print("CPU: user + system time of the three members during the run, per request; cs: their "
+      "context switches per request (perf stat).")
 print(f"Medians, (min-max) over {len(runs.get(('etcd', 'put'), []))} rounds; failover over "
       f"{len(runs.get(('etcd', 'failover-write'), []))} kills per server.")
 EOF
