@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by bench/cluster/compare.sh: builds, once, the two Go programs it runs, and prints
 # their paths. Both build with Debian's Go and Debian's etcd 3.4 Go sources
 # (golang-go, golang-etcd-server-dev; installed with apt-get when missing), GOPATH mode.
