@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test e2e bench sanitize sanitize-thread sanitize-address fuzz soak clean
+.PHONY: all deps configure build run test e2e bench bench-cluster sanitize sanitize-thread sanitize-address fuzz soak clean
 
 all: build
 
@@ -58,6 +58,11 @@ e2e: build
 
 bench: build
 	./bench/run.sh $(BUILD_DIR)
+	$(MAKE) bench-cluster
+
+# 3-member etcd 3.5 against 3-member Capstan: throughput, p99 and failover (docs/BENCHMARKS.md).
+bench-cluster: build
+	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh $(BUILD_DIR)/bench-results/cluster
 
 sanitize: sanitize-thread sanitize-address
 

@@ -1,0 +1,61 @@
+# shellcheck shell=bash
+# Sourced by bench/cluster/compare.sh: builds, once, the two Go programs it runs, and prints
+# their paths. Both build with Debian's Go and Debian's etcd 3.4 Go sources
+# (golang-go, golang-etcd-server-dev; installed with apt-get when missing), GOPATH mode.
+#
+#   etcd_benchmark_tool        etcd's own tools/benchmark, from Debian's etcd source package
+#                              (ETCD_BENCHMARK overrides; an existing build in
+#                              /var/tmp/etcd-benchmark/bin is reused)
+#   failover_tool MAIN_GO      bench/cluster/failover, rebuilt when MAIN_GO changes
+
+TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
+
+go_deps() {
+  if ! command -v go > /dev/null || [[ ! -d /usr/share/gocode/src/go.etcd.io/etcd ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go golang-etcd-server-dev \
+      dpkg-dev >&2
+  fi
+}
+
+etcd_benchmark_tool() {
+  if [[ -n "${ETCD_BENCHMARK:-}" ]]; then echo "${ETCD_BENCHMARK}"; return; fi
+  if [[ -x /var/tmp/etcd-benchmark/bin/benchmark ]]; then
+    echo /var/tmp/etcd-benchmark/bin/benchmark
+    return
+  fi
+  local bin=${TOOLS_DIR}/benchmark
+  if [[ ! -x "${bin}" ]]; then
+    echo "tools.sh: building etcd's benchmark tool into ${TOOLS_DIR} (one time)" >&2
+    go_deps
+    local apt=${TOOLS_DIR}/apt
+    mkdir -p "${apt}/parts" "${apt}/lists/partial" "${TOOLS_DIR}/src"
+    # The machine's own Debian sources, as source-package entries.
+    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+      > "${apt}/parts/src.sources"
+    local opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=${apt}/parts"
+      -o "Dir::State::Lists=${apt}/lists")
+    apt-get "${opts[@]}" update -q >&2
+    (cd "${TOOLS_DIR}/src" && apt-get "${opts[@]}" source -q etcd >&2)
+    local src
+    src=$(ls -d "${TOOLS_DIR}"/src/etcd-3.4*/ | head -1)
+    mkdir -p "${TOOLS_DIR}/gopath/src/go.etcd.io/etcd/tools"
+    cp -r "${src}/tools/benchmark" "${TOOLS_DIR}/gopath/src/go.etcd.io/etcd/tools/"
+    GO111MODULE=off GOPATH="${TOOLS_DIR}/gopath:/usr/share/gocode" \
+      GOCACHE="${TOOLS_DIR}/gocache" go build -o "${bin}" go.etcd.io/etcd/tools/benchmark >&2
+  fi
+  echo "${bin}"
+}
+
+failover_tool() {
+  local main_go=$1 bin=${TOOLS_DIR}/failover
+  local pkg=${TOOLS_DIR}/gopath/src/capstanbench/failover
+  if [[ ! -x "${bin}" ]] || ! cmp -s "${main_go}" "${pkg}/main.go"; then
+    echo "tools.sh: building the failover client into ${TOOLS_DIR}" >&2
+    go_deps
+    mkdir -p "${pkg}"
+    cp "${main_go}" "${pkg}/main.go"
+    GO111MODULE=off GOPATH="${TOOLS_DIR}/gopath:/usr/share/gocode" \
+      GOCACHE="${TOOLS_DIR}/gocache" go build -o "${bin}" capstanbench/failover >&2
+  fi
+  echo "${bin}"
+}
