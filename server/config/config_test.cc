@@ -134,7 +134,7 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(
       c->ignored_flags,
-      ElementsAre("snapshot-count", "peer-cert-file", "peer-key-file", "peer-client-cert-auth",
+      ElementsAre("peer-cert-file", "peer-key-file", "peer-client-cert-auth",
                   "peer-trusted-ca-file", "experimental-initial-corrupt-check"));
 }
 
@@ -146,7 +146,7 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "peer-cert-file", "enable-pprof", "force-new-cluster",
+              ElementsAre("peer-cert-file", "enable-pprof", "force-new-cluster",
                           "v"));
 }
 
