@@ -125,6 +125,11 @@ class AuthStore {
   static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
                                                          mvcc::WriteLog* log,
                                                          const AuthStoreOptions& options);
+  // Reloads every auth record from the store's backend, after its data was
+  // replaced (KvStore::Restore). Runs on the store's committer (Restore's
+  // `after` step), so that no auth write is being applied meanwhile.
+  absl::Status Reload() { return Load(); }
+
   // The single-member form: store is the log.
   static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
                                                          const AuthStoreOptions& options);

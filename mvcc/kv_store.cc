@@ -119,9 +119,9 @@ absl::Status KvStore::Recover() {
     }
     if (tombstone) {
       // A tombstone whose key history was compacted away has nothing to end.
-      index_.Tombstone(kv.key, rev).IgnoreError();
+      index_->Tombstone(kv.key, rev).IgnoreError();
     } else {
-      index_.Restore(kv.key, Revision{kv.create_revision, 0}, rev, kv.version, kv.lease);
+      index_->Restore(kv.key, Revision{kv.create_revision, 0}, rev, kv.version, kv.lease);
     }
   }
   if (auto s = it->status(); !s.ok()) return s;
@@ -152,9 +152,9 @@ std::shared_ptr<const ReadView> KvStore::View() const {
 }
 
 void KvStore::Publish() {
-  index_.Publish();
+  index_->Publish();
   auto view = std::make_shared<ReadView>();
-  view->index = index_.Snapshot();
+  view->index = index_->Snapshot();
   view->rev = current_rev_;
   view->compact_rev = compact_rev_;
   view->epoch = epoch_;

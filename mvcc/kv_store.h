@@ -249,6 +249,20 @@ class KvStore : public WriteLog {
   // must not call into the store.
   void TEST_SetGroupWaitHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
+  // Replaces the store's data with source's (a checkpoint of another
+  // member's store, received with a Raft snapshot): every column family of
+  // the backend is made equal to source's, durably, between two groups on
+  // the committer; then the key index, current and compaction revisions,
+  // leases, alarms and applied index are rebuilt from it and the new view is
+  // published. Watchers resynchronise from the new data (those below its
+  // compaction revision are cancelled as compacted). Waits for a running
+  // physical compaction first. The caller must submit nothing meanwhile
+  // (the raft loop calls it). `after`, when set, runs on the committer once
+  // the new view is published (stores layered on this one reload: auth).
+  // On error the store has failed (fail-stop).
+  absl::Status Restore(std::unique_ptr<storage::Backend> source,
+                       std::function<absl::Status()> after = nullptr);
+
   // The applied index, kept durable with each group: in a cluster the
   // index of the last Raft entry applied (WriteRequest::raft_index), on a
   // single member the number of write requests applied over the store's
@@ -281,6 +295,8 @@ class KvStore : public WriteLog {
   KvStore(const KvStoreOptions& options, std::unique_ptr<storage::Backend> backend);
 
   absl::Status Recover();
+  // Restore's work on the committer.
+  absl::Status RestoreOnCommitter(storage::Backend* source);
   void CommitLoop();
   // Committer thread: takes the next group from the queue, waiting for one
   // (and, with batch_interval, for it to grow). False once stopping with
@@ -377,7 +393,8 @@ class KvStore : public WriteLog {
 
   // Committer state: touched by the committer thread only (and by Open
   // before the thread starts).
-  index::TreeIndex index_;
+  // Replaced as a whole by Restore.
+  std::unique_ptr<index::TreeIndex> index_ = std::make_unique<index::TreeIndex>();
   int64_t current_rev_ = 1;  // a new store starts at revision 1, as etcd does
   int64_t compact_rev_ = 0;
   std::shared_ptr<Epoch> epoch_;

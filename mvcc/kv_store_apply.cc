@@ -247,7 +247,7 @@ class KvStore::Applier {
     Revision created, modified;
     int64_t version = 0;
     const Revision rev{main_, sub_};
-    if (!s_->index_.Unpublished().Get(r.key(), read_rev(), &modified, &created, &version).ok()) {
+    if (!s_->index_->Unpublished().Get(r.key(), read_rev(), &modified, &created, &version).ok()) {
       created = rev;
       version = 0;
     }
@@ -283,7 +283,7 @@ class KvStore::Applier {
     const std::string rev_key = RevisionKey(rev);
     s_->batch_.Put(Cf::kKey, rev_key, record);
     s_->pending_[rev] = std::move(record);
-    s_->index_.Put(r.key(), rev, lease);  // a keys_only Range reads the lease there
+    s_->index_->Put(r.key(), rev, lease);  // a keys_only Range reads the lease there
     s_->lessor_.Attach(r.key(), lease);
     ++sub_;
     resp->mutable_header()->set_revision(main_);
@@ -296,7 +296,7 @@ class KvStore::Applier {
       if (auto s = ValidateDelete(r); !s.ok()) return s;
     }
     std::vector<std::pair<std::string, Revision>> keys;
-    s_->index_.Unpublished().Range(r.key(), r.range_end(), read_rev(),
+    s_->index_->Unpublished().Range(r.key(), r.range_end(), read_rev(),
                                    [&keys](std::string_view k, const index::RangeHit& hit) {
                                      keys.emplace_back(std::string(k), hit.modified);
                                      return true;
@@ -332,7 +332,7 @@ class KvStore::Applier {
         s_->group_events_.push_back(std::move(ev));
       }
       s_->batch_.Put(Cf::kKey, RevisionKey(rev, /*tombstone=*/true), EncodeKeyValue(tomb));
-      CHECK(s_->index_.Tombstone(key, rev).ok()) << "tombstone of a live key failed";
+      CHECK(s_->index_->Tombstone(key, rev).ok()) << "tombstone of a live key failed";
       s_->lessor_.Attach(key, 0);
       ++sub_;
     }
@@ -390,7 +390,7 @@ class KvStore::Applier {
   absl::Status ReadKvs(const std::string& key, const std::string& end, int64_t rev,
                        std::vector<std::string>* out) {
     std::vector<Revision> revs;
-    s_->index_.Unpublished().Range(key, end, rev, [&revs](std::string_view, const index::RangeHit& h) {
+    s_->index_->Unpublished().Range(key, end, rev, [&revs](std::string_view, const index::RangeHit& h) {
       revs.push_back(h.modified);
       return true;
     });
@@ -464,7 +464,7 @@ class KvStore::Applier {
         if (p.ignore_value() || p.ignore_lease()) {
           Revision m, c;
           int64_t v;
-          if (!s_->index_.Unpublished().Get(p.key(), s_->current_rev_, &m, &c, &v).ok() ||
+          if (!s_->index_->Unpublished().Get(p.key(), s_->current_rev_, &m, &c, &v).ok() ||
               IntersectsPoint(*deleted, p.key())) {
             return MakeError(Error::kKeyNotFound);
           }
@@ -496,7 +496,7 @@ class KvStore::Applier {
           }
           RangeResult result;
           auto s = RangeAt(
-              s_->index_.Unpublished(), rr, rev, current,
+              s_->index_->Unpublished(), rr, rev, current,
               [this](const std::vector<Revision>& revs, std::vector<std::string>* recs) {
                 return s_->ReadRecords(revs, recs, /*include_pending=*/true);
               },

@@ -111,7 +111,7 @@ void KvStore::RunCompaction(int64_t rev) {
   const size_t step = static_cast<size_t>(std::max(1, options_.compaction_batch_limit));
   for (size_t i = 0; i < keys.size(); i += step) {
     std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
-    RunOnCommitter([this, batch, rev, &keep] { index_.CompactKeys(batch, rev, &keep); });
+    RunOnCommitter([this, batch, rev, &keep] { index_->CompactKeys(batch, rev, &keep); });
     {
       util::MutexLock l(&queue_mu_);
       if (stopping_) return;

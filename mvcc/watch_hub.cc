@@ -334,6 +334,20 @@ void WatchHub::TEST_PauseDispatcher(bool paused) {
   dispatch_paused_ = paused;
 }
 
+void WatchHub::Resync(int64_t from_rev, int64_t to_rev) {
+  notified_rev_.store(to_rev, std::memory_order_release);
+  util::MutexLock l(&pending_mu_);
+  if (!pending_.empty()) {
+    const Pending& first = pending_.front();
+    from_rev = std::min(from_rev, first.events.empty() ? first.rev : first.events.front().rev);
+    dropped_.fetch_add(pending_.size(), std::memory_order_relaxed);
+    pending_.clear();
+    pending_bytes_ = 0;
+  }
+  dropped_from_ = dropped_to_ == 0 ? from_rev : std::min(dropped_from_, from_rev);
+  dropped_to_ = std::max(dropped_to_, to_rev);
+}
+
 void WatchHub::DispatchLoop() {
   // Groups taken at once: up to this many bytes, so that one response per
   // watcher stays well under the response size limit.

@@ -127,6 +127,13 @@ class WatchHub {
   void Notify(int64_t rev, std::vector<WatchEvent> events)
       ABSL_LOCKS_EXCLUDED(mu_, pending_mu_, inline_dispatch_mu_);
 
+  // Called by the committer after the store's data was replaced (a Raft
+  // snapshot restored): every watcher catches up from storage, from
+  // from_rev (or the first revision queued and not yet delivered) on, as
+  // after a dropped queue; a watcher whose revision was compacted away is
+  // cancelled as compacted. to_rev is the new store's revision.
+  void Resync(int64_t from_rev, int64_t to_rev) ABSL_LOCKS_EXCLUDED(pending_mu_);
+
   // Whether some watcher wants previous values, so the write path should
   // attach them to events.
   bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }

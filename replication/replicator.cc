@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <utility>
 
@@ -98,6 +99,34 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
   r->commit_.store(r->log_->hard_state().commit);
   r->term_.store(r->log_->hard_state().term);
   r->read_queue_ = std::make_unique<util::WorkQueue>(1, "raft-reads");
+  r->snapshot_queue_ = std::make_unique<util::WorkQueue>(2, "raft-snapshot");
+  // The configuration a compaction records: the log's snapshot's, else the
+  // bootstrap voters (membership changes are not supported, so it is also
+  // the current one).
+  const SnapshotMeta& snap = r->log_->snapshot_meta();
+  r->conf_state_ = snap.conf_state;
+  if (r->conf_state_.voters.empty()) {
+    for (const auto& m : options.initial_members) {
+      if (m.is_learner) {
+        r->conf_state_.learners.push_back(m.id);
+      } else {
+        r->conf_state_.voters.push_back(m.id);
+      }
+    }
+  }
+  r->compacted_at_ = snap.index;
+  r->skip_through_ = store->AppliedIndex();
+  r->log_first_.store(snap.index + 1);
+  if (!options.data_dir.empty()) {
+    // Snapshots of a previous run, sent or received, are of no use now.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(options.data_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == "snap.tmp" || name.rfind("snap.send.", 0) == 0 || name.rfind("snap.recv.", 0) == 0) {
+        std::filesystem::remove_all(e.path(), ec);
+      }
+    }
+  }
   r->forward_queue_ = std::make_unique<util::WorkQueue>(2, "lease-forward");
   // From now on every write of the store goes through the log, and the
   // replay of the log notifies Applied.
@@ -123,7 +152,11 @@ absl::Status Replicator::Run() {
       config.heartbeat_tick = 1;
       config.pre_vote = options_.pre_vote;
       config.check_quorum = true;
-      config.applied = store_->AppliedIndex();
+      // A store restored from a snapshot may be ahead of the log's commit
+      // index (a crash before the log took the snapshot): raft starts at
+      // what it knows committed, and the entries the store already holds
+      // are skipped (skip_through_).
+      config.applied = std::min(store_->AppliedIndex(), log_->hard_state().commit);
       config.max_size_per_msg = 1 << 20;
       config.max_inflight_msgs = 512;
       config.storage = log_.get();
@@ -158,6 +191,9 @@ void Replicator::Stop() {
     stopping_ = true;
   }
   if (loop_thread_.joinable()) loop_thread_.join();
+  // Flushes and snapshot streams under way use the store and the
+  // transport: they end before Stop returns.
+  snapshot_queue_.reset();
   // The loop answered what it held; what arrived after it stopped:
   Inbox left;
   {
@@ -184,6 +220,26 @@ TransportHandler Replicator::handler() {
     util::MutexLock l(&inbox_mu_);
     inbox_.unreachable.push_back(to);
   };
+  if (!options_.data_dir.empty()) {
+    h.snapshot_dir = (std::filesystem::path(options_.data_dir) / "snap.tmp").string();
+    h.on_snapshot = [this, tmp = h.snapshot_dir](uint64_t from, std::string message) -> absl::Status {
+      const std::string dir = (std::filesystem::path(options_.data_dir) /
+                               absl::StrCat("snap.recv.", received_snapshots_.fetch_add(1) + 1))
+                                  .string();
+      std::error_code ec;
+      std::filesystem::rename(tmp, dir, ec);
+      if (ec) return absl::InternalError(absl::StrCat("taking the snapshot: ", ec.message()));
+      {
+        util::MutexLock l(&inbox_mu_);
+        if (!stopping_) {
+          inbox_.snapshots.emplace_back(std::move(message), dir);
+          return absl::OkStatus();
+        }
+      }
+      std::filesystem::remove_all(dir, ec);
+      return MakeError(Error::kStopped);
+    };
+  }
   h.on_lease_renew = [this](const etcdserverpb::LeaseKeepAliveRequest& request,
                             etcdserverpb::LeaseKeepAliveResponse* response) -> absl::Status {
     if (!Leads()) return MakeError(Error::kNoLeader);
@@ -290,7 +346,20 @@ void Replicator::Loop() {
         SPDLOG_DEBUG("raft: a peer's message was refused: {}", s.ToString());
       }
     }
+    for (auto& [message, dir] : in.snapshots) {
+      std::error_code ec;
+      if (!incoming_snapshot_dir_.empty()) std::filesystem::remove_all(incoming_snapshot_dir_, ec);
+      incoming_snapshot_dir_ = std::move(dir);
+      if (absl::Status s = engine_->Step(message); !s.ok()) {
+        SPDLOG_WARN("raft: a snapshot from a peer was refused: {}", s.ToString());
+      }
+    }
     for (uint64_t id : in.unreachable) engine_->ReportUnreachable(id);
+    for (auto [id, failed] : in.snapshot_reports) {
+      snapshots_out_.erase(id);
+      engine_->ReportSnapshot(id, failed);
+    }
+    if (in.flushed) CompactAfterFlush(std::move(*in.flushed));
     const absl::Time now = absl::Now();
     if (now >= next_tick) {
       engine_->Tick();
@@ -308,6 +377,13 @@ void Replicator::Loop() {
       HandleReady(engine_->GetReady());
       engine_->Advance();
     }
+    if (!incoming_snapshot_dir_.empty()) {
+      // Raft did not take the snapshot (an older one than it has).
+      std::error_code ec;
+      std::filesystem::remove_all(incoming_snapshot_dir_, ec);
+      incoming_snapshot_dir_.clear();
+    }
+    MaybeCompact();
   }
   // Stopping: answer everything still held.
   for (auto& p : pending_) p.w.done(MakeError(Error::kStopped));
@@ -441,7 +517,21 @@ void Replicator::HandleReady(Ready rd) {
   // the quorum only once this Ready is durable, since committed entries
   // reach apply in a later Ready); a follower's answers wait for it.
   const bool leads = role_ == RaftRole::kLeader;
+  // A MsgSnap goes with the store's data, on the snapshot sender.
+  for (auto it = rd.messages.begin(); it != rd.messages.end();) {
+    if (it->type == static_cast<uint32_t>(MessageType::kSnapshot)) {
+      SendSnapshot(std::move(*it));
+      it = rd.messages.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
+  // A snapshot replaces the store first: were the member to crash before
+  // the log takes it, the store is ahead of the log, which restarting
+  // handles (the entries it holds are skipped); the other order would leave
+  // a store behind a log that no longer holds the entries it lacks.
+  if (rd.snapshot) InstallSnapshot(*rd.snapshot);
   if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
     absl::Status s = log_->Save(rd.hard_state, rd.entries, rd.snapshot, rd.must_sync);
     // A log that cannot be written loses the member's promises: stop, as
@@ -452,7 +542,7 @@ void Replicator::HandleReady(Ready rd) {
     term_.store(rd.hard_state->term, std::memory_order_release);
     commit_.store(rd.hard_state->commit, std::memory_order_release);
   }
-  CHECK(!rd.snapshot) << "installing a snapshot from the leader is not supported yet";
+  if (rd.snapshot) log_first_.store(log_->snapshot_meta().index + 1, std::memory_order_release);
   if (!leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
   for (const ReadState& rs : rd.read_states) {
     if (!read_in_flight_ || rs.context != ReadContext(read_in_flight_->context)) continue;
@@ -471,12 +561,12 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     store_->SubmitCommitted(std::move(w));
   };
   if (entry.type != EntryType::kNormal) {
-    engine_->ApplyConfChange(entry.type, entry.data);
-    noop();
+    conf_state_ = engine_->ApplyConfChange(entry.type, entry.data);
+    if (entry.index > skip_through_) noop();
     return;
   }
   if (entry.data.empty()) {  // a new leader's entry
-    noop();
+    if (entry.index > skip_through_) noop();
     return;
   }
   auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
@@ -485,6 +575,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   if (request->has_cluster_member_attr_set()) {
     ApplyMemberAttributes(request->cluster_member_attr_set());
   }
+  if (entry.index <= skip_through_) return;  // the store holds it already
   mvcc::WriteRequest w = DecodeEntry(std::move(request));
   w.raft_index = entry.index;
   store_->SubmitCommitted(std::move(w));
@@ -572,6 +663,108 @@ void Replicator::ReleaseReads(uint64_t index, std::vector<Done> waiters) {
     }
   }
   RunReads(std::move(waiters));
+}
+
+}  // namespace capstan::replication
+
+namespace capstan::replication {
+
+void Replicator::MaybeCompact() {
+  if (compacting_ || options_.snapshot_count == 0) return;
+  const uint64_t applied = store_->AppliedIndex();
+  if (applied <= compacted_at_ + options_.snapshot_count) return;
+  compacting_ = true;
+  // The store's data is made durable through `applied` (its applied index
+  // is written with it) before the log forgets anything: a flush of its
+  // backend, off the loop.
+  snapshot_queue_->Run([this, applied] {
+    absl::Status s = store_->backend()->Flush();
+    util::MutexLock l(&inbox_mu_);
+    if (s.ok()) {
+      inbox_.flushed = applied;
+    } else {
+      inbox_.flushed = s;
+    }
+  });
+}
+
+void Replicator::CompactAfterFlush(absl::StatusOr<uint64_t> flushed) {
+  compacting_ = false;
+  if (!flushed.ok()) {
+    SPDLOG_WARN("log compaction: flushing the store failed: {}", flushed.status().ToString());
+    return;
+  }
+  const uint64_t applied = *flushed;
+  compacted_at_ = applied;
+  if (applied <= options_.snapshot_catchup_entries) return;
+  uint64_t index = applied - options_.snapshot_catchup_entries;
+  index = std::min({index, log_->hard_state().commit, log_->LastIndex()});
+  if (index <= log_->snapshot_meta().index) return;
+  if (absl::Status s = log_->Compact(index, conf_state_); !s.ok()) {
+    SPDLOG_WARN("log compaction at index {} failed: {}", index, s.ToString());
+    return;
+  }
+  log_first_.store(index + 1, std::memory_order_release);
+  SPDLOG_INFO("compacted the raft log up to index {} (applied {})", index, applied);
+}
+
+void Replicator::SendSnapshot(RaftMessage m) {
+  const uint64_t to = m.to;
+  if (options_.data_dir.empty() || snapshots_out_.count(to)) {
+    engine_->ReportSnapshot(to, /*failure=*/true);
+    return;
+  }
+  snapshots_out_.insert(to);
+  const std::string dir =
+      (std::filesystem::path(options_.data_dir) / absl::StrCat("snap.send.", absl::Hex(to))).string();
+  snapshot_queue_->Run([this, to, dir, bytes = std::move(m.bytes)] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    // A checkpoint: hard links to the store's files, nothing in memory. Its
+    // applied index is at or above the snapshot's (the log is compacted
+    // only below what the store holds), so the follower skips the entries
+    // between them.
+    absl::Status s = store_->backend()->Checkpoint(dir);
+    if (s.ok()) s = transport_->SendSnapshot(to, dir, bytes, options_.snapshot_rate_bytes);
+    std::filesystem::remove_all(dir, ec);
+    if (s.ok()) {
+      SPDLOG_INFO("sent a snapshot to member {:x}", to);
+    } else {
+      SPDLOG_WARN("sending a snapshot to member {:x} failed: {}", to, s.ToString());
+    }
+    util::MutexLock l(&inbox_mu_);
+    inbox_.snapshot_reports.emplace_back(to, !s.ok());
+  });
+}
+
+void Replicator::InstallSnapshot(const SnapshotMeta& meta) {
+  CHECK(!incoming_snapshot_dir_.empty())
+      << "raft has a snapshot at index " << meta.index << " to install but no data came with it";
+  const std::string dir = std::move(incoming_snapshot_dir_);
+  incoming_snapshot_dir_.clear();
+  storage::BackendOptions bo;
+  bo.dir = dir;
+  bo.read_only = true;
+  bo.sync = false;
+  bo.block_cache_bytes = 8 << 20;
+  bo.write_buffer_bytes = 4 << 20;
+  auto source = storage::Backend::Open(bo);
+  CHECK(source.ok()) << "the snapshot at index " << meta.index
+                     << " cannot be opened: " << source.status().ToString();
+  absl::Status s = store_->Restore(*std::move(source), options_.on_restored);
+  CHECK(s.ok()) << "installing the snapshot at index " << meta.index << " failed: " << s.ToString();
+  const uint64_t applied = store_->AppliedIndex();
+  CHECK(applied >= meta.index) << "the snapshot's store has applied " << applied
+                               << ", below the snapshot index " << meta.index;
+  skip_through_ = applied;
+  compacted_at_ = applied;
+  conf_state_ = meta.conf_state;
+  applied_.store(applied, std::memory_order_release);
+  installed_.fetch_add(1, std::memory_order_acq_rel);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  SPDLOG_INFO("installed a snapshot at index {} (term {}); the store has applied {}", meta.index,
+              meta.term, applied);
 }
 
 }  // namespace capstan::replication

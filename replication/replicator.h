@@ -32,6 +32,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +79,24 @@ struct ReplicatorOptions {
   // many entries behind the commit index (etcd's
   // maxGapBetweenApplyAndCommitIndex).
   uint64_t max_apply_lag = 5000;
+  // Log compaction (--snapshot-count, etcd's semantics): once this many
+  // entries were applied since the last compaction, the store's data is
+  // flushed (made durable through its applied index) and the log is
+  // compacted up to snapshot_catchup_entries below that index (etcd's
+  // snapshotCatchUpEntriesN), so that a follower slightly behind still
+  // catches up from the log. 0: never.
+  uint64_t snapshot_count = 100000;
+  uint64_t snapshot_catchup_entries = 5000;
+  // The member's data directory: a snapshot sent to a follower is a
+  // checkpoint in <data_dir>/snap.send.<peer>, one received is written into
+  // <data_dir>/snap.tmp and installed from <data_dir>/snap.recv.<n>. Empty:
+  // snapshots are neither sent nor accepted.
+  std::string data_dir;
+  // The pace of a snapshot stream, bytes per second (0: unlimited).
+  int64_t snapshot_rate_bytes = 0;
+  // Runs on the store's committer after a snapshot replaced the store's
+  // data (the auth store reloads). Optional.
+  std::function<absl::Status()> on_restored;
 };
 
 // Turns a committed entry that is not a client write (an auth change) back
@@ -132,6 +152,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
   std::vector<membership::ClusterMember> Members() const override ABSL_LOCKS_EXCLUDED(members_mu_);
 
+  // The log's first index (its compaction point + 1) and the snapshots this
+  // member installed. Any thread.
+  uint64_t LogFirstIndex() const { return log_first_.load(std::memory_order_acquire); }
+  uint64_t SnapshotsInstalled() const { return installed_.load(std::memory_order_acquire); }
+
   // Renews a lease where leases are kept alive: here on the leader, else on
   // the leader through the transport (a follower's LeaseKeepAlive, on a
   // forwarding thread). Answers the TTL, or etcd's lease errors, or "no
@@ -166,8 +191,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     std::vector<uint64_t> unreachable;
     std::vector<PendingWrite> writes;
     std::vector<absl::AnyInvocable<void(absl::Status)>> reads;
+    // Received snapshots: the MsgSnap and the directory holding its data.
+    std::vector<std::pair<std::string, std::string>> snapshots;
+    // Finished snapshot streams: the peer and whether the stream failed.
+    std::vector<std::pair<uint64_t, bool>> snapshot_reports;
+    // The data flush of a log compaction is done: the applied index it made
+    // durable, or the flush's error.
+    std::optional<absl::StatusOr<uint64_t>> flushed;
     bool empty() const {
-      return messages.empty() && unreachable.empty() && writes.empty() && reads.empty();
+      return messages.empty() && unreachable.empty() && writes.empty() && reads.empty() &&
+             snapshots.empty() && snapshot_reports.empty() && !flushed;
     }
   };
 
@@ -177,6 +210,15 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void SendReadIndex(absl::Time now);
   void ExpireWaiters(absl::Time now);
   void HandleReady(Ready rd);
+  // Log compaction: starts the data flush once snapshot_count entries were
+  // applied since the last one; compacts the log once it is done.
+  void MaybeCompact();
+  void CompactAfterFlush(absl::StatusOr<uint64_t> flushed);
+  // Leader: a MsgSnap to a follower behind the log; the checkpoint and the
+  // stream run on the snapshot sender, the result comes back as a report.
+  void SendSnapshot(RaftMessage m);
+  // Follower: replaces the store's data with the received checkpoint.
+  void InstallSnapshot(const SnapshotMeta& meta);
   void ApplyCommitted(const RaftEntry& entry);
   // The write that applies a committed client or auth entry.
   mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
@@ -205,6 +247,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   std::atomic<uint64_t> lead_{0}, term_{0}, commit_{0}, applied_{0};
   std::atomic<bool> leader_{false};
+  std::atomic<uint64_t> log_first_{1}, installed_{0};
 
   // Raft loop state: touched by the loop thread only.
   std::unique_ptr<RaftEngine> engine_;
@@ -214,6 +257,21 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::optional<ReadBatch> read_in_flight_;
   uint64_t read_seq_ = 0;
   bool published_ = false;  // this member's attributes are proposed
+  // The configuration of the last applied ConfChange (or of the log's
+  // snapshot): what a log compaction records.
+  ConfState conf_state_;
+  // The applied index at the last compaction, and whether a flush runs.
+  uint64_t compacted_at_ = 0;
+  bool compacting_ = false;
+  // Committed entries at or below this index are already in the store (a
+  // snapshot installed a store ahead of the snapshot index; etcd's
+  // consistent-index check): they are not applied again.
+  uint64_t skip_through_ = 0;
+  // The data of the last snapshot message stepped, until its Ready.
+  std::string incoming_snapshot_dir_;
+  // Peers a snapshot is being streamed to.
+  std::set<uint64_t> snapshots_out_;
+  std::atomic<uint64_t> received_snapshots_{0};
   RaftRole role_ = RaftRole::kFollower;
 
   // Lock order: each lock below is a leaf; nothing blocks or calls out
@@ -234,6 +292,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::unique_ptr<util::WorkQueue> read_queue_;
   // Forwards a follower's keep-alives to the leader (each waits for it).
   std::unique_ptr<util::WorkQueue> forward_queue_;
+  // Log compaction flushes and snapshot streams, off the raft loop.
+  std::unique_ptr<util::WorkQueue> snapshot_queue_;
   std::thread loop_thread_;
   bool stopped_ = false;  // Stop ran (Stop's caller only)
 };

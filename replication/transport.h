@@ -30,6 +30,14 @@ struct TransportHandler {
   // A message to `to` could not be delivered (peer down, queue full):
   // raft's ReportUnreachable.
   std::function<void(uint64_t to)> on_unreachable;
+  // Where the transport writes the files of an incoming snapshot (it clears
+  // the directory first); empty: snapshots are refused.
+  std::string snapshot_dir;
+  // A snapshot from peer `from`, complete and verified in snapshot_dir;
+  // message is its MsgSnap. The callee takes the files out of snapshot_dir
+  // (renames the directory) before it returns. Snapshots are received one
+  // at a time.
+  std::function<absl::Status(uint64_t from, std::string message)> on_snapshot;
   // A lease keep-alive forwarded by a follower to this member, the leader:
   // renews the lease and answers its new TTL (etcd's leader-side
   // LeaseRenew). Errors are etcd's lease errors.
@@ -58,6 +66,12 @@ class Transport {
   virtual void RemovePeer(uint64_t id) = 0;
   // Queues each message for its peer (RaftMessage::to), in order per peer.
   virtual void Send(std::vector<RaftMessage> messages) = 0;
+  // Streams a snapshot to peer `to`: every file of the directory dir (a
+  // checkpoint of the data), then message (its MsgSnap), at most
+  // rate_bytes_per_sec (0: unlimited). Blocks until the peer has accepted
+  // it, or fails.
+  virtual absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
+                                    int64_t rate_bytes_per_sec) = 0;
   // Calls the leader's on_lease_renew (or on_lease_time_to_live) over the
   // peer connection and waits for the answer (a follower's LeaseKeepAlive).
   // Unavailable when the leader cannot be reached before deadline_ms.

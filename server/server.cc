@@ -300,6 +300,12 @@ absl::Status Server::StartReplication() {
   // etcd's ReqTimeout: 5 s plus two election timeouts.
   options.request_timeout =
       absl::Seconds(5) + 2 * absl::Milliseconds(static_cast<int64_t>(config_.election_timeout_ms));
+  options.snapshot_count = config_.snapshot_count;
+  options.data_dir = config_.data_dir;
+  {
+    auth::AuthStore* auth = auth_store_;
+    options.on_restored = [auth]() { return auth->Reload(); };
+  }
   // Auth changes are entries too: each member rebuilds them on its auth
   // store.
   auth::AuthStore* auth_store = auth_store_;

@@ -57,6 +57,45 @@ class MemoryNetwork {
       }
     }
   }
+  // Copies the checkpoint's files into the receiver's snapshot dir, as the
+  // peer transport does, then hands it the MsgSnap. With an interruption
+  // armed, the copy stops halfway and the stream fails instead.
+  absl::Status DeliverSnapshot(uint64_t from, uint64_t to, const std::string& dir,
+                               const std::string& message) {
+    TransportHandler h;
+    bool interrupt = false;
+    {
+      util::MutexLock l(&mu_);
+      auto it = handlers_.find(to);
+      if (it == handlers_.end() || down_.count(to) || down_.count(from)) {
+        return absl::UnavailableError("peer unreachable");
+      }
+      h = it->second;
+      if (interrupted_snapshots_ > 0) {
+        --interrupted_snapshots_;
+        interrupt = true;
+      }
+      ++snapshots_;
+    }
+    if (h.snapshot_dir.empty() || !h.on_snapshot) return absl::UnimplementedError("no snapshots");
+    std::filesystem::remove_all(h.snapshot_dir);
+    std::filesystem::create_directories(h.snapshot_dir);
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (interrupt && i >= files.size() / 2) return absl::UnavailableError("stream broken");
+      std::filesystem::copy_file(files[i], std::filesystem::path(h.snapshot_dir) / files[i].filename());
+    }
+    return h.on_snapshot(from, message);
+  }
+  void InterruptSnapshots(int n) {
+    util::MutexLock l(&mu_);
+    interrupted_snapshots_ = n;
+  }
+  int Snapshots() {
+    util::MutexLock l(&mu_);
+    return snapshots_;
+  }
   std::function<absl::Status(const etcdserverpb::LeaseKeepAliveRequest&,
                              etcdserverpb::LeaseKeepAliveResponse*)>
   RenewAt(uint64_t id) {
@@ -68,6 +107,8 @@ class MemoryNetwork {
   util::Mutex mu_;
   std::map<uint64_t, TransportHandler> handlers_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> down_ ABSL_GUARDED_BY(mu_);
+  int interrupted_snapshots_ ABSL_GUARDED_BY(mu_) = 0;
+  int snapshots_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class MemoryTransport final : public Transport {
@@ -86,6 +127,10 @@ class MemoryTransport final : public Transport {
     auto renew = net_->RenewAt(leader);
     if (!renew) return absl::UnavailableError("leader unreachable");
     return renew(request, response);
+  }
+  absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
+                            int64_t) override {
+    return net_->DeliverSnapshot(id_, to, dir, message);
   }
   absl::Status LeaseTimeToLive(uint64_t, const etcdserverpb::LeaseTimeToLiveRequest&,
                                etcdserverpb::LeaseTimeToLiveResponse*, int64_t) override {
@@ -150,6 +195,9 @@ class ReplicatorTest : public ::testing::Test {
     ro.tick = absl::Milliseconds(10);
     ro.election_ticks = 10;
     ro.request_timeout = absl::Seconds(5);
+    ro.snapshot_count = snapshot_count_;
+    ro.snapshot_catchup_entries = snapshot_catchup_;
+    ro.data_dir = base;
     m.replicator = Replicator::Create(ro, &factory_, std::move(*log), m.store.get(),
                                       m.transport.get(), nullptr);
     ASSERT_TRUE(m.transport->Start(m.replicator->handler()).ok());
@@ -211,6 +259,8 @@ class ReplicatorTest : public ::testing::Test {
     std::unique_ptr<Replicator> replicator;
   };
 
+  uint64_t snapshot_count_ = 100000;
+  uint64_t snapshot_catchup_ = 5000;
   std::filesystem::path dir_;
   std::vector<membership::ClusterMember> members_;
   GoRaftEngineFactory factory_;
@@ -355,6 +405,137 @@ TEST_F(ReplicatorTest, WritesWithoutAQuorumTimeOutWithEtcdsError) {
   EXPECT_TRUE(mvcc::Is(r.status(), mvcc::Error::kTimeout) ||
               mvcc::Is(r.status(), mvcc::Error::kTimeoutLeaderFail))
       << r.status();
+}
+
+// Members whose logs are compacted every 50 applied entries, keeping 10.
+class ReplicatorSnapshotTest : public ReplicatorTest {
+ protected:
+  void SetUp() override {
+    snapshot_count_ = 50;
+    snapshot_catchup_ = 10;
+    ReplicatorTest::SetUp();
+  }
+
+  // Cuts a follower off, writes past the leader's compaction, heals it and
+  // checks it caught up by a snapshot into the same data.
+  void CatchUpBySnapshot() {
+    const int leader = WaitForLeader();
+    ASSERT_GE(leader, 0);
+    const int lagging = (leader + 1) % kMembers;
+    const int other = (leader + 2) % kMembers;
+    ASSERT_TRUE(Put(leader, "before", "cut").ok());
+    net_.SetDown(members_[lagging].id, true);
+    down_.insert(lagging);
+    const uint64_t behind = nodes_[lagging].replicator->AppliedIndex();
+    // Writes through both live members: puts, deletes, a lease and a
+    // compaction, so the snapshot carries every family.
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(600);
+    auto lease = nodes_[other].store->LeaseGrant(grant);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    for (int n = 0; n < 300; ++n) {
+      const int at = n % 2 == 0 ? leader : other;
+      etcdserverpb::PutRequest put;
+      put.set_key(absl::StrCat("k", n % 40));
+      put.set_value(absl::StrCat("v", n));
+      if (n % 10 == 0) put.set_lease(lease->id());
+      ASSERT_TRUE(nodes_[at].store->Put(put).ok());
+      if (n % 25 == 0) {
+        etcdserverpb::DeleteRangeRequest del;
+        del.set_key(absl::StrCat("k", (n + 3) % 40));
+        ASSERT_TRUE(nodes_[at].store->DeleteRange(del).ok());
+      }
+    }
+    etcdserverpb::CompactionRequest compact;
+    compact.set_revision(nodes_[leader].store->Rev() - 50);
+    ASSERT_TRUE(nodes_[leader].store->Compact(compact).ok());
+    ASSERT_TRUE(Put(leader, "last", "write").ok());
+    // The leader's log no longer holds what the cut-off member lacks.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (nodes_[leader].replicator->LogFirstIndex() <= behind + 1 && absl::Now() < deadline) {
+      ASSERT_TRUE(Put(leader, "more", "writes").ok());
+    }
+    ASSERT_GT(nodes_[leader].replicator->LogFirstIndex(), behind + 1);
+
+    net_.SetDown(members_[lagging].id, false);
+    down_.erase(lagging);
+    ASSERT_GE(WaitForLeader(), 0);
+    const absl::Time installed_by = absl::Now() + absl::Seconds(30);
+    while (nodes_[lagging].replicator->SnapshotsInstalled() == 0 && absl::Now() < installed_by) {
+      absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
+    }
+    ASSERT_GE(nodes_[lagging].replicator->SnapshotsInstalled(), 1u);
+    const uint64_t commit = nodes_[leader].replicator->CommittedIndex();
+    WaitApplied(commit, absl::Seconds(30));
+    const int64_t rev = nodes_[leader].store->Rev();
+    for (int i = 0; i < kMembers; ++i) {
+      // Let every member apply up to rev before comparing.
+      const absl::Time until = absl::Now() + absl::Seconds(10);
+      while (nodes_[i].store->Rev() < rev && absl::Now() < until) absl::SleepFor(absl::Milliseconds(2));
+      EXPECT_EQ(nodes_[i].store->Rev(), rev) << "member " << i;
+      EXPECT_EQ(nodes_[i].store->CompactRev(), nodes_[leader].store->CompactRev()) << "member " << i;
+    }
+    uint32_t expect = 0;
+    for (int i = 0; i < kMembers; ++i) {
+      uint32_t hash = 0;
+      int64_t compact_rev = 0, hash_rev = 0;
+      ASSERT_TRUE(nodes_[i].store->HashKV(rev, &hash, &compact_rev, &hash_rev).ok());
+      if (i == 0) expect = hash;
+      EXPECT_EQ(hash, expect) << "member " << i;
+      EXPECT_TRUE(nodes_[i].store->lessor()->Exists(lease->id())) << "member " << i;
+      etcdserverpb::RangeRequest range;
+      range.set_key("k");
+      range.set_range_end("l");
+      mvcc::RangeResult result;
+      ASSERT_TRUE(nodes_[i].store->Range(range, &result).ok());
+      mvcc::RangeResult at_leader;
+      ASSERT_TRUE(nodes_[leader].store->Range(range, &at_leader).ok());
+      EXPECT_EQ(result.count, at_leader.count) << "member " << i;
+      EXPECT_EQ(result.kvs_wire, at_leader.kvs_wire) << "member " << i;
+    }
+    // The caught-up member takes part in later writes.
+    ASSERT_TRUE(Put(lagging, "after", "snapshot").ok());
+  }
+};
+
+TEST_F(ReplicatorSnapshotTest, TheLogIsCompactedKeepingTheCatchUpEntries) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  for (int n = 0; n < 200; ++n) ASSERT_TRUE(Put(n % kMembers, absl::StrCat("c", n), "v").ok());
+  WaitApplied(nodes_[leader].replicator->CommittedIndex());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (int i = 0; i < kMembers; ++i) {
+    while (nodes_[i].replicator->LogFirstIndex() == 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    const uint64_t first = nodes_[i].replicator->LogFirstIndex();
+    EXPECT_GT(first, 1u) << "member " << i;
+    // Never closer than the catch-up margin to what the store applied.
+    EXPECT_LE(first - 1 + snapshot_catchup_, nodes_[i].replicator->AppliedIndex()) << "member " << i;
+  }
+  // A restarted member starts from its compacted log and its store.
+  StopMember(2);
+  StartMember(2);
+  ASSERT_GE(WaitForLeader(), 0);
+  auto after = Put(0, "after", "restart");
+  ASSERT_TRUE(after.ok()) << after.status();
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (nodes_[2].store->Rev() < after->header().revision() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));  // polling a condition, with a deadline
+  }
+  EXPECT_EQ(nodes_[2].store->Rev(), after->header().revision());
+  EXPECT_EQ(after->header().revision(), 202);  // 200 puts and this one, from revision 1
+}
+
+TEST_F(ReplicatorSnapshotTest, AMemberCutOffCatchesUpBySnapshot) {
+  CatchUpBySnapshot();
+  EXPECT_GE(net_.Snapshots(), 1);
+}
+
+TEST_F(ReplicatorSnapshotTest, AnInterruptedSnapshotStreamIsRetried) {
+  net_.InterruptSnapshots(1);
+  CatchUpBySnapshot();
+  EXPECT_GE(net_.Snapshots(), 2);
 }
 
 }  // namespace

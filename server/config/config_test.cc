@@ -134,7 +134,7 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
   EXPECT_THAT(
       c->ignored_flags,
-      ElementsAre("snapshot-count", "experimental-initial-corrupt-check"));
+      ElementsAre("experimental-initial-corrupt-check"));
 }
 
 TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
@@ -145,7 +145,7 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("snapshot-count", "enable-pprof", "force-new-cluster", "v"));
+              ElementsAre("enable-pprof", "force-new-cluster", "v"));
 }
 
 // ---------------------------------------------------------------------------

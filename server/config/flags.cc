@@ -49,9 +49,7 @@ std::vector<FlagSpec> MemberFlags() {
        "write-ahead log lives in --data-dir.",
        kNoEffect},
       {"snapshot-count", Section::kMember, Uint(&S::snapshot_count), "'100000'",
-       "Number of committed transactions to trigger a snapshot to disk. No effect in\n"
-       "Capstan (no raft log to snapshot).",
-       kNoEffect},
+       "Number of committed transactions to trigger a snapshot to disk."},
       {"heartbeat-interval", Section::kMember, Uint(&S::heartbeat_interval_ms), "'100'",
        "Time (in milliseconds) of a heartbeat interval (one Raft tick). With\n"
        "--election-timeout it also sets the shortest lease TTL, as in etcd."},

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "server/peer/peer_protocol.h"
+#include "server/peer/peer_snapshot.h"
 #include "server/peer/peer_tls.h"
 #include "spdlog/spdlog.h"
 
@@ -107,6 +108,32 @@ grpc::Status PeerService::Raft(grpc::ServerContext* context,
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status PeerService::Snapshot(grpc::ServerContext* context,
+                                   grpc::ServerReader<capstan::v1::SnapshotChunk>* reader,
+                                   capstan::v1::SnapshotEnd*) {
+  uint64_t from = 0;
+  if (grpc::Status s = Admit(*context, &from); !s.ok()) return s;
+  if (handler_->snapshot_dir.empty() || !handler_->on_snapshot) {
+    return grpc::Status(grpc::UNIMPLEMENTED, "snapshots are not accepted");
+  }
+  util::MutexLock l(&snapshot_mu_);
+  std::string message;
+  absl::Status s = ReceiveSnapshotFiles(
+      handler_->snapshot_dir, [reader](capstan::v1::SnapshotChunk* c) { return reader->Read(c); },
+      &message);
+  if (s.ok()) {
+    uint64_t to = 0, message_from = 0;
+    if (!ReadMessageAddresses(message, &to, &message_from)) {
+      return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
+    }
+    if (to != local_id_ || message_from != from) {
+      return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
+    }
+    s = handler_->on_snapshot(from, std::move(message));
+  }
+  return ToGrpc(s);
 }
 
 grpc::Status PeerService::LeaseRenew(grpc::ServerContext* context,

@@ -25,6 +25,7 @@
 
 #include "capstan/v1/peer.grpc.pb.h"
 #include "replication/transport.h"
+#include "util/mutex.h"
 
 namespace capstan::server::peer {
 
@@ -47,6 +48,11 @@ class PeerService final : public capstan::v1::Peer::Service {
   grpc::Status LeaseTimeToLive(grpc::ServerContext* context,
                                const etcdserverpb::LeaseTimeToLiveRequest* request,
                                etcdserverpb::LeaseTimeToLiveResponse* response) override;
+  // Receives into handler->snapshot_dir (one snapshot at a time), then calls
+  // handler->on_snapshot.
+  grpc::Status Snapshot(grpc::ServerContext* context,
+                        grpc::ServerReader<capstan::v1::SnapshotChunk>* reader,
+                        capstan::v1::SnapshotEnd* response) override;
 
  private:
   // Admits a call: OK and the sender's ID in *from, or the refusal.
@@ -57,6 +63,8 @@ class PeerService final : public capstan::v1::Peer::Service {
   const replication::TransportHandler* const handler_;
   const std::function<bool(uint64_t)> is_removed_;
   const bool check_client_san_;
+  // Held while a snapshot is received: one at a time into snapshot_dir.
+  util::Mutex snapshot_mu_;
 };
 
 }  // namespace capstan::server::peer

@@ -9,6 +9,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/peer/peer_protocol.h"
+#include "server/peer/peer_snapshot.h"
 #include "server/peer/peer_sender.h"
 #include "server/peer/peer_service.h"
 #include "spdlog/spdlog.h"
@@ -307,6 +308,36 @@ absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,
                     [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
                       return stub->LeaseTimeToLive(context, request, response);
                     });
+}
+
+absl::Status PeerTransport::SendSnapshot(uint64_t to, const std::string& dir,
+                                         const std::string& message, int64_t rate_bytes_per_sec) {
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(to);
+  if (!channel) {
+    return absl::UnavailableError(absl::StrCat("member ", peer::IdText(to), " is not a known peer"));
+  }
+  grpc::ClientContext context;
+  context.AddMetadata(peer::kClusterIdKey, peer::IdText(options_.cluster_id));
+  context.AddMetadata(peer::kFromKey, peer::IdText(options_.member_id));
+  context.AddMetadata(peer::kToKey, peer::IdText(to));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.snapshot_timeout)));
+  auto stub = capstan::v1::Peer::NewStub(channel);
+  capstan::v1::SnapshotEnd end;
+  std::unique_ptr<grpc::ClientWriter<capstan::v1::SnapshotChunk>> writer =
+      stub->Snapshot(&context, &end);
+  absl::Status streamed = peer::StreamSnapshotFiles(
+      dir, message, rate_bytes_per_sec,
+      [&writer](const capstan::v1::SnapshotChunk& c) { return writer->Write(c); });
+  if (!streamed.ok()) context.TryCancel();
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!streamed.ok() && status.ok()) return streamed;
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("snapshot to ", peer::IdText(to), ": ", status.error_message()));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<int> PeerTransport::BoundPorts() const { return ports_; }

@@ -64,6 +64,8 @@ struct PeerTransportOptions {
   size_t max_batch_bytes = 1 << 20;  // per RaftBatch written to a stream
   absl::Duration initial_backoff = absl::Milliseconds(100);  // stream reconnects
   absl::Duration max_backoff = absl::Seconds(1);
+  // The longest a snapshot stream to a peer may take.
+  absl::Duration snapshot_timeout = absl::Minutes(30);
   // Called (on a sender thread) with each failure of a stream to `peer`: a
   // refusal with the peer's status (FailedPrecondition "cluster ID
   // mismatch", PermissionDenied "the member has been permanently removed
@@ -118,6 +120,11 @@ class PeerTransport final : public replication::Transport {
   absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
                                etcdserverpb::LeaseTimeToLiveResponse* response,
                                int64_t deadline_ms) override;
+
+  // Streams the checkpoint in dir and the MsgSnap over Peer/Snapshot, on the
+  // calling thread (the replicator's snapshot sender).
+  absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
+                            int64_t rate_bytes_per_sec) override;
 
   // The ports bound, in listen_peer_urls order. REQUIRES: Start succeeded.
   std::vector<int> BoundPorts() const;
