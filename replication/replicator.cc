@@ -461,6 +461,17 @@ void Replicator::Propose() {
     waiters_.emplace(ids[i], Waiter{std::move(proposed[i].w.op), std::move(proposed[i].w.done),
                                     proposed[i].deadline});
   }
+  if (options_.failpoint_answer_before_commit) {
+    // A deliberately broken member (tests only): it applies and answers its
+    // own writes as soon as they are proposed, before any quorum has them,
+    // and skips them when they commit. The history checker must catch it.
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
+      CHECK(request->ParseFromString(entries[i]));
+      store_->SubmitCommitted(DecodeEntry(std::move(request)));
+      applied_early_.insert(ids[i]);
+    }
+  }
 }
 
 void Replicator::SendReadIndex(absl::Time now) {
@@ -475,7 +486,10 @@ void Replicator::SendReadIndex(absl::Time now) {
   }
   if (read_in_flight_ || pending_reads_.empty()) return;
   ReadBatch batch;
-  batch.context = ++read_seq_;
+  // Unique in the cluster, as etcd draws it from its request ids: raft keeps
+  // one pending read per context, so two members sending the same one would
+  // leave one of them waiting for its retry.
+  batch.context = NextRequestId();
   batch.waiters = std::move(pending_reads_);
   pending_reads_.clear();
   batch.sent = now;
@@ -576,6 +590,10 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     ApplyMemberAttributes(request->cluster_member_attr_set());
   }
   if (entry.index <= skip_through_) return;  // the store holds it already
+  if (!applied_early_.empty() && applied_early_.erase(request->header().id()) > 0) {
+    noop();  // the failpoint applied it at proposal
+    return;
+  }
   mvcc::WriteRequest w = DecodeEntry(std::move(request));
   w.raft_index = entry.index;
   store_->SubmitCommitted(std::move(w));

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcdserverpb/raft_internal.pb.h"
@@ -79,6 +80,11 @@ struct ReplicatorOptions {
   // many entries behind the commit index (etcd's
   // maxGapBetweenApplyAndCommitIndex).
   uint64_t max_apply_lag = 5000;
+  // Tests only: a deliberately broken member that applies and answers its
+  // own writes when it proposes them, before a quorum has them
+  // (CAPSTAN_FAILPOINTS=answer-before-commit). The history checker must
+  // catch it.
+  bool failpoint_answer_before_commit = false;
   // Log compaction (--snapshot-count, etcd's semantics): once this many
   // entries were applied since the last compaction, the store's data is
   // flushed (made durable through its applied index) and the log is
@@ -255,7 +261,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   absl::flat_hash_map<uint64_t, Waiter> waiters_;
   std::vector<absl::AnyInvocable<void(absl::Status)>> pending_reads_;
   std::optional<ReadBatch> read_in_flight_;
-  uint64_t read_seq_ = 0;
+  // Request ids the answer-before-commit failpoint applied at proposal.
+  absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed
   // The configuration of the last applied ConfChange (or of the log's
   // snapshot): what a log compaction records.

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -305,6 +307,12 @@ absl::Status Server::StartReplication() {
   {
     auth::AuthStore* auth = auth_store_;
     options.on_restored = [auth]() { return auth->Reload(); };
+  }
+  if (const char* fp = std::getenv("CAPSTAN_FAILPOINTS");
+      fp != nullptr && std::string_view(fp).find("answer-before-commit") != std::string_view::npos) {
+    SPDLOG_CRITICAL("failpoint answer-before-commit is active: this member answers writes before "
+                    "a quorum has them and loses acknowledged writes (tests only)");
+    options.failpoint_answer_before_commit = true;
   }
   // Auth changes are entries too: each member rebuilds them on its auth
   // store.

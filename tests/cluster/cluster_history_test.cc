@@ -8,6 +8,7 @@
 //     committed, and a recorded answer corrupted on purpose, are caught.
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -333,6 +334,49 @@ TEST_P(ClusterTest, FiveMembersSurvivePauseStopAndRestart) {
   EXPECT_TRUE(r.ok()) << r.Report();
   EXPECT_GE(r.stats.ok, 6);
   ExpectHashesEqual(cluster, rev);
+}
+
+// The checker catches a broken build: members that answer their writes
+// before a quorum has them (the answer-before-commit failpoint) make
+// histories that no linearizable store could have produced.
+TEST(CapstanFailpointTest, AnsweringBeforeCommitIsCaught) {
+  ::setenv("CAPSTAN_FAILPOINTS", "answer-before-commit", 1);
+  auto started = Cluster::Start(ClusterOptions::Capstan(3));
+  ::unsetenv("CAPSTAN_FAILPOINTS");
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& cluster = **started;
+  ASSERT_TRUE(cluster.WaitForLeader(seconds(10)).ok());
+
+  constexpr int kClients = 6;
+  constexpr int kKeys = 4;
+  History history;
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<KvClient>> clients;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    // Each client stays on one member, so every member proposes.
+    clients.push_back(std::make_unique<KvClient>(c, cluster.endpoints(), c % 3, &history));
+    clients.back()->Pin(c % 3);
+  }
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back(RunClient, clients[c].get(), kKeys, 2000 + c, &stop);
+  }
+  ASSERT_TRUE(WaitForProgress(history, 0, 600, seconds(20)));
+  stop = true;
+  for (auto& t : threads) t.join();
+
+  // The members no longer agree on revisions: read member 0's log at its
+  // own revision.
+  KvClient reader(kClients, cluster.endpoints(), 0, &history);
+  reader.Pin(0);
+  Operation last = reader.Get(Key(0), /*serializable=*/true);
+  ASSERT_EQ(last.outcome, Outcome::kOk) << last.ToString();
+  auto events = ReadEventLog(cluster.endpoint(0), kPrefix, last.response.revision, seconds(20));
+  ASSERT_TRUE(events.ok()) << events.status();
+  CheckResult r = CheckHistory(history.Operations(), *events);
+  std::printf("answer-before-commit: %s\n", r.Report(3).c_str());
+  EXPECT_FALSE(r.ok()) << "the checker found nothing wrong with a member that answers before "
+                          "the quorum has its writes";
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, ClusterTest,
