@@ -78,10 +78,9 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
     cm.id = EtcdMemberId(im.peer_urls, cluster_token);
     cm.name = im.name;
     cm.peer_urls = im.peer_urls;
-    if (im.name == name) {
-      if (*member == 0) m.member_id = cm.id;
-      cm.client_urls = m.client_urls;
-    }
+    // Client URLs are known once each member publishes them through the
+    // log, this one's too (etcd's publish).
+    if (im.name == name && *member == 0) m.member_id = cm.id;
     ids.push_back(cm.id);
     m.initial_members.push_back(std::move(cm));
   }

@@ -52,6 +52,7 @@
 #include "spdlog/spdlog.h"
 #include "storage/backend.h"
 #include "storage/data_dir.h"
+#include "util/mutex.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
@@ -126,6 +127,11 @@ absl::StatusOr<std::optional<ClientTls>> ClientTlsIfNeeded(const ServerConfig& c
 
 Server::Server(const ServerConfig& config, replication::RaftEngineFactory* raft)
     : config_(config), raft_factory_(raft) {}
+
+struct Server::ReadyWait {
+  util::Mutex mu;
+  bool stop ABSL_GUARDED_BY(mu) = false;  // set by Shutdown
+};
 
 Server::~Server() { Shutdown(); }
 
@@ -397,7 +403,12 @@ absl::Status Server::Serve() {
   if (auto s = StartGrpc(l); !s.ok()) return s;
   StartClientHttp(l);
   if (auto s = ListenOnMetricsUrls(l); !s.ok()) return s;
-  LogReady();
+  if (replicator_) {
+    ready_wait_ = std::make_unique<ReadyWait>();
+    ready_logger_ = std::thread([this] { LogReadyWhenPublished(); });
+  } else {
+    LogReady();
+  }
   return absl::OkStatus();
 }
 
@@ -574,9 +585,39 @@ void Server::LogReady() const {
                member_->member_id, member_->cluster_id);
 }
 
+void Server::LogReadyWhenPublished() {
+  // etcd's publish: this member's name and client URLs, proposed by the
+  // replicator once a leader is known, committed by a quorum and applied
+  // here. Until then the member lists no client URLs for itself.
+  const membership::RaftView* raft = replicator_.get();
+  auto published = [&] {
+    if (raft->Leader() == 0) return false;
+    for (const auto& m : raft->Members()) {
+      if (m.id == member_->member_id) return !m.client_urls.empty();
+    }
+    return false;
+  };
+  util::MutexLock l(&ready_wait_->mu);
+  // Nothing here is told when an entry is applied: look again every 10 ms.
+  while (!published()) {
+    if (ready_wait_->mu.AwaitWithTimeout(absl::Condition(&ready_wait_->stop),
+                                         absl::Milliseconds(10))) {
+      return;
+    }
+  }
+  LogReady();
+}
+
 void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (ready_logger_.joinable()) {
+    {
+      util::MutexLock l(&ready_wait_->mu);
+      ready_wait_->stop = true;
+    }
+    ready_logger_.join();
+  }
   // No new connections, for gRPC or HTTP.
   for (auto& l : client_listeners_) l->Stop();
   // Writes and reads waiting for the cluster are answered now; later ones

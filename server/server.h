@@ -10,6 +10,7 @@
 #define CAPSTAN_SERVER_SERVER_H_
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -154,6 +155,13 @@ class Server {
   absl::Status ListenOnMetricsUrls(const Listening& l);
   // The lines etcd logs once it serves. REQUIRES: every phase succeeded.
   void LogReady() const;
+  // A cluster member's LogReady: etcd logs those lines once its publish
+  // (its name and client URLs, through the log) is applied, so a leader is
+  // known by then and the member lists its client URLs; tools that start a
+  // cluster and wait for these lines (etcd's e2e harness) then ask the
+  // members for the leader and the member list. Runs on ready_logger_ until
+  // then or until Shutdown.
+  void LogReadyWhenPublished();
 
   const ServerConfig config_;
   replication::RaftEngineFactory* const raft_factory_;
@@ -195,6 +203,10 @@ class Server {
   std::unique_ptr<replication::Replicator> replicator_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;
+  // LogReadyWhenPublished's thread, and what tells it to stop.
+  struct ReadyWait;
+  std::thread ready_logger_;
+  std::unique_ptr<ReadyWait> ready_wait_;
 };
 
 }  // namespace capstan::server
