@@ -19,6 +19,7 @@
 #include "openssl/err.h"
 #include "openssl/pem.h"
 #include "openssl/x509v3.h"
+#include "server/security/host_in_dns.h"
 #include "server/security/tls.h"
 
 namespace capstan::server {
@@ -119,53 +120,6 @@ class PeerCertVerifier : public grpc::experimental::ExternalCertificateVerifier 
   const std::string allowed_hostname_;
   const std::string crl_file_;
 };
-
-std::string IpText(const void* addr, int family) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (!inet_ntop(family, addr, text, sizeof text)) return "";
-  return text;
-}
-
-// Go's isHostInDNS: a name the address resolves back to matches a DNS SAN
-// ("*.example.com" by suffix), or a DNS SAN resolves to the address.
-bool HostInDns(const std::string& host, const std::vector<std::string>& dns) {
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST;
-  addrinfo* numeric = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &numeric) == 0) {
-    char name[NI_MAXHOST] = {};
-    const bool named = getnameinfo(numeric->ai_addr, numeric->ai_addrlen, name, sizeof name,
-                                   nullptr, 0, NI_NAMEREQD) == 0;
-    freeaddrinfo(numeric);
-    std::string reverse = named ? name : "";
-    if (absl::EndsWith(reverse, ".")) reverse.pop_back();
-    for (const auto& d : dns) {
-      if (reverse.empty()) break;
-      if (absl::StartsWith(d, "*.") ? absl::EndsWith(reverse, d.substr(1)) : reverse == d) {
-        return true;
-      }
-    }
-  }
-  for (const auto& d : dns) {
-    if (absl::StartsWith(d, "*.")) continue;
-    addrinfo forward{};
-    forward.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (getaddrinfo(d.c_str(), nullptr, &forward, &found) != 0) continue;
-    bool match = false;
-    for (addrinfo* a = found; a && !match; a = a->ai_next) {
-      if (a->ai_family == AF_INET) {
-        match = IpText(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, AF_INET) == host;
-      } else if (a->ai_family == AF_INET6) {
-        match = IpText(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr, AF_INET6) ==
-                host;
-      }
-    }
-    freeaddrinfo(found);
-    if (match) return true;
-  }
-  return false;
-}
 
 }  // namespace
 

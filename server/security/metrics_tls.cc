@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "openssl/bn.h"
 #include "openssl/x509v3.h"
+#include "server/security/host_in_dns.h"
 #include "spdlog/spdlog.h"
 
 namespace capstan::server {
@@ -35,11 +36,6 @@ int ChecksIndex() {
   return index;
 }
 
-std::string IpText(const void* addr, int family) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (!inet_ntop(family, addr, text, sizeof text)) return "";
-  return text;
-}
 
 // The address of the connection's peer as text ("127.0.0.1", "::1").
 std::string PeerHost(SSL* ssl) {
@@ -83,46 +79,6 @@ SubjectAltNames AltNames(X509* cert) {
   return names;
 }
 
-// etcd's isHostInDNS: a name the host's address resolves back to matches a
-// DNS SAN ("*.example.com" by suffix), or a DNS SAN resolves to the address.
-bool HostInDns(const std::string& host, const std::vector<std::string>& dns) {
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST;
-  addrinfo* numeric = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &numeric) == 0) {
-    char name[NI_MAXHOST] = {};
-    const bool named = getnameinfo(numeric->ai_addr, numeric->ai_addrlen, name, sizeof name,
-                                   nullptr, 0, NI_NAMEREQD) == 0;
-    freeaddrinfo(numeric);
-    std::string reverse = named ? name : "";
-    if (absl::EndsWith(reverse, ".")) reverse.pop_back();
-    for (const auto& d : dns) {
-      if (reverse.empty()) break;
-      if (absl::StartsWith(d, "*.") ? absl::EndsWith(reverse, d.substr(1)) : reverse == d) {
-        return true;
-      }
-    }
-  }
-  for (const auto& d : dns) {
-    if (absl::StartsWith(d, "*.")) continue;
-    addrinfo forward_hints{};
-    forward_hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (getaddrinfo(d.c_str(), nullptr, &forward_hints, &found) != 0) continue;
-    bool match = false;
-    for (addrinfo* a = found; a && !match; a = a->ai_next) {
-      if (a->ai_family == AF_INET) {
-        match = IpText(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, AF_INET) == host;
-      } else if (a->ai_family == AF_INET6) {
-        match = IpText(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr, AF_INET6) ==
-                host;
-      }
-    }
-    freeaddrinfo(found);
-    if (match) return true;
-  }
-  return false;
-}
 
 // Why etcd refuses the verified client certificate chain, or "".
 std::string RefusalReason(const ClientCertChecks& checks, X509_STORE_CTX* store, SSL* ssl) {
