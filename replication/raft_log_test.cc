@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "replication/raft_log_model_for_test.h"
 #include "storage/backend.h"
 #include "util/coding.h"
 
@@ -310,42 +311,6 @@ TEST_F(RaftLogTest, LastIndexAndHardStateMayBeReadFromAnotherThread) {
 }
 
 // --- The model-based random test ------------------------------------------
-
-struct Model {
-  SnapshotMeta snap;
-  std::map<uint64_t, RaftEntry> entries;  // the live log
-  HardState hs;
-
-  uint64_t last() const { return entries.empty() ? snap.index : entries.rbegin()->first; }
-  uint64_t term(uint64_t i) const { return i == snap.index ? snap.term : entries.at(i).term; }
-  bool operator==(const Model& o) const {
-    if (snap.index != o.snap.index || snap.term != o.snap.term || !(hs == o.hs) ||
-        entries.size() != o.entries.size()) {
-      return false;
-    }
-    for (const auto& [i, e] : entries) {
-      auto it = o.entries.find(i);
-      if (it == o.entries.end() || it->second.term != e.term || it->second.data != e.data) {
-        return false;
-      }
-    }
-    return true;
-  }
-};
-
-// Reads everything the log answers into a model.
-Model Observe(RaftLog* log) {
-  Model m;
-  m.snap = log->snapshot_meta();
-  m.hs = log->hard_state();
-  std::vector<RaftEntry> all;
-  if (log->LastIndex() >= log->FirstIndex()) {
-    EXPECT_EQ(log->Entries(log->FirstIndex(), log->LastIndex() + 1, UINT64_MAX, &all),
-              LogError::kOk);
-  }
-  for (auto& e : all) m.entries[e.index] = e;
-  return m;
-}
 
 // Checks every answer of the log against the model.
 void CheckAgainst(RaftLog* log, const Model& m, std::mt19937_64& rng) {
