@@ -281,6 +281,29 @@ void KvStore::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int6
   done(*ttl);
 }
 
+void KvStore::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                              LeaseTimeToLiveDone done) {
+  if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+    log->LeaseTimeToLive(request, std::move(done));
+    return;
+  }
+  if (options_.requires_write_log) {
+    done(MakeError(Error::kNoLeader));
+    return;
+  }
+  std::optional<lease::Lessor::LeaseInfo> info = lessor_.Get(request.id(), request.keys());
+  if (!info) {
+    done(MakeError(Error::kLeaseNotFound));
+    return;
+  }
+  etcdserverpb::LeaseTimeToLiveResponse response;
+  response.set_id(info->id);
+  response.set_ttl(info->remaining_ttl);
+  response.set_grantedttl(info->granted_ttl);
+  for (auto& k : info->keys) response.add_keys(std::move(k));
+  done(std::move(response));
+}
+
 bool KvStore::Leads() const {
   if (WriteLog* log = write_log_.load(std::memory_order_acquire)) return log->Leads();
   return !options_.requires_write_log;

@@ -180,6 +180,10 @@ class KvStore : public WriteLog {
   // Renews the lease here, or through the write log where it keeps leases
   // alive (a cluster's leader).
   void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
+  // The lease's TTLs from this store's lessor, or through the write log
+  // from the member that keeps leases alive (a cluster's leader).
+  void LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                       LeaseTimeToLiveDone done) override;
   // Whether this member does the leader-only work: its write log's answer;
   // without one, true unless the store requires a log.
   bool Leads() const override;

@@ -131,6 +131,16 @@ class WriteLog {
   virtual void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
     done(absl::UnimplementedError("this write log does not renew leases"));
   }
+  // A lease's TTLs (and keys, when asked) as the member that keeps leases
+  // alive knows them (a cluster's leader: a follower never sees the
+  // keep-alives), or kLeaseNotFound. done may run on any thread, before the
+  // call returns. Only a cluster's write log overrides it.
+  using LeaseTimeToLiveDone =
+      absl::AnyInvocable<void(absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse>)>;
+  virtual void LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                               LeaseTimeToLiveDone done) {
+    done(absl::UnimplementedError("this write log does not keep leases"));
+  }
 };
 
 // A client write's request as etcd's Raft log carries it: `out` gets a copy

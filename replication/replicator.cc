@@ -330,6 +330,43 @@ void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<i
   });
 }
 
+void Replicator::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                                 LeaseTimeToLiveDone done) {
+  if (Leads()) {
+    etcdserverpb::LeaseTimeToLiveResponse response;
+    auto info = store_->lessor()->Get(request.id(), request.keys());
+    if (!info) {
+      done(MakeError(Error::kLeaseNotFound));
+      return;
+    }
+    response.set_id(info->id);
+    response.set_ttl(info->remaining_ttl);
+    response.set_grantedttl(info->granted_ttl);
+    for (auto& k : info->keys) response.add_keys(std::move(k));
+    done(std::move(response));
+    return;
+  }
+  const uint64_t leader = Leader();
+  if (leader == 0) {
+    done(MakeError(Error::kNoLeader));
+    return;
+  }
+  // WorkQueue takes copyable closures: the completion rides in a shared_ptr.
+  auto answered = std::make_shared<LeaseTimeToLiveDone>(std::move(done));
+  forward_queue_->Run([this, request, leader, answered] {
+    etcdserverpb::LeaseTimeToLiveResponse response;
+    absl::Status s = transport_->LeaseTimeToLive(
+        leader, request, &response, absl::ToInt64Milliseconds(options_.request_timeout));
+    if (!s.ok()) {
+      // The leader's own answer for a lease it does not have.
+      if (absl::IsNotFound(s)) s = MakeError(Error::kLeaseNotFound);
+      (*answered)(s);
+      return;
+    }
+    (*answered)(std::move(response));
+  });
+}
+
 void Replicator::Loop() {
   absl::Time next_tick = absl::Now() + options_.tick;
   for (;;) {

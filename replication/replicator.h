@@ -168,6 +168,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // forwarding thread). Answers the TTL, or etcd's lease errors, or "no
   // leader".
   void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
+  // The lease's TTLs here on the leader, else from the leader through the
+  // transport (on a forwarding thread), as etcd forwards LeaseTimeToLive.
+  void LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
+                       LeaseTimeToLiveDone done) override;
 
  private:
   Replicator(const ReplicatorOptions& options, RaftEngineFactory* factory,

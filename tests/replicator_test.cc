@@ -102,6 +102,12 @@ class MemoryNetwork {
     util::MutexLock l(&mu_);
     return handlers_[id].on_lease_renew;
   }
+  std::function<absl::Status(const etcdserverpb::LeaseTimeToLiveRequest&,
+                             etcdserverpb::LeaseTimeToLiveResponse*)>
+  TimeToLiveAt(uint64_t id) {
+    util::MutexLock l(&mu_);
+    return handlers_[id].on_lease_time_to_live;
+  }
 
  private:
   util::Mutex mu_;
@@ -132,9 +138,11 @@ class MemoryTransport final : public Transport {
                             int64_t) override {
     return net_->DeliverSnapshot(id_, to, dir, message);
   }
-  absl::Status LeaseTimeToLive(uint64_t, const etcdserverpb::LeaseTimeToLiveRequest&,
-                               etcdserverpb::LeaseTimeToLiveResponse*, int64_t) override {
-    return absl::UnimplementedError("not in this test");
+  absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
+                               etcdserverpb::LeaseTimeToLiveResponse* response, int64_t) override {
+    auto ttl = net_->TimeToLiveAt(leader);
+    if (!ttl) return absl::UnavailableError("leader unreachable");
+    return ttl(request, response);
   }
 
  private:
@@ -333,6 +341,20 @@ TEST_F(ReplicatorTest, LeaseIdsAndKeepAlivesAreTheCluster) {
   ASSERT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(ttl.ok()) << ttl.status();
   EXPECT_EQ(*ttl, 60);
+  // Its TTLs at a follower are the leader's (etcd forwards LeaseTimeToLive).
+  absl::Notification looked_up;
+  absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> ttl_info;
+  etcdserverpb::LeaseTimeToLiveRequest ttl_request;
+  ttl_request.set_id(granted->id());
+  nodes_[follower].store->LeaseTimeToLive(
+      ttl_request, [&](absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> r) {
+        ttl_info = std::move(r);
+        looked_up.Notify();
+      });
+  ASSERT_TRUE(looked_up.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(ttl_info.ok()) << ttl_info.status();
+  EXPECT_EQ(ttl_info->grantedttl(), 60);
+  EXPECT_GT(ttl_info->ttl(), 0);
   // Only the leader expires leases.
   EXPECT_TRUE(nodes_[leader].store->Leads());
   EXPECT_FALSE(nodes_[follower].store->Leads());

@@ -122,23 +122,30 @@ grpc::ServerUnaryReactor* LeaseService::LeaseTimeToLive(
       return reactor;
     }
   }
-  membership::FillHeader(*member_, response->mutable_header());
-  response->mutable_header()->set_revision(store_->Rev());
-  response->set_id(request->id());
-  if (auto info = store_->lessor()->Get(request->id(), request->keys())) {
-    response->set_ttl(info->remaining_ttl);
-    response->set_grantedttl(info->granted_ttl);
-    for (auto& k : info->keys) response->add_keys(std::move(k));
-  } else {
-    response->set_ttl(-1);  // etcd's answer for a lease that does not exist
-  }
-  // The keys were checked against an auth state that has since changed.
-  if (auth_revision != 0 && auth_->store()->Enabled() &&
-      auth_->store()->Revision() != auth_revision) {
-    reactor->Finish(ToGrpcStatus(auth::MakeError(auth::Error::kAuthOldRevision)));
-    return reactor;
-  }
-  reactor->Finish(grpc::Status::OK);
+  // Answered here, or by the cluster's leader, which alone sees the
+  // keep-alives; the answer may come on another thread.
+  store_->LeaseTimeToLive(*request, [this, request, response, reactor, auth_revision](
+                                        absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> got) {
+    if (!got.ok() && !mvcc::Is(got.status(), mvcc::Error::kLeaseNotFound)) {
+      reactor->Finish(ToGrpcStatus(got.status()));
+      return;
+    }
+    if (got.ok()) {
+      *response = *std::move(got);
+    } else {
+      response->set_ttl(-1);  // etcd's answer for a lease that does not exist
+    }
+    membership::FillHeader(*member_, response->mutable_header());
+    response->mutable_header()->set_revision(store_->Rev());
+    response->set_id(request->id());
+    // The keys were checked against an auth state that has since changed.
+    if (auth_revision != 0 && auth_->store()->Enabled() &&
+        auth_->store()->Revision() != auth_revision) {
+      reactor->Finish(ToGrpcStatus(auth::MakeError(auth::Error::kAuthOldRevision)));
+      return;
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
   return reactor;
 }
 
