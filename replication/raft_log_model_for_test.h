@@ -4,10 +4,16 @@
 #ifndef CAPSTAN_REPLICATION_RAFT_LOG_MODEL_FOR_TEST_H_
 #define CAPSTAN_REPLICATION_RAFT_LOG_MODEL_FOR_TEST_H_
 
+#include <stdlib.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
 #include <map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "replication/raft_log.h"
 
@@ -48,6 +54,35 @@ inline Model Observe(RaftLog* log) {
   for (auto& e : all) m.entries[e.index] = e;
   return m;
 }
+
+
+// A fixture that owns a RaftLog in a fresh temporary directory: options_
+// are the log's (a test may change them before Reopen), Reopen opens the
+// log again as a restart does.
+class RaftLogFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/capstan-raft-log-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    options_.dir = dir_ + "/raft";
+  }
+  void TearDown() override {
+    log_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  absl::Status Reopen() {
+    log_.reset();
+    auto log = RaftLog::Open(options_);
+    if (!log.ok()) return log.status();
+    log_ = std::move(*log);
+    return absl::OkStatus();
+  }
+
+  std::string dir_;
+  RaftLogOptions options_;
+  std::unique_ptr<RaftLog> log_;
+};
 
 }  // namespace capstan::replication
 

@@ -35,26 +35,8 @@ std::vector<RaftEntry> Range(uint64_t first, uint64_t last, uint64_t term) {
 
 HardState Hs(uint64_t term, uint64_t commit) { return HardState{term, 1, commit}; }
 
-class RaftLogTest : public ::testing::Test {
+class RaftLogTest : public RaftLogFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-raft-log-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    options_.dir = dir_ + "/raft";
-  }
-  void TearDown() override {
-    log_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  absl::Status Reopen() {
-    log_.reset();
-    auto log = RaftLog::Open(options_);
-    if (!log.ok()) return log.status();
-    log_ = std::move(*log);
-    return absl::OkStatus();
-  }
-
   void Append(const std::vector<RaftEntry>& entries, std::optional<HardState> hs = std::nullopt) {
     ASSERT_TRUE(log_->Save(hs, entries, std::nullopt, /*sync=*/true).ok());
   }
@@ -106,9 +88,6 @@ class RaftLogTest : public ::testing::Test {
     CorruptRecord(index, value);
   }
 
-  std::string dir_;
-  RaftLogOptions options_;
-  std::unique_ptr<RaftLog> log_;
 };
 
 TEST_F(RaftLogTest, NewLogIsEmpty) {

@@ -31,30 +31,7 @@ RaftEntry Ent(uint64_t index, uint64_t term, std::string data) {
   return e;
 }
 
-class RaftLogCrashTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-raft-crash-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    options_.dir = dir_ + "/raft";
-  }
-  void TearDown() override {
-    log_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  absl::Status Reopen() {
-    log_.reset();
-    auto log = RaftLog::Open(options_);
-    if (!log.ok()) return log.status();
-    log_ = std::move(*log);
-    return absl::OkStatus();
-  }
-
-  std::string dir_;
-  RaftLogOptions options_;
-  std::unique_ptr<RaftLog> log_;
-};
+using RaftLogCrashTest = RaftLogFixture;
 
 // After a crash that loses what was not synced, the log is the state after
 // one of the Saves from the last synced one on: everything a synced Save
