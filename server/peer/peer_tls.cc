@@ -4,8 +4,6 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -24,14 +22,6 @@
 
 namespace capstan::server {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", flag, " ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct X509Free {
   void operator()(X509* cert) const { X509_free(cert); }
@@ -216,16 +206,10 @@ absl::StatusOr<PeerTls> ResolvePeerTls(const ServerConfig& config) {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(const PeerTls& tls) {
   if (auto s = RestrictTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
-  auto cert = ReadFile(tls.cert_file, "--peer-cert-file");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(tls.key_file, "--peer-key-file");
-  if (!key.ok()) return key.status();
-  std::string ca;
-  if (!tls.trusted_ca_file.empty()) {
-    auto read = ReadFile(tls.trusted_ca_file, "--peer-trusted-ca-file");
-    if (!read.ok()) return read.status();
-    ca = *std::move(read);
-  }
+  auto pem = ReadTlsPem({tls.cert_file, "--peer-cert-file"}, {tls.key_file, "--peer-key-file"},
+                        {tls.trusted_ca_file, "--peer-trusted-ca-file"});
+  if (!pem.ok()) return pem.status();
+  const std::string& ca = pem->ca;
   if (!tls.crl_file.empty()) {
     // Refuse an unusable list at start rather than every peer later.
     if (auto crl = ReadCrl(tls.crl_file); !crl.ok()) {
@@ -234,7 +218,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(c
     }
   }
   auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
-      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{*key, *cert}});
+      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{pem->key, pem->cert}});
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   if (!ca.empty()) options.watch_root_certs();
@@ -252,20 +236,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(c
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(const PeerTls& tls) {
   if (auto s = RestrictTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
   const bool client_is_peer_cert = tls.client_cert_file == tls.cert_file;
-  auto cert = ReadFile(tls.client_cert_file,
-                       client_is_peer_cert ? "--peer-cert-file" : "--peer-client-cert-file");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(tls.client_key_file,
-                      client_is_peer_cert ? "--peer-key-file" : "--peer-client-key-file");
-  if (!key.ok()) return key.status();
-  std::string ca;
-  if (!tls.trusted_ca_file.empty()) {
-    auto read = ReadFile(tls.trusted_ca_file, "--peer-trusted-ca-file");
-    if (!read.ok()) return read.status();
-    ca = *std::move(read);
-  }
+  auto pem = ReadTlsPem(
+      {tls.client_cert_file, client_is_peer_cert ? "--peer-cert-file" : "--peer-client-cert-file"},
+      {tls.client_key_file, client_is_peer_cert ? "--peer-key-file" : "--peer-client-key-file"},
+      {tls.trusted_ca_file, "--peer-trusted-ca-file"});
+  if (!pem.ok()) return pem.status();
+  const std::string& ca = pem->ca;
   auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
-      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{*key, *cert}});
+      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{pem->key, pem->cert}});
   grpc::experimental::TlsChannelCredentialsOptions options;
   options.set_certificate_provider(provider);
   options.watch_identity_key_cert_pairs();

@@ -330,23 +330,33 @@ absl::StatusOr<ClientTls> ResolveClientTls(const ServerConfig& config) {
   return tls;
 }
 
+absl::StatusOr<TlsPem> ReadTlsPem(TlsPemFile cert, TlsPemFile key, TlsPemFile ca) {
+  TlsPem pem;
+  auto read_cert = ReadFile(cert.path, cert.flag);
+  if (!read_cert.ok()) return read_cert.status();
+  pem.cert = *std::move(read_cert);
+  auto read_key = ReadFile(key.path, key.flag);
+  if (!read_key.ok()) return read_key.status();
+  pem.key = *std::move(read_key);
+  if (!ca.path.empty()) {
+    auto read_ca = ReadFile(ca.path, ca.flag);
+    if (!read_ca.ok()) return read_ca.status();
+    pem.ca = *std::move(read_ca);
+  }
+  return pem;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ClientTlsCredentials(const ClientTls& tls) {
   if (auto s = RestrictTlsVersions(tls.min_version, tls.max_version); !s.ok()) return s;
-  auto cert = ReadFile(tls.cert_file, "--cert-file");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(tls.key_file, "--key-file");
-  if (!key.ok()) return key.status();
-  std::string ca;
-  if (!tls.trusted_ca_file.empty()) {
-    auto read = ReadFile(tls.trusted_ca_file, "--trusted-ca-file");
-    if (!read.ok()) return read.status();
-    ca = *std::move(read);
-  }
+  auto pem = ReadTlsPem({tls.cert_file, "--cert-file"}, {tls.key_file, "--key-file"},
+                        {tls.trusted_ca_file, "--trusted-ca-file"});
+  if (!pem.ok()) return pem.status();
+  const std::string& ca = pem->ca;
 
   // The experimental TLS credentials: the only ones in gRPC 1.51 that take
   // a verifier of their own.
   auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
-      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{*key, *cert}});
+      ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{pem->key, pem->cert}});
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   if (!ca.empty()) options.watch_root_certs();

@@ -80,6 +80,19 @@ std::vector<std::string> DefaultCipherNames();
 // servers that should honour it are built.
 absl::Status RestrictTlsVersions(const std::string& min_version, const std::string& max_version);
 
+// A TLS identity's PEM files, read for gRPC's static certificate
+// provider: the certificate, its key and the trusted CA (empty when ca's
+// path is). A file that cannot be read fails naming its flag ("cannot read
+// --cert-file /path").
+struct TlsPemFile {
+  const std::string& path;
+  const char* flag;
+};
+struct TlsPem {
+  std::string cert, key, ca;
+};
+absl::StatusOr<TlsPem> ReadTlsPem(TlsPemFile cert, TlsPemFile key, TlsPemFile ca);
+
 struct CrlFree {
   void operator()(X509_CRL* crl) const { X509_CRL_free(crl); }
 };
