@@ -187,7 +187,7 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
   void OnCancel() override {
     mu_.Lock();
     StopLocked();
-    // With a write in flight, its OnWriteDone(false) finishes.
+    // With a write in flight, its OnWriteDone finishes (with ok or not).
     if (in_flight_) {
       mu_.Unlock();
       return;
@@ -313,8 +313,14 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
   // written (or reading failed), if no write is in flight. Releases mu_
   // before calling into gRPC. REQUIRES: mu_ held.
   void SendNextAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
-    if (in_flight_ || finished_ || stop_) {
+    if (in_flight_ || finished_) {
       mu_.Unlock();
+      return;
+    }
+    // Stopped with no write in flight: a cancellation that raced a write
+    // completing with ok lands here, and the call must still finish.
+    if (stop_) {
+      FinishOnceAndUnlock(grpc::Status(grpc::CANCELLED, "context canceled"));
       return;
     }
     if (!queue_.empty()) {
