@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test e2e bench bench-cluster sanitize sanitize-thread sanitize-address fuzz soak clean
+.PHONY: all deps configure build run test e2e bench bench-cluster bench-catchup sanitize sanitize-thread sanitize-address fuzz soak clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench: build
 # 3-member etcd 3.5 against 3-member Capstan: throughput, p99 and failover (docs/BENCHMARKS.md).
 bench-cluster: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh $(BUILD_DIR)/bench-results/cluster
+
+# A stopped member catching up 8 GiB by snapshot, etcd 3.5 against Capstan: time and the leader's
+# RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 4 x SIZE of free disk.
+bench-catchup: build
+	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/catchup.sh $(BUILD_DIR)/bench-results/catchup
 
 sanitize: sanitize-thread sanitize-address
 
