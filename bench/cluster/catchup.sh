@@ -25,7 +25,8 @@
 # (each its own peak minus its value before), the follower's peak RSS, the bytes on disk of the
 # leader's and the follower's data dirs after convergence, and the load's duration. The raw
 # samples are OUT_DIR/SERVER-rss.tsv (ms since the restart, then VmRSS, RssAnon, RssFile of the
-# leader and of the follower, KiB), the servers' logs SERVER-m*.log, the rows OUT_DIR/table.md.
+# leader and of the follower, KiB), the servers' logs SERVER-m*.log, the bytes of each data dir's
+# folders SERVER-disk.txt, the rows OUT_DIR/table.md.
 # OUT_DIR defaults to a new /tmp/capstan-catchup-bench.* directory, kept. Each cluster's data is
 # deleted once its run is done.
 #
@@ -286,6 +287,8 @@ run_server() {  # SERVER BINARY
   local disk_leader disk_follower
   disk_leader=$(du -sb "${WORK}/m${leader}" | cut -f1)
   disk_follower=$(du -sb "${WORK}/m${follower}" | cut -f1)
+  du -b -d 2 "${WORK}/m${leader}" "${WORK}/m${follower}" | sed "s|${WORK}/||" \
+    > "${OUT}/${server}-disk.txt"
   stop_cluster
   rm -rf "${WORK:?}"/*
 
