@@ -140,6 +140,19 @@ if len(leaders) == 1 and next(iter(leaders)) in ids:
 '
 }
 
+# self_leader I: prints I when member I reports itself as the leader.
+self_leader() {
+  status_json "$(endpoint "$1")" | python3 -c '
+import json, sys
+try:
+    st = json.load(sys.stdin)[0]["Status"]
+except (ValueError, IndexError, KeyError):
+    sys.exit(0)
+if st.get("leader", 0) == st["header"].get("member_id", -1):
+    print(sys.argv[1])
+' "$1"
+}
+
 # revision I: the store revision member I reports in Status, or nothing.
 revision() {
   status_json "$(endpoint "$1")" | python3 -c '
@@ -230,6 +243,15 @@ run_server() {  # SERVER BINARY
     sed -n '/Error distribution/,$p' "${OUT}/${server}-load.txt" >&2
     exit 1
   fi
+  if [[ -z "$(self_leader "${leader}")" ]]; then
+    # The leadership moved during the load: sample the member that leads now.
+    leader=$(( 3 - leader - follower ))
+    [[ -n "$(self_leader "${leader}")" ]] || {
+      echo "catchup.sh: no ${server} member leads after the load" >&2
+      exit 1
+    }
+    echo "  ${server}: the leadership moved to m${leader} during the load" >&2
+  fi
   local target
   target=$(revision "${leader}")
   [[ -n "${target}" ]] || { echo "catchup.sh: no status from the ${server} leader" >&2; exit 1; }
@@ -257,6 +279,11 @@ run_server() {  # SERVER BINARY
   touch "${stop_file}"
   wait "${SAMPLER}" || true
   SAMPLER=
+  if [[ -z "$(self_leader "${leader}")" ]]; then
+    echo "catchup.sh: the ${server} leadership moved during the catch-up; the samples are not" \
+      "the sending leader's" >&2
+    exit 1
+  fi
   [[ -n "${t_converged}" ]] || {
     echo "catchup.sh: the ${server} follower did not reach revision ${target} in" \
       "${CONVERGE_TIMEOUT} s; logs in ${OUT}/${server}-m*.log" >&2
