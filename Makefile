@@ -65,7 +65,7 @@ bench-cluster: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh $(BUILD_DIR)/bench-results/cluster
 
 # A stopped member catching up 8 GiB by snapshot, etcd 3.5 against Capstan: time and the leader's
-# RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 4 x SIZE of free disk.
+# RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 6 x SIZE of free disk.
 bench-catchup: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/catchup.sh $(BUILD_DIR)/bench-results/catchup
 
