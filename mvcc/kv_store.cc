@@ -245,6 +245,7 @@ void KvStore::Submit(WriteRequest write) {
   // own steps never leave the member.
   if (write.raft_index == 0 && !std::holds_alternative<InternalOp>(write.op)) {
     if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+      if (RefusedOverQuota(&write, log)) return;
       log->Submit(std::move(write));
       return;
     }

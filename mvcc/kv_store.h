@@ -357,7 +357,11 @@ class KvStore : public WriteLog {
   // Refuses a write that adds data while NOSPACE is raised or when it would
   // take the backend over the quota (raising NOSPACE). *group_cost carries
   // the bytes the group has added so far.
-  absl::Status CheckQuota(const WriteOp& op, int64_t backend_size, int64_t* group_cost);
+  absl::Status CheckQuota(const WriteRequest& w, int64_t backend_size, int64_t* group_cost);
+  // Before a write goes to the write log: if it would take the backend over
+  // the quota, raises NOSPACE through the log, answers the write and
+  // returns true.
+  bool RefusedOverQuota(WriteRequest* w, WriteLog* log);
   // Whether w is refused while a CORRUPT alarm is active.
   static bool RefusedWhileCorrupt(const WriteOp& op);
   absl::Status LoadAlarms();
@@ -414,8 +418,8 @@ class KvStore : public WriteLog {
   std::atomic<WatchHub*> hub_{nullptr};
   std::atomic<WriteLog*> write_log_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
-  // The backend's size as last measured, for the quota.
-  int64_t backend_size_ = 0;
+  // The backend's size as last measured (by the committer), for the quota.
+  std::atomic<int64_t> backend_size_{0};
   absl::Time backend_size_at_ = absl::InfinitePast();
 
   // Locks. Each is a leaf: no other lock of the store is taken while one is

@@ -606,13 +606,14 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
   Group group(writes);
   if (options_.quota_bytes > 0 && absl::Now() - backend_size_at_ > absl::Milliseconds(100)) {
     // Measuring the backend lists its files: do it at most every 100 ms.
-    backend_size_ = static_cast<int64_t>(backend_->SizeOnDisk());
+    backend_size_.store(static_cast<int64_t>(backend_->SizeOnDisk()), std::memory_order_relaxed);
     backend_size_at_ = absl::Now();
   }
   int64_t group_cost = 0;
   for (size_t i = 0; i < writes->size(); ++i) {
     WriteRequest& w = (*writes)[i];
-    group.results[i] = Admit(w, backend_size_, &group_cost, &group);
+    group.results[i] =
+        Admit(w, backend_size_.load(std::memory_order_relaxed), &group_cost, &group);
     if (group.results[i].ok()) group.results[i] = Apply(w, i, &group);
   }
   CommitBatch(&group);
@@ -631,7 +632,7 @@ absl::Status KvStore::Admit(const WriteRequest& w, int64_t backend_size, int64_t
     if (!read) return FailedWriteError();
   }
   if (Corrupt() && RefusedWhileCorrupt(w.op)) return MakeError(Error::kCorrupt);
-  if (auto s = CheckQuota(w.op, backend_size, group_cost); !s.ok()) {
+  if (auto s = CheckQuota(w, backend_size, group_cost); !s.ok()) {
     group->changed = true;  // the alarm may have been raised
     return s;
   }

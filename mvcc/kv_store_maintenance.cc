@@ -182,11 +182,15 @@ int64_t WriteCost(const WriteOp& op) {
 
 }  // namespace
 
-absl::Status KvStore::CheckQuota(const WriteOp& op, int64_t backend_size, int64_t* group_cost) {
-  const int64_t cost = WriteCost(op);
+absl::Status KvStore::CheckQuota(const WriteRequest& w, int64_t backend_size,
+                                 int64_t* group_cost) {
+  const int64_t cost = WriteCost(w.op);
   if (cost == 0) return absl::OkStatus();
   if (NoSpace()) return MakeError(Error::kNoSpace);
-  if (options_.quota_bytes <= 0) return absl::OkStatus();
+  // A committed entry is refused only by the replicated alarm: backend
+  // sizes differ between members, so the size was checked where the write
+  // arrived (RefusedOverQuota).
+  if (w.raft_index != 0 || options_.quota_bytes <= 0) return absl::OkStatus();
   if (backend_size + *group_cost + cost <= options_.quota_bytes) {
     *group_cost += cost;
     return absl::OkStatus();
@@ -198,6 +202,26 @@ absl::Status KvStore::CheckQuota(const WriteOp& op, int64_t backend_size, int64_
   etcdserverpb::AlarmResponse unused;
   ApplyAlarm(raise, &unused).IgnoreError();
   return MakeError(Error::kNoSpace);
+}
+
+bool KvStore::RefusedOverQuota(WriteRequest* w, WriteLog* log) {
+  if (options_.quota_bytes <= 0) return false;
+  const int64_t cost = WriteCost(w->op);
+  if (cost == 0 || backend_size_.load(std::memory_order_relaxed) + cost <= options_.quota_bytes) {
+    return false;
+  }
+  if (!NoSpace()) {
+    // etcd's quotaKVServer: the alarm goes through the log, so that every
+    // member refuses the same writes from its commit on.
+    auto raise = std::make_shared<AlarmRequest>();
+    raise->set_action(AlarmRequest::ACTIVATE);
+    raise->set_memberid(options_.member_id);
+    raise->set_alarm(etcdserverpb::NOSPACE);
+    auto unused = std::make_shared<etcdserverpb::AlarmResponse>();
+    log->Submit({AlarmOp{raise.get(), unused.get()}, [raise, unused](absl::Status) {}});
+  }
+  w->done(MakeError(Error::kNoSpace));
+  return true;
 }
 
 }  // namespace capstan::mvcc

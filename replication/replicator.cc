@@ -114,6 +114,7 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
       }
     }
   }
+  r->SetConfState(r->conf_state_);
   r->compacted_at_ = snap.index;
   r->skip_through_ = store->AppliedIndex();
   r->log_first_.store(snap.index + 1);
@@ -141,6 +142,16 @@ absl::Status Replicator::Run() {
   loop_thread_ = std::thread([this, &made] {
     factory_->RunLoop([this, &made] {
       pthread_setname_np(pthread_self(), "raft-loop");
+      // A store that holds data but has no log yet (a member that ran
+      // without Raft, a restored snapshot, data migrated from etcd): the log
+      // starts with a snapshot at the store's applied index, as etcd's
+      // snapshot restore writes its WAL.
+      if (log_->IsNew() && store_->AppliedIndex() > 0) {
+        if (absl::Status s = BootstrapFromStore(); !s.ok()) {
+          made.set_value(s);
+          return;
+        }
+      }
       RaftConfig config;
       config.id = options_.member_id;
       if (log_->IsNew()) {
@@ -152,11 +163,13 @@ absl::Status Replicator::Run() {
       config.heartbeat_tick = 1;
       config.pre_vote = options_.pre_vote;
       config.check_quorum = true;
-      // A store restored from a snapshot may be ahead of the log's commit
-      // index (a crash before the log took the snapshot): raft starts at
-      // what it knows committed, and the entries the store already holds
-      // are skipped (skip_through_).
-      config.applied = std::min(store_->AppliedIndex(), log_->hard_state().commit);
+      // Raft hands back every committed entry after the log's snapshot, as
+      // etcd replays its WAL: configuration changes are applied to raft
+      // again (it learns its voters from them), while the entries the store
+      // already holds are not applied to it again (skip_through_). The
+      // store may even be ahead of the log's commit index (a crash before
+      // the log took a snapshot the store installed).
+      config.applied = log_->snapshot_meta().index;
       config.max_size_per_msg = 1 << 20;
       config.max_inflight_msgs = 512;
       config.storage = log_.get();
@@ -281,6 +294,22 @@ void Replicator::Submit(mvcc::WriteRequest w) {
 }
 
 void Replicator::ReadBarrier(Done ready) {
+  if (sole_voter_.load(std::memory_order_acquire) && Leads()) {
+    // The only voter leads: nothing can be committed without it, and every
+    // acknowledged write is committed at or below commit_ (stored before
+    // any entry under it is applied). So the read index is commit_, as
+    // raft's ReadIndex would answer for a single voter, without the trip
+    // through the raft loop.
+    const uint64_t index = CommittedIndex();
+    if (AppliedIndex() >= index) {
+      ready(absl::OkStatus());
+    } else {
+      std::vector<Done> one;
+      one.push_back(std::move(ready));
+      ReleaseReads(index, std::move(one));
+    }
+    return;
+  }
   {
     util::MutexLock l(&inbox_mu_);
     if (!stopping_) {
@@ -367,7 +396,26 @@ void Replicator::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& req
   });
 }
 
+void Replicator::DrainReady() {
+  while (engine_->HasReady()) {
+    HandleReady(engine_->GetReady());
+    engine_->Advance();
+  }
+  // A sole voter need not wait an election timeout for votes it cannot get
+  // (etcd fast-forwards its ticks likewise): it campaigns once its
+  // configuration is applied, and leads at once.
+  if (sole_voter_.load(std::memory_order_relaxed) && role_ == RaftRole::kFollower &&
+      engine_->Campaign().ok()) {
+    while (engine_->HasReady()) {
+      HandleReady(engine_->GetReady());
+      engine_->Advance();
+    }
+  }
+}
+
 void Replicator::Loop() {
+  // The log's replay and a sole voter's campaign need no tick.
+  DrainReady();
   absl::Time next_tick = absl::Now() + options_.tick;
   for (;;) {
     Inbox in;
@@ -410,10 +458,7 @@ void Replicator::Loop() {
     Propose();
     SendReadIndex(now);
     ExpireWaiters(now);
-    while (engine_->HasReady()) {
-      HandleReady(engine_->GetReady());
-      engine_->Advance();
-    }
+    DrainReady();
     if (!incoming_snapshot_dir_.empty()) {
       // Raft did not take the snapshot (an older one than it has).
       std::error_code ec;
@@ -612,7 +657,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     store_->SubmitCommitted(std::move(w));
   };
   if (entry.type != EntryType::kNormal) {
-    conf_state_ = engine_->ApplyConfChange(entry.type, entry.data);
+    SetConfState(engine_->ApplyConfChange(entry.type, entry.data));
     if (entry.index > skip_through_) noop();
     return;
   }
@@ -813,13 +858,39 @@ void Replicator::InstallSnapshot(const SnapshotMeta& meta) {
                                << ", below the snapshot index " << meta.index;
   skip_through_ = applied;
   compacted_at_ = applied;
-  conf_state_ = meta.conf_state;
+  SetConfState(meta.conf_state);
   applied_.store(applied, std::memory_order_release);
   installed_.fetch_add(1, std::memory_order_acq_rel);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   SPDLOG_INFO("installed a snapshot at index {} (term {}); the store has applied {}", meta.index,
               meta.term, applied);
+}
+
+void Replicator::SetConfState(ConfState conf_state) {
+  conf_state_ = std::move(conf_state);
+  sole_voter_.store(conf_state_.voters.size() == 1 && conf_state_.voters[0] == options_.member_id,
+                    std::memory_order_release);
+}
+
+absl::Status Replicator::BootstrapFromStore() {
+  SnapshotMeta meta;
+  meta.index = store_->AppliedIndex();
+  meta.term = 1;
+  meta.conf_state = conf_state_;
+  HardState hard_state;
+  hard_state.term = 1;
+  hard_state.commit = meta.index;
+  if (absl::Status s = log_->Save(hard_state, {}, meta, /*sync=*/true); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("starting the raft log at the store's applied index ",
+                                               meta.index, ": ", s.message()));
+  }
+  compacted_at_ = meta.index;
+  commit_.store(meta.index, std::memory_order_release);
+  term_.store(1, std::memory_order_release);
+  log_first_.store(meta.index + 1, std::memory_order_release);
+  SPDLOG_INFO("started the raft log at index {}, the store's applied index", meta.index);
+  return absl::OkStatus();
 }
 
 }  // namespace capstan::replication

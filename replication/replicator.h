@@ -1,4 +1,5 @@
-// Replicator: a member's write log in a cluster. It orders the writes the
+// Replicator: a member's write log in a Raft group (a cluster, or a single
+// member as a group of one). It orders the writes the
 // services submit through etcd's Raft (a RaftEngine), keeps the log durable
 // (RaftLog), exchanges messages with the peers (Transport) and hands every
 // committed entry to the KV store's committer in log order, on every member.
@@ -17,7 +18,8 @@
 // Linearizable reads (ReadBarrier) use ReadIndex, batched as etcd's
 // linearizableReadLoop batches them: one ReadIndex in flight, retried every
 // 500 ms; requests arriving meanwhile wait for the next. A barrier passes
-// once the store has applied the read index.
+// once the store has applied the read index. A member that is the group's
+// only voter (a single member) reads at its commit index without the round.
 //
 // Thread safety: Submit, ReadBarrier and every RaftView method may be
 // called from any thread. One thread (the raft loop, hosted by the engine
@@ -220,6 +222,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void SendReadIndex(absl::Time now);
   void ExpireWaiters(absl::Time now);
   void HandleReady(Ready rd);
+  // Handles every Ready raft has; a sole voter that does not lead
+  // campaigns.
+  void DrainReady();
   // Log compaction: starts the data flush once snapshot_count entries were
   // applied since the last one; compacts the log once it is done.
   void MaybeCompact();
@@ -230,6 +235,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // Follower: replaces the store's data with the received checkpoint.
   void InstallSnapshot(const SnapshotMeta& meta);
   void ApplyCommitted(const RaftEntry& entry);
+  // Records the group's configuration (conf_state_, sole_voter_).
+  void SetConfState(ConfState conf_state);
+  // Starts a new log with a snapshot at the store's applied index.
+  absl::Status BootstrapFromStore();
   // The write that applies a committed client or auth entry.
   mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r)
@@ -244,7 +253,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   }
   // etcd's idutil.Generator: the member id's low 16 bits, then 40 bits of
   // the start time in ms, then a counter.
-  uint64_t NextRequestId() { return id_prefix_ | (id_suffix_.fetch_add(1) + 1) & ((1ULL << 48) - 1); }
+  uint64_t NextRequestId() { return id_prefix_ | ((id_suffix_.fetch_add(1) + 1) & ((1ULL << 48) - 1)); }
 
   const ReplicatorOptions options_;
   RaftEngineFactory* const factory_;
@@ -257,6 +266,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   std::atomic<uint64_t> lead_{0}, term_{0}, commit_{0}, applied_{0};
   std::atomic<bool> leader_{false};
+  // This member is the group's only voter (a single member): reads need no
+  // ReadIndex round.
+  std::atomic<bool> sole_voter_{false};
   std::atomic<uint64_t> log_first_{1}, installed_{0};
 
   // Raft loop state: touched by the loop thread only.

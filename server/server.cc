@@ -160,7 +160,7 @@ absl::Status Server::Init() {
   if (auto s = OpenStore(); !s.ok()) return s;
   if (auto s = StartWatchHubAndCache(); !s.ok()) return s;
   if (auto s = BuildServices(); !s.ok()) return s;
-  if (clustered_) {
+  if (replicated_) {
     if (auto s = StartReplication(); !s.ok()) return s;
   }
   StartAutoCompaction();
@@ -174,10 +174,14 @@ absl::Status Server::OpenStore() {
   if (auto parsed = config_internal::ParseInitialCluster(config_.initial_cluster); parsed.ok()) {
     for (const auto& [name, urls] : *parsed) initial.push_back({name, UrlStrings(urls)});
   }
+  // With a Raft engine every member runs one, a single member as a
+  // one-voter group (etcd's model), so that members can join it later.
+  // Without one (the embedding library) only a single member runs, its
+  // writes made durable by the store itself.
   std::error_code ec;
-  clustered_ = initial.size() > 1 ||
-               std::filesystem::exists(storage::RaftLogDir(config_.data_dir), ec);
-  if (clustered_ && raft_factory_ == nullptr) {
+  replicated_ = raft_factory_ != nullptr || initial.size() > 1 ||
+                std::filesystem::exists(storage::RaftLogDir(config_.data_dir), ec);
+  if (replicated_ && raft_factory_ == nullptr) {
     return absl::FailedPreconditionError(
         "this build of Capstan has no Raft engine: it cannot run a member of a multi-member "
         "cluster (the capstan binary can)");
@@ -189,7 +193,7 @@ absl::Status Server::OpenStore() {
   // A cluster member's data is durable in its Raft log first: the store
   // writes the applied index with its data and replays the log after a
   // crash (docs/REPLICATION.md), so its own writes need no fsync.
-  backend_options.sync = !config_.unsafe_no_fsync && !clustered_;
+  backend_options.sync = !config_.unsafe_no_fsync && !replicated_;
   backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();
@@ -203,7 +207,7 @@ absl::Status Server::OpenStore() {
 
   const auto start = std::chrono::steady_clock::now();
   mvcc::KvStoreOptions kv_options = StoreOptions(config_, member_->member_id);
-  kv_options.requires_write_log = clustered_;
+  kv_options.requires_write_log = replicated_;
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
@@ -250,8 +254,8 @@ absl::Status Server::BuildServices() {
     if (!jwt.ok()) return jwt.status();
     auth_options.jwt = std::move(*jwt);
   }
-  // Auth changes go through the write log: the store itself on a single
-  // member (a cluster's would be its Raft log).
+  // Auth changes go through the store's write log: the Raft log when
+  // replicated (StartReplication), else the store itself.
   auto auth_store = auth::AuthStore::Open(store_.get(), /*log=*/store_.get(), auth_options);
   if (!auth_store.ok()) return auth_store.status();
   auto auth = std::make_unique<AuthService>(std::move(*auth_store), config_.client_cert_auth,

@@ -120,10 +120,10 @@ class Server {
   // Starts auto-compaction if --auto-compaction-retention asks for it.
   // REQUIRES: OpenStore succeeded.
   void StartAutoCompaction();
-  // A cluster member: opens the Raft log, starts the peer transport on
-  // --listen-peer-urls and the replicator, which becomes the store's write
-  // log. REQUIRES: BuildServices succeeded (the log's auth entries apply
-  // to the auth store); clustered_.
+  // A member of a Raft group (of one or more): opens the Raft log, starts
+  // the peer transport on --listen-peer-urls and the replicator, which
+  // becomes the store's write log. REQUIRES: BuildServices succeeded (the
+  // log's auth entries apply to the auth store); replicated_.
   absl::Status StartReplication();
 
   // Serve's phases, in this order. On failure the caller calls Shutdown,
@@ -165,8 +165,9 @@ class Server {
 
   const ServerConfig config_;
   replication::RaftEngineFactory* const raft_factory_;
-  // Whether this member is one of a cluster's (its writes go through Raft).
-  bool clustered_ = false;
+  // Whether this member's writes go through Raft: always with a Raft
+  // engine (a single member is a one-voter group), never without.
+  bool replicated_ = false;
   std::unique_ptr<membership::MemberInfo> member_;
   auth::AuthStore* auth_store_ = nullptr;  // owned by the auth service
   std::unique_ptr<mvcc::KvStore> store_;

@@ -64,8 +64,8 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError, kDPanic, kPanic, kFatal };
 
 // The complete server configuration, a plain value. Each field holds the
 // flag of the same name (--snapshot-count -> snapshot_count) and is
-// initialized to etcd's default; "(no effect)" marks flags a single-member
-// Capstan accepts, validates and otherwise ignores.
+// initialized to etcd's default; "(no effect)" marks flags Capstan accepts,
+// validates and otherwise ignores.
 struct ServerConfig {
   // etcd's default for --quota-backend-bytes=0, and the most it recommends.
   static constexpr int64_t kDefaultQuotaBackendBytes = int64_t{2} << 30;
@@ -76,13 +76,13 @@ struct ServerConfig {
   std::string data_dir;                       // --data-dir; after parsing, never
                                               // empty: defaults to "<name>.capstan"
   std::string wal_dir;                        // --wal-dir (no effect)
-  uint64_t snapshot_count = 100000;           // --snapshot-count (no effect)
+  uint64_t snapshot_count = 100000;           // --snapshot-count
   // --heartbeat-interval and --election-timeout: one member holds no
   // elections; they set the shortest lease TTL (MinLeaseTtlSeconds).
   uint64_t heartbeat_interval_ms = 100;
   uint64_t election_timeout_ms = 1000;
   bool initial_election_tick_advance = true;  // --initial-election-tick-advance (no effect)
-  std::vector<Url> listen_peer_urls = {{"http", "localhost:2380"}};    // (no effect)
+  std::vector<Url> listen_peer_urls = {{"http", "localhost:2380"}};
   std::vector<Url> listen_client_urls = {{"http", "localhost:2379"}};  // --listen-client-urls
   std::vector<Url> listen_client_http_urls;  // --listen-client-http-urls ''
   std::vector<Url> listen_metrics_urls;      // --listen-metrics-urls ''
@@ -115,7 +115,7 @@ struct ServerConfig {
   FeatureGates feature_gates;
 
   // ---- Clustering ---------------------------------------------------------
-  std::vector<Url> initial_advertise_peer_urls = {{"http", "localhost:2380"}};  // (no effect)
+  std::vector<Url> initial_advertise_peer_urls = {{"http", "localhost:2380"}};
   // --initial-cluster "default=http://localhost:2380", verbatim; empty when a
   // discovery flag replaced the default. Always names exactly this member
   // after a successful parse (or is empty).
@@ -145,7 +145,7 @@ struct ServerConfig {
   std::string discovery_user;
   std::string discovery_password;
   bool strict_reconfig_check = true;         // --strict-reconfig-check (no effect)
-  bool pre_vote = true;                      // --pre-vote (no effect)
+  bool pre_vote = true;                      // --pre-vote
   // --auto-compaction-retention "0" verbatim, and its meaning: for periodic
   // mode a window (a bare integer counts hours), for revision mode a number
   // of revisions. Both 0 when auto compaction is off.
