@@ -3,11 +3,13 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "capstan/v1/peer.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "server/peer/peer_protocol.h"
+#include "server/peer/peer_tls_handshake.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
 
@@ -128,7 +130,12 @@ void PeerSender::Run() {
       index = url_index_;
     }
     bool accepted = false;
-    const absl::Status status = RunStream(ChannelFor(index), &accepted);
+    absl::Status status;
+    if (std::string refused = Probe(options_.urls[index]); !refused.empty()) {
+      status = absl::UnavailableError(refused);
+    } else {
+      status = RunStream(ChannelFor(index), &accepted);
+    }
     size_t dropped;
     {
       util::MutexLock l(&mu_);
@@ -168,6 +175,38 @@ void PeerSender::Run() {
     }
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
+}
+
+std::string PeerSender::Probe(const std::string& url) {
+  auto [target, tls] = Target(url);
+  if (!tls || !options_.probe_tls) return "";
+  std::string host = target;
+  int port = 443;
+  const size_t colon = target.rfind(':');
+  if (colon != std::string::npos && target.find(']', colon) == std::string::npos) {
+    host = target.substr(0, colon);
+    if (!absl::SimpleAtoi(target.substr(colon + 1), &port)) port = 443;
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string error = ProbePeer(options_.probe_tls.get(), host, port, absl::Seconds(1));
+  const absl::Time now = absl::Now();
+  if (error.empty()) {
+    unhealthy_since_ = absl::InfiniteFuture();
+    return "";
+  }
+  // etcd's prober reports a peer unhealthy every 5 s, starting 5 s after
+  // its probes began to fail.
+  if (unhealthy_since_ == absl::InfiniteFuture()) unhealthy_since_ = now;
+  if (now - unhealthy_since_ >= absl::Seconds(5) && now - unhealthy_logged_ >= absl::Seconds(5)) {
+    unhealthy_logged_ = now;
+    SPDLOG_WARN(
+        "prober detected unhealthy status (round-tripper-name ROUND_TRIPPER_RAFT_MESSAGE, "
+        "remote-peer-id {}, rtt 0s): {}",
+        IdText(options_.peer_id), error);
+  }
+  return error;
 }
 
 absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel, bool* accepted) {

@@ -32,6 +32,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/credentials.h"
+#include "openssl/ssl.h"
 #include "util/mutex.h"
 
 namespace capstan::server::peer {
@@ -45,6 +46,13 @@ struct PeerSenderOptions {
   // For https URLs; nullptr uses TLS with the system's roots and no client
   // certificate (etcd with https peer URLs and no peer TLS flags).
   std::shared_ptr<grpc::ChannelCredentials> tls;
+  // For https URLs with peer TLS flags: before each stream is opened, a TLS
+  // handshake of its own with this context (NewPeerClientContext) tells
+  // whether the peer and this member accept each other's certificates,
+  // refusing inside the handshake as etcd does (peer_tls_handshake.h). A
+  // failed probe fails the attempt; while they keep failing, etcd's
+  // "prober detected unhealthy status" is logged every 5 s. Null: no probe.
+  std::shared_ptr<SSL_CTX> probe_tls;
   size_t queue_capacity = 4096;           // messages
   size_t max_batch_bytes = 1 << 20;       // per RaftBatch (a larger message goes alone)
   absl::Duration initial_backoff = absl::Milliseconds(100);
@@ -86,9 +94,15 @@ class PeerSender {
   // when the peer accepted the stream.
   absl::Status RunStream(const std::shared_ptr<grpc::Channel>& channel, bool* accepted);
   std::shared_ptr<grpc::Channel> ChannelFor(size_t url_index);
+  // The probe of an https URL (see probe_tls): "" when the handshake
+  // succeeded. Logs etcd's prober line while the peer stays unhealthy.
+  std::string Probe(const std::string& url);
 
   const PeerSenderOptions options_;
   std::thread thread_;  // written by Start, joined by Stop (one caller each)
+  // The sender's thread only: since when probes fail, when that was last logged.
+  absl::Time unhealthy_since_ = absl::InfiniteFuture();
+  absl::Time unhealthy_logged_ = absl::InfinitePast();
 
   // Lock order: a leaf; nothing blocks or calls out under it.
   util::Mutex mu_;

@@ -11,6 +11,7 @@
 #include "server/peer/peer_protocol.h"
 #include "server/peer/peer_snapshot.h"
 #include "server/peer/peer_sender.h"
+#include "server/peer/peer_listener.h"
 #include "server/peer/peer_service.h"
 #include "spdlog/spdlog.h"
 
@@ -84,11 +85,15 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     auto credentials = PeerChannelCredentials(*options_.tls);
     if (!credentials.ok()) return credentials.status();
     channel_tls_ = *std::move(credentials);
+    auto probe = peer::NewPeerClientContext(*options_.tls);
+    if (!probe.ok()) return probe.status();
+    probe_tls_ = std::shared_ptr<SSL_CTX>(probe->release(), SSL_CTX_free);
   }
   service_ = std::make_unique<peer::PeerService>(
       options_.member_id, options_.cluster_id, &handler_,
       [this](uint64_t id) { return IsRemoved(id); },
-      options_.tls && options_.tls->require_client_cert && options_.tls->check_client_san);
+      // The listeners check client certificates' addresses in the handshake.
+      /*check_client_san=*/false);
 
   grpc::ServerBuilder builder;
   builder.RegisterService(service_.get());
@@ -98,36 +103,57 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // http URLs are gRPC's own; https ones are PeerTlsListeners that make
+  // the handshake themselves and hand gRPC the plaintext.
   std::vector<int> ports(options_.listen_peer_urls.size(), 0);
   for (size_t i = 0; i < options_.listen_peer_urls.size(); ++i) {
     const Url& url = options_.listen_peer_urls[i];
-    std::shared_ptr<grpc::ServerCredentials> credentials;
     if (url.scheme == "https") {
       if (!options_.tls) {
         return absl::InvalidArgumentError(
             absl::StrCat("no peer certificate for ", url.String(), " (--peer-cert-file)"));
       }
-      auto made = PeerServerCredentials(*options_.tls);
-      if (!made.ok()) return made.status();
-      credentials = *std::move(made);
     } else if (url.scheme == "http") {
-      credentials = grpc::InsecureServerCredentials();
+      builder.AddListeningPort(url.host, grpc::InsecureServerCredentials(), &ports[i]);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("peer URL scheme must be http or https: ", url.String()));
     }
-    builder.AddListeningPort(url.host, credentials, &ports[i]);
+  }
+  std::vector<peer::SslCtxPtr> server_contexts;
+  for (const Url& url : options_.listen_peer_urls) {
+    if (url.scheme != "https") continue;
+    auto ctx = peer::NewPeerServerContext(*options_.tls);
+    if (!ctx.ok()) return ctx.status();
+    server_contexts.push_back(*std::move(ctx));
   }
   auto server = builder.BuildAndStart();
   if (!server) return absl::UnavailableError("cannot serve the peer URLs");
-  for (size_t i = 0; i < ports.size(); ++i) {
+  std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners;
+  auto fail = [&](absl::Status s) {
+    for (auto& l : listeners) l->Stop();
+    server->Shutdown(std::chrono::system_clock::now());
+    return s;
+  };
+  for (size_t i = 0, next_ctx = 0; i < options_.listen_peer_urls.size(); ++i) {
+    const Url& url = options_.listen_peer_urls[i];
+    if (url.scheme == "https") {
+      auto listener = std::make_unique<peer::PeerTlsListener>(
+          std::move(server_contexts[next_ctx++]), server.get());
+      if (auto s = listener->Start(url.host); !s.ok()) {
+        return fail(absl::UnavailableError(
+            absl::StrCat("cannot listen on peer URL ", url.String(), ": ", s.message())));
+      }
+      ports[i] = listener->port();
+      listeners.push_back(std::move(listener));
+    }
     if (ports[i] == 0) {
-      server->Shutdown(std::chrono::system_clock::now());
-      return absl::UnavailableError(absl::StrCat(
-          "cannot listen on peer URL ", options_.listen_peer_urls[i].String()));
+      return fail(absl::UnavailableError(
+          absl::StrCat("cannot listen on peer URL ", url.String())));
     }
   }
   server_ = std::move(server);
+  listeners_ = std::move(listeners);
   ports_ = std::move(ports);
 
   // The peers added before Start, now that the credentials exist.
@@ -158,6 +184,7 @@ void PeerTransport::Stop() {
     auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_sends_ == 0; };
     mu_.Await(absl::Condition(&idle));
   }
+  for (auto& listener : listeners_) listener->Stop();
   if (started && server_) {
     // Cancels the open streams at once; returns when every handler has
     // returned.
@@ -173,6 +200,7 @@ std::shared_ptr<peer::PeerSender> PeerTransport::NewSender(uint64_t id,
   o.peer_id = id;
   o.urls = urls;
   o.tls = channel_tls_;
+  o.probe_tls = probe_tls_;
   o.queue_capacity = options_.queue_capacity;
   o.max_batch_bytes = options_.max_batch_bytes;
   o.initial_backoff = options_.initial_backoff;

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "openssl/ssl.h"
 #include "replication/transport.h"
 #include "server/config/config.h"
 #include "server/peer/peer_tls.h"
@@ -49,6 +50,7 @@ namespace capstan::server {
 namespace peer {
 class PeerSender;
 class PeerService;
+class PeerTlsListener;
 }  // namespace peer
 
 struct PeerTransportOptions {
@@ -142,12 +144,17 @@ class PeerTransport final : public replication::Transport {
   // Outgoing https credentials, made at Start. Written once before any
   // sender starts, read-only afterwards.
   std::shared_ptr<grpc::ChannelCredentials> channel_tls_;
+  // The senders' probes of https peers (peer_tls_handshake.h), made at
+  // Start like channel_tls_.
+  std::shared_ptr<SSL_CTX> probe_tls_;
   // Written by Start before the server and senders start, read-only
   // afterwards (the callbacks read it without the lock).
   replication::TransportHandler handler_;
   std::unique_ptr<peer::PeerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> ports_;
+  // One per https listen URL, made by Start, stopped by Stop.
+  std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners_;
 
   // Lock order: mu_ before nothing: senders are started, stopped and fed
   // outside it. Nothing blocks or calls out under it.

@@ -208,7 +208,7 @@ std::string Cluster::client_url(int i) const {
   return absl::StrCat("http://127.0.0.1:", members_[i].client_port);
 }
 std::string Cluster::peer_url(int i) const {
-  return absl::StrCat("http://127.0.0.1:", members_[i].peer_port);
+  return absl::StrCat(options_.peer_scheme, "://127.0.0.1:", members_[i].peer_port);
 }
 std::string Cluster::name(int i) const { return members_[i].name; }
 std::string Cluster::data_dir(int i) const { return members_[i].dir + "/data"; }

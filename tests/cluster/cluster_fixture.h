@@ -54,6 +54,8 @@ struct ClusterOptions {
   std::string cluster_token = "capstan-test-cluster";  // --initial-cluster-token
   // Appended after the standard flags on every member.
   std::vector<std::string> extra_args;
+  // "https" for peer URLs over TLS (the peer TLS flags go in extra_args).
+  std::string peer_scheme = "http";
   // Start and Restart give up after this long.
   std::chrono::milliseconds start_timeout{30000};
   // Stop sends SIGKILL after this long.

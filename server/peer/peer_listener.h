@@ -1,0 +1,87 @@
+// PeerTlsListener: an https peer URL's listener. It accepts TCP connections
+// itself, makes the TLS handshake with OpenSSL (peer_tls_handshake.h: etcd's
+// checks inside the handshake), and hands each accepted connection's
+// plaintext to the gRPC server through a socket pair
+// (grpc::AddInsecureChannelFromFd), copying bytes both ways on one thread
+// per connection. A refused handshake is logged as etcd's
+// embed/config_logging.go logs it:
+//
+//   rejected connection on peer endpoint (remote-addr 127.0.0.1:41318,
+//   server-name "", ip-addresses [127.0.0.1], dns-names [localhost]):
+//   client certificate authentication failed
+//
+// (the addresses only when the peer sent a certificate), with the error Go
+// gives: this side's refusal, or "remote error: tls: bad certificate" when
+// the dialing peer refused this member's certificate. A peer retrying does
+// not flood the log: one line per client address and error every 5 s, the
+// next one saying how many were left out.
+//
+// Thread safety: Start and Stop from one thread; the connection threads are
+// the listener's own.
+
+#ifndef CAPSTAN_SERVER_PEER_PEER_LISTENER_H_
+#define CAPSTAN_SERVER_PEER_PEER_LISTENER_H_
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "grpcpp/server.h"
+#include "server/peer/peer_tls_handshake.h"
+#include "util/mutex.h"
+
+namespace capstan::server::peer {
+
+class PeerTlsListener {
+ public:
+  // ctx: NewPeerServerContext's; server: where accepted connections go
+  // (it must outlive the listener's Stop).
+  PeerTlsListener(SslCtxPtr ctx, grpc::Server* server);
+  // Stops.
+  ~PeerTlsListener();
+  PeerTlsListener(const PeerTlsListener&) = delete;
+  PeerTlsListener& operator=(const PeerTlsListener&) = delete;
+
+  // Binds host_port ("127.0.0.1:2380", "[::1]:0", "0.0.0.0:2380"; port 0
+  // picks a free one) and starts accepting. REQUIRES: called once.
+  absl::Status Start(const std::string& host_port);
+  // The port bound. REQUIRES: Start succeeded.
+  int port() const { return port_; }
+  // Closes the listening socket and every connection, and joins the
+  // threads. Idempotent.
+  void Stop();
+
+ private:
+  struct Connection {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void Serve(int fd, std::string remote_addr, std::string remote_host);
+  // Copies between the TLS session on `net` and `local` until either ends
+  // or the listener stops.
+  void Pump(SSL* ssl, int net, int local);
+  void LogRefusal(const std::string& remote_addr, const std::string& remote_host,
+                  const HandshakeResult& result);
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+  const SslCtxPtr ctx_;
+  grpc::Server* const server_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd, readable once Stop begins
+  int port_ = 0;
+  std::thread accept_thread_;
+  std::atomic<bool> stopping_{false};
+  LogLimiter refusals_;
+
+  // Lock order: a leaf.
+  util::Mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace capstan::server::peer
+
+#endif  // CAPSTAN_SERVER_PEER_PEER_LISTENER_H_
