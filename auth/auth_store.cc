@@ -606,23 +606,20 @@ absl::Status AuthStore::Wait(const std::function<void(Done)>& mutation) {
 // The mutation methods: the InternalRaftRequest etcd 3.5's server proposes
 // for each (its header is the log's to fill).
 
-void AuthStore::AuthEnable(Done done,
-    std::optional<mvcc::Caller> by) {
+void AuthStore::AuthEnable(Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_enable();
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::AuthDisable(Done done,
-    std::optional<mvcc::Caller> by) {
+void AuthStore::AuthDisable(Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_disable();
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::UserAdd(const std::string& name, const std::string& hashed_password,
-                        bool no_password, Done done,
-    std::optional<mvcc::Caller> by) {
+                        bool no_password, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* a = r->mutable_auth_user_add();
   a->set_name(name);
@@ -631,16 +628,14 @@ void AuthStore::UserAdd(const std::string& name, const std::string& hashed_passw
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::UserDelete(const std::string& name, Done done,
-    std::optional<mvcc::Caller> by) {
+void AuthStore::UserDelete(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_user_delete()->set_name(name);
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::UserChangePassword(const std::string& name, const std::string& hashed_password,
-                                   Done done,
-    std::optional<mvcc::Caller> by) {
+                                   Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* p = r->mutable_auth_user_change_password();
   p->set_name(name);
@@ -649,7 +644,7 @@ void AuthStore::UserChangePassword(const std::string& name, const std::string& h
 }
 
 void AuthStore::UserGrantRole(const std::string& user, const std::string& role, Done done,
-    std::optional<mvcc::Caller> by) {
+                              std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* g = r->mutable_auth_user_grant_role();
   g->set_user(user);
@@ -658,7 +653,7 @@ void AuthStore::UserGrantRole(const std::string& user, const std::string& role, 
 }
 
 void AuthStore::UserRevokeRole(const std::string& user, const std::string& role, Done done,
-    std::optional<mvcc::Caller> by) {
+                               std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* v = r->mutable_auth_user_revoke_role();
   v->set_name(user);
@@ -666,23 +661,20 @@ void AuthStore::UserRevokeRole(const std::string& user, const std::string& role,
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::RoleAdd(const std::string& name, Done done,
-    std::optional<mvcc::Caller> by) {
+void AuthStore::RoleAdd(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_role_add()->set_name(name);
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::RoleDelete(const std::string& name, Done done,
-    std::optional<mvcc::Caller> by) {
+void AuthStore::RoleDelete(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_role_delete()->set_role(name);
   Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::RoleGrantPermission(const std::string& role, const authpb::Permission& perm,
-                                    Done done,
-    std::optional<mvcc::Caller> by) {
+                                    Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* g = r->mutable_auth_role_grant_permission();
   g->set_name(role);
@@ -692,7 +684,7 @@ void AuthStore::RoleGrantPermission(const std::string& role, const authpb::Permi
 
 void AuthStore::RoleRevokePermission(const std::string& role, const std::string& key,
                                      const std::string& range_end, Done done,
-    std::optional<mvcc::Caller> by) {
+                                     std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* v = r->mutable_auth_role_revoke_permission();
   v->set_role(role);

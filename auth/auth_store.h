@@ -200,33 +200,29 @@ class AuthStore final : private mvcc::WriteGuard {
   void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done,
               std::optional<mvcc::Caller> by = std::nullopt);
 
-  void AuthEnable(Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
-  void AuthDisable(Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+  void AuthEnable(Done done, std::optional<mvcc::Caller> by = std::nullopt);
+  void AuthDisable(Done done, std::optional<mvcc::Caller> by = std::nullopt);
   // hashed_password: from HashPassword, the bcrypt hash itself (ignored
   // with no_password); the request carries it base64-encoded.
   void UserAdd(const std::string& name, const std::string& hashed_password, bool no_password,
-               Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+               Done done, std::optional<mvcc::Caller> by = std::nullopt);
   void UserDelete(const std::string& name, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                  std::optional<mvcc::Caller> by = std::nullopt);
   // A user added with no_password keeps no password (etcd 3.5).
   void UserChangePassword(const std::string& name, const std::string& hashed_password, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                          std::optional<mvcc::Caller> by = std::nullopt);
   void UserGrantRole(const std::string& user, const std::string& role, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                     std::optional<mvcc::Caller> by = std::nullopt);
   void UserRevokeRole(const std::string& user, const std::string& role, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
-  void RoleAdd(const std::string& name, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                      std::optional<mvcc::Caller> by = std::nullopt);
+  void RoleAdd(const std::string& name, Done done, std::optional<mvcc::Caller> by = std::nullopt);
   void RoleDelete(const std::string& name, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                  std::optional<mvcc::Caller> by = std::nullopt);
   void RoleGrantPermission(const std::string& role, const authpb::Permission& perm, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                           std::optional<mvcc::Caller> by = std::nullopt);
   void RoleRevokePermission(const std::string& role, const std::string& key,
                             const std::string& range_end, Done done,
-              std::optional<mvcc::Caller> by = std::nullopt);
+                            std::optional<mvcc::Caller> by = std::nullopt);
 
   // Blocking forms of the mutations, for tests and tools.
   absl::Status Wait(const std::function<void(Done)>& mutation);
