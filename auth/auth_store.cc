@@ -3,6 +3,7 @@
 #include <crypt.h>
 
 #include <algorithm>
+#include <charconv>
 #include <future>
 #include <random>
 
@@ -179,8 +180,11 @@ absl::StatusOr<std::unique_ptr<AuthStore>> AuthStore::Open(KvStore* store, mvcc:
                                                            const AuthStoreOptions& options) {
   std::unique_ptr<AuthStore> as(new AuthStore(store, log, options));
   if (auto s = as->Load(); !s.ok()) return s;
+  store->SetWriteGuard(as.get());
   return as;
 }
+
+AuthStore::~AuthStore() { kv_->SetWriteGuard(nullptr); }
 
 absl::StatusOr<std::unique_ptr<AuthStore>> AuthStore::Open(KvStore* store,
                                                            const AuthStoreOptions& options) {
@@ -303,6 +307,54 @@ bool AuthStore::IsAuthRequest(const InternalRaftRequest& r) {
          r.has_auth_role_revoke_permission();
 }
 
+bool AuthStore::IsAuthenticate(const InternalRaftRequest& r) {
+  return !r.authenticate().empty();
+}
+
+std::optional<WriteRequest> AuthStore::Decode(std::shared_ptr<const InternalRaftRequest> request,
+                                              absl::AnyInvocable<void(absl::Status)>* done) {
+  if (IsAuthRequest(*request)) return Write(std::move(request), std::move(*done));
+  if (IsAuthenticate(*request)) return AuthenticateWrite(std::move(request), std::move(*done));
+  return std::nullopt;
+}
+
+WriteRequest AuthStore::AuthenticateWrite(std::shared_ptr<const InternalRaftRequest> request,
+                                          Done done) {
+  etcdserverpb::LoggedAuthenticate a;
+  const bool parsed = a.ParseFromString(request->authenticate());
+  WriteRequest w;
+  // Committer thread: etcd's applied Authenticate. The password was checked
+  // by the member that proposed it; here only the user is looked at, in the
+  // applied state, so every member decides alike.
+  w.op = mvcc::CustomOp{[this, parsed, a = std::move(a)](storage::WriteBatch*) -> absl::Status {
+    if (!parsed) return absl::InvalidArgumentError("auth: bad authenticate entry");
+    const State& s = *applied_;
+    if (!s.enabled) return MakeError(Error::kAuthNotEnabled);
+    auto u = s.users.find(a.name());
+    if (u == s.users.end()) return MakeError(Error::kAuthFailed);
+    if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
+    // A member issuing JWTs signs them where the password is checked.
+    if (options_.jwt || a.simple_token().empty()) return absl::OkStatus();
+    // etcd: "<prefix>.<consistent index>". A single member's writes carry
+    // no Raft index: its applied index stands in (the prefix is unique).
+    uint64_t index = kv_->ApplyingIndex();
+    if (index == 0) index = kv_->AppliedIndex() + 1;
+    AddToken(a.simple_token(), a.name(), index);
+    return absl::OkStatus();
+  }};
+  w.raft_request = std::move(request);
+  w.done = std::move(done);
+  return w;
+}
+
+void AuthStore::AddToken(const std::string& prefix, const std::string& user, uint64_t index) {
+  const absl::Time now = options_.now();
+  util::MutexLock lock(&tokens_mu_);
+  absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
+  tokens_[prefix] = Token{absl::StrCat(prefix, ".", index), user, now + options_.token_ttl};
+  token_added_.SignalAll();
+}
+
 WriteRequest AuthStore::Write(std::shared_ptr<const InternalRaftRequest> request, Done done) {
   absl::StatusOr<Mutation> m =
       request ? MutationOf(*request) : absl::InvalidArgumentError("auth: no request");
@@ -315,8 +367,11 @@ WriteRequest AuthStore::Write(std::shared_ptr<const InternalRaftRequest> request
   return w;
 }
 
-void AuthStore::Submit(std::shared_ptr<const InternalRaftRequest> request, Done done) {
-  log_->Submit(Write(std::move(request), std::move(done)));
+void AuthStore::Submit(std::shared_ptr<const InternalRaftRequest> request, Done done,
+                       std::optional<mvcc::Caller> by) {
+  WriteRequest w = Write(std::move(request), std::move(done));
+  w.caller = std::move(by);
+  log_->Submit(std::move(w));
 }
 
 absl::StatusOr<std::string> AuthStore::SelectPassword(const std::string& password,
@@ -551,88 +606,91 @@ absl::Status AuthStore::Wait(const std::function<void(Done)>& mutation) {
 // The mutation methods: the InternalRaftRequest etcd 3.5's server proposes
 // for each (its header is the log's to fill).
 
-void AuthStore::AuthEnable(Done done) {
+void AuthStore::AuthEnable(Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_enable();
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::AuthDisable(Done done) {
+void AuthStore::AuthDisable(Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_disable();
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::UserAdd(const std::string& name, const std::string& hashed_password,
-                        bool no_password, Done done) {
+                        bool no_password, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* a = r->mutable_auth_user_add();
   a->set_name(name);
   a->mutable_options()->set_no_password(no_password);
   if (!no_password) a->set_hashedpassword(absl::Base64Escape(hashed_password));
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::UserDelete(const std::string& name, Done done) {
+void AuthStore::UserDelete(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_user_delete()->set_name(name);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::UserChangePassword(const std::string& name, const std::string& hashed_password,
-                                   Done done) {
+                                   Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* p = r->mutable_auth_user_change_password();
   p->set_name(name);
   p->set_hashedpassword(absl::Base64Escape(hashed_password));
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::UserGrantRole(const std::string& user, const std::string& role, Done done) {
+void AuthStore::UserGrantRole(const std::string& user, const std::string& role, Done done,
+                              std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* g = r->mutable_auth_user_grant_role();
   g->set_user(user);
   g->set_role(role);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::UserRevokeRole(const std::string& user, const std::string& role, Done done) {
+void AuthStore::UserRevokeRole(const std::string& user, const std::string& role, Done done,
+                               std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* v = r->mutable_auth_user_revoke_role();
   v->set_name(user);
   v->set_role(role);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::RoleAdd(const std::string& name, Done done) {
+void AuthStore::RoleAdd(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_role_add()->set_name(name);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
-void AuthStore::RoleDelete(const std::string& name, Done done) {
+void AuthStore::RoleDelete(const std::string& name, Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   r->mutable_auth_role_delete()->set_role(name);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::RoleGrantPermission(const std::string& role, const authpb::Permission& perm,
-                                    Done done) {
+                                    Done done, std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* g = r->mutable_auth_role_grant_permission();
   g->set_name(role);
   *g->mutable_perm() = perm;
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
 void AuthStore::RoleRevokePermission(const std::string& role, const std::string& key,
-                                     const std::string& range_end, Done done) {
+                                     const std::string& range_end, Done done,
+                                     std::optional<mvcc::Caller> by) {
   auto r = std::make_shared<InternalRaftRequest>();
   auto* v = r->mutable_auth_role_revoke_permission();
   v->set_role(role);
   v->set_key(key);
   v->set_range_end(range_end);
-  Submit(std::move(r), std::move(done));
+  Submit(std::move(r), std::move(done), std::move(by));
 }
 
 // ---------------------------------------------------------------- reads
@@ -701,32 +759,65 @@ absl::StatusOr<std::string> AuthStore::HashPassword(const std::string& password)
   return std::string(hash);
 }
 
-absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
-                                                    const std::string& password) {
+absl::StatusOr<uint64_t> AuthStore::CheckPassword(const std::string& name,
+                                                  const std::string& password) const {
   auto s = Current();
   if (!s->enabled) return MakeError(Error::kAuthNotEnabled);
   auto u = s->users.find(name);
   if (u == s->users.end()) return MakeError(Error::kAuthFailed);
   if (u->second.options().no_password()) return MakeError(Error::kAuthFailed);
   if (!CheckHash(u->second.password(), password)) return MakeError(Error::kAuthFailed);
-  const absl::Time now = options_.now();
-  if (options_.jwt) return options_.jwt->Sign(name, s->revision, now);
-  // Simple tokens stay on this member. Here etcd proposes an
-  // InternalAuthenticateRequest (the name, no password, the simple token)
-  // so that every member applies it and knows the token; a cluster's
-  // simple tokens would go through the log the same way (Write would take
-  // `authenticate`).
-  // Read before the lock: the prefix comes from /dev/urandom.
-  const std::string prefix = RandomTokenPrefix();
-  const uint64_t applied = kv_->AppliedIndex();
-  util::MutexLock lock(&tokens_mu_);
-  absl::erase_if(tokens_, [now](const auto& kv) { return kv.second.expires <= now; });
-  std::string token;
-  do {
-    token = absl::StrCat(prefix, ".", applied + (++token_index_));
-  } while (tokens_.contains(token));
-  tokens_[token] = Token{name, now + options_.token_ttl};
-  return token;
+  return s->revision;
+}
+
+void AuthStore::IssueToken(const std::string& name, TokenDone done) {
+  if (options_.jwt) {
+    done(options_.jwt->Sign(name, Revision(), options_.now()));
+    return;
+  }
+  // etcd's InternalAuthenticateRequest: the name and the token's prefix,
+  // never the password. Read before any lock: the prefix comes from
+  // /dev/urandom.
+  std::string prefix = RandomTokenPrefix();
+  etcdserverpb::LoggedAuthenticate a;
+  a.set_name(name);
+  a.set_simple_token(prefix);
+  auto request = std::make_shared<InternalRaftRequest>();
+  request->set_authenticate(a.SerializeAsString());
+  log_->Submit(AuthenticateWrite(
+      std::move(request), [this, prefix = std::move(prefix), done = std::move(done)](
+                              absl::Status s) mutable {
+        if (!s.ok()) {
+          done(s);
+          return;
+        }
+        std::optional<std::string> token;
+        {
+          util::MutexLock lock(&tokens_mu_);
+          auto it = tokens_.find(prefix);
+          if (it != tokens_.end()) token = it->second.token;
+        }
+        // Gone already (its user deleted in the same group): no token.
+        if (!token) {
+          done(MakeError(Error::kAuthFailed));
+          return;
+        }
+        done(*std::move(token));
+      }));
+}
+
+absl::StatusOr<std::string> AuthStore::Authenticate(const std::string& name,
+                                                    const std::string& password) {
+  for (;;) {
+    absl::StatusOr<uint64_t> checked = CheckPassword(name, password);
+    if (!checked.ok()) return checked.status();
+    std::promise<absl::StatusOr<std::string>> p;
+    auto f = p.get_future();
+    IssueToken(name, [&p](absl::StatusOr<std::string> t) { p.set_value(std::move(t)); });
+    absl::StatusOr<std::string> token = f.get();
+    // etcd retries while the password was checked at a stale revision.
+    if (!token.ok() || *checked == Revision()) return token;
+  }
 }
 
 absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
@@ -736,11 +827,35 @@ absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
     if (!claims.ok()) return claims.status();
     return AuthInfo{std::move(claims->username), claims->revision};
   }
+  // etcd's isValidSimpleToken: "<prefix>.<index>", the index a number.
+  const size_t dot = token.find('.');
+  if (dot == std::string::npos || token.find('.', dot + 1) != std::string::npos) {
+    return MakeError(Error::kInvalidAuthToken);
+  }
+  uint64_t index = 0;
+  const std::string_view digits = std::string_view(token).substr(dot + 1);
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+    return MakeError(Error::kInvalidAuthToken);
+  }
+  const std::string prefix = token.substr(0, dot);
   std::string user;
   {
     util::MutexLock lock(&tokens_mu_);
-    auto it = tokens_.find(token);
-    if (it == tokens_.end()) return MakeError(Error::kInvalidAuthToken);
+    auto it = tokens_.find(prefix);
+    // A token issued through an entry this member has not applied yet (the
+    // client got it from a member ahead of this one): wait for it, as etcd
+    // waits for the index to be applied.
+    const absl::Time deadline = absl::Now() + kTokenWait;
+    while (it == tokens_.end() && kv_->AppliedIndex() < index && absl::Now() < deadline) {
+      // Woken when a token is registered; the applied index is looked at
+      // again at least every few milliseconds.
+      token_added_.WaitWithTimeout(&tokens_mu_, absl::Milliseconds(5));
+      it = tokens_.find(prefix);
+    }
+    if (it == tokens_.end() || it->second.token != token) {
+      return MakeError(Error::kInvalidAuthToken);
+    }
     if (it->second.expires <= now) {
       tokens_.erase(it);
       return MakeError(Error::kInvalidAuthToken);
@@ -781,14 +896,55 @@ absl::Status AuthStore::CheckRange(const AuthInfo& info, std::string_view key,
   return CheckRangeIn(*s, info, key, range_end, type);
 }
 
-absl::Status AuthStore::CheckAdmin(const AuthInfo& info) const {
-  auto s = Current();
-  if (!s->enabled) return absl::OkStatus();
+absl::Status AuthStore::CheckAdminIn(const State& s, const AuthInfo& info) const {
+  if (!s.enabled) return absl::OkStatus();
   if (info.user.empty()) return MakeError(Error::kUserEmpty);
-  auto p = s->perms.find(info.user);
-  if (p == s->perms.end()) return MakeError(Error::kUserNotFound);
+  auto p = s.perms.find(info.user);
+  if (p == s.perms.end()) return MakeError(Error::kUserNotFound);
   if (!p->second->root) return MakeError(Error::kPermissionDenied);
   return absl::OkStatus();
+}
+
+absl::Status AuthStore::CheckAdmin(const AuthInfo& info) const {
+  auto s = Current();
+  return CheckAdminIn(*s, info);
+}
+
+absl::Status AuthStore::CheckApply(const WriteRequest& w) {
+  // Committer thread: applied_ holds every auth change applied before w.
+  const State& s = *applied_;
+  if (!s.enabled || !w.caller) return absl::OkStatus();
+  const AuthInfo info{w.caller->user, w.caller->auth_revision};
+  return std::visit(
+      [&](const auto& op) -> absl::Status {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, mvcc::PutOp>) {
+          return CheckPutIn(s, info, *op.request);
+        } else if constexpr (std::is_same_v<T, mvcc::DeleteRangeOp>) {
+          const auto& d = *op.request;
+          if (auto st = CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kWrite); !st.ok()) {
+            return st;
+          }
+          if (d.prev_kv()) return CheckRangeIn(s, info, d.key(), d.range_end(), PermType::kRead);
+          return absl::OkStatus();
+        } else if constexpr (std::is_same_v<T, mvcc::TxnOp>) {
+          return CheckTxnIn(s, info, *op.request, TxnRules::kCurrent);
+        } else if constexpr (std::is_same_v<T, mvcc::LeaseRevokeOp>) {
+          // etcd's checkLeasePutsKeys: an admin at once, else write
+          // permission on every attached key.
+          if (CheckAdminIn(s, info).ok()) return absl::OkStatus();
+          return CheckLeaseKeysIn(s, info, op.request->id(), PermType::kWrite);
+        } else if constexpr (std::is_same_v<T, mvcc::CustomOp>) {
+          // etcd's needAdminPermission: an auth change by a user who lost
+          // the root role meanwhile is refused.
+          if (w.raft_request && IsAuthRequest(*w.raft_request)) return CheckAdminIn(s, info);
+          return absl::OkStatus();
+        } else {
+          // Compactions, lease grants and alarms: etcd checks none at apply.
+          return absl::OkStatus();
+        }
+      },
+      w.op);
 }
 
 absl::Status AuthStore::CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,

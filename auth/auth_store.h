@@ -23,10 +23,24 @@
 //
 // Permission checks read an immutable published state (users, roles and each
 // user's merged read/write key ranges, like etcd's range_perm_cache) and take
-// only a short lock to fetch it. Simple tokens ("<random>.<index>") live in
-// memory only (as in etcd), expire after the configured TTL unless used, and
-// are dropped when their user is deleted or changes password, and when auth
-// is disabled.
+// only a short lock to fetch it. The auth store is also its KV store's
+// mvcc::WriteGuard: as etcd's authApplierV3, every client write made by a
+// user (WriteRequest::caller, logged in the entry's header in a cluster) is
+// checked again when it is applied, against the auth state applied by then,
+// on every member: a permission revoked between the request's check and its
+// apply refuses it ("permission denied", or "revision of auth store is old"
+// for a caller checked at an older auth revision), and so does an auth
+// change made by a user who lost the root role meanwhile.
+//
+// Simple tokens ("<random>.<index>") live in memory only (as in etcd), expire
+// after the configured TTL unless used, and are dropped when their user is
+// deleted or changes password, and when auth is disabled. They are issued
+// through the write log, as etcd 3.5 issues them: the member that checked
+// the password proposes etcd's InternalAuthenticateRequest (the name and the
+// token's random prefix), and every member that applies it registers the
+// token "<prefix>.<entry index>", so that a client may present it to any
+// member. A member that does not know a token whose index it has not applied
+// yet waits (at most kTokenWait) for it, as etcd's isValidSimpleToken does.
 //
 // Password hashing and checking (bcrypt) is CPU-heavy: HashPassword and
 // Authenticate run it on the calling thread, so call them off gRPC reactor
@@ -43,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,7 +131,7 @@ struct AuthStoreOptions {
   std::function<absl::Time()> now = absl::Now;
 };
 
-class AuthStore {
+class AuthStore final : private mvcc::WriteGuard {
  public:
   // Loads the auth records from store's backend; a store without an auth
   // revision starts at revision 1, as etcd does. The mutation methods submit
@@ -134,8 +149,15 @@ class AuthStore {
   static absl::StatusOr<std::unique_ptr<AuthStore>> Open(mvcc::KvStore* store,
                                                          const AuthStoreOptions& options);
 
+  // Detaches itself from the store (SetWriteGuard).
+  ~AuthStore() override;
+
   AuthStore(const AuthStore&) = delete;
   AuthStore& operator=(const AuthStore&) = delete;
+
+  // How long InfoFromToken waits for this member to apply the entry that
+  // issued a simple token it does not know yet.
+  static constexpr absl::Duration kTokenWait = absl::Seconds(1);
 
   bool Enabled() const;
   uint64_t Revision() const;
@@ -163,25 +185,44 @@ class AuthStore {
                            Done done);
   // Whether request holds one of the auth mutations Write applies.
   static bool IsAuthRequest(const etcdserverpb::InternalRaftRequest& request);
-  // log->Submit(Write(request, done)).
-  void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done);
+  // Whether request is etcd's InternalAuthenticateRequest (a simple token).
+  static bool IsAuthenticate(const etcdserverpb::InternalRaftRequest& request);
+  // The write that applies a logged auth entry on this member: an auth
+  // mutation (Write) or an InternalAuthenticateRequest (registers its
+  // simple token); nullopt, leaving *done alone, for any other entry. What a
+  // cluster member's Raft log decodes its auth entries with.
+  std::optional<mvcc::WriteRequest> Decode(
+      std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
+      absl::AnyInvocable<void(absl::Status)>* done);
+  // log->Submit(Write(request, done)), made by `by` (the caller whose admin
+  // permission was checked): it is checked again when it is applied. Each
+  // mutation below takes the same `by`.
+  void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done,
+              std::optional<mvcc::Caller> by = std::nullopt);
 
-  void AuthEnable(Done done);
-  void AuthDisable(Done done);
+  void AuthEnable(Done done, std::optional<mvcc::Caller> by = std::nullopt);
+  void AuthDisable(Done done, std::optional<mvcc::Caller> by = std::nullopt);
   // hashed_password: from HashPassword, the bcrypt hash itself (ignored
   // with no_password); the request carries it base64-encoded.
   void UserAdd(const std::string& name, const std::string& hashed_password, bool no_password,
-               Done done);
-  void UserDelete(const std::string& name, Done done);
+               Done done, std::optional<mvcc::Caller> by = std::nullopt);
+  void UserDelete(const std::string& name, Done done,
+                  std::optional<mvcc::Caller> by = std::nullopt);
   // A user added with no_password keeps no password (etcd 3.5).
-  void UserChangePassword(const std::string& name, const std::string& hashed_password, Done done);
-  void UserGrantRole(const std::string& user, const std::string& role, Done done);
-  void UserRevokeRole(const std::string& user, const std::string& role, Done done);
-  void RoleAdd(const std::string& name, Done done);
-  void RoleDelete(const std::string& name, Done done);
-  void RoleGrantPermission(const std::string& role, const authpb::Permission& perm, Done done);
+  void UserChangePassword(const std::string& name, const std::string& hashed_password, Done done,
+                          std::optional<mvcc::Caller> by = std::nullopt);
+  void UserGrantRole(const std::string& user, const std::string& role, Done done,
+                     std::optional<mvcc::Caller> by = std::nullopt);
+  void UserRevokeRole(const std::string& user, const std::string& role, Done done,
+                      std::optional<mvcc::Caller> by = std::nullopt);
+  void RoleAdd(const std::string& name, Done done, std::optional<mvcc::Caller> by = std::nullopt);
+  void RoleDelete(const std::string& name, Done done,
+                  std::optional<mvcc::Caller> by = std::nullopt);
+  void RoleGrantPermission(const std::string& role, const authpb::Permission& perm, Done done,
+                           std::optional<mvcc::Caller> by = std::nullopt);
   void RoleRevokePermission(const std::string& role, const std::string& key,
-                            const std::string& range_end, Done done);
+                            const std::string& range_end, Done done,
+                            std::optional<mvcc::Caller> by = std::nullopt);
 
   // Blocking forms of the mutations, for tests and tools.
   absl::Status Wait(const std::function<void(Done)>& mutation);
@@ -198,8 +239,22 @@ class AuthStore {
   // --- Passwords and tokens.
   // A bcrypt hash of password at the configured cost (CPU-heavy).
   absl::StatusOr<std::string> HashPassword(const std::string& password) const;
-  // Checks the password (CPU-heavy) and issues a token: a JWT carrying the
-  // current auth revision with options.jwt, else a simple token.
+  // Checks name's password (CPU-heavy, on the calling thread): the auth
+  // revision it was checked at (etcd's CheckPassword), or kAuthNotEnabled,
+  // kAuthFailed.
+  absl::StatusOr<uint64_t> CheckPassword(const std::string& name,
+                                         const std::string& password) const;
+  // Issues a token to name, whose password was checked: a JWT carrying the
+  // current auth revision (at once) with options.jwt; else a simple token,
+  // through the write log (etcd's InternalAuthenticateRequest), once this
+  // member applied it. done runs on the committer (must not block) or on
+  // the calling thread, with the token or the error that refused it
+  // (kAuthNotEnabled, kAuthFailed for a user gone meanwhile).
+  using TokenDone = absl::AnyInvocable<void(absl::StatusOr<std::string>)>;
+  void IssueToken(const std::string& name, TokenDone done);
+  // etcd's Authenticate, blocking: CheckPassword, then IssueToken, again
+  // while the auth revision moved past the one the password was checked at.
+  // Not on the committer thread.
   absl::StatusOr<std::string> Authenticate(const std::string& name, const std::string& password);
   // The identity a token stands for (a simple token's TTL is refreshed; a
   // JWT carries the auth revision it was issued at); kInvalidAuthToken if it
@@ -269,6 +324,14 @@ class AuthStore {
 
   AuthStore(mvcc::KvStore* kv, mvcc::WriteLog* log, const AuthStoreOptions& options);
   absl::Status Load();
+  // mvcc::WriteGuard, on the committer: w re-checked against applied_.
+  absl::Status CheckApply(const mvcc::WriteRequest& w) override;
+  // The write applying a logged InternalAuthenticateRequest.
+  mvcc::WriteRequest AuthenticateWrite(
+      std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done);
+  // Registers a simple token (committer thread) and wakes InfoFromToken.
+  void AddToken(const std::string& prefix, const std::string& user, uint64_t index)
+      ABSL_LOCKS_EXCLUDED(tokens_mu_);
   // The mutation request applies (hashing a pre-3.5 entry's password here).
   absl::StatusOr<Mutation> MutationOf(const etcdserverpb::InternalRaftRequest& request) const;
   // etcd's selectPassword: the bcrypt hash a request's password and
@@ -278,6 +341,7 @@ class AuthStore {
   // The CustomOp write applying m to the applied state.
   mvcc::WriteRequest WriteOf(Mutation m, Done done);
   std::shared_ptr<const State> Current() const;
+  absl::Status CheckAdminIn(const State& s, const AuthInfo& info) const;
   absl::Status CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
                             std::string_view range_end, PermType type) const;
   absl::Status CheckLeaseKeysIn(const State& s, const AuthInfo& info, int64_t lease_id,
@@ -303,14 +367,16 @@ class AuthStore {
   std::shared_ptr<const State> state_ ABSL_GUARDED_BY(state_mu_);
 
   struct Token {
+    std::string token;  // "<prefix>.<index>"
     std::string user;
     absl::Time expires;
   };
-  // Simple tokens. Lock order: tokens_mu_ is a leaf lock; never held with
-  // state_mu_.
+  // Simple tokens, by their random prefix (unique: 16 letters of 52). Lock
+  // order: tokens_mu_ is a leaf lock; never held with state_mu_.
   util::Mutex tokens_mu_;
   absl::flat_hash_map<std::string, Token> tokens_ ABSL_GUARDED_BY(tokens_mu_);
-  uint64_t token_index_ ABSL_GUARDED_BY(tokens_mu_) = 0;
+  // Signalled when a token is registered.
+  util::CondVar token_added_;
 };
 
 }  // namespace capstan::auth

@@ -8,9 +8,11 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "auth/errors.h"
 #include "gtest/gtest.h"
 #include "storage/backend.h"
@@ -262,6 +264,100 @@ TEST_F(AuthStoreTest, PermissionChecks) {
   EXPECT_EQ(auth_->TEST_NumTokens(), 0u);
   EXPECT_TRUE(auth_->CheckRange(AuthInfo{}, "bar", "", PermType::kWrite).ok());
   EXPECT_TRUE(Is(auth_->Authenticate("u", "new").status(), Error::kAuthNotEnabled));
+}
+
+// Submits w to the store and waits for its answer.
+absl::Status SubmitAndWait(KvStore* kv, mvcc::WriteRequest w) {
+  std::promise<absl::Status> p;
+  auto f = p.get_future();
+  w.done = [&p](absl::Status s) { p.set_value(s); };
+  kv->Submit(std::move(w));
+  return f.get();
+}
+
+TEST_F(AuthStoreTest, AUsersWriteIsCheckedAgainWhenItIsApplied) {
+  SetUpUsers();
+  auto token = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(token.ok()) << token.status();
+  auto info = auth_->InfoFromToken(*token);
+  ASSERT_TRUE(info.ok());
+  const mvcc::Caller u{info->user, info->revision};
+
+  etcdserverpb::PutRequest put;
+  put.set_key("foo1");
+  put.set_value("v");
+  etcdserverpb::PutResponse put_resp;
+  auto put_write = [&](std::optional<mvcc::Caller> caller) {
+    mvcc::WriteRequest w;
+    w.op = mvcc::PutOp{&put, &put_resp};
+    w.caller = std::move(caller);
+    return w;
+  };
+  EXPECT_TRUE(SubmitAndWait(kv_.get(), put_write(u)).ok());
+  const int64_t rev = kv_->Rev();
+
+  // The permission is revoked after u's writes were checked (and queued, or
+  // logged): they reach the committer after the revocation.
+  ASSERT_TRUE(Do([&](auto d) { auth_->RoleRevokePermission("r", "foo", "fop", std::move(d)); }).ok());
+  // Checked at the older auth revision: etcd's ErrAuthOldRevision.
+  EXPECT_TRUE(Is(SubmitAndWait(kv_.get(), put_write(u)), Error::kAuthOldRevision));
+  // At the current one: permission denied, for every kind of write.
+  const mvcc::Caller now{"u", auth_->Revision()};
+  EXPECT_TRUE(Is(SubmitAndWait(kv_.get(), put_write(now)), Error::kPermissionDenied));
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key("foo1");
+  etcdserverpb::DeleteRangeResponse del_resp;
+  mvcc::WriteRequest dw;
+  dw.op = mvcc::DeleteRangeOp{&del, &del_resp};
+  dw.caller = now;
+  EXPECT_TRUE(Is(SubmitAndWait(kv_.get(), std::move(dw)), Error::kPermissionDenied));
+  etcdserverpb::TxnRequest txn;
+  txn.add_success()->mutable_request_put()->set_key("foo2");
+  etcdserverpb::TxnResponse txn_resp;
+  mvcc::WriteRequest tw;
+  tw.op = mvcc::TxnOp{&txn, &txn_resp};
+  tw.caller = now;
+  EXPECT_TRUE(Is(SubmitAndWait(kv_.get(), std::move(tw)), Error::kPermissionDenied));
+  EXPECT_EQ(kv_->Rev(), rev) << "a refused write changed the store";
+  // A caller with no user at all (etcd's empty AuthInfo): user name is empty.
+  EXPECT_TRUE(Is(SubmitAndWait(kv_.get(), put_write(mvcc::Caller{"", 0})), Error::kUserEmpty));
+  // A write of the server's own (no caller) is not a user's.
+  EXPECT_TRUE(SubmitAndWait(kv_.get(), put_write(std::nullopt)).ok());
+
+  // An auth change by a user without the root role (it lost it between
+  // the check and the apply): refused at apply, as etcd's
+  // needAdminPermission.
+  EXPECT_TRUE(Is(Do([&](auto d) { auth_->RoleAdd("r2", std::move(d), now); }),
+                 Error::kPermissionDenied));
+  EXPECT_TRUE(Is(auth_->GetRole("r2").status(), Error::kRoleNotFound));
+  EXPECT_TRUE(
+      Do([&](auto d) { auth_->RoleAdd("r2", std::move(d), mvcc::Caller{"root", 0}); }).ok());
+}
+
+TEST_F(AuthStoreTest, SimpleTokensNameTheirIndexAndAnUnknownOneIsWaitedForThenRefused) {
+  SetUpUsers();
+  auto token = auth_->Authenticate("u", "upw");
+  ASSERT_TRUE(token.ok()) << token.status();
+  const size_t dot = token->find('.');
+  ASSERT_NE(dot, std::string::npos);
+  EXPECT_EQ(dot, 16u);
+  const uint64_t index = std::stoull(token->substr(dot + 1));
+  EXPECT_GT(index, 0u);
+  EXPECT_LE(index, kv_->AppliedIndex());
+  // Malformed tokens are refused at once.
+  for (const std::string bad : {"nodot", "a.b", "a.1.2", "a.", "a.-1"}) {
+    EXPECT_TRUE(Is(auth_->InfoFromToken(bad).status(), Error::kInvalidAuthToken)) << bad;
+  }
+  // A token naming an index this member has not applied is waited for (it
+  // may come from a member ahead of this one), then refused.
+  const absl::Time start = absl::Now();
+  const std::string ahead = absl::StrCat("unknownprefixxxx.", kv_->AppliedIndex() + 100);
+  EXPECT_TRUE(Is(auth_->InfoFromToken(ahead).status(), Error::kInvalidAuthToken));
+  EXPECT_GE(absl::Now() - start, AuthStore::kTokenWait);
+  // The right prefix with another index is not the token.
+  EXPECT_TRUE(Is(auth_->InfoFromToken(absl::StrCat(token->substr(0, dot), ".", index - 1)).status(),
+                 Error::kInvalidAuthToken));
+  EXPECT_TRUE(auth_->InfoFromToken(*token).ok());
 }
 
 TEST_F(AuthStoreTest, TokensExpireUnlessUsed) {

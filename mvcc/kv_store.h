@@ -244,6 +244,14 @@ class KvStore : public WriteLog {
   // alive until it is detached or the store is destroyed.
   void SetWatchHub(WatchHub* hub) { hub_.store(hub, std::memory_order_release); }
 
+  // Re-checks each write as it is applied (WriteGuard). Pass null to stop.
+  // The guard must stay alive until it is detached or the store destroyed.
+  void SetWriteGuard(WriteGuard* guard) { guard_.store(guard, std::memory_order_release); }
+
+  // The Raft index of the write the committer is applying (0: one not from
+  // a log). REQUIRES: called on the committer thread, from a CustomOp.
+  uint64_t ApplyingIndex() const { return applying_index_; }
+
   // Blocks until the compaction scheduled most recently has deleted its
   // revisions from the backend.
   void WaitCompactionDone() ABSL_LOCKS_EXCLUDED(compact_mu_);
@@ -416,6 +424,9 @@ class KvStore : public WriteLog {
   // Changes of the group being committed, for the watch hub.
   std::vector<WatchEvent> group_events_;
   std::atomic<WatchHub*> hub_{nullptr};
+  std::atomic<WriteGuard*> guard_{nullptr};
+  // The raft_index of the write being applied: committer thread only.
+  uint64_t applying_index_ = 0;
   std::atomic<WriteLog*> write_log_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
   // The backend's size as last measured (by the committer), for the quota.

@@ -614,6 +614,12 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
     WriteRequest& w = (*writes)[i];
     group.results[i] =
         Admit(w, backend_size_.load(std::memory_order_relaxed), &group_cost, &group);
+    if (group.results[i].ok() && w.caller) {
+      if (WriteGuard* guard = guard_.load(std::memory_order_acquire)) {
+        group.results[i] = guard->CheckApply(w);
+      }
+    }
+    applying_index_ = w.raft_index;
     if (group.results[i].ok()) group.results[i] = Apply(w, i, &group);
   }
   CommitBatch(&group);

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <variant>
 
 #include "absl/functional/any_invocable.h"
@@ -70,6 +72,14 @@ struct CustomOp {
 using WriteOp = std::variant<PutOp, DeleteRangeOp, TxnOp, CompactOp, LeaseGrantOp, LeaseRevokeOp,
                              AlarmOp, InternalOp, CustomOp>;
 
+// Who made a client write, as etcd's RequestHeader logs it: the user of the
+// caller's token or certificate and the auth revision it was checked at
+// (etcd's AuthInfo).
+struct Caller {
+  std::string user;
+  uint64_t auth_revision = 0;
+};
+
 // A write applied by the committer, which calls `done` exactly once: after
 // the write is durable and visible, or with the error that refused it. done
 // runs on the store's answer thread (or, for a small group with nothing
@@ -93,6 +103,24 @@ struct WriteRequest {
   // each group, atomically with its data (etcd's consistent index), so that
   // replay after a crash skips what was applied.
   uint64_t raft_index = 0;
+  // Set for a client write made while auth was enabled: who made it. A
+  // cluster logs it in the entry's header (username, auth_revision), and
+  // the store's WriteGuard re-checks the permission against it when the
+  // write is applied, as etcd's authApplierV3 does. Unset: a write of the
+  // server's own (lease expiry) or one made while auth was off.
+  std::optional<Caller> caller;
+};
+
+// Re-checks a client write as the committer applies it (etcd's
+// authApplierV3): a permission revoked after the write was checked and
+// queued (or logged) refuses it. The auth store is the store's guard.
+class WriteGuard {
+ public:
+  virtual ~WriteGuard() = default;
+  // Runs on the committer thread, in order with every other write, just
+  // before w applies (after the writes before it in its group): ok, or the
+  // error that refuses w, which then changes nothing. Must not block.
+  virtual absl::Status CheckApply(const WriteRequest& w) = 0;
 };
 
 // Where writes go to be ordered, made durable and applied: on a single

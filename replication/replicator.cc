@@ -517,6 +517,12 @@ void Replicator::Propose() {
     const uint64_t id = NextRequestId();
     r.mutable_header()->set_id(id);
     r.set_id(id);
+    if (p.w.caller) {
+      // etcd's processInternalRaftRequestOnce: who made the request, which
+      // every member's apply re-checks (mvcc::WriteGuard).
+      r.mutable_header()->set_username(p.w.caller->user);
+      r.mutable_header()->set_auth_revision(p.w.caller->auth_revision);
+    }
     if (r.has_lease_grant() && r.lease_grant().id() == 0) {
       // etcd picks a new lease's id where the request arrives, before
       // proposing it, so every member grants the same one.
@@ -676,8 +682,13 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     noop();  // the failpoint applied it at proposal
     return;
   }
+  std::optional<mvcc::Caller> caller;
+  if (!request->header().username().empty() || request->header().auth_revision() != 0) {
+    caller = mvcc::Caller{request->header().username(), request->header().auth_revision()};
+  }
   mvcc::WriteRequest w = DecodeEntry(std::move(request));
   w.raft_index = entry.index;
+  w.caller = std::move(caller);
   store_->SubmitCommitted(std::move(w));
 }
 

@@ -324,15 +324,14 @@ absl::Status Server::StartReplication() {
                     "a quorum has them and loses acknowledged writes (tests only)");
     options.failpoint_answer_before_commit = true;
   }
-  // Auth changes are entries too: each member rebuilds them on its auth
-  // store.
+  // Auth changes and simple tokens (Authenticate) are entries too: each
+  // member rebuilds them on its auth store.
   auth::AuthStore* auth_store = auth_store_;
   replication::EntryDecoder decode_auth =
       [auth_store](std::shared_ptr<const etcdserverpb::InternalRaftRequest> request,
                    absl::AnyInvocable<void(absl::Status)>* done)
       -> std::optional<mvcc::WriteRequest> {
-    if (!auth::AuthStore::IsAuthRequest(*request)) return std::nullopt;
-    return auth_store->Write(std::move(request), std::move(*done));
+    return auth_store->Decode(std::move(request), done);
   };
   replicator_ = replication::Replicator::Create(options, raft_factory_, *std::move(log),
                                                 store_.get(), transport.get(),

@@ -117,6 +117,13 @@ absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
   return Identify(ctx).status();
 }
 
+std::optional<mvcc::Caller> AuthGate::CallerOf(const grpc::ServerContextBase& ctx) const {
+  if (!store_->Enabled()) return std::nullopt;
+  auto info = Identify(ctx);
+  if (!info.ok() || (info->user.empty() && info->revision == 0)) return std::nullopt;
+  return mvcc::Caller{std::move(info->user), info->revision};
+}
+
 // ---------------------------------------------------------------- AuthService
 
 AuthService::AuthService(std::unique_ptr<auth::AuthStore> store, bool client_cert_auth,
@@ -195,29 +202,30 @@ grpc::ServerUnaryReactor* AuthService::Admin(grpc::CallbackServerContext* ctx, R
     return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {                           \
       auth::AuthStore* store = gate_->store();                                                 \
       auth::AuthStore::Done done = FinishWhenDone(reactor, resp);                              \
+      std::optional<mvcc::Caller> by = gate_->CallerOf(*ctx);                                  \
       (void)req;                                                                               \
       mutate;                                                                                  \
     });                                                                                        \
   }
 
 CAPSTAN_ADMIN_MUTATION(AuthEnable, AuthEnableRequest, AuthEnableResponse,
-                       store->AuthEnable(std::move(done)))
+                       store->AuthEnable(std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(AuthDisable, AuthDisableRequest, AuthDisableResponse,
-                       store->AuthDisable(std::move(done)))
+                       store->AuthDisable(std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(UserDelete, AuthUserDeleteRequest, AuthUserDeleteResponse,
-                       store->UserDelete(req->name(), std::move(done)))
+                       store->UserDelete(req->name(), std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(UserGrantRole, AuthUserGrantRoleRequest, AuthUserGrantRoleResponse,
-                       store->UserGrantRole(req->user(), req->role(), std::move(done)))
+                       store->UserGrantRole(req->user(), req->role(), std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(UserRevokeRole, AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse,
-                       store->UserRevokeRole(req->name(), req->role(), std::move(done)))
+                       store->UserRevokeRole(req->name(), req->role(), std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(RoleAdd, AuthRoleAddRequest, AuthRoleAddResponse,
-                       store->RoleAdd(req->name(), std::move(done)))
+                       store->RoleAdd(req->name(), std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(RoleDelete, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
-                       store->RoleDelete(req->role(), std::move(done)))
+                       store->RoleDelete(req->role(), std::move(done), std::move(by)))
 CAPSTAN_ADMIN_MUTATION(RoleRevokePermission, AuthRoleRevokePermissionRequest,
                        AuthRoleRevokePermissionResponse,
                        store->RoleRevokePermission(req->role(), req->key(), req->range_end(),
-                                                   std::move(done)))
+                                                   std::move(done), std::move(by)))
 #undef CAPSTAN_ADMIN_MUTATION
 
 grpc::ServerUnaryReactor* AuthService::RoleGrantPermission(
@@ -228,7 +236,8 @@ grpc::ServerUnaryReactor* AuthService::RoleGrantPermission(
       Finish(reactor, resp, auth::MakeError(auth::Error::kPermissionNotGiven));
       return;
     }
-    gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp));
+    gate_->store()->RoleGrantPermission(req->name(), req->perm(), FinishWhenDone(reactor, resp),
+                                        gate_->CallerOf(*ctx));
   });
 }
 
@@ -238,19 +247,20 @@ grpc::ServerUnaryReactor* AuthService::UserAdd(grpc::CallbackServerContext* ctx,
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
     auth::AuthStore* store = gate_->store();
     if (req->options().no_password()) {
-      store->UserAdd(req->name(), {}, /*no_password=*/true, FinishWhenDone(reactor, resp));
+      store->UserAdd(req->name(), {}, /*no_password=*/true, FinishWhenDone(reactor, resp),
+                     gate_->CallerOf(*ctx));
       return;
     }
     // As etcd 3.5's server: the password (an empty one too) is hashed
     // before the request is logged; a hashedPassword the client sent is
     // not used.
-    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
+    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor, by = gate_->CallerOf(*ctx)] {
       auto hash = store->HashPassword(req->password());
       if (!hash.ok()) {
         Finish(reactor, resp, hash.status());
         return;
       }
-      store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp));
+      store->UserAdd(req->name(), *hash, false, FinishWhenDone(reactor, resp), by);
     });
   });
 }
@@ -268,16 +278,16 @@ grpc::ServerUnaryReactor* AuthService::UserChangePassword(
       auto* change = request->mutable_auth_user_change_password();
       change->set_name(req->name());
       change->set_hashedpassword(req->hashedpassword());
-      store->Submit(std::move(request), FinishWhenDone(reactor, resp));
+      store->Submit(std::move(request), FinishWhenDone(reactor, resp), gate_->CallerOf(*ctx));
       return;
     }
-    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
+    RunBcrypt(ctx, reactor, [this, store, req, resp, reactor, by = gate_->CallerOf(*ctx)] {
       auto hash = store->HashPassword(req->password());
       if (!hash.ok()) {
         Finish(reactor, resp, hash.status());
         return;
       }
-      store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp));
+      store->UserChangePassword(req->name(), *hash, FinishWhenDone(reactor, resp), by);
     });
   });
 }
@@ -291,12 +301,43 @@ grpc::ServerUnaryReactor* AuthService::Authenticate(grpc::CallbackServerContext*
     Finish(reactor, resp, auth::MakeError(auth::Error::kAuthNotEnabled));
     return reactor;
   }
-  RunBcrypt(ctx, reactor, [this, store, req, resp, reactor] {
-    auto token = store->Authenticate(req->name(), req->password());
+  // etcd's Authenticate starts with a linearizable read: the password is
+  // checked against every auth change committed before the call.
+  store->kv()->ReadBarrier([this, ctx, reactor, req, resp](absl::Status s) {
+    if (!s.ok()) {
+      Finish(reactor, resp, s);
+      return;
+    }
+    RunBcrypt(ctx, reactor, [this, ctx, reactor, req, resp] {
+      AuthenticateOnce(ctx, reactor, req, resp);
+    });
+  });
+  return reactor;
+}
+
+void AuthService::AuthenticateOnce(grpc::CallbackServerContext* ctx,
+                                   grpc::ServerUnaryReactor* reactor,
+                                   const etcdserverpb::AuthenticateRequest* req,
+                                   etcdserverpb::AuthenticateResponse* resp) {
+  auth::AuthStore* store = gate_->store();
+  absl::StatusOr<uint64_t> checked = store->CheckPassword(req->name(), req->password());
+  if (!checked.ok()) {
+    Finish(reactor, resp, checked.status());
+    return;
+  }
+  // A simple token goes through the write log; done runs on the committer.
+  store->IssueToken(req->name(), [this, ctx, reactor, req, resp, store,
+                                  checked = *checked](absl::StatusOr<std::string> token) {
+    if (token.ok() && checked != store->Revision()) {
+      // The password was checked at a stale auth revision: again.
+      RunBcrypt(ctx, reactor, [this, ctx, reactor, req, resp] {
+        AuthenticateOnce(ctx, reactor, req, resp);
+      });
+      return;
+    }
     if (token.ok()) resp->set_token(*token);
     Finish(reactor, resp, token.status());
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* AuthService::AuthStatus(grpc::CallbackServerContext* ctx,

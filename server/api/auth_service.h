@@ -8,13 +8,15 @@
 // every check fails with "user name is empty" while auth is enabled).
 //
 // Checks are made when the request arrives, before it is queued to the
-// committer (etcd makes them while applying, serialized with auth changes):
-// a request racing an auth change may be judged by the state just before it.
+// committer or proposed; a write made by a user carries who made it
+// (CallerOf) and the auth store checks it again when every member applies
+// it, serialized with auth changes, as etcd does.
 
 #ifndef CAPSTAN_SERVER_API_AUTH_SERVICE_H_
 #define CAPSTAN_SERVER_API_AUTH_SERVICE_H_
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string_view>
 
@@ -62,6 +64,11 @@ class AuthGate {
   // Only a valid identity, no permission (Compact and LeaseGrant, as etcd:
   // it refuses a bad token before proposing any request).
   absl::Status CheckIdentity(const grpc::ServerContextBase& ctx) const;
+  // Who makes a write, for its WriteRequest::caller (etcd's RequestHeader
+  // username and auth_revision), so that its permission is checked again
+  // when it is applied: unset while auth is off and for a caller without a
+  // user. Call after the write's check passed.
+  std::optional<mvcc::Caller> CallerOf(const grpc::ServerContextBase& ctx) const;
 
  private:
   auth::AuthStore* const store_;
@@ -134,6 +141,12 @@ class AuthService final : public DecodingService<etcdserverpb::Auth> {
 #undef CAPSTAN_AUTH_RPC
 
  private:
+  // One attempt of Authenticate (on the bcrypt pool): the password, then
+  // the token; again while the auth revision moved past the one the
+  // password was checked at (etcd's Authenticate loop).
+  void AuthenticateOnce(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                        const etcdserverpb::AuthenticateRequest* req,
+                        etcdserverpb::AuthenticateResponse* resp);
   // Finishes with resp's header filled on success.
   template <typename Response>
   void Finish(grpc::ServerUnaryReactor* reactor, Response* resp, const absl::Status& s) const;

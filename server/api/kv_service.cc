@@ -183,6 +183,8 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
   mvcc::WriteRequest w;
   w.op = Op{&c->request, &c->response};
   w.validated = true;
+  // Checked again as it is applied, by the user who made it.
+  if (auth_ != nullptr) w.caller = auth_->CallerOf(*ctx);
   w.done = [c, reactor, out, member = member_](absl::Status s) {
     std::unique_ptr<RawWriteCall<Request, Response>> owned(c);
     if (s.ok()) {

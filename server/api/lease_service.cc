@@ -104,7 +104,8 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
       return reactor;
     }
   }
-  SubmitAndFinish(store_, member_, reactor, mvcc::LeaseRevokeOp{request, response});
+  SubmitAndFinish(store_, member_, reactor, mvcc::LeaseRevokeOp{request, response},
+                  auth_ != nullptr ? auth_->CallerOf(*ctx) : std::nullopt);
   return reactor;
 }
 
