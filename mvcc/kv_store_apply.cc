@@ -716,6 +716,10 @@ void KvStore::CommitBatch(Group* group) {
     std::string index_bytes;
     util::AppendBigEndian64(applied, &index_bytes);
     batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);
+    // A store that applies only what a write log holds needs no WAL of its
+    // own: after a crash it reopens at its last flush, whose applied index
+    // says where the log's replay starts (docs/REPLICATION.md).
+    batch_.set_wal(!options_.requires_write_log);
     const absl::Time write_start = absl::Now();
     absl::Status s = backend_->Write(&batch_);
     commit_latency_.Record(absl::ToDoubleSeconds(absl::Now() - write_start));

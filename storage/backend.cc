@@ -348,6 +348,12 @@ absl::Status RocksBackend::Write(WriteBatch* batch) {
 #if defined(__SANITIZE_THREAD__)
   util::MutexLock l(&tsan_write_mu_);
 #endif
+  if (!batch->wal()) {
+    rocksdb::WriteOptions no_wal = write_options_;
+    no_wal.sync = false;
+    no_wal.disableWAL = true;
+    return FromRocks(db_->Write(no_wal, WriteBatchAccess::Rocks(batch)));
+  }
   if (batch->sync() || !write_options_.sync) {
     return FromRocks(db_->Write(write_options_, WriteBatchAccess::Rocks(batch)));
   }
@@ -386,6 +392,10 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Open(const BackendOptions& opt
   db_options.max_total_wal_size = 256 << 20;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.keep_log_file_num = 3;
+  // Batches written without the WAL (WriteBatch::set_wal) survive a crash
+  // only as flushed: every family flushes at once, so what survives is the
+  // same prefix of batches in all of them.
+  db_options.atomic_flush = true;
   if (options.file_system) db_options.env = options.file_system->rocks()->env.get();
 
   auto cache = rocksdb::NewLRUCache(options.block_cache_bytes);

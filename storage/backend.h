@@ -95,12 +95,21 @@ class WriteBatch {
   // makes it durable too, and a crash loses a suffix of writes, never a hole.
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // When false, the batch skips the RocksDB WAL: it is durable only once
+  // its memtables are flushed (Backend::Flush, or RocksDB's own flushes).
+  // For a store that another log holds the writes of until then (a Raft
+  // member's store replays its Raft log after a crash). Column families
+  // flush atomically, so a crash loses a suffix of such batches, never a
+  // hole. Default true.
+  void set_wal(bool wal) { wal_ = wal; }
+  bool wal() const { return wal_; }
 
  private:
   friend struct WriteBatchAccess;
   struct Rep;
   std::unique_ptr<Rep> rep_;
   bool sync_ = true;
+  bool wal_ = true;
 };
 
 // Iterates one column family in key order. Not thread-safe. The key and
