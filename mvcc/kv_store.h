@@ -308,7 +308,7 @@ class KvStore : public WriteLog {
 
   absl::Status Recover();
   // Restore's work on the committer.
-  absl::Status RestoreOnCommitter(storage::Backend* source);
+  absl::Status RestoreOnCommitter(std::unique_ptr<storage::Backend> source);
   void CommitLoop();
   // Committer thread: takes the next group from the queue, waiting for one
   // (and, with batch_interval, for it to grow). False once stopping with

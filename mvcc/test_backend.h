@@ -25,6 +25,9 @@ class TestBackend final : public storage::Backend {
   std::atomic<int64_t> writes{0};    // Write calls so far
   mutable std::atomic<int64_t> key_reads{0};  // records asked of the key family, iterators opened on it
   std::atomic<bool> fail_key_reads{false};
+  // While set, ReplaceWith answers Unimplemented (a backend that cannot
+  // swap directories), so the store copies records instead.
+  std::atomic<bool> refuse_replace{false};
 
   absl::Status Write(storage::WriteBatch* batch) override {
     writes.fetch_add(1);
@@ -66,6 +69,14 @@ class TestBackend final : public storage::Backend {
   absl::Status CompactAll() override { return base_->CompactAll(); }
   absl::Status Checkpoint(const std::string& dir) override { return base_->Checkpoint(dir); }
   absl::Status Flush() override { return base_->Flush(); }
+  absl::Status ReplaceWith(const std::string& dir) override {
+    if (refuse_replace.load()) return storage::Backend::ReplaceWith(dir);
+    return base_->ReplaceWith(dir);
+  }
+  absl::Status ReclaimRange(storage::Cf cf, std::string_view begin,
+                            std::string_view end) override {
+    return base_->ReclaimRange(cf, begin, end);
+  }
   const storage::BackendOptions& options() const override { return base_->options(); }
 
  private:

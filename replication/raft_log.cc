@@ -176,6 +176,8 @@ absl::StatusOr<std::unique_ptr<RaftLog>> RaftLog::Open(const RaftLogOptions& opt
   }
   std::unique_ptr<RaftLog> log(new RaftLog(options, std::move(*backend)));
   if (auto s = log->Recover(); !s.ok()) return s;
+  // What a previous run compacted may still take its space.
+  if (log->snapshot_.index > 0) log->ReclaimBelow(log->snapshot_.index + 1);
   return log;
 }
 
@@ -410,6 +412,8 @@ absl::Status RaftLog::Save(const std::optional<HardState>& hard_state,
     cache_.clear();
     cache_bytes_ = 0;
     cache_first_ = snapshot_.index + 1;
+    // Entries past the snapshot may be written again; those below never are.
+    ReclaimBelow(snapshot_.index + 1);
   }
   uint64_t last = base_last;
   if (first != nullptr) {
@@ -458,7 +462,45 @@ absl::Status RaftLog::Compact(uint64_t index, const ConfState& conf_state) {
     cache_.pop_front();
   }
   cache_first_ = std::max(cache_first_, index + 1);
+  ReclaimBelow(index + 1);
   return absl::OkStatus();
+}
+
+uint64_t RaftLog::ReclaimedBelow() const {
+  util::MutexLock l(&reclaim_mu_);
+  return reclaimed_;
+}
+
+void RaftLog::ReclaimBelow(uint64_t end) {
+  {
+    util::MutexLock l(&reclaim_mu_);
+    reclaim_asked_ = std::max(reclaim_asked_, end);
+    // One pass at a time; a pass takes the newest end when it starts, so
+    // compactions asked for meanwhile coalesce.
+    if (reclaim_queued_) return;
+    reclaim_queued_ = true;
+  }
+  reclaimer_.RunOrCancel([this](bool run) {
+    if (run) Reclaim();
+  });
+}
+
+void RaftLog::Reclaim() {
+  uint64_t end = 0;
+  {
+    util::MutexLock l(&reclaim_mu_);
+    reclaim_queued_ = false;
+    end = reclaim_asked_;
+  }
+  const absl::Status s = backend_->ReclaimRange(Cf::kRaft, EntryKey(0), EntryKey(end));
+  if (!s.ok()) {
+    // Only disk space is at stake: RocksDB's own compactions get it later.
+    SPDLOG_WARN("raft log in {}: giving back the space of the entries below {} failed: {}",
+                options_.dir, end, s.ToString());
+    return;
+  }
+  util::MutexLock l(&reclaim_mu_);
+  reclaimed_ = std::max(reclaimed_, end);
 }
 
 LogError RaftLog::InitialState(HardState* hard_state, ConfState* conf_state) {

@@ -19,6 +19,13 @@
 // record at or below the commit index, or followed by a good one, fails
 // Open with "raft log corrupt at index N: ...".
 //
+// Disk space: RocksDB keeps deleted entries' bytes until a compaction
+// reaches their files, which nothing would soon trigger (a deleted range
+// adds no data). After Compact, and after Save with a snapshot, a thread
+// of the log's own gives the space back (Backend::ReclaimRange over the
+// deleted indexes: whole files dropped, the rest compacted), off the raft
+// loop; Open does it once for what a previous run left.
+//
 // Reads are answered from memory where raft asks most: Term, FirstIndex and
 // LastIndex from the terms of the live log kept as runs of equal terms, and
 // Entries from a bounded cache of the newest entries (older ones from
@@ -46,6 +53,7 @@
 #include "replication/raft_engine.h"
 #include "storage/backend.h"
 #include "util/mutex.h"
+#include "util/work_queue.h"
 
 namespace capstan::replication {
 
@@ -122,6 +130,12 @@ class RaftLog final : public RaftStorage {
   // The size raft gives an entry (raftpb.Entry.Size()).
   static uint64_t EntrySize(const RaftEntry& entry);
 
+  // Bytes of the log's backend on disk (files and WAL). Any thread.
+  uint64_t SizeOnDisk() const { return backend_->SizeOnDisk(); }
+  // Entries below this index have had their disk space given back (0: none
+  // yet). Any thread.
+  uint64_t ReclaimedBelow() const ABSL_LOCKS_EXCLUDED(reclaim_mu_);
+
   // Entries held by the tail cache, and its first index (LastIndex() + 1
   // when empty).
   size_t TEST_CachedEntries() const { return cache_.size(); }
@@ -147,6 +161,11 @@ class RaftLog final : public RaftStorage {
   // (sizes counted from *bytes), at least one when none was taken yet.
   LogError ReadStored(uint64_t lo, uint64_t hi, uint64_t max_bytes, uint64_t* bytes,
                       std::vector<RaftEntry>* out);
+  // Has the reclaimer give back the space of the entries below end (all
+  // deleted), after what it was asked before.
+  void ReclaimBelow(uint64_t end) ABSL_LOCKS_EXCLUDED(reclaim_mu_);
+  // Reclaimer thread: one pass over the newest range asked for.
+  void Reclaim() ABSL_LOCKS_EXCLUDED(reclaim_mu_);
 
   const RaftLogOptions options_;
   std::unique_ptr<storage::Backend> backend_;
@@ -166,6 +185,15 @@ class RaftLog final : public RaftStorage {
   mutable util::Mutex hard_state_mu_;
   HardState hard_state_ ABSL_GUARDED_BY(hard_state_mu_);
   bool has_hard_state_ = false;
+
+  // The reclaimer's requests. A leaf lock: nothing is called under it.
+  mutable util::Mutex reclaim_mu_;
+  uint64_t reclaim_asked_ ABSL_GUARDED_BY(reclaim_mu_) = 0;  // newest end asked for
+  uint64_t reclaimed_ ABSL_GUARDED_BY(reclaim_mu_) = 0;      // end of the last pass
+  bool reclaim_queued_ ABSL_GUARDED_BY(reclaim_mu_) = false;
+  // Declared last: destroyed (and drained: a pass not begun is called off)
+  // before what its work uses.
+  util::WorkQueue reclaimer_{1, "raft-log-gc"};
 };
 
 }  // namespace capstan::replication

@@ -190,6 +190,41 @@ class Backend {
   // Flushes memtables and syncs; used at clean shutdown.
   virtual absl::Status Flush() = 0;
 
+  // Replaces every column family at once with the RocksDB files in dir (a
+  // checkpoint of a backend, such as one received with a Raft snapshot) by
+  // swapping the two directories, not by copying records: the cost is
+  // syncing dir's files, two renames in one (renameat2's RENAME_EXCHANGE)
+  // and opening dir's database. Calls from then on read and write the new
+  // data; an iterator made before, and a read running meanwhile, keep the
+  // replaced data until they end (the replaced database closes when its
+  // last reader lets go). On OK, dir holds the replaced files, for the
+  // caller to delete (open iterators do not mind: their files stay open).
+  //
+  // Crash safety: dir's files and dir are synced before the swap, the swap
+  // is one atomic rename, and the parent directory is synced after it, so
+  // a process that dies at any point reopens options().dir holding either
+  // the old data or dir's, each whole (RocksDB recovers either from its
+  // own WAL and manifest). Nothing is written to the old data once the
+  // swap has begun, so its unsynced writes may be lost: the caller keeps
+  // what tells it which data it has inside the data (the applied index).
+  //
+  // REQUIRES: no Write runs from the call until it returns; dir is not open
+  // by any backend. A Flush, CompactAll or Checkpoint running meanwhile
+  // may fail. Unimplemented, with nothing changed, when this backend cannot
+  // swap (read-only, options().dir not a plain directory, dir on another
+  // file system, or a file system without RENAME_EXCHANGE): the caller
+  // copies the data instead. Any other error leaves the backend failed
+  // (fail-stop): options().dir holds one of the two, whole, for a restart.
+  // The default returns Unimplemented.
+  virtual absl::Status ReplaceWith(const std::string& dir);
+
+  // Gives back the disk space of deleted keys in [begin, end) of cf now,
+  // rather than when RocksDB's own compactions reach them: drops the files
+  // holding only keys of the range, then compacts what overlaps it. For a
+  // range deleted as a whole (a compacted Raft log); reads and writes
+  // continue meanwhile. The default does nothing.
+  virtual absl::Status ReclaimRange(Cf cf, std::string_view begin, std::string_view end);
+
   virtual const BackendOptions& options() const = 0;
 };
 

@@ -1,8 +1,15 @@
 #include "storage/backend.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -291,6 +298,155 @@ TEST_F(BackendTest, DataDirKeepsTheRaftLogApart) {
   }
   // A data dir holding both is still Capstan's.
   EXPECT_TRUE(PrepareDataDir(root).ok());
+}
+
+// A backend at dir holding generation gen: "gen" -> gen in every family
+// our checks read, and 200 keys of the key family.
+void WriteGeneration(const std::string& dir, const std::string& gen) {
+  BackendOptions options;
+  options.dir = dir;
+  auto b = Backend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  WriteBatch batch;
+  batch.Put(Cf::kMeta, "gen", gen);
+  batch.Put(Cf::kLease, "gen", gen);
+  for (int i = 0; i < 200; ++i) batch.Put(Cf::kKey, absl::StrFormat("%s%04d", gen, i), gen);
+  ASSERT_TRUE((*b)->Write(&batch).ok());
+}
+
+// The generation the backend holds, "" when it holds none whole.
+std::string GenerationOf(Backend* b) {
+  std::string gen, lease;
+  if (!b->Get(Cf::kMeta, "gen", &gen).ok() || !b->Get(Cf::kLease, "gen", &lease).ok() ||
+      lease != gen) {
+    return "";
+  }
+  int n = 0;
+  auto it = b->NewIterator(Cf::kKey);
+  for (it->SeekToFirst(); it->Valid(); it->Next(), ++n) {
+    if (it->key() != absl::StrFormat("%s%04d", gen, n) || it->value() != gen) return "";
+  }
+  return it->status().ok() && n == 200 ? gen : "";
+}
+
+TEST_F(BackendTest, ReplaceWithSwapsTheDataAndEarlierReadersKeepTheirs) {
+  WriteGeneration(dir_ + "/db", "old");
+  WriteGeneration(dir_ + "/new", "new");
+  auto b = OpenBackend();
+  auto before = b->NewIterator(Cf::kKey);
+  before->SeekToFirst();
+  ASSERT_TRUE(before->Valid());
+
+  ASSERT_TRUE(b->ReplaceWith(dir_ + "/new").ok());
+  EXPECT_EQ(GenerationOf(b.get()), "new");
+  // The iterator made before reads the replaced data to its end.
+  int n = 0;
+  for (; before->Valid(); before->Next()) {
+    EXPECT_EQ(before->value(), "old");
+    ++n;
+  }
+  EXPECT_EQ(n, 200);
+  before.reset();
+  // Writes go to the new data, and all of it is there after a reopen; the
+  // directory given holds the replaced data.
+  PutKeys(b.get(), {{"zz", "after"}});
+  b.reset();
+  b = OpenBackend();
+  std::string v;
+  ASSERT_TRUE(b->Get(Cf::kKey, "zz", &v).ok());
+  EXPECT_EQ(v, "after");
+  ASSERT_TRUE(b->Get(Cf::kMeta, "gen", &v).ok());
+  EXPECT_EQ(v, "new");
+  BackendOptions replaced;
+  replaced.dir = dir_ + "/new";
+  auto old = Backend::Open(replaced);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(GenerationOf(old->get()), "old");
+}
+
+TEST_F(BackendTest, ReplaceWithTwiceWhileTheFirstDataIsStillRead) {
+  WriteGeneration(dir_ + "/db", "a");
+  WriteGeneration(dir_ + "/b", "b");
+  WriteGeneration(dir_ + "/c", "c");
+  auto b = OpenBackend();
+  auto first = b->NewIterator(Cf::kKey);
+  first->SeekToFirst();
+  ASSERT_TRUE(b->ReplaceWith(dir_ + "/b").ok());
+  auto second = b->NewIterator(Cf::kKey);
+  second->SeekToFirst();
+  // The replaced databases stay open (their readers hold them) while a
+  // third opens at the same path.
+  ASSERT_TRUE(b->ReplaceWith(dir_ + "/c").ok());
+  EXPECT_EQ(GenerationOf(b.get()), "c");
+  ASSERT_TRUE(first->Valid() && second->Valid());
+  EXPECT_EQ(first->value(), "a");
+  EXPECT_EQ(second->value(), "b");
+  // The lock still keeps a second backend out of the directory.
+  BackendOptions same;
+  same.dir = dir_ + "/db";
+  EXPECT_FALSE(Backend::Open(same).ok());
+}
+
+TEST_F(BackendTest, ReplaceWithFromAnotherFileSystemChangesNothing) {
+  struct stat shm {}, tmp {};
+  if (::stat("/dev/shm", &shm) != 0 || ::stat(dir_.c_str(), &tmp) != 0 ||
+      shm.st_dev == tmp.st_dev) {
+    GTEST_SKIP() << "no second file system at /dev/shm";
+  }
+  char tmpl[] = "/dev/shm/capstan-backend-XXXXXX";
+  const std::string other = mkdtemp(tmpl);
+  WriteGeneration(dir_ + "/db", "old");
+  WriteGeneration(other + "/new", "new");
+  auto b = OpenBackend();
+  EXPECT_TRUE(absl::IsUnimplemented(b->ReplaceWith(other + "/new")));
+  EXPECT_EQ(GenerationOf(b.get()), "old");
+  PutKeys(b.get(), {{"zz", "still writable"}});
+  std::filesystem::remove_all(other);
+}
+
+// A process that dies anywhere in ReplaceWith leaves the backend's
+// directory holding one generation whole, and the other directory the
+// other one: the child swaps the two back and forth until a thread of its
+// own ends it at a random moment (as a kill would: no destructor runs).
+TEST_F(BackendTest, ACrashDuringReplaceWithLeavesEitherDataWhole) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  WriteGeneration(dir_ + "/db", "x");
+  WriteGeneration(dir_ + "/other", "y");
+  // The child re-runs this test from the start: it finds the directories
+  // through the environment.
+  ASSERT_EQ(::setenv("CAPSTAN_SWAP_CRASH_DIR", dir_.c_str(), 1), 0);
+  std::mt19937 rng(20261127);
+  for (int round = 0; round < 12; ++round) {
+    const int delay_us = std::uniform_int_distribution<int>(0, 30000)(rng);
+    EXPECT_EXIT(
+        {
+          const std::string dir = ::getenv("CAPSTAN_SWAP_CRASH_DIR");
+          BackendOptions options;
+          options.dir = dir + "/db";
+          auto b = std::move(Backend::Open(options).value());
+          std::thread killer([delay_us] {
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+            ::_exit(0);
+          });
+          killer.detach();
+          for (;;) {
+            if (!b->ReplaceWith(dir + "/other").ok()) ::_exit(3);
+          }
+        },
+        ::testing::ExitedWithCode(0), "");
+    BackendOptions db;
+    db.dir = dir_ + "/db";
+    BackendOptions other;
+    other.dir = dir_ + "/other";
+    auto a = Backend::Open(db);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto o = Backend::Open(other);
+    ASSERT_TRUE(o.ok()) << o.status();
+    const std::string ga = GenerationOf(a->get()), go = GenerationOf(o->get());
+    EXPECT_TRUE((ga == "x" && go == "y") || (ga == "y" && go == "x"))
+        << "round " << round << ": db holds \"" << ga << "\", other \"" << go << "\"";
+  }
+  ::unsetenv("CAPSTAN_SWAP_CRASH_DIR");
 }
 
 }  // namespace

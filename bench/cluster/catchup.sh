@@ -36,8 +36,8 @@
 # peers), HEARTBEAT (100), ELECTION (1000), CONVERGE_TIMEOUT (3600 s), WORK_PARENT (/tmp),
 # CAPSTAN (build/release/capstan), ETCD and ETCDCTL (etcd 3.5.16 under
 # /root/.cache/capstan/etcd-3.5/usr/bin). The data of one cluster needs about 6 x SIZE of free
-# disk while it runs (Capstan's members keep the space of their compacted Raft log entries, and
-# the catching-up follower holds the received checkpoint and its store at once).
+# disk while it runs (the catching-up follower holds the received checkpoint and its old store at
+# once).
 # When the leadership moves during the load, the member that leads afterwards is sampled; when it
 # moves during the catch-up, the run fails.
 # etcd's benchmark tool is found or built by bench/cluster/tools.sh.
