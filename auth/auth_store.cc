@@ -339,6 +339,9 @@ WriteRequest AuthStore::AuthenticateWrite(std::shared_ptr<const InternalRaftRequ
     // no Raft index: its applied index stands in (the prefix is unique).
     uint64_t index = kv_->ApplyingIndex();
     if (index == 0) index = kv_->AppliedIndex() + 1;
+    // Replayed after a restart: tokens live in memory, and a restarted
+    // member knows none (as etcd's).
+    if (index <= replayed_through_.load(std::memory_order_acquire)) return absl::OkStatus();
     AddToken(a.simple_token(), a.name(), index);
     return absl::OkStatus();
   }};

@@ -53,6 +53,7 @@
 #ifndef CAPSTAN_AUTH_AUTH_STORE_H_
 #define CAPSTAN_AUTH_AUTH_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -155,6 +156,12 @@ class AuthStore final : private mvcc::WriteGuard {
   AuthStore(const AuthStore&) = delete;
   AuthStore& operator=(const AuthStore&) = delete;
 
+  // Log entries at or below index are a replay of what this member applied
+  // before it restarted: the simple tokens they issued are not registered
+  // again. Before the replay starts.
+  void SetReplayedThrough(uint64_t index) {
+    replayed_through_.store(index, std::memory_order_release);
+  }
   // How long InfoFromToken waits for this member to apply the entry that
   // issued a simple token it does not know yet.
   static constexpr absl::Duration kTokenWait = absl::Seconds(1);
@@ -332,6 +339,7 @@ class AuthStore final : private mvcc::WriteGuard {
   // Registers a simple token (committer thread) and wakes InfoFromToken.
   void AddToken(const std::string& prefix, const std::string& user, uint64_t index)
       ABSL_LOCKS_EXCLUDED(tokens_mu_);
+  std::atomic<uint64_t> replayed_through_{0};  // SetReplayedThrough
   // The mutation request applies (hashing a pre-3.5 entry's password here).
   absl::StatusOr<Mutation> MutationOf(const etcdserverpb::InternalRaftRequest& request) const;
   // etcd's selectPassword: the bcrypt hash a request's password and

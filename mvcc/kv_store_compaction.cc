@@ -126,6 +126,9 @@ void KvStore::RunCompaction(int64_t rev) {
   const std::string end = RevisionKey(Revision{rev + 1, 0});
   auto it = backend_->NewIterator(Cf::kKey);
   storage::WriteBatch batch;
+  // As the committer's batches (kv_store_apply.cc): a store that replays a
+  // write log after a crash keeps its whole state to one flushed prefix.
+  batch.set_wal(!options_.requires_write_log);
   int64_t deleted = 0;
   absl::Status status;
   for (it->SeekToFirst(); it->Valid() && it->key() < end; it->Next()) {

@@ -97,6 +97,7 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
                                                std::move(decode_other)));
   r->applied_.store(store->AppliedIndex());
   r->commit_.store(r->log_->hard_state().commit);
+  r->replay_through_ = r->log_->hard_state().commit;
   r->term_.store(r->log_->hard_state().term);
   r->read_queue_ = std::make_unique<util::WorkQueue>(1, "raft-reads");
   r->snapshot_queue_ = std::make_unique<util::WorkQueue>(2, "raft-snapshot");
@@ -188,6 +189,16 @@ absl::Status Replicator::Run() {
   absl::Status s = made_future.get();
   if (!s.ok()) Stop();
   return s;
+}
+
+absl::Status Replicator::AwaitReplay() {
+  if (AppliedIndex() >= replay_through_) return absl::OkStatus();
+  std::promise<absl::Status> replayed;
+  auto future = replayed.get_future();
+  std::vector<Done> one;
+  one.push_back([&replayed](absl::Status s) { replayed.set_value(std::move(s)); });
+  ReleaseReads(replay_through_, std::move(one));
+  return future.get();
 }
 
 Replicator::~Replicator() {

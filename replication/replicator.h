@@ -129,6 +129,13 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // bootstraps) the cluster. Fails if the engine cannot be made. Once.
   absl::Status Run();
 
+  // Waits until the store has applied every entry the log had committed
+  // when the replicator was made (the replay after a restart): a member
+  // serves no state older than what it acknowledged before. After Run.
+  absl::Status AwaitReplay() ABSL_LOCKS_EXCLUDED(reads_mu_);
+  // The index AwaitReplay waits for: what the log had committed at start.
+  uint64_t ReplayThrough() const { return replay_through_; }
+
   // Stops the raft loop; writes and reads still waiting are answered
   // "server stopped", and so is every later Submit and ReadBarrier (the
   // store keeps this as its write log, so that nothing is applied on this
@@ -270,6 +277,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // ReadIndex round.
   std::atomic<bool> sole_voter_{false};
   std::atomic<uint64_t> log_first_{1}, installed_{0};
+  // The log's commit index when the replicator was made (AwaitReplay).
+  uint64_t replay_through_ = 0;
 
   // Raft loop state: touched by the loop thread only.
   std::unique_ptr<RaftEngine> engine_;

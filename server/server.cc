@@ -336,12 +336,27 @@ absl::Status Server::StartReplication() {
   replicator_ = replication::Replicator::Create(options, raft_factory_, *std::move(log),
                                                 store_.get(), transport.get(),
                                                 std::move(decode_auth));
+  auth_store_->SetReplayedThrough(replicator_->ReplayThrough());
   if (auto s = transport->Start(replicator_->handler()); !s.ok()) return s;
   for (const auto& m : member_->initial_members) {
     if (m.id != member_->member_id) transport->AddPeer(m.id, m.peer_urls);
   }
   peer_transport_ = std::move(transport);
   if (auto s = replicator_->Run(); !s.ok()) return s;
+  {
+    // Clients are served only once the store holds everything the log had
+    // committed (its WAL-less tail is replayed after a crash).
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t from = store_->AppliedIndex();
+    if (auto s = replicator_->AwaitReplay(); !s.ok()) return s;
+    if (store_->AppliedIndex() > from) {
+      SPDLOG_INFO("replayed the raft log from index {} to {} in {} ms", from,
+                  store_->AppliedIndex(),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count());
+    }
+  }
   member_->raft = replicator_.get();
   SPDLOG_INFO("member {:x} of cluster {:x} started with {} members", member_->member_id,
               member_->cluster_id, member_->initial_members.size());
