@@ -688,7 +688,19 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   if (request->has_cluster_member_attr_set()) {
     ApplyMemberAttributes(request->cluster_member_attr_set());
   }
-  if (entry.index <= skip_through_) return;  // the store holds it already
+  if (entry.index <= skip_through_) {
+    // The store holds it already (an installed snapshot covered it). A
+    // write this member proposed is in the store, but its response cannot
+    // be rebuilt: it is answered "request timed out" now, the outcome a
+    // client must already treat as unknown, rather than at its deadline.
+    const uint64_t id = request->header().id() != 0 ? request->header().id() : request->id();
+    if (auto it = waiters_.find(id); it != waiters_.end()) {
+      Done done = std::move(it->second.done);
+      waiters_.erase(it);
+      done(MakeError(Error::kTimeout));
+    }
+    return;
+  }
   if (!applied_early_.empty() && applied_early_.erase(request->header().id()) > 0) {
     noop();  // the failpoint applied it at proposal
     return;
