@@ -128,19 +128,7 @@ status_json() {
 
 # leader_index: the endpoint index (0-2) of the member that all three name as leader, or nothing.
 leader_index() {
-  status_json "$(endpoint 0),$(endpoint 1),$(endpoint 2)" | python3 -c '
-import json, sys
-try:
-    st = json.load(sys.stdin)
-except ValueError:
-    sys.exit(0)
-if len(st) != 3:
-    sys.exit(0)
-leaders = {s["Status"].get("leader", 0) for s in st}
-ids = [s["Status"]["header"].get("member_id", 0) for s in st]
-if len(leaders) == 1 and next(iter(leaders)) in ids:
-    print(ids.index(next(iter(leaders))))
-'
+  status_json "$(endpoint 0),$(endpoint 1),$(endpoint 2)" | leader_of_status
 }
 
 # self_leader I: prints I when member I reports itself as the leader.

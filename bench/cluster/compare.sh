@@ -110,19 +110,7 @@ start_cluster() {
 # leader_index: the endpoint index (0-2) of the member every member names as leader, or nothing.
 leader_index() {
   "${ETCDCTL}" --endpoints "$(endpoints)" --command-timeout 2s endpoint status -w json 2>/dev/null |
-    python3 -c '
-import json, sys
-try:
-    st = json.load(sys.stdin)
-except ValueError:
-    sys.exit(0)
-if len(st) != 3:
-    sys.exit(0)
-leaders = {s["Status"].get("leader", 0) for s in st}
-ids = [s["Status"]["header"].get("member_id", 0) for s in st]
-if len(leaders) == 1 and next(iter(leaders)) in ids:
-    print(ids.index(next(iter(leaders))))
-'
+    leader_of_status
 }
 
 # cluster_cpu_ticks: user + system clock ticks of the three members, so far.

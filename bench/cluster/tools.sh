@@ -59,3 +59,22 @@ failover_tool() {
   fi
   echo "${bin}"
 }
+
+# leader_of_status: reads `etcdctl endpoint status -w json` of three
+# members on stdin and prints the index (0-2) of the member all three name
+# as leader, or nothing.
+leader_of_status() {
+  python3 -c '
+import json, sys
+try:
+    st = json.load(sys.stdin)
+except ValueError:
+    sys.exit(0)
+if len(st) != 3:
+    sys.exit(0)
+leaders = {s["Status"].get("leader", 0) for s in st}
+ids = [s["Status"]["header"].get("member_id", 0) for s in st]
+if len(leaders) == 1 and next(iter(leaders)) in ids:
+    print(ids.index(next(iter(leaders))))
+'
+}
