@@ -24,6 +24,9 @@ absl::Status FromGrpc(const grpc::Status& s) {
 std::pair<std::string, bool> Target(const std::string& url) {
   if (absl::StartsWith(url, "https://")) return {url.substr(8), true};
   if (absl::StartsWith(url, "http://")) return {url.substr(7), false};
+  // etcd's unix peer URLs: a socket named by the URL's host, relative to the
+  // working directory.
+  if (absl::StartsWith(url, "unix://")) return {"unix:" + url.substr(7), false};
   return {url, false};
 }
 

@@ -115,9 +115,12 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
       }
     } else if (url.scheme == "http") {
       builder.AddListeningPort(url.host, grpc::InsecureServerCredentials(), &ports[i]);
+    } else if (url.scheme == "unix") {
+      // etcd listens on a unix socket named by the URL's host.
+      builder.AddListeningPort("unix:" + url.host, grpc::InsecureServerCredentials(), &ports[i]);
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("peer URL scheme must be http or https: ", url.String()));
+          absl::StrCat("peer URL scheme must be http, https or unix: ", url.String()));
     }
   }
   std::vector<peer::SslCtxPtr> server_contexts;
