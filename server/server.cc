@@ -174,12 +174,14 @@ absl::Status Server::OpenStore() {
   if (auto parsed = config_internal::ParseInitialCluster(config_.initial_cluster); parsed.ok()) {
     for (const auto& [name, urls] : *parsed) initial.push_back({name, UrlStrings(urls)});
   }
-  // With a Raft engine every member runs one, a single member as a
-  // one-voter group (etcd's model), so that members can join it later.
-  // Without one (the embedding library) only a single member runs, its
-  // writes made durable by the store itself.
+  // A member of a cluster runs Raft, and so does a member whose data dir
+  // holds a Raft log (a one-voter group runs as any group: the replicator
+  // campaigns at once and reads without a ReadIndex round). A new single
+  // member still runs without Raft, its writes made durable by the store
+  // itself: as a one-voter group it puts 23% fewer writes per second
+  // through (docs/REPLICATION.md, "Not done yet").
   std::error_code ec;
-  replicated_ = raft_factory_ != nullptr || initial.size() > 1 ||
+  replicated_ = initial.size() > 1 ||
                 std::filesystem::exists(storage::RaftLogDir(config_.data_dir), ec);
   if (replicated_ && raft_factory_ == nullptr) {
     return absl::FailedPreconditionError(

@@ -165,8 +165,7 @@ class Server {
 
   const ServerConfig config_;
   replication::RaftEngineFactory* const raft_factory_;
-  // Whether this member's writes go through Raft: always with a Raft
-  // engine (a single member is a one-voter group), never without.
+  // Whether this member's writes go through Raft (OpenStore decides).
   bool replicated_ = false;
   std::unique_ptr<membership::MemberInfo> member_;
   auth::AuthStore* auth_store_ = nullptr;  // owned by the auth service
