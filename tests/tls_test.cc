@@ -24,66 +24,37 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "process_fixture.h"
+#include "test_certificates.h"
 
 namespace capstan::testing {
 namespace {
 
-// A CA, server and client certificates. "other" is a second CA; crl.pem
-// revokes revoked.pem, crl-expired.pem too but its next update was due in
-// 2020, crl-none.pem revokes nothing. Leaf certificates name 127.0.0.1 and localhost,
-// except farip (only 10.1.2.3) and nosan (no subject alternative name).
-constexpr char kMakeCertificates[] = R"sh(
-set -e
-mkdir -p db && : > db/index.txt && echo 1000 > db/serial && echo 1000 > db/crlnumber
-cat > ca.cnf <<'CNF'
-[ca]
-default_ca = testca
-[testca]
-dir = .
-database = db/index.txt
-serial = db/serial
-crlnumber = db/crlnumber
-new_certs_dir = db
-default_md = sha256
-policy = anything
-copy_extensions = none
-default_crl_days = 30
-unique_subject = no
-[anything]
-commonName = supplied
-[leaf]
-subjectAltName = IP:127.0.0.1,DNS:localhost
-extendedKeyUsage = serverAuth,clientAuth
-[farip]
-subjectAltName = IP:10.1.2.3
-extendedKeyUsage = serverAuth,clientAuth
-[nosan]
-extendedKeyUsage = serverAuth,clientAuth
-CNF
-ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=testca 2>/dev/null
-openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
-# leaf NAME CN START END [CA [EXTENSIONS]]
-leaf() {
-  ca=${5:-ca}
-  openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$2 2>/dev/null
-  openssl ca -batch -config ca.cnf -cert $ca.pem -keyfile $ca.key -extensions ${6:-leaf} \
-    -startdate $3 -enddate $4 -in $1.csr -out $1.pem 2>/dev/null
+// Server and client certificates of "ca": crl.pem revokes revoked.pem,
+// crl-expired.pem too but its next update was due in 2020, crl-none.pem
+// revokes nothing. Leaf certificates name 127.0.0.1 and localhost, except
+// farip (only 10.1.2.3) and nosan (no subject alternative name); foreign is
+// signed by the second CA, "other".
+TestCertificates Certificates() {
+  TestCertificates certs;
+  certs.leaves = {
+      {.name = "server", .common_name = "localhost"},
+      {.name = "root", .common_name = "root"},
+      {.name = "user", .common_name = "u"},
+      {.name = "expired", .common_name = "root", .not_after = "20200201000000Z"},
+      {.name = "revoked", .common_name = "root"},
+      {.name = "foreign", .common_name = "root", .issuer = "other"},
+      {.name = "farip", .common_name = "root", .subject_alt_name = "IP:10.1.2.3"},
+      {.name = "nosan", .common_name = "root", .subject_alt_name = ""},
+  };
+  certs.revoked = {"revoked"};
+  certs.revocation_lists = {
+      {.file = "crl-none.pem", .lists_revoked = false},
+      {.file = "crl.pem"},
+      {.file = "crl-expired.pem", .last_update = "20200101000000Z",
+       .next_update = "20200201000000Z"},
+  };
+  return certs;
 }
-leaf server localhost 20200101000000Z 20991231000000Z
-leaf root root 20200101000000Z 20991231000000Z
-leaf user u 20200101000000Z 20991231000000Z
-leaf expired root 20200101000000Z 20200201000000Z
-leaf revoked root 20200101000000Z 20991231000000Z
-leaf foreign root 20200101000000Z 20991231000000Z other
-leaf farip root 20200101000000Z 20991231000000Z ca farip
-leaf nosan root 20200101000000Z 20991231000000Z ca nosan
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl-none.pem 2>/dev/null
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl-expired.pem \
-  -crl_lastupdate 20200101000000Z -crl_nextupdate 20200201000000Z 2>/dev/null
-)sh";
 
 // Runs the real binary with ",https://127.0.0.1:<port>" appended to the
 // fixture's client URLs and metrics URLs.
@@ -113,9 +84,8 @@ class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     certs_ = new TempDir("capstan-tls-certs");
-    CommandResult r =
-        RunCommand({"/bin/bash", "-c", absl::StrCat("cd ", certs_->path(), " && ", kMakeCertificates)});
-    ASSERT_TRUE(r.exit.exited && r.exit.exit_code == 0) << r.err;
+    const absl::Status made = MakeTestCertificates(certs_->path(), Certificates());
+    ASSERT_TRUE(made.ok()) << made;
   }
   static void TearDownTestSuite() {
     delete certs_;

@@ -7,8 +7,6 @@
 
 #include <stdlib.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,102 +19,65 @@
 #include "gtest/gtest.h"
 #include "server/peer/peer_testing.h"
 #include "server/peer/peer_transport.h"
+#include "tests/process_fixture.h"
 #include "tests/reference.h"
+#include "tests/test_certificates.h"
 
 namespace capstan::server {
 namespace {
 
 using namespace peer_testing;  // NOLINT: the helpers of these tests
-
-// Certificates made by openssl: a CA, "peer" certificates (CN "peer",
-// for 127.0.0.1), "intruder" (CN "intruder", same CA), "revoked" (CN
-// "peer", revoked by crl.pem), "foreign" (CN "peer", another CA), "farip"
-// (CN "peer", naming only 10.1.2.3).
-constexpr char kMakeCertificates[] = R"sh(
-set -e
-mkdir -p db && : > db/index.txt && echo 1000 > db/serial && echo 1000 > db/crlnumber
-cat > ca.cnf <<'CNF'
-[ca]
-default_ca = testca
-[testca]
-dir = .
-database = db/index.txt
-serial = db/serial
-crlnumber = db/crlnumber
-new_certs_dir = db
-default_md = sha256
-policy = anything
-copy_extensions = none
-default_crl_days = 30
-default_days = 30
-unique_subject = no
-[anything]
-commonName = supplied
-[leaf]
-subjectAltName = IP:127.0.0.1,DNS:localhost
-extendedKeyUsage = serverAuth,clientAuth
-[farip]
-subjectAltName = IP:10.1.2.3
-extendedKeyUsage = serverAuth,clientAuth
-CNF
-ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=testca 2>/dev/null
-openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
-leaf() {
-  openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$2 2>/dev/null
-  openssl ca -batch -config ca.cnf -cert ${3:-ca}.pem -keyfile ${3:-ca}.key -extensions ${4:-leaf} \
-    -in $1.csr -out $1.pem 2>/dev/null
-}
-leaf peer1 peer
-leaf peer2 peer
-leaf intruder intruder
-leaf revoked peer
-leaf foreign peer other
-leaf farip peer ca farip
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -revoke revoked.pem 2>/dev/null
-openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -gencrl -out crl.pem 2>/dev/null
-)sh";
+using capstan::testing::kOpensslBinary;
+using capstan::testing::MakeTestCertificates;
+using capstan::testing::TempDir;
+using capstan::testing::TestCertificates;
 
 class PeerTlsTest : public ::testing::Test {
  protected:
+  // Certificates of "ca": "peer1" and "peer2" (CN "peer", for 127.0.0.1
+  // and localhost), "intruder" (CN "intruder"), "revoked" (CN "peer",
+  // revoked by crl.pem), "farip" (CN "peer", naming only 10.1.2.3); and
+  // "foreign" (CN "peer") of another CA, "other".
   static void SetUpTestSuite() {
-    char dir[] = "/tmp/capstan-peer-tls-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = new std::string(dir);
-    const std::string script = *dir_ + "/make.sh";
-    FILE* f = std::fopen(script.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kMakeCertificates, f);
-    std::fclose(f);
-    const int rc = std::system(absl::StrCat("cd ", *dir_, " && PATH=/usr/bin:/bin bash make.sh").c_str());
-    ASSERT_EQ(rc, 0);
+    certs_ = new TempDir("capstan-peer-tls");
+    TestCertificates certs;
+    certs.leaves = {{.name = "peer1", .common_name = "peer"},
+                    {.name = "peer2", .common_name = "peer"},
+                    {.name = "intruder", .common_name = "intruder"},
+                    {.name = "revoked", .common_name = "peer"},
+                    {.name = "foreign", .common_name = "peer", .issuer = "other"},
+                    {.name = "farip", .common_name = "peer", .subject_alt_name = "IP:10.1.2.3"}};
+    certs.revoked = {"revoked"};
+    certs.revocation_lists = {{.file = "crl.pem"}};
+    const absl::Status made = MakeTestCertificates(certs_->path(), certs);
+    ASSERT_TRUE(made.ok()) << made;
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    std::filesystem::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
+    delete certs_;
+    certs_ = nullptr;
   }
-  void SetUp() override { CAPSTAN_REQUIRE_REFERENCE("openssl", "/usr/bin/openssl"); }
+  void SetUp() override { CAPSTAN_REQUIRE_REFERENCE("openssl", kOpensslBinary); }
 
   // The peer flags of a member presenting `name`.pem, as ResolvePeerTls
   // makes them.
   static PeerTls Tls(const std::string& name, const std::string& ca = "ca") {
     ServerConfig config;
-    config.peer_cert_file = *dir_ + "/" + name + ".pem";
-    config.peer_key_file = *dir_ + "/" + name + ".key";
-    config.peer_trusted_ca_file = *dir_ + "/" + ca + ".pem";
+    config.peer_cert_file = Cert(name + ".pem");
+    config.peer_key_file = Cert(name + ".key");
+    config.peer_trusted_ca_file = Cert(ca + ".pem");
     config.peer_client_cert_auth = true;
     config.peer_cert_allowed_cn = "peer";
-    config.peer_crl_file = *dir_ + "/crl.pem";
+    config.peer_crl_file = Cert("crl.pem");
     auto tls = ResolvePeerTls(config);
     EXPECT_TRUE(tls.ok()) << tls.status();
     return *tls;
   }
 
-  static std::string* dir_;
+  static std::string Cert(const std::string& file) { return certs_->path() + "/" + file; }
+
+  static TempDir* certs_;
 };
-std::string* PeerTlsTest::dir_ = nullptr;
+TempDir* PeerTlsTest::certs_ = nullptr;
 
 TEST_F(PeerTlsTest, MutualTlsAdmitsPeersAndRefusesOthers) {
   auto a = StartMember(1, kCluster, 0, Tls("peer1"));
@@ -145,7 +106,7 @@ TEST_F(PeerTlsTest, MutualTlsAdmitsPeersAndRefusesOthers) {
   cases.push_back({"intruder", intruder});
   cases.push_back({"revoked", Tls("revoked")});
   PeerTls foreign = Tls("foreign");
-  foreign.trusted_ca_file = *dir_ + "/ca.pem";  // it trusts b; b does not trust it
+  foreign.trusted_ca_file = Cert("ca.pem");  // it trusts b; b does not trust it
   cases.push_back({"foreign", foreign});
   uint64_t id = 10;
   {
@@ -185,7 +146,7 @@ TEST_F(PeerTlsTest, MutualTlsAdmitsPeersAndRefusesOthers) {
 }
 
 TEST_F(PeerTlsTest, ClientCertificateMustNameTheCallersAddress) {
-  std::ifstream in(*dir_ + "/peer1.pem");
+  std::ifstream in(Cert("peer1.pem"));
   std::stringstream pem;
   pem << in.rdbuf();
   EXPECT_EQ(PeerAddressMismatch(pem.str(), "127.0.0.1"), "");

@@ -23,46 +23,12 @@
 #include "gtest/gtest.h"
 #include "process_fixture.h"
 #include "reference.h"
+#include "test_certificates.h"
 
 namespace capstan::testing::cluster {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// ca signs the members' certificate (CN "peer", for 127.0.0.1 and
-// localhost); other is a second CA, which signs the intruder's.
-constexpr char kMakeCertificates[] = R"sh(
-set -e
-mkdir -p db && : > db/index.txt && echo 1000 > db/serial
-cat > ca.cnf <<'CNF'
-[ca]
-default_ca = testca
-[testca]
-dir = .
-database = db/index.txt
-serial = db/serial
-new_certs_dir = db
-default_md = sha256
-policy = anything
-copy_extensions = none
-unique_subject = no
-[anything]
-commonName = supplied
-[leaf]
-subjectAltName = IP:127.0.0.1,DNS:localhost
-extendedKeyUsage = serverAuth,clientAuth
-CNF
-ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=peerca 2>/dev/null
-openssl req -x509 $ec -keyout other.key -out other.pem -days 30 -subj /CN=otherca 2>/dev/null
-leaf() {
-  openssl req $ec -keyout $1.key -out $1.csr -subj /CN=peer 2>/dev/null
-  openssl ca -batch -config ca.cnf -cert $2.pem -keyfile $2.key -extensions leaf \
-    -startdate 20200101000000Z -enddate 20991231000000Z -in $1.csr -out $1.pem 2>/dev/null
-}
-leaf peer ca
-leaf intruder other
-)sh";
 
 std::string ReadFile(const std::string& path) {
   FILE* f = fopen(path.c_str(), "r");
@@ -104,10 +70,14 @@ class ClusterPeerTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     CAPSTAN_REQUIRE_REFERENCE("capstan", CapstanBinary());
-    CAPSTAN_REQUIRE_REFERENCE("openssl", "/usr/bin/openssl");
-    const CommandResult made =
-        RunCommand({"/bin/bash", "-c", absl::StrCat("cd ", certs_.path(), " && ", kMakeCertificates)});
-    ASSERT_TRUE(made.exit.exited && made.exit.exit_code == 0) << made.err;
+    CAPSTAN_REQUIRE_REFERENCE("openssl", kOpensslBinary);
+    // "ca" signs the members' certificate (CN "peer", for 127.0.0.1 and
+    // localhost); "other", a second CA, signs the intruder's.
+    TestCertificates certs;
+    certs.leaves = {{.name = "peer", .common_name = "peer"},
+                    {.name = "intruder", .common_name = "peer", .issuer = "other"}};
+    const absl::Status made = MakeTestCertificates(certs_.path(), certs);
+    ASSERT_TRUE(made.ok()) << made;
   }
 
   std::string Cert(const std::string& name) const { return certs_.path() + "/" + name; }
