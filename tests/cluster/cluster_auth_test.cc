@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,16 +39,23 @@ Outcome OutcomeOf(const grpc::Status& s) { return {s.error_code(), s.error_messa
 
 std::string Describe(const Outcome& o) { return absl::StrCat(o.code, " ", o.message); }
 
+using etcdserverpb::Auth;
+using etcdserverpb::KV;
+
 class AuthClusterTest : public ::testing::TestWithParam<ServerFlavor> {
  protected:
   void SetUp() override {
     if (GetParam() == ServerFlavor::kEtcd) CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
   }
 
-  // Starts the cluster (extra flags appended) and, through member 0, adds
-  // root (role root) and alice (role rw: read and write on [a, b)), then
-  // enables auth.
-  void StartWithAuth(std::vector<std::string> extra_args = {}) {
+  // The step every scenario starts with. Starts the cluster (extra flags
+  // appended); through member 0, adds root (role root) and alice (role rw:
+  // read and write on [a, b)) and enables auth; then takes a token for
+  // alice from member `issuer` (the password checked there) into alice_.
+  // Every member accepts it at once for a write and a read: each
+  // registered the token when it applied the entry, and one that has not
+  // yet waits for it.
+  void StartWithAliceToken(int issuer, std::vector<std::string> extra_args = {}) {
     ClusterOptions o = GetParam() == ServerFlavor::kEtcd ? ClusterOptions::Etcd(3)
                                                           : ClusterOptions::Capstan(3);
     o.extra_args = std::move(extra_args);
@@ -55,83 +63,91 @@ class AuthClusterTest : public ::testing::TestWithParam<ServerFlavor> {
     ASSERT_TRUE(started.ok()) << started.status();
     cluster_ = std::move(*started);
     ASSERT_TRUE(cluster_->WaitForLeader(seconds(10)).ok());
-    auto admin = etcdserverpb::Auth::NewStub(cluster_->NewChannel(0));
-    auto call = [&](auto rpc, const auto& req, auto* resp) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-      grpc::Status s = ((*admin).*rpc)(&ctx, req, resp);
-      ASSERT_TRUE(s.ok()) << s.error_message();
+
+    const auto admin = [&](auto rpc, const auto& request) {
+      const Outcome done = Call(0, "", rpc, request);
+      ASSERT_TRUE(done.ok()) << Describe(done);
     };
-    etcdserverpb::AuthUserAddRequest root;
-    root.set_name("root");
-    root.set_password("rootpw");
-    etcdserverpb::AuthUserAddResponse add_resp;
-    call(&etcdserverpb::Auth::Stub::UserAdd, root, &add_resp);
-    etcdserverpb::AuthUserGrantRoleRequest root_role;
-    root_role.set_user("root");
-    root_role.set_role("root");
-    etcdserverpb::AuthUserGrantRoleResponse grant_resp;
-    call(&etcdserverpb::Auth::Stub::UserGrantRole, root_role, &grant_resp);
-    etcdserverpb::AuthUserAddRequest alice;
-    alice.set_name("alice");
-    alice.set_password("alicepw");
-    call(&etcdserverpb::Auth::Stub::UserAdd, alice, &add_resp);
     etcdserverpb::AuthRoleAddRequest rw;
     rw.set_name("rw");
-    etcdserverpb::AuthRoleAddResponse role_resp;
-    call(&etcdserverpb::Auth::Stub::RoleAdd, rw, &role_resp);
+    ASSERT_NO_FATAL_FAILURE(admin(&Auth::Stub::RoleAdd, rw));
     etcdserverpb::AuthRoleGrantPermissionRequest perm;
     perm.set_name("rw");
     perm.mutable_perm()->set_permtype(authpb::Permission::READWRITE);
     perm.mutable_perm()->set_key("a");
     perm.mutable_perm()->set_range_end("b");
-    etcdserverpb::AuthRoleGrantPermissionResponse perm_resp;
-    call(&etcdserverpb::Auth::Stub::RoleGrantPermission, perm, &perm_resp);
-    etcdserverpb::AuthUserGrantRoleRequest alice_role;
-    alice_role.set_user("alice");
-    alice_role.set_role("rw");
-    call(&etcdserverpb::Auth::Stub::UserGrantRole, alice_role, &grant_resp);
-    etcdserverpb::AuthEnableResponse enable_resp;
-    call(&etcdserverpb::Auth::Stub::AuthEnable, etcdserverpb::AuthEnableRequest(), &enable_resp);
+    ASSERT_NO_FATAL_FAILURE(admin(&Auth::Stub::RoleGrantPermission, perm));
+    for (const auto& [name, password, role] :
+         {std::tuple{"root", "rootpw", "root"}, std::tuple{"alice", "alicepw", "rw"}}) {
+      etcdserverpb::AuthUserAddRequest user;
+      user.set_name(name);
+      user.set_password(password);
+      ASSERT_NO_FATAL_FAILURE(admin(&Auth::Stub::UserAdd, user));
+      etcdserverpb::AuthUserGrantRoleRequest grant;
+      grant.set_user(name);
+      grant.set_role(role);
+      ASSERT_NO_FATAL_FAILURE(admin(&Auth::Stub::UserGrantRole, grant));
+    }
+    ASSERT_NO_FATAL_FAILURE(admin(&Auth::Stub::AuthEnable, etcdserverpb::AuthEnableRequest()));
+
+    alice_ = Authenticate(issuer, "alice", "alicepw");
+    ASSERT_FALSE(alice_.empty());
+    for (int i = 0; i < cluster_->size(); ++i) {
+      const Outcome put = Put(i, alice_, absl::StrCat("a/", i));
+      ASSERT_TRUE(put.ok()) << "member " << i << ": " << Describe(put);
+      const Outcome get = Get(i, alice_, "a/0");
+      ASSERT_TRUE(get.ok()) << "member " << i << ": " << Describe(get);
+    }
   }
 
-  // A token for user from member i (the password checked there).
+  // Calls rpc at member i, as the user of `token` ("" for none), with a
+  // 10 s deadline; the response in *response when it is not null.
+  template <typename Stub, typename Request, typename Response>
+  Outcome Call(int i, const std::string& token,
+               grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+               const Request& request, Response* response = nullptr) {
+    Stub stub(cluster_->NewChannel(i));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    if (!token.empty()) ctx.AddMetadata("token", token);
+    Response unused;
+    return OutcomeOf((stub.*rpc)(&ctx, request, response != nullptr ? response : &unused));
+  }
+
+  // Calls rpc at member i as root (with a token from that member); it must
+  // succeed.
+  template <typename Rpc, typename Request>
+  void AsRoot(int i, Rpc rpc, const Request& request) {
+    const std::string root = Authenticate(i, "root", "rootpw");
+    const Outcome done = Call(i, root, rpc, request);
+    ASSERT_TRUE(done.ok()) << Describe(done);
+  }
+
+  // A token for user from member i (the password checked there). Expects
+  // success unless `outcome` is given.
   std::string Authenticate(int i, const std::string& user, const std::string& password,
                            Outcome* outcome = nullptr) {
-    auto stub = etcdserverpb::Auth::NewStub(cluster_->NewChannel(i));
     etcdserverpb::AuthenticateRequest req;
     req.set_name(user);
     req.set_password(password);
     etcdserverpb::AuthenticateResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    Outcome o = OutcomeOf(stub->Authenticate(&ctx, req, &resp));
+    const Outcome o = Call(i, "", &Auth::Stub::Authenticate, req, &resp);
     if (outcome != nullptr) *outcome = o;
     EXPECT_TRUE(outcome != nullptr || o.ok()) << Describe(o);
     return resp.token();
   }
 
   Outcome Put(int i, const std::string& token, const std::string& key) {
-    auto stub = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
     etcdserverpb::PutRequest req;
     req.set_key(key);
     req.set_value("v");
-    etcdserverpb::PutResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    if (!token.empty()) ctx.AddMetadata("token", token);
-    return OutcomeOf(stub->Put(&ctx, req, &resp));
+    return Call(i, token, &KV::Stub::Put, req);
   }
 
   Outcome Get(int i, const std::string& token, const std::string& key) {
-    auto stub = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
     etcdserverpb::RangeRequest req;
     req.set_key(key);
-    etcdserverpb::RangeResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    if (!token.empty()) ctx.AddMetadata("token", token);
-    return OutcomeOf(stub->Range(&ctx, req, &resp));
+    return Call(i, token, &KV::Stub::Range, req);
   }
 
   // Polls rpc until its outcome is not `ok` (or the deadline): a member
@@ -160,38 +176,15 @@ class AuthClusterTest : public ::testing::TestWithParam<ServerFlavor> {
     return o;
   }
 
-  void ChangePassword(int i, const std::string& root_token, const std::string& user,
-                      const std::string& password) {
-    auto stub = etcdserverpb::Auth::NewStub(cluster_->NewChannel(i));
-    etcdserverpb::AuthUserChangePasswordRequest req;
-    req.set_name(user);
-    req.set_password(password);
-    etcdserverpb::AuthUserChangePasswordResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    ctx.AddMetadata("token", root_token);
-    grpc::Status s = stub->UserChangePassword(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
-
   std::unique_ptr<Cluster> cluster_;
+  std::string alice_;  // alice's token (StartWithAliceToken)
 };
 
 TEST_P(AuthClusterTest, ASimpleTokenFromOneMemberWorksAtEveryMemberAndAfterALeaderChange) {
-  ASSERT_NO_FATAL_FAILURE(StartWithAuth());
-  const std::string token = Authenticate(0, "alice", "alicepw");
-  ASSERT_FALSE(token.empty());
-  // At once, at every member: each registered the token when it applied the
-  // entry, and one that has not yet waits for it.
-  for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome put = Put(i, token, absl::StrCat("a/", i));
-    EXPECT_TRUE(put.ok()) << "member " << i << ": " << Describe(put);
-    Outcome get = Get(i, token, "a/0");
-    EXPECT_TRUE(get.ok()) << "member " << i << ": " << Describe(get);
-  }
+  ASSERT_NO_FATAL_FAILURE(StartWithAliceToken(0));
   // Outside alice's permission: etcd's error, at every member.
   for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome put = Put(i, token, "z");
+    Outcome put = Put(i, alice_, "z");
     EXPECT_EQ(put.code, grpc::StatusCode::PERMISSION_DENIED) << "member " << i;
     EXPECT_EQ(put.message, "etcdserver: permission denied") << "member " << i;
   }
@@ -205,7 +198,7 @@ TEST_P(AuthClusterTest, ASimpleTokenFromOneMemberWorksAtEveryMemberAndAfterALead
   ASSERT_NE(*next, *leader);
   for (int i = 0; i < cluster_->size(); ++i) {
     if (i == *leader) continue;
-    Outcome put = PollUntilOk([&] { return Put(i, token, absl::StrCat("a/after/", i)); });
+    Outcome put = PollUntilOk([&] { return Put(i, alice_, absl::StrCat("a/after/", i)); });
     EXPECT_TRUE(put.ok()) << "member " << i << ": " << Describe(put);
   }
   // A token issued by the new leader works at the other survivor.
@@ -219,19 +212,16 @@ TEST_P(AuthClusterTest, ASimpleTokenFromOneMemberWorksAtEveryMemberAndAfterALead
 }
 
 TEST_P(AuthClusterTest, AChangedPasswordRefusesTheTokenAtEveryMember) {
-  ASSERT_NO_FATAL_FAILURE(StartWithAuth());
-  const std::string token = Authenticate(1, "alice", "alicepw");
+  ASSERT_NO_FATAL_FAILURE(StartWithAliceToken(1));
+  etcdserverpb::AuthUserChangePasswordRequest change;
+  change.set_name("alice");
+  change.set_password("newpw");
+  ASSERT_NO_FATAL_FAILURE(AsRoot(2, &Auth::Stub::UserChangePassword, change));
   for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome get = Get(i, token, "a");
-    ASSERT_TRUE(get.ok()) << "member " << i << ": " << Describe(get);
-  }
-  const std::string root = Authenticate(2, "root", "rootpw");
-  ASSERT_NO_FATAL_FAILURE(ChangePassword(2, root, "alice", "newpw"));
-  for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome get = PollUntilRefused([&] { return Get(i, token, "a"); });
+    Outcome get = PollUntilRefused([&] { return Get(i, alice_, "a"); });
     EXPECT_EQ(get.code, grpc::StatusCode::UNAUTHENTICATED) << "member " << i;
     EXPECT_EQ(get.message, "etcdserver: invalid auth token") << "member " << i;
-    Outcome put = Put(i, token, "a/x");
+    Outcome put = Put(i, alice_, "a/x");
     EXPECT_EQ(put.message, "etcdserver: invalid auth token") << "member " << i;
   }
   // The old password is refused; the new one gives a token every member takes.
@@ -248,50 +238,33 @@ TEST_P(AuthClusterTest, AChangedPasswordRefusesTheTokenAtEveryMember) {
 }
 
 TEST_P(AuthClusterTest, AnUnusedTokenExpiresAtEveryMember) {
-  ASSERT_NO_FATAL_FAILURE(StartWithAuth({"--auth-token-ttl=2"}));
-  const std::string token = Authenticate(0, "alice", "alicepw");
-  Outcome first = Get(1, token, "a");
-  ASSERT_TRUE(first.ok()) << Describe(first);
+  ASSERT_NO_FATAL_FAILURE(StartWithAliceToken(0, {"--auth-token-ttl=2"}));
   // The TTL is a span of real time on each member (etcd's keeper sweeps
   // every second): nothing to poll without using the token, which would
   // renew it.
   std::this_thread::sleep_for(seconds(4));
   for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome get = Get(i, token, "a");
+    Outcome get = Get(i, alice_, "a");
     EXPECT_EQ(get.code, grpc::StatusCode::UNAUTHENTICATED) << "member " << i;
     EXPECT_EQ(get.message, "etcdserver: invalid auth token") << "member " << i;
   }
 }
 
 TEST_P(AuthClusterTest, APermissionRevokedAtOneMemberRefusesWritesAtEveryMember) {
-  ASSERT_NO_FATAL_FAILURE(StartWithAuth());
-  const std::string token = Authenticate(0, "alice", "alicepw");
-  for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome put = Put(i, token, "a/before");
-    ASSERT_TRUE(put.ok()) << "member " << i << ": " << Describe(put);
-  }
-  const std::string root = Authenticate(1, "root", "rootpw");
-  {
-    auto stub = etcdserverpb::Auth::NewStub(cluster_->NewChannel(1));
-    etcdserverpb::AuthRoleRevokePermissionRequest req;
-    req.set_role("rw");
-    req.set_key("a");
-    req.set_range_end("b");
-    etcdserverpb::AuthRoleRevokePermissionResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    ctx.AddMetadata("token", root);
-    grpc::Status s = stub->RoleRevokePermission(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+  ASSERT_NO_FATAL_FAILURE(StartWithAliceToken(0));
+  etcdserverpb::AuthRoleRevokePermissionRequest revoke;
+  revoke.set_role("rw");
+  revoke.set_key("a");
+  revoke.set_range_end("b");
+  ASSERT_NO_FATAL_FAILURE(AsRoot(1, &Auth::Stub::RoleRevokePermission, revoke));
   // A simple token carries the member's current auth revision: the write is
   // judged by the permissions as they are when it applies.
   for (int i = 0; i < cluster_->size(); ++i) {
-    Outcome put = PollUntilRefused([&] { return Put(i, token, "a/after"); });
+    Outcome put = PollUntilRefused([&] { return Put(i, alice_, "a/after"); });
     // A write that arrived before the member applied the revocation and was
     // applied after it: refused as checked at an older auth revision (the
     // client retries with a new token, as clientv3 does).
-    if (put.message == "etcdserver: revision of auth store is old") put = Put(i, token, "a/after");
+    if (put.message == "etcdserver: revision of auth store is old") put = Put(i, alice_, "a/after");
     EXPECT_EQ(put.code, grpc::StatusCode::PERMISSION_DENIED) << "member " << i;
     EXPECT_EQ(put.message, "etcdserver: permission denied") << "member " << i;
   }
