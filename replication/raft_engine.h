@@ -13,8 +13,8 @@
 // own protobufs.
 //
 // Thread safety: an engine is not thread-safe. Every call, and every
-// RaftStorage callback it makes, happens on the one thread that
-// RaftEngineFactory::RunLoop runs (the member's raft loop).
+// RaftStorage callback it makes, happens inside the loop that
+// RaftEngineFactory::RunLoop or RunSteps runs (the member's raft loop).
 
 #ifndef CAPSTAN_REPLICATION_RAFT_ENGINE_H_
 #define CAPSTAN_REPLICATION_RAFT_ENGINE_H_
@@ -221,6 +221,16 @@ class RaftEngineFactory {
   // Runs loop on a thread on which engine calls are cheap and returns when
   // loop returns. Engines are made, used and destroyed inside loop only.
   virtual void RunLoop(absl::AnyInvocable<void()> loop) = 0;
+  // Calls step again and again, as RunLoop runs a loop, until it returns
+  // false, and returns then. Between two calls the engine's runtime gets
+  // the thread back for a moment: a member's loop runs this way (one pass
+  // per call), since a loop that never returns to Go's scheduler looks to
+  // Go like a goroutine that runs too long, whose processor Go's monitor
+  // takes away every 10 ms, each time waking threads (docs/REPLICATION.md,
+  // "The raft loop and Go's scheduler"). Consecutive calls may run on
+  // different threads, never at the same time; engines made in one call
+  // are used in later ones.
+  virtual void RunSteps(absl::AnyInvocable<bool()> step) = 0;
   // REQUIRES: called inside RunLoop.
   virtual absl::StatusOr<std::unique_ptr<RaftEngine>> NewEngine(const RaftConfig& config) = 0;
 };

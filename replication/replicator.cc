@@ -141,8 +141,22 @@ absl::Status Replicator::Run() {
   std::promise<absl::Status> made;
   auto made_future = made.get_future();
   loop_thread_ = std::thread([this, &made] {
-    factory_->RunLoop([this, &made] {
-      pthread_setname_np(pthread_self(), "raft-loop");
+    bool started = false;
+    factory_->RunSteps([this, &made, &started]() -> bool {
+      // The steps run on a thread of the engine's runtime, not always the
+      // same one.
+      thread_local bool named = false;
+      if (!named) {
+        pthread_setname_np(pthread_self(), "raft-loop");
+        named = true;
+      }
+      if (started) {
+        if (LoopOnce()) return true;
+        FinishLoop();
+        engine_.reset();
+        return false;
+      }
+      started = true;
       // A store that holds data but has no log yet (a member that ran
       // without Raft, a restored snapshot, data migrated from etcd): the log
       // starts with a snapshot at the store's applied index, as etcd's
@@ -150,7 +164,7 @@ absl::Status Replicator::Run() {
       if (log_->IsNew() && store_->AppliedIndex() > 0) {
         if (absl::Status s = BootstrapFromStore(); !s.ok()) {
           made.set_value(s);
-          return;
+          return false;
         }
       }
       RaftConfig config;
@@ -178,12 +192,14 @@ absl::Status Replicator::Run() {
       auto engine = factory_->NewEngine(config);
       if (!engine.ok()) {
         made.set_value(engine.status());
-        return;
+        return false;
       }
       engine_ = std::move(*engine);
       made.set_value(absl::OkStatus());
-      Loop();
-      engine_.reset();
+      // The log's replay and a sole voter's campaign need no tick.
+      DrainReady();
+      next_tick_ = absl::Now() + options_.tick;
+      return true;
     });
   });
   absl::Status s = made_future.get();
@@ -424,60 +440,59 @@ void Replicator::DrainReady() {
   }
 }
 
-void Replicator::Loop() {
-  // The log's replay and a sole voter's campaign need no tick.
-  DrainReady();
-  absl::Time next_tick = absl::Now() + options_.tick;
-  for (;;) {
-    Inbox in;
-    {
-      util::MutexLock l(&inbox_mu_);
-      inbox_mu_.AwaitWithTimeout(absl::Condition(this, &Replicator::InboxReadyLocked),
-                                 next_tick - absl::Now());
-      if (stopping_) break;
-      std::swap(in, inbox_);
-    }
-    for (auto& m : in.messages) {
-      if (absl::Status s = engine_->Step(m); !s.ok()) {
-        SPDLOG_DEBUG("raft: a peer's message was refused: {}", s.ToString());
-      }
-    }
-    for (auto& [message, dir] : in.snapshots) {
-      std::error_code ec;
-      if (!incoming_snapshot_dir_.empty()) std::filesystem::remove_all(incoming_snapshot_dir_, ec);
-      incoming_snapshot_dir_ = std::move(dir);
-      if (absl::Status s = engine_->Step(message); !s.ok()) {
-        SPDLOG_WARN("raft: a snapshot from a peer was refused: {}", s.ToString());
-      }
-    }
-    for (uint64_t id : in.unreachable) engine_->ReportUnreachable(id);
-    for (auto [id, failed] : in.snapshot_reports) {
-      snapshots_out_.erase(id);
-      engine_->ReportSnapshot(id, failed);
-    }
-    if (in.flushed) CompactAfterFlush(std::move(*in.flushed));
-    const absl::Time now = absl::Now();
-    if (now >= next_tick) {
-      engine_->Tick();
-      next_tick += options_.tick;
-      // A loop that fell far behind (a stalled disk) does not tick in a
-      // burst: that would start an election at once.
-      if (next_tick < now) next_tick = now + options_.tick;
-    }
-    for (auto& w : in.writes) pending_.push_back(std::move(w));
-    for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
-    Propose();
-    SendReadIndex(now);
-    ExpireWaiters(now);
-    DrainReady();
-    if (!incoming_snapshot_dir_.empty()) {
-      // Raft did not take the snapshot (an older one than it has).
-      std::error_code ec;
-      std::filesystem::remove_all(incoming_snapshot_dir_, ec);
-      incoming_snapshot_dir_.clear();
-    }
-    MaybeCompact();
+bool Replicator::LoopOnce() {
+  Inbox in;
+  {
+    util::MutexLock l(&inbox_mu_);
+    inbox_mu_.AwaitWithTimeout(absl::Condition(this, &Replicator::InboxReadyLocked),
+                               next_tick_ - absl::Now());
+    if (stopping_) return false;
+    std::swap(in, inbox_);
   }
+  for (auto& m : in.messages) {
+    if (absl::Status s = engine_->Step(m); !s.ok()) {
+      SPDLOG_DEBUG("raft: a peer's message was refused: {}", s.ToString());
+    }
+  }
+  for (auto& [message, dir] : in.snapshots) {
+    std::error_code ec;
+    if (!incoming_snapshot_dir_.empty()) std::filesystem::remove_all(incoming_snapshot_dir_, ec);
+    incoming_snapshot_dir_ = std::move(dir);
+    if (absl::Status s = engine_->Step(message); !s.ok()) {
+      SPDLOG_WARN("raft: a snapshot from a peer was refused: {}", s.ToString());
+    }
+  }
+  for (uint64_t id : in.unreachable) engine_->ReportUnreachable(id);
+  for (auto [id, failed] : in.snapshot_reports) {
+    snapshots_out_.erase(id);
+    engine_->ReportSnapshot(id, failed);
+  }
+  if (in.flushed) CompactAfterFlush(std::move(*in.flushed));
+  const absl::Time now = absl::Now();
+  if (now >= next_tick_) {
+    engine_->Tick();
+    next_tick_ += options_.tick;
+    // A loop that fell far behind (a stalled disk) does not tick in a
+    // burst: that would start an election at once.
+    if (next_tick_ < now) next_tick_ = now + options_.tick;
+  }
+  for (auto& w : in.writes) pending_.push_back(std::move(w));
+  for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
+  Propose();
+  SendReadIndex(now);
+  ExpireWaiters(now);
+  DrainReady();
+  if (!incoming_snapshot_dir_.empty()) {
+    // Raft did not take the snapshot (an older one than it has).
+    std::error_code ec;
+    std::filesystem::remove_all(incoming_snapshot_dir_, ec);
+    incoming_snapshot_dir_.clear();
+  }
+  MaybeCompact();
+  return true;
+}
+
+void Replicator::FinishLoop() {
   // Stopping: answer everything still held.
   for (auto& p : pending_) p.w.done(MakeError(Error::kStopped));
   pending_.clear();

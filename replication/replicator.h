@@ -224,7 +224,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   };
 
   // The raft loop (on the factory's thread) and its steps.
-  void Loop();
+  // One pass of the raft loop: waits for work or the next tick, then steps,
+  // proposes and drains the engine. False once the member stops.
+  bool LoopOnce();
+  // Answers everything still held when the loop ends.
+  void FinishLoop();
   void Propose();
   void SendReadIndex(absl::Time now);
   void ExpireWaiters(absl::Time now);
@@ -300,6 +304,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // consistent-index check): they are not applied again.
   uint64_t skip_through_ = 0;
   // The data of the last snapshot message stepped, until its Ready.
+  absl::Time next_tick_;  // the raft loop's
   std::string incoming_snapshot_dir_;
   // Peers a snapshot is being streamed to.
   std::set<uint64_t> snapshots_out_;

@@ -42,6 +42,21 @@ void RunLoopOnGoThread(void* arg) {
   tls_in_run_loop = false;
 }
 
+int RunStepOnGoThread(void* arg) {
+  auto* step = static_cast<absl::AnyInvocable<bool()>*>(arg);
+  tls_in_run_loop = true;
+  bool again = false;
+  try {
+    again = (*step)();
+  } catch (const std::exception& e) {
+    CHECK(false) << "the raft loop threw: " << e.what();
+  } catch (...) {
+    CHECK(false) << "the raft loop threw";
+  }
+  tls_in_run_loop = false;
+  return again ? 1 : 0;
+}
+
 // The global logger: raft's package logger and that of engines without
 // RaftConfig::log.
 void LogToSpdlog(void* /*ctx*/, int level, const char* line, size_t len) {
@@ -124,7 +139,7 @@ absl::Status ToStatus(int code) {
 class GoRaftEngine final : public RaftEngine {
  public:
   explicit GoRaftEngine(const RaftConfig& config)
-      : storage_(config.storage), log_(config.log), owner_(std::this_thread::get_id()) {
+      : storage_(config.storage), log_(config.log) {
     c_storage_.ctx = this;
     c_storage_.initial_state = &InitialStateCallback;
     c_storage_.entries = &EntriesCallback;
@@ -306,8 +321,7 @@ class GoRaftEngine final : public RaftEngine {
  private:
   void CheckThread() const {
 #ifndef NDEBUG
-    CHECK(std::this_thread::get_id() == owner_)
-        << "a raft engine is used on one thread only: the RunLoop that made it";
+    CHECK(tls_in_run_loop) << "a raft engine is used inside the RunLoop or RunSteps that made it";
 #endif
   }
 
@@ -432,7 +446,6 @@ class GoRaftEngine final : public RaftEngine {
 
   RaftStorage* const storage_;
   const std::function<void(int, std::string_view)> log_;
-  const std::thread::id owner_;
   capstan_raft_storage c_storage_{};
   capstan_raft_t node_ = 0;
   capstan_raft_ready* ready_ = nullptr;  // from GetReady until Advance
@@ -449,6 +462,10 @@ GoRaftEngineFactory::GoRaftEngineFactory() { capstan_raft_set_logger(&LogToSpdlo
 
 void GoRaftEngineFactory::RunLoop(absl::AnyInvocable<void()> loop) {
   capstan_run_on_go_thread(&RunLoopOnGoThread, &loop);
+}
+
+void GoRaftEngineFactory::RunSteps(absl::AnyInvocable<bool()> step) {
+  capstan_run_steps(&RunStepOnGoThread, &step);
 }
 
 absl::StatusOr<std::unique_ptr<RaftEngine>> GoRaftEngineFactory::NewEngine(

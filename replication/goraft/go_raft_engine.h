@@ -5,13 +5,15 @@
 // Only the capstan binary links this library: a process can hold one Go
 // runtime, and libcapstan holds none.
 //
-// Threads. RunLoop runs its loop on a goroutine locked to its OS thread, so
-// that every call into Go from the loop is a nested cgo call (about 70 ns;
-// from a thread Go did not create, Go 1.19 spends microseconds on each). An
-// engine is made, used and destroyed on that thread only, and its
-// RaftStorage and log callbacks run there, synchronously inside engine
-// calls. Debug builds CHECK both rules. The factory itself may be used from
-// any thread; several RunLoops may run at once, each with its own engines.
+// Threads. RunLoop runs its loop on a goroutine locked to its OS thread, and
+// RunSteps each step on a goroutine that passes through Go's scheduler
+// between steps, so that every call into Go from the loop is a nested cgo
+// call (about 70 ns; from a thread Go did not create, Go 1.19 spends
+// microseconds on each). An engine is made, used and destroyed inside its
+// loop only, never by two threads at once, and its RaftStorage and log
+// callbacks run there, synchronously inside engine calls. Debug builds
+// CHECK that engines are used inside a loop. The factory itself may be used
+// from any thread; several loops may run at once, each with its own engines.
 //
 // The Go runtime. It starts before main() (from the archive's initializers)
 // and runs its own threads and garbage collector in the process; GOMAXPROCS
@@ -47,6 +49,7 @@ class GoRaftEngineFactory : public RaftEngineFactory {
   // Runs loop on a goroutine locked to a Go-created thread; returns when
   // loop returns. loop must not throw.
   void RunLoop(absl::AnyInvocable<void()> loop) override;
+  void RunSteps(absl::AnyInvocable<bool()> step) override;
 
   // REQUIRES: called inside RunLoop; config.storage is set. InvalidArgument
   // for a configuration raft refuses (id 0, election_tick <= heartbeat_tick,

@@ -172,6 +172,8 @@ typedef struct capstan_raft_status {
 } capstan_raft_status;
 
 typedef void (*capstan_raft_thread_fn)(void* arg);
+/* One step of a loop: nonzero to be called again. */
+typedef int (*capstan_raft_step_fn)(void* arg);
 
 /* Receives one log line (not NUL-terminated, no trailing newline). */
 typedef void (*capstan_raft_log_fn)(void* ctx, int level, const char* line, size_t len);
@@ -223,6 +225,13 @@ void capstan_raft_set_logger(capstan_raft_log_fn fn, void* ctx);
 /* Runs fn(arg) on a goroutine locked to its OS thread and returns when fn
  * returns. Calls into the shim made from inside fn are cheap. */
 void capstan_run_on_go_thread(capstan_raft_thread_fn fn, void* arg);
+
+/* Calls fn(arg) on a goroutine until it returns 0, and returns then. The
+ * goroutine yields to Go's scheduler between two calls (so that Go's
+ * monitor never takes it for a goroutine that runs too long) and is not
+ * locked to a thread: consecutive calls may run on different threads, never
+ * at the same time. Calls into the shim made from inside fn are cheap. */
+void capstan_run_steps(capstan_raft_step_fn fn, void* arg);
 
 /* The pointer arguments to the functions below are only read. */
 

@@ -112,6 +112,26 @@ func capstan_run_on_go_thread(fn C.capstan_raft_thread_fn, arg unsafe.Pointer) {
 	<-done
 }
 
+//export capstan_run_steps
+func capstan_run_steps(fn C.capstan_raft_step_fn, arg unsafe.Pointer) {
+	defer recoverPanic("capstan_run_steps", 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for callStepFn(fn, arg) {
+			// A goroutine is "running" from one scheduling to the next. One
+			// that stays in a cgo call for 10 ms is, to sysmon, both too
+			// long in a syscall and running too long: sysmon takes its P
+			// away, and the next call back into Go must find a P again and
+			// wake sysmon from its deep sleep, a cycle of a dozen thread
+			// wake-ups. Passing through the scheduler between steps starts
+			// a new scheduling; unlocked, it costs no thread switch.
+			runtime.Gosched()
+		}
+	}()
+	<-done
+}
+
 //export capstan_raft_new
 func capstan_raft_new(config *C.capstan_raft_config, errOut **C.char) (h C.capstan_raft_t) {
 	// A bad configuration or a failing storage makes raft panic while the

@@ -11,6 +11,8 @@ package main
 
 static inline void capstan_raft_call_thread_fn(capstan_raft_thread_fn fn, void* arg) { fn(arg); }
 
+static inline int capstan_raft_call_step_fn(capstan_raft_step_fn fn, void* arg) { return fn(arg); }
+
 static inline void capstan_raft_call_log(capstan_raft_log_fn fn, void* ctx, int level, _GoString_ line) {
   fn(ctx, level, _GoStringPtr(line), _GoStringLen(line));
 }
@@ -28,6 +30,11 @@ import "unsafe"
 // Calls a capstan_run_on_go_thread function.
 func callThreadFn(fn C.capstan_raft_thread_fn, arg unsafe.Pointer) {
 	C.capstan_raft_call_thread_fn(fn, arg)
+}
+
+// Calls a capstan_run_steps function; true: call it again.
+func callStepFn(fn C.capstan_raft_step_fn, arg unsafe.Pointer) bool {
+	return C.capstan_raft_call_step_fn(fn, arg) != 0
 }
 
 // Calls a logger callback; line is only borrowed for the call.
