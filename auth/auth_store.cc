@@ -219,15 +219,26 @@ absl::Status AuthStore::Load() {
   // etcd commits revision 1 when it finds none; the first mutation stores it.
   if (state->revision == 0) state->revision = 1;
   state->RebuildPerms();
+  // Newer than every state made so far: a mutation applied before a Reload
+  // whose done callback runs after it publishes nothing.
+  state->seq = applied_ ? applied_->seq + 1 : 1;
   applied_ = state;
-  util::MutexLock lock(&state_mu_);
-  state_ = state;
+  Publish(std::move(state));
   return absl::OkStatus();
 }
 
 std::shared_ptr<const AuthStore::State> AuthStore::Current() const {
   util::ReaderMutexLock lock(&state_mu_);
   return state_;
+}
+
+void AuthStore::Publish(std::shared_ptr<const State> next) {
+  util::MutexLock lock(&state_mu_);
+  if (state_ == nullptr || next->seq > state_->seq) state_ = std::move(next);
+}
+
+uint64_t AuthStore::CommittedIndex() const {
+  return committed_index_ ? committed_index_() : kv_->AppliedIndex();
 }
 
 bool AuthStore::Enabled() const { return Current()->enabled; }
@@ -247,6 +258,7 @@ mvcc::WriteRequest AuthStore::WriteOf(Mutation m, Done done) {
     if (auto s = m(next.get(), &pending->changes); !s.ok()) return s;
     if (!pending->changes.changed) return absl::OkStatus();
     if (pending->changes.bump_revision) next->revision++;
+    next->seq = applied_->seq + 1;
     next->RebuildPerms();
     for (const auto& name : pending->changes.users) {
       const std::string key = absl::StrCat(kUserPrefix, name);
@@ -274,13 +286,11 @@ mvcc::WriteRequest AuthStore::WriteOf(Mutation m, Done done) {
     pending->next = std::move(next);
     return absl::OkStatus();
   }};
-  // Committer thread, once durable: publish, then drop stale tokens.
+  // Once durable (on the committer, or on the store's answer thread): publish,
+  // then drop stale tokens, then acknowledge.
   w.done = [this, pending, done = std::move(done)](absl::Status s) mutable {
     if (s.ok() && pending->next) {
-      {
-        util::MutexLock lock(&state_mu_);
-        state_ = pending->next;
-      }
+      Publish(pending->next);
       const Changes& c = pending->changes;
       if (c.drop_all_tokens || !c.invalidate_users.empty()) {
         util::MutexLock lock(&tokens_mu_);
@@ -842,19 +852,26 @@ absl::StatusOr<AuthInfo> AuthStore::InfoFromToken(const std::string& token) {
     return MakeError(Error::kInvalidAuthToken);
   }
   const std::string prefix = token.substr(0, dot);
+  // Before any lock: the hook calls out of the auth store.
+  const uint64_t committed = CommittedIndex();
   std::string user;
   {
     util::MutexLock lock(&tokens_mu_);
     auto it = tokens_.find(prefix);
     // A token issued through an entry this member has not applied yet (the
-    // client got it from a member ahead of this one): wait for it, as etcd
-    // waits for the index to be applied.
-    const absl::Time deadline = absl::Now() + kTokenWait;
-    while (it == tokens_.end() && kv_->AppliedIndex() < index && absl::Now() < deadline) {
-      // Woken when a token is registered; the applied index is looked at
-      // again at least every few milliseconds.
-      token_added_.WaitWithTimeout(&tokens_mu_, absl::Milliseconds(5));
-      it = tokens_.find(prefix);
+    // client got it from a member ahead of this one): waited for, as etcd
+    // waits for the index to be applied, if this member knows the entry is
+    // committed, and for at most token_wait. One naming an index past that
+    // is refused at once: a forged index holds no thread.
+    if (it == tokens_.end() && kv_->AppliedIndex() < index && index <= committed) {
+      token_waits_.fetch_add(1, std::memory_order_relaxed);
+      const absl::Time deadline = absl::Now() + options_.token_wait;
+      while (it == tokens_.end() && kv_->AppliedIndex() < index && absl::Now() < deadline) {
+        // Woken when a token is registered; the applied index is looked at
+        // again at least every few milliseconds.
+        token_added_.WaitWithTimeout(&tokens_mu_, absl::Milliseconds(5));
+        it = tokens_.find(prefix);
+      }
     }
     if (it == tokens_.end() || it->second.token != token) {
       return MakeError(Error::kInvalidAuthToken);

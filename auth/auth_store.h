@@ -23,14 +23,19 @@
 //
 // Permission checks read an immutable published state (users, roles and each
 // user's merged read/write key ranges, like etcd's range_perm_cache) and take
-// only a short lock to fetch it. The auth store is also its KV store's
-// mvcc::WriteGuard: as etcd's authApplierV3, every client write made by a
-// user (WriteRequest::caller, logged in the entry's header in a cluster) is
-// checked again when it is applied, against the auth state applied by then,
-// on every member: a permission revoked between the request's check and its
-// apply refuses it ("permission denied", or "revision of auth store is old"
-// for a caller checked at an older auth revision), and so does an auth
-// change made by a user who lost the root role meanwhile.
+// only a short lock to fetch it. A mutation's state is published before its
+// done callback runs, so that every request that arrives after the change
+// was acknowledged is checked against it; states are published in the
+// order the committer applied them, whatever order their done callbacks
+// run in (a later one, or a Reload, is never replaced by an earlier one).
+// The auth store is also its KV store's mvcc::WriteGuard: as etcd's
+// authApplierV3, every client write made by a user (WriteRequest::caller,
+// logged in the entry's header in a cluster) is checked again when it is
+// applied, against the auth state applied by then, on every member: a
+// permission revoked between the request's check and its apply refuses it
+// ("permission denied", or "revision of auth store is old" for a caller
+// checked at an older auth revision), and so does an auth change made by a
+// user who lost the root role meanwhile.
 //
 // Simple tokens ("<random>.<index>") live in memory only (as in etcd), expire
 // after the configured TTL unless used, and are dropped when their user is
@@ -40,7 +45,11 @@
 // token's random prefix), and every member that applies it registers the
 // token "<prefix>.<entry index>", so that a client may present it to any
 // member. A member that does not know a token whose index it has not applied
-// yet waits (at most kTokenWait) for it, as etcd's isValidSimpleToken does.
+// yet waits for it, as etcd's isValidSimpleToken does, but only if it knows
+// that index to be committed (SetCommittedIndex), and for at most
+// AuthStoreOptions::token_wait: a token naming an index past the committed
+// one (forged, or from an entry this member does not know is committed yet)
+// is refused at once, so that it never holds the caller's thread.
 //
 // Password hashing and checking (bcrypt) is CPU-heavy: HashPassword and
 // Authenticate run it on the calling thread, so call them off gRPC reactor
@@ -130,6 +139,9 @@ struct AuthStoreOptions {
   // thread that authenticates or presents a token, never under a lock: it
   // must be thread-safe.
   std::function<absl::Time()> now = absl::Now;
+  // The longest InfoFromToken waits for this member to apply the entry that
+  // issued a simple token it does not know yet (see SetCommittedIndex).
+  absl::Duration token_wait = absl::Seconds(1);
 };
 
 class AuthStore final : private mvcc::WriteGuard {
@@ -162,9 +174,17 @@ class AuthStore final : private mvcc::WriteGuard {
   void SetReplayedThrough(uint64_t index) {
     replayed_through_.store(index, std::memory_order_release);
   }
-  // How long InfoFromToken waits for this member to apply the entry that
-  // issued a simple token it does not know yet.
-  static constexpr absl::Duration kTokenWait = absl::Seconds(1);
+  // Where this member's committed log index comes from (a cluster's Raft
+  // log): InfoFromToken waits for the entry of a simple token it does not
+  // know only if the token's index is at or below it. Unset: the store's
+  // applied index (a single member commits what it applies, so it never
+  // waits). committed_index is called from the threads that present tokens
+  // (gRPC threads), never under a lock of the auth store; it must be
+  // thread-safe and must not block. REQUIRES: before any InfoFromToken
+  // (before clients are served).
+  void SetCommittedIndex(std::function<uint64_t()> committed_index) {
+    committed_index_ = std::move(committed_index);
+  }
 
   bool Enabled() const;
   uint64_t Revision() const;
@@ -303,6 +323,8 @@ class AuthStore final : private mvcc::WriteGuard {
 
   // Test hook: the tokens currently valid.
   size_t TEST_NumTokens();
+  // Test hook: how many InfoFromToken calls waited for a token's entry.
+  uint64_t TEST_TokenWaits() const { return token_waits_.load(std::memory_order_relaxed); }
 
  private:
   struct UserPerms {
@@ -311,6 +333,10 @@ class AuthStore final : private mvcc::WriteGuard {
   };
   // One immutable version of the auth state.
   struct State {
+    // The order in which the committer made the states (Load and each
+    // applied mutation): only a state newer than the published one is
+    // published.
+    uint64_t seq = 0;
     bool enabled = false;
     uint64_t revision = 0;
     std::map<std::string, authpb::User> users;
@@ -349,6 +375,10 @@ class AuthStore final : private mvcc::WriteGuard {
   // The CustomOp write applying m to the applied state.
   mvcc::WriteRequest WriteOf(Mutation m, Done done);
   std::shared_ptr<const State> Current() const;
+  // Publishes next unless a newer state is published already.
+  void Publish(std::shared_ptr<const State> next) ABSL_LOCKS_EXCLUDED(state_mu_);
+  // The index up to which this member knows the log committed.
+  uint64_t CommittedIndex() const;
   absl::Status CheckAdminIn(const State& s, const AuthInfo& info) const;
   absl::Status CheckRangeIn(const State& s, const AuthInfo& info, std::string_view key,
                             std::string_view range_end, PermType type) const;
@@ -385,6 +415,10 @@ class AuthStore final : private mvcc::WriteGuard {
   absl::flat_hash_map<std::string, Token> tokens_ ABSL_GUARDED_BY(tokens_mu_);
   // Signalled when a token is registered.
   util::CondVar token_added_;
+  std::atomic<uint64_t> token_waits_{0};  // TEST_TokenWaits
+
+  // Set before clients are served (SetCommittedIndex); read-only after.
+  std::function<uint64_t()> committed_index_;
 };
 
 }  // namespace capstan::auth

@@ -339,6 +339,11 @@ absl::Status Server::StartReplication() {
                                                 store_.get(), transport.get(),
                                                 std::move(decode_auth));
   auth_store_->SetReplayedThrough(replicator_->ReplayThrough());
+  // A simple token from another member is waited for only up to the index
+  // this member knows committed. Shutdown stops the client servers before
+  // it destroys the replicator.
+  auth_store_->SetCommittedIndex(
+      [replicator = replicator_.get()] { return replicator->CommittedIndex(); });
   if (auto s = transport->Start(replicator_->handler()); !s.ok()) return s;
   for (const auto& m : member_->initial_members) {
     if (m.id != member_->member_id) transport->AddPeer(m.id, m.peer_urls);
