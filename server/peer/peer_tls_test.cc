@@ -1,14 +1,20 @@
 // Peer TLS from etcd's peer flags, between real transports on 127.0.0.1
 // with certificates made by the openssl command: mutual TLS, the allowed CN
 // on both sides, the CRL, a client certificate that must name its address,
-// auto TLS; and how the flags resolve.
+// auto TLS; the listener's handshake (HandshakeAsServer) ending at the stop
+// fd and the deadline; and how the flags resolve.
 
 #include "server/peer/peer_tls.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -17,7 +23,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "openssl/ssl.h"
 #include "server/peer/peer_testing.h"
+#include "server/peer/peer_tls_handshake.h"
 #include "server/peer/peer_transport.h"
 #include "tests/process_fixture.h"
 #include "tests/reference.h"
@@ -31,6 +39,41 @@ using capstan::testing::kOpensslBinary;
 using capstan::testing::MakeTestCertificates;
 using capstan::testing::TempDir;
 using capstan::testing::TestCertificates;
+
+// A connected pair of local sockets: `server`, non-blocking, for
+// HandshakeAsServer, and `client`. Both closed with the pair.
+struct SocketPair {
+  SocketPair() {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+    server = fds[0];
+    client = fds[1];
+    fcntl(server, F_SETFL, fcntl(server, F_GETFL) | O_NONBLOCK);
+  }
+  ~SocketPair() {
+    if (server >= 0) close(server);
+    if (client >= 0) close(client);
+  }
+  int server = -1;
+  int client = -1;
+};
+
+struct SslFree {
+  void operator()(SSL* ssl) const { SSL_free(ssl); }
+};
+using SslPtr = std::unique_ptr<SSL, SslFree>;
+
+// A client session of ctx on fd that has sent its ClientHello and waits for
+// the server's answer (fd is made non-blocking for that).
+SslPtr SendClientHello(SSL_CTX* ctx, int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  SslPtr ssl(SSL_new(ctx));
+  SSL_set_fd(ssl.get(), fd);
+  const int ret = SSL_connect(ssl.get());
+  EXPECT_EQ(ret, -1);
+  EXPECT_EQ(SSL_get_error(ssl.get(), ret), SSL_ERROR_WANT_READ);
+  return ssl;
+}
 
 class PeerTlsTest : public ::testing::Test {
  protected:
@@ -225,6 +268,39 @@ TEST_F(PeerTlsTest, AllowedCnAlsoChecksThePeerDialed) {
     return a->recorder.Unreachable(2) >= 2;
   }));
   EXPECT_EQ(b->recorder.CountFrom(1), 0u);
+}
+
+TEST_F(PeerTlsTest, HandshakeEndsAtTheStopFdOrTheDeadline) {
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  auto client = peer::NewPeerClientContext(Tls("peer1"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    // A dialer that went silent after its ClientHello and a listener
+    // stopping: the handshake ends at once rather than at its 10 s
+    // deadline ("i/o timeout").
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SslPtr dialer = SendClientHello(client->get(), pair.client);
+    const int stop = eventfd(1, EFD_CLOEXEC);  // readable
+    ASSERT_GE(stop, 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Seconds(10), stop, &ssl);
+    close(stop);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, "use of closed network connection");
+  }
+  {
+    // Silent from the start, no stop fd: the deadline.
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Milliseconds(1), -1, &ssl);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, "i/o timeout");
+  }
 }
 
 TEST(PeerTlsConfigTest, ResolvesEtcdsPeerFlags) {
