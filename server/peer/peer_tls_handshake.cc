@@ -174,7 +174,10 @@ int VerifyPeer(int preverified, X509_STORE_CTX* store) {
 }
 
 void RecordAlert(const SSL* ssl, int where, int ret) {
-  if ((where & SSL_CB_READ_ALERT) == 0) return;
+  // The alerts this side sends come here too (SSL_CB_WRITE_ALERT shares the
+  // SSL_CB_ALERT bit with SSL_CB_READ_ALERT): OpenSSL's own decode_error
+  // after a client hung up mid-handshake is not the client's "remote error".
+  if ((where & SSL_CB_READ_ALERT) != SSL_CB_READ_ALERT) return;
   if ((ret >> 8) != SSL3_AL_FATAL) return;  // close_notify and other warnings
   auto* state = static_cast<HandshakeState*>(SSL_get_ex_data(ssl, StateIndex()));
   if (state != nullptr && state->alert < 0) state->alert = ret & 0xff;
@@ -233,6 +236,10 @@ std::string FailureText(const HandshakeState& state, SSL* ssl, int ret, bool tim
     switch (ERR_GET_REASON(queued)) {
       case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
         return "tls: client didn't provide a certificate";
+      case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+        // The peer closed mid-handshake: Go's io.EOF between records,
+        // io.ErrUnexpectedEOF inside one (its first bytes still buffered).
+        return SSL_has_pending(ssl) ? "unexpected EOF" : "EOF";
       case SSL_R_WRONG_VERSION_NUMBER:
       case SSL_R_HTTP_REQUEST:
       case SSL_R_PACKET_LENGTH_TOO_LONG:

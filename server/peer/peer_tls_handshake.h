@@ -66,7 +66,8 @@ struct HandshakeResult {
 // thread waits for the socket in poll(2), never in a read or a write: the
 // handshake gives up after `timeout` ("i/o timeout") or as soon as
 // `stop_fd` is readable ("use of closed network connection"; -1: no stop
-// fd). On success *ssl owns the session (the caller frees it); on failure
+// fd). A client that hangs up before the handshake ends gives "EOF", as in
+// Go. On success *ssl owns the session (the caller frees it); on failure
 // *ssl is null. REQUIRES: fd is non-blocking.
 HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remote_host,
                                   absl::Duration timeout, int stop_fd, SSL** ssl);

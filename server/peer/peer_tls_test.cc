@@ -1,8 +1,9 @@
 // Peer TLS from etcd's peer flags, between real transports on 127.0.0.1
 // with certificates made by the openssl command: mutual TLS, the allowed CN
 // on both sides, the CRL, a client certificate that must name its address,
-// auto TLS; the listener's handshake (HandshakeAsServer) ending at the stop
-// fd and the deadline; and how the flags resolve.
+// auto TLS; the listener's handshake (HandshakeAsServer) in Go's words
+// when the dialer hangs up or sends no certificate, and its ends at the
+// stop fd and the deadline; and how the flags resolve.
 
 #include "server/peer/peer_tls.h"
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -268,6 +270,62 @@ TEST_F(PeerTlsTest, AllowedCnAlsoChecksThePeerDialed) {
     return a->recorder.Unreachable(2) >= 2;
   }));
   EXPECT_EQ(b->recorder.CountFrom(1), 0u);
+}
+
+TEST_F(PeerTlsTest, ClientHangingUpMidHandshakeIsEofAsInGo) {
+  // The listener's side of a dialer that gave up after its ClientHello (as
+  // gRPC does when its connect deadline passes): etcd logs "EOF", or
+  // "unexpected EOF" when the dialer stopped inside a record. OpenSSL
+  // answers the EOF with an alert of its own (decode_error), which is not
+  // the dialer's "remote error".
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  auto client = peer::NewPeerClientContext(Tls("peer1"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (const bool whole_record : {true, false}) {
+    SCOPED_TRACE(whole_record ? "after the ClientHello" : "inside the ClientHello");
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SslPtr dialer;
+    if (whole_record) {
+      dialer = SendClientHello(client->get(), pair.client);
+    } else {
+      // A handshake record's header announcing 512 bytes, and 3 of them.
+      const unsigned char partial[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01};
+      ASSERT_EQ(write(pair.client, partial, sizeof partial), static_cast<ssize_t>(sizeof partial));
+    }
+    ASSERT_EQ(shutdown(pair.client, SHUT_WR), 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Seconds(10), -1, &ssl);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, whole_record ? "EOF" : "unexpected EOF");
+  }
+}
+
+TEST_F(PeerTlsTest, ClientWithoutCertificateIsRefusedInGosWords) {
+  // A dialer presenting no certificate: the listener's own refusal, not the
+  // certificate_required alert it sent read back as the dialer's.
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  peer::SslCtxPtr client(SSL_CTX_new(TLS_client_method()));
+  ASSERT_NE(client, nullptr);
+  SSL_CTX_set_verify(client.get(), SSL_VERIFY_NONE, nullptr);
+  SocketPair pair;
+  ASSERT_GE(pair.server, 0);
+  peer::HandshakeResult result;
+  SSL* ssl = nullptr;
+  std::thread listener([&] {
+    result = peer::HandshakeAsServer(server->get(), pair.server, "127.0.0.1", absl::Seconds(10),
+                                     -1, &ssl);
+  });
+  SslPtr dialer(SSL_new(client.get()));
+  SSL_set_fd(dialer.get(), pair.client);
+  SSL_connect(dialer.get());  // succeeds in TLS 1.3: the refusal comes after
+  listener.join();
+  EXPECT_EQ(ssl, nullptr);
+  EXPECT_EQ(result.error, "tls: client didn't provide a certificate");
+  EXPECT_FALSE(result.peer_sent_certificate);
 }
 
 TEST_F(PeerTlsTest, HandshakeEndsAtTheStopFdOrTheDeadline) {
