@@ -1,9 +1,10 @@
 // Peer TLS from etcd's peer flags, between real transports on 127.0.0.1
 // with certificates made by the openssl command: mutual TLS, the allowed CN
 // on both sides, the CRL, a client certificate that must name its address,
-// auto TLS; the listener's handshake (HandshakeAsServer) in Go's words
-// when the dialer hangs up or sends no certificate, and its ends at the
-// stop fd and the deadline; and how the flags resolve.
+// auto TLS; a first connection that carries what was queued before it; the
+// listener's handshake (HandshakeAsServer) in Go's words when the dialer
+// hangs up or sends no certificate, and its ends at the stop fd and the
+// deadline; and how the flags resolve.
 
 #include "server/peer/peer_tls.h"
 
@@ -270,6 +271,25 @@ TEST_F(PeerTlsTest, AllowedCnAlsoChecksThePeerDialed) {
     return a->recorder.Unreachable(2) >= 2;
   }));
   EXPECT_EQ(b->recorder.CountFrom(1), 0u);
+}
+
+TEST_F(PeerTlsTest, FirstConnectionCarriesWhatWasQueuedBeforeIt) {
+  // A failed connection attempt drops the messages queued for it, so the
+  // message sent before the first https connection exists arrives only if
+  // that connection (the probe's handshake, then gRPC's: TLS and the
+  // HTTP/2 settings through the listener) succeeds at once.
+  auto a = StartMember(1, kCluster, 0, Tls("peer1"));
+  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  a->transport->Send({Message(1, 2, 7)});
+  ASSERT_TRUE(WaitFor([&] {
+    return b->recorder.CountFrom(1) > 0 || a->recorder.Unreachable(2) > 0;
+  }));
+  EXPECT_EQ(b->recorder.From(1), std::vector<uint64_t>{7}) << a->errors.Describe(2);
+  EXPECT_EQ(a->recorder.Unreachable(2), 0) << a->errors.Describe(2);
+  EXPECT_EQ(a->errors.Count(2), 0u) << a->errors.Describe(2);
 }
 
 TEST_F(PeerTlsTest, ClientHangingUpMidHandshakeIsEofAsInGo) {
