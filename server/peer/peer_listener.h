@@ -3,7 +3,9 @@
 // checks inside the handshake), and hands each accepted connection's
 // plaintext to the gRPC server through a socket pair
 // (grpc::AddInsecureChannelFromFd), copying bytes both ways on one thread
-// per connection. A refused handshake is logged as etcd's
+// per connection. That thread waits in poll(2) on its sockets and on an
+// eventfd that Stop makes readable, through the handshake and the copying
+// alike: no timer, no second thread. A refused handshake is logged as etcd's
 // embed/config_logging.go logs it:
 //
 //   rejected connection on peer endpoint (remote-addr 127.0.0.1:41318,
@@ -62,7 +64,7 @@ class PeerTlsListener {
   void AcceptLoop();
   void Serve(int fd, std::string remote_addr, std::string remote_host);
   // Copies between the TLS session on `net` and `local` until either ends
-  // or the listener stops.
+  // or the listener stops. REQUIRES: net is non-blocking.
   void Pump(SSL* ssl, int net, int local);
   void LogRefusal(const std::string& remote_addr, const std::string& remote_host,
                   const HandshakeResult& result);

@@ -37,8 +37,16 @@ grpc::ChannelArguments PeerChannelArguments() {
   // Reconnect soon after a peer comes back (gRPC's default starts at 1s and
   // grows to 120s; etcd's stream readers retry every 100ms).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Despite its name, the least time one connection attempt gets to connect,
+  // make its TLS handshake and receive the peer's HTTP/2 settings (gRPC's
+  // "min connect timeout"; its deadline is the larger of this and the
+  // current backoff). At 100 ms an https attempt on a busy machine timed out
+  // ("Handshake timed out", "connection attempt timed out before receiving
+  // SETTINGS frame") and the messages queued for it were dropped. etcd's
+  // peer dialer allows 1 s plus the election timeout to connect and 10 s
+  // more for the TLS handshake; 5 s lies between.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   // Notice a peer that vanished without closing the connection (etcd's
   // ConnReadTimeout is 5s).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);

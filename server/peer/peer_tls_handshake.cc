@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -171,7 +174,10 @@ int VerifyPeer(int preverified, X509_STORE_CTX* store) {
 }
 
 void RecordAlert(const SSL* ssl, int where, int ret) {
-  if ((where & SSL_CB_READ_ALERT) == 0) return;
+  // The alerts this side sends come here too (SSL_CB_WRITE_ALERT shares the
+  // SSL_CB_ALERT bit with SSL_CB_READ_ALERT): OpenSSL's own decode_error
+  // after a client hung up mid-handshake is not the client's "remote error".
+  if ((where & SSL_CB_READ_ALERT) != SSL_CB_READ_ALERT) return;
   if ((ret >> 8) != SSL3_AL_FATAL) return;  // close_notify and other warnings
   auto* state = static_cast<HandshakeState*>(SSL_get_ex_data(ssl, StateIndex()));
   if (state != nullptr && state->alert < 0) state->alert = ret & 0xff;
@@ -230,6 +236,10 @@ std::string FailureText(const HandshakeState& state, SSL* ssl, int ret, bool tim
     switch (ERR_GET_REASON(queued)) {
       case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
         return "tls: client didn't provide a certificate";
+      case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+        // The peer closed mid-handshake: Go's io.EOF between records,
+        // io.ErrUnexpectedEOF inside one (its first bytes still buffered).
+        return SSL_has_pending(ssl) ? "unexpected EOF" : "EOF";
       case SSL_R_WRONG_VERSION_NUMBER:
       case SSL_R_HTTP_REQUEST:
       case SSL_R_PACKET_LENGTH_TOO_LONG:
@@ -250,6 +260,41 @@ void SetTimeouts(int fd, absl::Duration timeout) {
 }
 
 bool WouldBlock() { return errno == EAGAIN || errno == EWOULDBLOCK; }
+
+// What a non-blocking handshake step waits for next.
+enum class HandshakeWait {
+  kReady,     // the socket is ready: call the handshake again
+  kDone,      // the step failed for another reason than a wait
+  kTimedOut,  // the deadline passed first
+  kStopped,   // the stop fd became readable first
+};
+
+// After a handshake step returned `ssl_error` (SSL_get_error): waits in
+// poll(2) until fd is ready for what OpenSSL wants, stop_fd (if >= 0) is
+// readable, or the deadline passes.
+HandshakeWait AwaitSocket(int fd, int ssl_error, int stop_fd, absl::Time deadline) {
+  short events;
+  if (ssl_error == SSL_ERROR_WANT_READ) {
+    events = POLLIN;
+  } else if (ssl_error == SSL_ERROR_WANT_WRITE) {
+    events = POLLOUT;
+  } else {
+    return HandshakeWait::kDone;
+  }
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return HandshakeWait::kTimedOut;
+    // Rounded up, so that a wait never ends just before the deadline.
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+    pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
+    const int n = poll(fds, stop_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(ms, 60000)));
+    if (n < 0 && errno != EINTR) return HandshakeWait::kDone;
+    if (n <= 0) continue;
+    if (stop_fd >= 0 && fds[1].revents != 0) return HandshakeWait::kStopped;
+    // An error or a hang-up on fd: the next step reports it.
+    if (fds[0].revents != 0) return HandshakeWait::kReady;
+  }
+}
 
 }  // namespace
 
@@ -380,7 +425,7 @@ absl::StatusOr<SslCtxPtr> NewPeerClientContext(const PeerTls& tls) {
 }
 
 HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remote_host,
-                                  absl::Duration timeout, SSL** out) {
+                                  absl::Duration timeout, int stop_fd, SSL** out) {
   *out = nullptr;
   HandshakeResult result;
   HandshakeState state;
@@ -392,11 +437,16 @@ HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remot
   }
   SSL_set_ex_data(ssl, StateIndex(), &state);
   SSL_set_fd(ssl, fd);
-  SetTimeouts(fd, timeout);
-  errno = 0;
-  const int ret = SSL_accept(ssl);
-  const bool timed_out = ret != 1 && WouldBlock();
-  SetTimeouts(fd, absl::ZeroDuration());
+  const absl::Time deadline = absl::Now() + timeout;
+  HandshakeWait wait = HandshakeWait::kDone;
+  int ret;
+  while (true) {
+    ERR_clear_error();
+    ret = SSL_accept(ssl);
+    if (ret == 1) break;
+    wait = AwaitSocket(fd, SSL_get_error(ssl, ret), stop_fd, deadline);
+    if (wait != HandshakeWait::kReady) break;
+  }
   SSL_set_ex_data(ssl, StateIndex(), nullptr);
   const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   result.server_name = sni ? sni : "";
@@ -407,7 +457,12 @@ HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remot
     *out = ssl;
     return result;
   }
-  result.error = FailureText(state, ssl, ret, timed_out);
+  if (wait == HandshakeWait::kStopped) {
+    ERR_clear_error();
+    result.error = "use of closed network connection";
+  } else {
+    result.error = FailureText(state, ssl, ret, wait == HandshakeWait::kTimedOut);
+  }
   SSL_free(ssl);
   return result;
 }
@@ -452,6 +507,8 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
     return absl::StrCat("dial tcp ", address, ": connect: ", text);
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as Go's dialer
   SetTimeouts(fd, timeout);
   HandshakeState state;
   state.peer_host = host;

@@ -62,11 +62,15 @@ struct HandshakeResult {
 };
 
 // Accepts on the connected socket fd with ctx (NewPeerServerContext),
-// `remote_host` being the client's address (for checkSAN). fd must be
-// blocking; the handshake gives up after `timeout`. On success *ssl owns the
-// session (the caller frees it); on failure *ssl is null.
+// `remote_host` being the client's address (for checkSAN). The calling
+// thread waits for the socket in poll(2), never in a read or a write: the
+// handshake gives up after `timeout` ("i/o timeout") or as soon as
+// `stop_fd` is readable ("use of closed network connection"; -1: no stop
+// fd). A client that hangs up before the handshake ends gives "EOF", as in
+// Go. On success *ssl owns the session (the caller frees it); on failure
+// *ssl is null. REQUIRES: fd is non-blocking.
 HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remote_host,
-                                  absl::Duration timeout, SSL** ssl);
+                                  absl::Duration timeout, int stop_fd, SSL** ssl);
 
 // etcd's prober, reduced to the handshake: connects to host:port, makes a
 // TLS handshake with ctx (NewPeerClientContext), checking that the peer's

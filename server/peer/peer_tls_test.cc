@@ -1,23 +1,34 @@
 // Peer TLS from etcd's peer flags, between real transports on 127.0.0.1
 // with certificates made by the openssl command: mutual TLS, the allowed CN
 // on both sides, the CRL, a client certificate that must name its address,
-// auto TLS; and how the flags resolve.
+// auto TLS; a first connection that carries what was queued before it; the
+// listener's handshake (HandshakeAsServer) in Go's words when the dialer
+// hangs up or sends no certificate, and its ends at the stop fd and the
+// deadline; and how the flags resolve.
 
 #include "server/peer/peer_tls.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "openssl/ssl.h"
 #include "server/peer/peer_testing.h"
+#include "server/peer/peer_tls_handshake.h"
 #include "server/peer/peer_transport.h"
 #include "tests/process_fixture.h"
 #include "tests/reference.h"
@@ -31,6 +42,41 @@ using capstan::testing::kOpensslBinary;
 using capstan::testing::MakeTestCertificates;
 using capstan::testing::TempDir;
 using capstan::testing::TestCertificates;
+
+// A connected pair of local sockets: `server`, non-blocking, for
+// HandshakeAsServer, and `client`. Both closed with the pair.
+struct SocketPair {
+  SocketPair() {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+    server = fds[0];
+    client = fds[1];
+    fcntl(server, F_SETFL, fcntl(server, F_GETFL) | O_NONBLOCK);
+  }
+  ~SocketPair() {
+    if (server >= 0) close(server);
+    if (client >= 0) close(client);
+  }
+  int server = -1;
+  int client = -1;
+};
+
+struct SslFree {
+  void operator()(SSL* ssl) const { SSL_free(ssl); }
+};
+using SslPtr = std::unique_ptr<SSL, SslFree>;
+
+// A client session of ctx on fd that has sent its ClientHello and waits for
+// the server's answer (fd is made non-blocking for that).
+SslPtr SendClientHello(SSL_CTX* ctx, int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  SslPtr ssl(SSL_new(ctx));
+  SSL_set_fd(ssl.get(), fd);
+  const int ret = SSL_connect(ssl.get());
+  EXPECT_EQ(ret, -1);
+  EXPECT_EQ(SSL_get_error(ssl.get(), ret), SSL_ERROR_WANT_READ);
+  return ssl;
+}
 
 class PeerTlsTest : public ::testing::Test {
  protected:
@@ -225,6 +271,114 @@ TEST_F(PeerTlsTest, AllowedCnAlsoChecksThePeerDialed) {
     return a->recorder.Unreachable(2) >= 2;
   }));
   EXPECT_EQ(b->recorder.CountFrom(1), 0u);
+}
+
+TEST_F(PeerTlsTest, FirstConnectionCarriesWhatWasQueuedBeforeIt) {
+  // A failed connection attempt drops the messages queued for it, so the
+  // message sent before the first https connection exists arrives only if
+  // that connection (the probe's handshake, then gRPC's: TLS and the
+  // HTTP/2 settings through the listener) succeeds at once.
+  auto a = StartMember(1, kCluster, 0, Tls("peer1"));
+  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  a->transport->Send({Message(1, 2, 7)});
+  ASSERT_TRUE(WaitFor([&] {
+    return b->recorder.CountFrom(1) > 0 || a->recorder.Unreachable(2) > 0;
+  }));
+  EXPECT_EQ(b->recorder.From(1), std::vector<uint64_t>{7}) << a->errors.Describe(2);
+  EXPECT_EQ(a->recorder.Unreachable(2), 0) << a->errors.Describe(2);
+  EXPECT_EQ(a->errors.Count(2), 0u) << a->errors.Describe(2);
+}
+
+TEST_F(PeerTlsTest, ClientHangingUpMidHandshakeIsEofAsInGo) {
+  // The listener's side of a dialer that gave up after its ClientHello (as
+  // gRPC does when its connect deadline passes): etcd logs "EOF", or
+  // "unexpected EOF" when the dialer stopped inside a record. OpenSSL
+  // answers the EOF with an alert of its own (decode_error), which is not
+  // the dialer's "remote error".
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  auto client = peer::NewPeerClientContext(Tls("peer1"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (const bool whole_record : {true, false}) {
+    SCOPED_TRACE(whole_record ? "after the ClientHello" : "inside the ClientHello");
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SslPtr dialer;
+    if (whole_record) {
+      dialer = SendClientHello(client->get(), pair.client);
+    } else {
+      // A handshake record's header announcing 512 bytes, and 3 of them.
+      const unsigned char partial[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01};
+      ASSERT_EQ(write(pair.client, partial, sizeof partial), static_cast<ssize_t>(sizeof partial));
+    }
+    ASSERT_EQ(shutdown(pair.client, SHUT_WR), 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Seconds(10), -1, &ssl);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, whole_record ? "EOF" : "unexpected EOF");
+  }
+}
+
+TEST_F(PeerTlsTest, ClientWithoutCertificateIsRefusedInGosWords) {
+  // A dialer presenting no certificate: the listener's own refusal, not the
+  // certificate_required alert it sent read back as the dialer's.
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  peer::SslCtxPtr client(SSL_CTX_new(TLS_client_method()));
+  ASSERT_NE(client, nullptr);
+  SSL_CTX_set_verify(client.get(), SSL_VERIFY_NONE, nullptr);
+  SocketPair pair;
+  ASSERT_GE(pair.server, 0);
+  peer::HandshakeResult result;
+  SSL* ssl = nullptr;
+  std::thread listener([&] {
+    result = peer::HandshakeAsServer(server->get(), pair.server, "127.0.0.1", absl::Seconds(10),
+                                     -1, &ssl);
+  });
+  SslPtr dialer(SSL_new(client.get()));
+  SSL_set_fd(dialer.get(), pair.client);
+  SSL_connect(dialer.get());  // succeeds in TLS 1.3: the refusal comes after
+  listener.join();
+  EXPECT_EQ(ssl, nullptr);
+  EXPECT_EQ(result.error, "tls: client didn't provide a certificate");
+  EXPECT_FALSE(result.peer_sent_certificate);
+}
+
+TEST_F(PeerTlsTest, HandshakeEndsAtTheStopFdOrTheDeadline) {
+  auto server = peer::NewPeerServerContext(Tls("peer2"));
+  auto client = peer::NewPeerClientContext(Tls("peer1"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    // A dialer that went silent after its ClientHello and a listener
+    // stopping: the handshake ends at once rather than at its 10 s
+    // deadline ("i/o timeout").
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SslPtr dialer = SendClientHello(client->get(), pair.client);
+    const int stop = eventfd(1, EFD_CLOEXEC);  // readable
+    ASSERT_GE(stop, 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Seconds(10), stop, &ssl);
+    close(stop);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, "use of closed network connection");
+  }
+  {
+    // Silent from the start, no stop fd: the deadline.
+    SocketPair pair;
+    ASSERT_GE(pair.server, 0);
+    SSL* ssl = nullptr;
+    const peer::HandshakeResult result = peer::HandshakeAsServer(
+        server->get(), pair.server, "127.0.0.1", absl::Milliseconds(1), -1, &ssl);
+    EXPECT_EQ(ssl, nullptr);
+    EXPECT_EQ(result.error, "i/o timeout");
+  }
 }
 
 TEST(PeerTlsConfigTest, ResolvesEtcdsPeerFlags) {
