@@ -10,7 +10,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "storage/backend.h"
 
@@ -26,8 +29,9 @@ struct ClusterMember {
 };
 
 // What the services report of this member's Raft state (Status, headers),
-// kept by the replication layer. Thread safety: every method may be called
-// from any thread.
+// kept by the replication layer, and the one thing they ask of Raft (a
+// leadership transfer). Thread safety: every method may be called from any
+// thread.
 class RaftView {
  public:
   virtual ~RaftView() = default;
@@ -39,6 +43,14 @@ class RaftView {
   // The members as this member's applied log knows them, with the client
   // URLs each published.
   virtual std::vector<ClusterMember> Members() const = 0;
+  // Asks Raft to hand the leadership to member `to` (etcd's MoveLeader:
+  // raft's MsgTransferLeader) and calls done once this member sees `to`
+  // lead: OK; or, if it does not by `deadline`, etcd's "leader transfer
+  // took too long"; or "server stopped" when the member stops first. done
+  // runs exactly once, on the raft loop's thread (or on the caller's, before
+  // this returns, when the member has stopped) and must not block.
+  virtual void TransferLeadership(uint64_t to, absl::Time deadline,
+                                  absl::AnyInvocable<void(absl::Status)> done) = 0;
 };
 
 struct MemberInfo {
@@ -55,7 +67,7 @@ struct MemberInfo {
   std::vector<ClusterMember> initial_members;
   // In a cluster, its Raft state (not owned; outlives the services); null
   // on a single member.
-  const RaftView* raft = nullptr;
+  RaftView* raft = nullptr;
 };
 
 // A member of --initial-cluster: its name and peer URLs.

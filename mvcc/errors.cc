@@ -46,6 +46,12 @@ ErrorInfo InfoOf(Error e) {
     case Error::kNoLeader: return {absl::StatusCode::kUnavailable, "no leader"};
     case Error::kTooManyRequests: return {absl::StatusCode::kResourceExhausted, "too many requests"};
     case Error::kLeaderChanged: return {absl::StatusCode::kUnavailable, "leader changed"};
+    case Error::kNotLeader: return {absl::StatusCode::kFailedPrecondition, "not leader"};
+    case Error::kBadLeaderTransferee:
+      return {absl::StatusCode::kFailedPrecondition, "bad leader transferee"};
+    case Error::kTimeoutLeaderTransfer:
+      return {absl::StatusCode::kDeadlineExceeded,
+              "request timed out, leader transfer took too long"};
   }
   return {absl::StatusCode::kUnknown, "unknown error"};
 }

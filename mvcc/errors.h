@@ -38,6 +38,10 @@ enum class Error {
   kNoLeader,               // etcdserver: no leader
   kTooManyRequests,        // etcdserver: too many requests (apply far behind commit)
   kLeaderChanged,          // etcdserver: leader changed
+  // MoveLeader's.
+  kNotLeader,              // etcdserver: not leader
+  kBadLeaderTransferee,    // etcdserver: bad leader transferee
+  kTimeoutLeaderTransfer,  // etcdserver: request timed out, leader transfer took too long
 };
 
 // A Status carrying `e`.

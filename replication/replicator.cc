@@ -242,6 +242,7 @@ void Replicator::Stop() {
   }
   for (auto& p : left.writes) p.w.done(MakeError(Error::kStopped));
   for (auto& r : left.reads) r(MakeError(Error::kStopped));
+  for (auto& t : left.transfers) t.done(MakeError(Error::kStopped));
   std::multimap<uint64_t, Done> reads;
   {
     util::MutexLock l(&reads_mu_);
@@ -304,6 +305,17 @@ TransportHandler Replicator::handler() {
 }
 
 bool Replicator::Leads() const { return leader_.load(std::memory_order_acquire); }
+
+void Replicator::TransferLeadership(uint64_t to, absl::Time deadline, Done done) {
+  {
+    util::MutexLock l(&inbox_mu_);
+    if (!stopping_) {
+      inbox_.transfers.push_back({to, deadline, absl::Now(), std::move(done)});
+      return;
+    }
+  }
+  done(MakeError(Error::kStopped));
+}
 
 void Replicator::Submit(mvcc::WriteRequest w) {
   if (CommittedIndex() > AppliedIndex() + options_.max_apply_lag) {
@@ -468,7 +480,9 @@ bool Replicator::LoopOnce() {
     engine_->ReportSnapshot(id, failed);
   }
   if (in.flushed) CompactAfterFlush(std::move(*in.flushed));
+  for (auto& t : in.transfers) StartLeaderTransfer(std::move(t));
   const absl::Time now = absl::Now();
+  FinishLeaderTransfers(now);
   if (now >= next_tick_) {
     engine_->Tick();
     next_tick_ += options_.tick;
@@ -504,6 +518,8 @@ void Replicator::FinishLoop() {
     for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kStopped));
     read_in_flight_.reset();
   }
+  for (auto& t : transfers_) t.done(MakeError(Error::kStopped));
+  transfers_.clear();
 }
 
 void Replicator::Propose() {
@@ -855,6 +871,37 @@ void Replicator::CompactAfterFlush(absl::StatusOr<uint64_t> flushed) {
   }
   log_first_.store(index + 1, std::memory_order_release);
   SPDLOG_INFO("compacted the raft log up to index {} (applied {})", index, applied);
+}
+
+void Replicator::StartLeaderTransfer(LeaderTransfer t) {
+  SPDLOG_INFO("leadership transfer starting: member {:x}, leader {:x}, transferee {:x}",
+              options_.member_id, Leader(), t.to);
+  // Proposals are dropped while the transfer runs; Propose keeps them
+  // pending, and retries them until the new leader takes them or their
+  // deadline passes.
+  engine_->TransferLeader(t.to);
+  transfers_.push_back(std::move(t));
+}
+
+void Replicator::FinishLeaderTransfers(absl::Time now) {
+  const uint64_t lead = Leader();
+  for (auto it = transfers_.begin(); it != transfers_.end();) {
+    absl::Status s;
+    if (lead == it->to) {
+      SPDLOG_INFO("leadership transfer finished: member {:x}, new leader {:x}, took {}",
+                  options_.member_id, lead, absl::FormatDuration(now - it->asked));
+    } else if (now >= it->deadline) {
+      SPDLOG_WARN("leadership transfer to {:x} timed out: member {:x}, leader {:x}", it->to,
+                  options_.member_id, lead);
+      s = MakeError(Error::kTimeoutLeaderTransfer);
+    } else {
+      ++it;
+      continue;
+    }
+    Done done = std::move(it->done);
+    it = transfers_.erase(it);
+    done(std::move(s));
+  }
 }
 
 void Replicator::SendSnapshot(RaftMessage m) {

@@ -166,6 +166,12 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }
   uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
   std::vector<membership::ClusterMember> Members() const override ABSL_LOCKS_EXCLUDED(members_mu_);
+  // Hands the request to the raft loop, which asks raft for the transfer
+  // and then looks, at least once a tick (etcd's MoveLeader polls once a
+  // tick), whether this member's leader is `to` or the deadline passed.
+  void TransferLeadership(uint64_t to, absl::Time deadline,
+                          absl::AnyInvocable<void(absl::Status)> done) override
+      ABSL_LOCKS_EXCLUDED(inbox_mu_);
 
   // The log's first index (its compaction point + 1) and the snapshots this
   // member installed. Any thread.
@@ -204,6 +210,13 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     absl::Time sent;
     absl::Time deadline;
   };
+  // A leadership transfer asked for (TransferLeadership).
+  struct LeaderTransfer {
+    uint64_t to = 0;
+    absl::Time deadline;
+    absl::Time asked;
+    absl::AnyInvocable<void(absl::Status)> done;
+  };
   // What other threads hand to the raft loop.
   struct Inbox {
     std::vector<std::string> messages;
@@ -217,9 +230,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     // The data flush of a log compaction is done: the applied index it made
     // durable, or the flush's error.
     std::optional<absl::StatusOr<uint64_t>> flushed;
+    std::vector<LeaderTransfer> transfers;
     bool empty() const {
       return messages.empty() && unreachable.empty() && writes.empty() && reads.empty() &&
-             snapshots.empty() && snapshot_reports.empty() && !flushed;
+             snapshots.empty() && snapshot_reports.empty() && !flushed && transfers.empty();
     }
   };
 
@@ -240,6 +254,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // applied since the last one; compacts the log once it is done.
   void MaybeCompact();
   void CompactAfterFlush(absl::StatusOr<uint64_t> flushed);
+  // Leadership transfers: asks raft for one (raft ignores a transfer to the
+  // leader itself, and one to a transferee already under way); answers
+  // those whose transferee leads, or whose deadline passed.
+  void StartLeaderTransfer(LeaderTransfer t);
+  void FinishLeaderTransfers(absl::Time now);
   // Leader: a MsgSnap to a follower behind the log; the checkpoint and the
   // stream run on the snapshot sender, the result comes back as a report.
   void SendSnapshot(RaftMessage m);
@@ -290,6 +309,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   absl::flat_hash_map<uint64_t, Waiter> waiters_;
   std::vector<absl::AnyInvocable<void(absl::Status)>> pending_reads_;
   std::optional<ReadBatch> read_in_flight_;
+  std::vector<LeaderTransfer> transfers_;
   // Request ids the answer-before-commit failpoint applied at proposal.
   absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed

@@ -49,6 +49,12 @@ EtcdError EtcdErrorOf(mvcc::Error e) {
     case Error::kNoLeader: return {grpc::UNAVAILABLE, "etcdserver: no leader"};
     case Error::kTooManyRequests: return {grpc::RESOURCE_EXHAUSTED, "etcdserver: too many requests"};
     case Error::kLeaderChanged: return {grpc::UNAVAILABLE, "etcdserver: leader changed"};
+    case Error::kNotLeader: return {grpc::FAILED_PRECONDITION, "etcdserver: not leader"};
+    case Error::kBadLeaderTransferee:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: bad leader transferee"};
+    case Error::kTimeoutLeaderTransfer:
+      // Not in etcd's toGRPCErrorMap: togRPCError answers it as Unknown.
+      return {grpc::UNKNOWN, "etcdserver: request timed out, leader transfer took too long"};
   }
   return {grpc::UNKNOWN, "etcdserver: unknown error"};
 }

@@ -1,6 +1,9 @@
 #include "server/api/maintenance_service.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <utility>
 
 #include "mvcc/errors.h"
@@ -19,6 +22,37 @@ class RefusedSnapshot final : public grpc::ServerWriteReactor<etcdserverpb::Snap
   explicit RefusedSnapshot(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
+
+// A MoveLeader call waiting for its transfer, which the member's Raft answers
+// (Completion), or, as soon as the client gives up (its deadline passed, it
+// cancelled), etcd's answer when MoveLeader's context ends: "leader transfer
+// took too long". Finished once, by whichever comes first; deletes itself.
+class MoveLeaderCall final : public grpc::ServerUnaryReactor {
+ public:
+  // The transfer's completion. It may run after the call is gone (the
+  // client gave up first): then it touches only the shared flag.
+  absl::AnyInvocable<void(absl::Status)> Completion() {
+    return [this, finished = finished_](absl::Status s) {
+      if (!finished->exchange(true)) Finish(ToGrpcStatus(s));
+    };
+  }
+  void OnCancel() override {
+    if (!finished_->exchange(true)) {
+      Finish(ToGrpcStatus(mvcc::MakeError(mvcc::Error::kTimeoutLeaderTransfer)));
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> finished_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+// The call's deadline (none: the infinite future).
+absl::Time DeadlineOf(const grpc::CallbackServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
 
 }  // namespace
 
@@ -173,18 +207,37 @@ grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse>* MaintenanceService::Sn
   return NewSnapshotReactor(store_, *member_);
 }
 
+// etcd's maintenanceServer.MoveLeader and EtcdServer.MoveLeader: only the
+// leader takes it; the transferee must be a voting member; the call returns
+// once this member sees the transferee lead (at once when it is this
+// member), with an empty response (no header).
 grpc::ServerUnaryReactor* MaintenanceService::MoveLeader(
     grpc::CallbackServerContext* ctx, const etcdserverpb::MoveLeaderRequest* request,
     etcdserverpb::MoveLeaderResponse*) {
-  auto* reactor = ctx->DefaultReactor();
-  // One member: it already leads; any other target is not a member.
-  if (request->targetid() != member_->member_id) {
-    reactor->Finish(grpc::Status(grpc::FAILED_PRECONDITION, "etcdserver: bad leader transferee"));
+  membership::RaftView* raft = member_->raft;
+  const uint64_t target = request->targetid();
+  // A single member without Raft leads, and is the only member.
+  const uint64_t leader = raft != nullptr ? raft->Leader() : member_->member_id;
+  bool voter = false;
+  if (raft != nullptr) {
+    for (const auto& m : raft->Members()) voter |= m.id == target && !m.is_learner;
+  } else {
+    voter = target == member_->member_id;
+  }
+  absl::Status refused;
+  if (leader != member_->member_id) {
+    refused = mvcc::MakeError(mvcc::Error::kNotLeader);
+  } else if (!voter) {
+    refused = mvcc::MakeError(mvcc::Error::kBadLeaderTransferee);
+  }
+  if (!refused.ok() || raft == nullptr) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(refused));
     return reactor;
   }
-  // etcd answers an empty response (no header).
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  auto* call = new MoveLeaderCall();
+  raft->TransferLeadership(target, DeadlineOf(*ctx), call->Completion());
+  return call;
 }
 
 grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerContext* ctx,

@@ -1,4 +1,4 @@
-// etcdserverpb.Maintenance and etcdserverpb.Cluster for a single member.
+// etcdserverpb.Maintenance and etcdserverpb.Cluster of one member, alone or in a cluster.
 // RPCs not overridden here answer UNIMPLEMENTED (the generated default).
 
 #ifndef CAPSTAN_SERVER_API_MAINTENANCE_SERVICE_H_
@@ -26,6 +26,10 @@ class AuthGate;
 // defragmenting. Destroying the service drains the queue first: a
 // defragmentation running finishes, each call still queued is answered
 // "etcdserver: server stopped" without touching the store.
+//
+// MoveLeader never blocks a gRPC thread either: the member's Raft answers it
+// (RaftView::TransferLeadership) once the transferee leads, or the call ends
+// when its client gives up.
 class MaintenanceService final : public DecodingService<etcdserverpb::Maintenance> {
  public:
   // auth: root checks (null: none); must outlive the service.
