@@ -7,11 +7,12 @@
 #include "server/peer/peer_snapshot.h"
 #include "server/peer/peer_tls.h"
 #include "spdlog/spdlog.h"
+#include "util/mutex.h"
 
 namespace capstan::server::peer {
 namespace {
 
-std::string_view Metadata(const grpc::ServerContext& context, const char* key) {
+std::string_view Metadata(const grpc::ServerContextBase& context, const char* key) {
   const auto& md = context.client_metadata();
   auto it = md.find(key);
   if (it == md.end()) return {};
@@ -44,9 +45,10 @@ PeerService::PeerService(uint64_t local_id, uint64_t cluster_id,
       cluster_id_(cluster_id),
       handler_(handler),
       is_removed_(std::move(is_removed)),
-      check_client_san_(check_client_san) {}
+      check_client_san_(check_client_san),
+      snapshots_(1, "peer-snapshot") {}
 
-grpc::Status PeerService::Admit(const grpc::ServerContext& context, uint64_t* from) const {
+grpc::Status PeerService::Admit(const grpc::ServerContextBase& context, uint64_t* from) const {
   if (check_client_san_) {
     // etcd checks the connection, before any request: here, every call.
     const auto auth = context.auth_context();
@@ -85,45 +87,9 @@ grpc::Status PeerService::Admit(const grpc::ServerContext& context, uint64_t* fr
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Raft(grpc::ServerContext* context,
-                               grpc::ServerReader<capstan::v1::RaftBatch>* reader,
-                               capstan::v1::RaftStreamEnd*) {
-  uint64_t from = 0;
-  if (grpc::Status s = Admit(*context, &from); !s.ok()) return s;
-  // Accepted: say so at once (the sender waits for this before it writes).
-  context->AddInitialMetadata(kClusterIdKey, IdText(cluster_id_));
-  reader->SendInitialMetadata();
-  capstan::v1::RaftBatch batch;
-  while (reader->Read(&batch)) {
-    if (is_removed_(from)) return grpc::Status(grpc::PERMISSION_DENIED, kMemberRemoved);
-    for (std::string& message : *batch.mutable_messages()) {
-      uint64_t to = 0, message_from = 0;
-      if (!ReadMessageAddresses(message, &to, &message_from)) {
-        return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
-      }
-      if (to != local_id_ || message_from != from) {
-        return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
-      }
-      if (handler_->on_message) handler_->on_message(from, std::move(message));
-    }
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status PeerService::Snapshot(grpc::ServerContext* context,
-                                   grpc::ServerReader<capstan::v1::SnapshotChunk>* reader,
-                                   capstan::v1::SnapshotEnd*) {
-  uint64_t from = 0;
-  if (grpc::Status s = Admit(*context, &from); !s.ok()) return s;
-  if (handler_->snapshot_dir.empty() || !handler_->on_snapshot) {
-    return grpc::Status(grpc::UNIMPLEMENTED, "snapshots are not accepted");
-  }
-  util::MutexLock l(&snapshot_mu_);
-  std::string message;
-  absl::Status s = ReceiveSnapshotFiles(
-      handler_->snapshot_dir, [reader](capstan::v1::SnapshotChunk* c) { return reader->Read(c); },
-      &message);
-  if (s.ok()) {
+grpc::Status PeerService::HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch) const {
+  if (is_removed_(from)) return grpc::Status(grpc::PERMISSION_DENIED, kMemberRemoved);
+  for (std::string& message : *batch->mutable_messages()) {
     uint64_t to = 0, message_from = 0;
     if (!ReadMessageAddresses(message, &to, &message_from)) {
       return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
@@ -131,29 +97,161 @@ grpc::Status PeerService::Snapshot(grpc::ServerContext* context,
     if (to != local_id_ || message_from != from) {
       return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
     }
-    s = handler_->on_snapshot(from, std::move(message));
+    if (handler_->on_message) handler_->on_message(from, std::move(message));
   }
-  return ToGrpc(s);
+  return grpc::Status::OK;
 }
 
-grpc::Status PeerService::LeaseRenew(grpc::ServerContext* context,
-                                     const etcdserverpb::LeaseKeepAliveRequest* request,
-                                     etcdserverpb::LeaseKeepAliveResponse* response) {
-  uint64_t from = 0;
-  if (grpc::Status s = Admit(*context, &from); !s.ok()) return s;
-  if (!handler_->on_lease_renew) return grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
-  return ToGrpc(handler_->on_lease_renew(*request, response));
+// A Raft stream: one read in flight; each batch goes to the handler, in
+// order, on the callback thread that read it, before the next read starts.
+class PeerService::RaftReactor final : public grpc::ServerReadReactor<capstan::v1::RaftBatch> {
+ public:
+  RaftReactor(const PeerService* service, grpc::CallbackServerContext* context)
+      : service_(service) {
+    if (grpc::Status s = service->Admit(*context, &from_); !s.ok()) {
+      Finish(s);
+      return;
+    }
+    // Accepted: say so at once (the sender waits for this before it writes).
+    context->AddInitialMetadata(kClusterIdKey, IdText(service->cluster_id_));
+    StartSendInitialMetadata();
+    StartRead(&batch_);
+  }
+
+  void OnReadDone(bool ok) override {
+    // The sender closed the stream, or it broke.
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (grpc::Status s = service_->HandleBatch(from_, &batch_); !s.ok()) {
+      Finish(s);
+      return;
+    }
+    StartRead(&batch_);  // parsing the next batch clears this one
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const PeerService* const service_;
+  uint64_t from_ = 0;
+  capstan::v1::RaftBatch batch_;
+};
+
+// A Snapshot stream. Admitted on the callback thread; then its turn on the
+// snapshot thread, which receives the files with ReceiveSnapshotFiles: each
+// read it asks for is started there and waited for there, so only that
+// thread waits (for the network and the disk), never a callback thread.
+class PeerService::SnapshotReactor final
+    : public grpc::ServerReadReactor<capstan::v1::SnapshotChunk> {
+ public:
+  SnapshotReactor(PeerService* service, grpc::CallbackServerContext* context) {
+    uint64_t from = 0;
+    if (grpc::Status s = service->Admit(*context, &from); !s.ok()) {
+      Finish(s);
+      return;
+    }
+    if (service->handler_->snapshot_dir.empty() || !service->handler_->on_snapshot) {
+      Finish(grpc::Status(grpc::UNIMPLEMENTED, "snapshots are not accepted"));
+      return;
+    }
+    service->snapshots_.RunOrCancel([this, service, from](bool run) {
+      if (!run) {
+        // Touches nothing of the service: it is on its way out.
+        Finish(grpc::Status(grpc::UNAVAILABLE, "the peer service stopped"));
+        return;
+      }
+      // The last use of this reactor: OnDone may delete it once Finish
+      // is called.
+      Finish(Receive(*service, from));
+    });
+  }
+
+  void OnReadDone(bool ok) override {
+    util::MutexLock l(&mu_);
+    read_ok_ = ok;
+    read_done_ = true;
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // On the snapshot thread: the files into snapshot_dir, then on_snapshot.
+  grpc::Status Receive(const PeerService& service, uint64_t from) {
+    const replication::TransportHandler& handler = *service.handler_;
+    std::string message;
+    absl::Status s = ReceiveSnapshotFiles(
+        handler.snapshot_dir, [this](capstan::v1::SnapshotChunk* c) { return Read(c); },
+        &message);
+    if (!s.ok()) return ToGrpc(s);
+    uint64_t to = 0, message_from = 0;
+    if (!ReadMessageAddresses(message, &to, &message_from)) {
+      return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
+    }
+    if (to != service.local_id_ || message_from != from) {
+      return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
+    }
+    return ToGrpc(handler.on_snapshot(from, std::move(message)));
+  }
+
+  // On the snapshot thread: waits for the next chunk; false when the stream
+  // ended (the sender closed it, it broke, or the server is stopping).
+  bool Read(capstan::v1::SnapshotChunk* chunk) {
+    {
+      util::MutexLock l(&mu_);
+      read_done_ = false;
+    }
+    StartRead(chunk);
+    util::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&read_done_));
+    return read_ok_;
+  }
+
+  // Hands each read's end from the callback thread to the snapshot thread.
+  util::Mutex mu_;
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_ok_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerReadReactor<capstan::v1::RaftBatch>* PeerService::Raft(
+    grpc::CallbackServerContext* context, capstan::v1::RaftStreamEnd*) {
+  return new RaftReactor(this, context);
 }
 
-grpc::Status PeerService::LeaseTimeToLive(grpc::ServerContext* context,
-                                          const etcdserverpb::LeaseTimeToLiveRequest* request,
-                                          etcdserverpb::LeaseTimeToLiveResponse* response) {
+grpc::ServerReadReactor<capstan::v1::SnapshotChunk>* PeerService::Snapshot(
+    grpc::CallbackServerContext* context, capstan::v1::SnapshotEnd*) {
+  return new SnapshotReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* PeerService::LeaseRenew(
+    grpc::CallbackServerContext* context, const etcdserverpb::LeaseKeepAliveRequest* request,
+    etcdserverpb::LeaseKeepAliveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   uint64_t from = 0;
-  if (grpc::Status s = Admit(*context, &from); !s.ok()) return s;
-  if (!handler_->on_lease_time_to_live) {
-    return grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
+  grpc::Status s = Admit(*context, &from);
+  if (s.ok()) {
+    // The leader answers from its lessor at once (replication/replicator.cc).
+    s = handler_->on_lease_renew ? ToGrpc(handler_->on_lease_renew(*request, response))
+                                 : grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
   }
-  return ToGrpc(handler_->on_lease_time_to_live(*request, response));
+  reactor->Finish(s);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerService::LeaseTimeToLive(
+    grpc::CallbackServerContext* context, const etcdserverpb::LeaseTimeToLiveRequest* request,
+    etcdserverpb::LeaseTimeToLiveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  uint64_t from = 0;
+  grpc::Status s = Admit(*context, &from);
+  if (s.ok()) {
+    s = handler_->on_lease_time_to_live
+            ? ToGrpc(handler_->on_lease_time_to_live(*request, response))
+            : grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
+  }
+  reactor->Finish(s);
+  return reactor;
 }
 
 }  // namespace capstan::server::peer

@@ -12,10 +12,21 @@
 // removal check is repeated for every batch, so a member removed while its
 // stream is open is cut off at its next batch.
 //
-// Thread safety: gRPC calls the methods concurrently from its server
-// threads (the synchronous API: one thread per open Raft stream). They call
-// the handler's callbacks on those threads, under no lock; the callbacks
-// must enqueue and return (replication/transport.h).
+// Threads: the service is on gRPC's callback API, like the client
+// services, so that its server keeps no polling threads of its own (a
+// synchronous server's pollers share the process's epoll set and wake up
+// for client traffic too). A Raft stream reads its next batch once the
+// previous one was handed to the handler; the lease calls answer at once.
+// Both run on gRPC's callback threads, which call on_message,
+// on_lease_renew and on_lease_time_to_live, under no lock: those must not
+// block (replication/transport.h). A snapshot is received on the service's
+// own thread, "peer-snapshot", which writes the files and calls
+// on_snapshot: one snapshot at a time, the next stream waiting its turn
+// unread, so file I/O never runs on a callback thread.
+//
+// Thread safety: gRPC calls the methods concurrently. The service must
+// outlive its server, and the server must be shut down (which waits for
+// every call to end) before the service is destroyed.
 
 #ifndef CAPSTAN_SERVER_PEER_PEER_SERVICE_H_
 #define CAPSTAN_SERVER_PEER_PEER_SERVICE_H_
@@ -25,46 +36,54 @@
 
 #include "capstan/v1/peer.grpc.pb.h"
 #include "replication/transport.h"
-#include "util/mutex.h"
+#include "util/work_queue.h"
 
 namespace capstan::server::peer {
 
-class PeerService final : public capstan::v1::Peer::Service {
+class PeerService final : public capstan::v1::Peer::CallbackService {
  public:
   // is_removed answers whether a member ID was removed from the cluster; it
-  // is called for every call and every batch and must be cheap. handler
-  // and is_removed must outlive the service's server.
+  // is called for every call and every batch, on gRPC's callback threads,
+  // and must be cheap. handler and is_removed must outlive the service's
+  // server.
   // check_client_san: a caller's client certificate must name the address
   // it calls from (etcd's checkSAN; PeerAddressMismatch), else
   // UNAUTHENTICATED with the reason.
   PeerService(uint64_t local_id, uint64_t cluster_id, const replication::TransportHandler* handler,
               std::function<bool(uint64_t)> is_removed, bool check_client_san);
 
-  grpc::Status Raft(grpc::ServerContext* context, grpc::ServerReader<capstan::v1::RaftBatch>* reader,
-                    capstan::v1::RaftStreamEnd* response) override;
-  grpc::Status LeaseRenew(grpc::ServerContext* context,
-                          const etcdserverpb::LeaseKeepAliveRequest* request,
-                          etcdserverpb::LeaseKeepAliveResponse* response) override;
-  grpc::Status LeaseTimeToLive(grpc::ServerContext* context,
-                               const etcdserverpb::LeaseTimeToLiveRequest* request,
-                               etcdserverpb::LeaseTimeToLiveResponse* response) override;
-  // Receives into handler->snapshot_dir (one snapshot at a time), then calls
-  // handler->on_snapshot.
-  grpc::Status Snapshot(grpc::ServerContext* context,
-                        grpc::ServerReader<capstan::v1::SnapshotChunk>* reader,
-                        capstan::v1::SnapshotEnd* response) override;
+  grpc::ServerReadReactor<capstan::v1::RaftBatch>* Raft(
+      grpc::CallbackServerContext* context, capstan::v1::RaftStreamEnd* response) override;
+  grpc::ServerUnaryReactor* LeaseRenew(grpc::CallbackServerContext* context,
+                                       const etcdserverpb::LeaseKeepAliveRequest* request,
+                                       etcdserverpb::LeaseKeepAliveResponse* response) override;
+  grpc::ServerUnaryReactor* LeaseTimeToLive(
+      grpc::CallbackServerContext* context, const etcdserverpb::LeaseTimeToLiveRequest* request,
+      etcdserverpb::LeaseTimeToLiveResponse* response) override;
+  // Receives into handler->snapshot_dir (one snapshot at a time, on the
+  // snapshot thread), then calls handler->on_snapshot there.
+  grpc::ServerReadReactor<capstan::v1::SnapshotChunk>* Snapshot(
+      grpc::CallbackServerContext* context, capstan::v1::SnapshotEnd* response) override;
 
  private:
+  class RaftReactor;
+  class SnapshotReactor;
+
   // Admits a call: OK and the sender's ID in *from, or the refusal.
-  grpc::Status Admit(const grpc::ServerContext& context, uint64_t* from) const;
+  grpc::Status Admit(const grpc::ServerContextBase& context, uint64_t* from) const;
+  // The status of a Raft batch from `from`, whose messages went to the
+  // handler unless it is not OK (a removed sender, a bad message: the
+  // messages before the bad one were handed over).
+  grpc::Status HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch) const;
 
   const uint64_t local_id_;
   const uint64_t cluster_id_;
   const replication::TransportHandler* const handler_;
   const std::function<bool(uint64_t)> is_removed_;
   const bool check_client_san_;
-  // Held while a snapshot is received: one at a time into snapshot_dir.
-  util::Mutex snapshot_mu_;
+  // One thread: receives the snapshots, one at a time, in the order their
+  // streams were admitted. Last member: destroyed (and joined) first.
+  util::WorkQueue snapshots_;
 };
 
 }  // namespace capstan::server::peer

@@ -96,6 +96,8 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
       /*check_client_san=*/false);
 
   grpc::ServerBuilder builder;
+  // A callback service alone: the server starts no polling threads of its
+  // own (peer_service.h says why).
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);

@@ -18,9 +18,9 @@
 // Thread safety: every method may be called from any thread, concurrently,
 // except from inside a callback (a handler's or on_peer_error) for Stop,
 // AddPeer and RemovePeer, which join sender threads.
-// The handler's callbacks run on transport threads (gRPC's server threads,
-// the senders' threads) and on the caller's thread of Send (an overflow),
-// never under a transport lock.
+// The handler's callbacks run on transport threads (gRPC's callback
+// threads, the peer service's snapshot thread, the senders' threads) and on
+// the caller's thread of Send (an overflow), never under a transport lock.
 
 #ifndef CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_
 #define CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_
