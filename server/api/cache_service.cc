@@ -127,20 +127,24 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
       // SetNotify (which takes the watch's notify lock) is not called under it.
       (*w)->SetNotify([this] { TrySend(); });
     }
-    {
-      util::MutexLock l(&mu_);
-      if (!w.ok()) {
-        FinishLocked(ToGrpcStatus(w.status()));
-      } else {
-        watch_ = std::move(*w);
-      }
-      start_done_ = true;  // wakes OnDone
+    util::MutexLock l(&mu_);
+    if (!w.ok()) {
+      FinishLocked(ToGrpcStatus(w.status()));
+    } else {
+      watch_ = std::move(*w);
+      TrySendLocked();
     }
-    TrySend();
+    // Last: once it is set, OnDone may delete this reactor as soon as mu_
+    // is released, so nothing of it may be touched after.
+    start_done_ = true;  // wakes OnDone
   }
 
   void TrySend() ABSL_LOCKS_EXCLUDED(mu_) {
     util::MutexLock l(&mu_);
+    TrySendLocked();
+  }
+
+  void TrySendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_ || !watch_) return;
     events_.clear();
     size_t bytes = 0;
