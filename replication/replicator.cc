@@ -17,6 +17,11 @@
 namespace capstan::replication {
 namespace {
 
+// The request ID of an entry: etcd's header.id, or the older top-level id.
+uint64_t RequestIdOf(const etcdserverpb::InternalRaftRequest& r) {
+  return r.header().id() != 0 ? r.header().id() : r.id();
+}
+
 using mvcc::Error;
 using mvcc::MakeError;
 using Done = absl::AnyInvocable<void(absl::Status)>;
@@ -436,19 +441,19 @@ void Replicator::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& req
 }
 
 void Replicator::DrainReady() {
-  while (engine_->HasReady()) {
-    HandleReady(engine_->GetReady());
-    engine_->Advance();
-  }
-  // A sole voter need not wait an election timeout for votes it cannot get
-  // (etcd fast-forwards its ticks likewise): it campaigns once its
-  // configuration is applied, and leads at once.
-  if (sole_voter_.load(std::memory_order_relaxed) && role_ == RaftRole::kFollower &&
-      engine_->Campaign().ok()) {
+  for (bool campaigned = false;;) {
     while (engine_->HasReady()) {
       HandleReady(engine_->GetReady());
       engine_->Advance();
     }
+    // A sole voter need not wait an election timeout for votes it cannot
+    // get (etcd fast-forwards its ticks likewise): it campaigns once its
+    // configuration is applied, and leads at once.
+    if (campaigned || !sole_voter_.load(std::memory_order_relaxed) ||
+        role_ != RaftRole::kFollower || !engine_->Campaign().ok()) {
+      return;
+    }
+    campaigned = true;
   }
 }
 
@@ -724,7 +729,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     // write this member proposed is in the store, but its response cannot
     // be rebuilt: it is answered "request timed out" now, the outcome a
     // client must already treat as unknown, rather than at its deadline.
-    const uint64_t id = request->header().id() != 0 ? request->header().id() : request->id();
+    const uint64_t id = RequestIdOf(*request);
     if (auto it = waiters_.find(id); it != waiters_.end()) {
       Done done = std::move(it->second.done);
       waiters_.erase(it);
@@ -747,7 +752,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
 }
 
 mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
-  const uint64_t id = request->header().id() != 0 ? request->header().id() : request->id();
+  const uint64_t id = RequestIdOf(*request);
   std::optional<Waiter> waiter;
   if (auto it = waiters_.find(id); it != waiters_.end()) {
     waiter = std::move(it->second);
