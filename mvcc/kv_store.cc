@@ -77,6 +77,9 @@ absl::Status KvStore::Recover() {
   if (auto s = backend_->Get(Cf::kMeta, kConsistentIndexKey, &value); s.ok() && value.size() == 8) {
     applied_index_.store(util::ReadBigEndian64(value.data()));
   }
+  if (auto s = backend_->Get(Cf::kMeta, kConsistentTermKey, &value); s.ok() && value.size() == 8) {
+    applied_term_.store(util::ReadBigEndian64(value.data()));
+  }
 
   // Rebuild the key index by replaying history in revision order, as etcd's
   // restore does: the first record of a key seen restores its generation

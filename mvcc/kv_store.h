@@ -280,6 +280,20 @@ class KvStore : public WriteLog {
   // single member the number of write requests applied over the store's
   // life. The member's raft index and applied index in Status.
   uint64_t AppliedIndex() const { return applied_index_.load(std::memory_order_acquire); }
+  // The Raft term of the entry at AppliedIndex() (0: not known, as for a
+  // store that never ran Raft). Any thread.
+  uint64_t AppliedTerm() const { return applied_term_.load(std::memory_order_acquire); }
+
+  // Whether the store makes its writes durable itself (its WAL, and an
+  // fsync per group) although a write log orders them. A store with
+  // requires_write_log writes without a WAL, relying on the log's replay
+  // after a crash; a one-voter group that keeps no log of the entries it
+  // applies (replication/) turns this on, after flushing what it wrote
+  // without a WAL. Any thread; takes effect from the next group.
+  void SetSelfDurable(bool on) { self_durable_.store(on, std::memory_order_release); }
+  bool SelfDurable() const {
+    return !options_.requires_write_log || self_durable_.load(std::memory_order_acquire);
+  }
 
   int64_t Rev() const { return View()->rev; }
   int64_t CompactRev() const { return View()->compact_rev; }
@@ -429,6 +443,8 @@ class KvStore : public WriteLog {
   uint64_t applying_index_ = 0;
   std::atomic<WriteLog*> write_log_{nullptr};
   std::atomic<uint64_t> applied_index_{0};
+  std::atomic<uint64_t> applied_term_{0};
+  std::atomic<bool> self_durable_{false};
   // The backend's size as last measured (by the committer), for the quota.
   std::atomic<int64_t> backend_size_{0};
   absl::Time backend_size_at_ = absl::InfinitePast();

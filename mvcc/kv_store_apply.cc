@@ -703,11 +703,15 @@ void KvStore::CommitBatch(Group* group) {
   // batch. Writes from a Raft log carry their entry's index; a single
   // member's index counts its client writes (not the store's own steps).
   uint64_t applied = applied_index_.load(std::memory_order_relaxed);
+  uint64_t applied_term = applied_term_.load(std::memory_order_relaxed);
   bool from_log = false;
   for (const auto& w : *group->writes) {
     if (w.raft_index > 0) {
       from_log = true;
-      applied = std::max(applied, w.raft_index);
+      if (w.raft_index >= applied) {
+        applied = w.raft_index;
+        applied_term = std::max(applied_term, w.raft_term);
+      }
     } else if (!std::holds_alternative<InternalOp>(w.op)) {
       ++applied;
     }
@@ -716,10 +720,16 @@ void KvStore::CommitBatch(Group* group) {
     std::string index_bytes;
     util::AppendBigEndian64(applied, &index_bytes);
     batch_.Put(Cf::kMeta, kConsistentIndexKey, index_bytes);
+    if (from_log && applied_term != 0) {
+      std::string term_bytes;
+      util::AppendBigEndian64(applied_term, &term_bytes);
+      batch_.Put(Cf::kMeta, kConsistentTermKey, term_bytes);
+    }
     // A store that applies only what a write log holds needs no WAL of its
     // own: after a crash it reopens at its last flush, whose applied index
-    // says where the log's replay starts (docs/REPLICATION.md).
-    batch_.set_wal(!options_.requires_write_log);
+    // says where the log's replay starts (docs/REPLICATION.md). One that
+    // makes its writes durable itself (SelfDurable) syncs each group.
+    batch_.set_wal(SelfDurable());
     const absl::Time write_start = absl::Now();
     absl::Status s = backend_->Write(&batch_);
     commit_latency_.Record(absl::ToDoubleSeconds(absl::Now() - write_start));
@@ -736,7 +746,10 @@ void KvStore::CommitBatch(Group* group) {
       group_events_.clear();
     }
   }
-  if (!failed_) applied_index_.store(applied, std::memory_order_release);
+  if (!failed_) {
+    applied_term_.store(applied_term, std::memory_order_release);
+    applied_index_.store(applied, std::memory_order_release);
+  }
   stat_groups_.fetch_add(1, std::memory_order_relaxed);
   stat_group_writes_.fetch_add(group->writes->size(), std::memory_order_relaxed);
 }

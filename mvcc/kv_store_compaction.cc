@@ -128,7 +128,7 @@ void KvStore::RunCompaction(int64_t rev) {
   storage::WriteBatch batch;
   // As the committer's batches (kv_store_apply.cc): a store that replays a
   // write log after a crash keeps its whole state to one flushed prefix.
-  batch.set_wal(!options_.requires_write_log);
+  batch.set_wal(SelfDurable());
   int64_t deleted = 0;
   absl::Status status;
   for (it->SeekToFirst(); it->Valid() && it->key() < end; it->Next()) {

@@ -16,6 +16,9 @@ inline constexpr std::string_view kScheduledCompactKey = "scheduledCompactRev";
 inline constexpr std::string_view kFinishedCompactKey = "finishedCompactRev";
 // Write requests applied, as 8 big-endian bytes (etcd's consistent_index).
 inline constexpr std::string_view kConsistentIndexKey = "consistent_index";
+// The Raft term of the entry at the consistent index, as 8 big-endian bytes
+// (etcd 3.5's `term`), written with it by a cluster member.
+inline constexpr std::string_view kConsistentTermKey = "term";
 
 // Compaction marks are stored as revision keys of {rev, 0}, as etcd does.
 inline std::string EncodeMetaRevision(int64_t rev) { return RevisionKey(Revision{rev, 0}); }

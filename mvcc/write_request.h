@@ -103,6 +103,9 @@ struct WriteRequest {
   // each group, atomically with its data (etcd's consistent index), so that
   // replay after a crash skips what was applied.
   uint64_t raft_index = 0;
+  // The term of that entry, stored with the applied index (etcd 3.5's
+  // consistent term): a log restarted behind the store resumes from it.
+  uint64_t raft_term = 0;
   // Set for a client write made while auth was enabled: who made it. A
   // cluster logs it in the entry's header (username, auth_revision), and
   // the store's WriteGuard re-checks the permission against it when the

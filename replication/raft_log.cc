@@ -384,6 +384,11 @@ absl::Status RaftLog::Save(const std::optional<HardState>& hard_state,
 
   storage::WriteBatch batch;
   batch.set_sync(sync);
+  const bool write_held = held_unwritten_ && !reset;
+  if (write_held) {
+    batch.DeleteRange(Cf::kRaft, EntryKey(0), EntryKey(snapshot_.index + 1));
+    batch.Put(Cf::kRaft, kSnapshotKey, EncodeSnapshot(snapshot_));
+  }
   if (reset) {
     // Every entry goes, including any past the snapshot, as raft's
     // MemoryStorage.ApplySnapshot does.
@@ -406,6 +411,8 @@ absl::Status RaftLog::Save(const std::optional<HardState>& hard_state,
   if (batch.Count() == 0) return absl::OkStatus();
   if (auto s = backend_->Write(&batch); !s.ok()) return s;
 
+  if (write_held) ReclaimBelow(snapshot_.index + 1);
+  held_unwritten_ = false;
   if (reset) {
     snapshot_ = *snapshot;
     runs_.clear();
@@ -464,6 +471,19 @@ absl::Status RaftLog::Compact(uint64_t index, const ConfState& conf_state) {
   cache_first_ = std::max(cache_first_, index + 1);
   ReclaimBelow(index + 1);
   return absl::OkStatus();
+}
+
+void RaftLog::HoldInStore(uint64_t index, uint64_t term, const ConfState& conf_state) {
+  if (index <= snapshot_.index) return;
+  CHECK(index >= LastIndex()) << "entries up to " << index << " held by the store, but the log "
+                              << "holds entries up to " << LastIndex();
+  snapshot_ = SnapshotMeta{index, term, conf_state};
+  held_unwritten_ = true;
+  runs_.clear();
+  cache_.clear();
+  cache_bytes_ = 0;
+  cache_first_ = index + 1;
+  last_index_.store(index, std::memory_order_release);
 }
 
 uint64_t RaftLog::ReclaimedBelow() const {

@@ -111,6 +111,18 @@ class RaftLog final : public RaftStorage {
   // past the commit index or LastIndex().
   absl::Status Compact(uint64_t index, const ConfState& conf_state);
 
+  // A sole voter's entries through index (of term) are held by the store,
+  // which applied them in writes it made durable itself, and are never
+  // written to the log (replication/replicator.h, "A sole voter's log").
+  // In memory only: the log answers as if compacted at (index, term,
+  // conf_state). The next Save, which the caller makes only once the
+  // store is durable through index, writes that snapshot record (and
+  // drops older entries) in its batch. index must be at or past
+  // LastIndex(); one at or below the snapshot index is ignored.
+  void HoldInStore(uint64_t index, uint64_t term, const ConfState& conf_state);
+  // Whether the snapshot HoldInStore made is not written yet.
+  bool HoldsUnwritten() const { return held_unwritten_; }
+
   SnapshotMeta snapshot_meta() const { return snapshot_; }
   // Any thread.
   HardState hard_state() const ABSL_LOCKS_EXCLUDED(hard_state_mu_);
@@ -171,6 +183,8 @@ class RaftLog final : public RaftStorage {
   std::unique_ptr<storage::Backend> backend_;
 
   SnapshotMeta snapshot_;
+  // snapshot_ came from HoldInStore and is not written yet.
+  bool held_unwritten_ = false;
   // Terms of the live log, snapshot_.index + 1 .. LastIndex(), in order.
   std::deque<TermRun> runs_;
   // The newest entries, cache_first_ .. LastIndex(), and their bytes.

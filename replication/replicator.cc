@@ -171,6 +171,12 @@ absl::Status Replicator::Run() {
           made.set_value(s);
           return false;
         }
+      } else if (!log_->IsNew() && store_->AppliedTerm() != 0 &&
+                 store_->AppliedIndex() > log_->LastIndex()) {
+        if (absl::Status s = ResumeFromStore(); !s.ok()) {
+          made.set_value(s);
+          return false;
+        }
       }
       RaftConfig config;
       config.id = options_.member_id;
@@ -681,7 +687,11 @@ void Replicator::HandleReady(Ready rd) {
   // handles (the entries it holds are skipped); the other order would leave
   // a store behind a log that no longer holds the entries it lacks.
   if (rd.snapshot) InstallSnapshot(*rd.snapshot);
-  if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
+  const bool hold = StoreCanHold(rd) && (store_holds_ || !rd.entries.empty());
+  if (hold) {
+    if (!store_holds_) StartHoldingInStore();
+  } else if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
+    if (store_holds_) StopHoldingInStore();
     absl::Status s = log_->Save(rd.hard_state, rd.entries, rd.snapshot, rd.must_sync);
     // A log that cannot be written loses the member's promises: stop, as
     // etcd's WAL does.
@@ -699,13 +709,66 @@ void Replicator::HandleReady(Ready rd) {
     read_in_flight_.reset();
   }
   for (const RaftEntry& e : rd.committed) ApplyCommitted(e);
+  if (hold && !rd.entries.empty()) {
+    log_->HoldInStore(rd.entries.back().index, rd.entries.back().term, conf_state_);
+    log_first_.store(rd.entries.back().index + 1, std::memory_order_release);
+  }
+}
+
+bool Replicator::StoreCanHold(const Ready& rd) const {
+  // A learner needs the entries from the log, as a second voter does.
+  if (!sole_voter_.load(std::memory_order_relaxed) || !conf_state_.learners.empty() ||
+      role_ != RaftRole::kLeader || rd.snapshot || options_.failpoint_answer_before_commit) {
+    return false;
+  }
+  if (rd.hard_state) {
+    const HardState logged = log_->hard_state();
+    if (rd.hard_state->term != logged.term || rd.hard_state->vote != logged.vote) return false;
+  }
+  if (rd.entries.empty()) return true;
+  // Every entry is committed in this very Ready.
+  return !rd.committed.empty() && rd.committed.back().index >= rd.entries.back().index &&
+         rd.committed.front().index <= rd.entries.front().index;
+}
+
+void Replicator::StartHoldingInStore() {
+  // What the store applied without its WAL must be flushed before its WAL
+  // holds anything: a crash would otherwise replay the WAL's groups over a
+  // flushed state that lacks the ones between.
+  AwaitApplied(handed_through_);
+  absl::Status s = store_->backend()->Flush();
+  CHECK(s.ok()) << "flushing the store before it holds the log's entries failed: " << s.ToString();
+  store_->SetSelfDurable(true);
+  store_holds_ = true;
+  SPDLOG_INFO("raft: the only voter; its store makes each write durable, its log keeps none");
+}
+
+void Replicator::StopHoldingInStore() {
+  // The log's next write records the held entries as its snapshot: they
+  // must be durable in the store first.
+  AwaitApplied(log_->snapshot_meta().index);
+  store_->SetSelfDurable(false);
+  store_holds_ = false;
+  SPDLOG_INFO("raft: entries go to the log again (from index {})", log_->snapshot_meta().index + 1);
+}
+
+void Replicator::AwaitApplied(uint64_t index) {
+  if (store_->AppliedIndex() >= index) return;
+  std::promise<absl::Status> applied;
+  auto future = applied.get_future();
+  std::vector<Done> one;
+  one.push_back([&applied](absl::Status s) { applied.set_value(std::move(s)); });
+  ReleaseReads(index, std::move(one));
+  future.get();
 }
 
 void Replicator::ApplyCommitted(const RaftEntry& entry) {
+  handed_through_ = std::max(handed_through_, entry.index);
   auto noop = [&entry, this] {
     mvcc::WriteRequest w;
     w.op = mvcc::InternalOp{[] {}};
     w.raft_index = entry.index;
+    w.raft_term = entry.term;
     w.done = [](absl::Status) {};
     store_->SubmitCommitted(std::move(w));
   };
@@ -747,6 +810,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   }
   mvcc::WriteRequest w = DecodeEntry(std::move(request));
   w.raft_index = entry.index;
+  w.raft_term = entry.term;
   w.caller = std::move(caller);
   store_->SubmitCommitted(std::move(w));
 }
@@ -991,6 +1055,27 @@ absl::Status Replicator::BootstrapFromStore() {
   term_.store(1, std::memory_order_release);
   log_first_.store(meta.index + 1, std::memory_order_release);
   SPDLOG_INFO("started the raft log at index {}, the store's applied index", meta.index);
+  return absl::OkStatus();
+}
+
+absl::Status Replicator::ResumeFromStore() {
+  SnapshotMeta meta;
+  meta.index = store_->AppliedIndex();
+  meta.term = store_->AppliedTerm();
+  meta.conf_state = conf_state_;
+  HardState hard_state = log_->hard_state();
+  hard_state.term = std::max(hard_state.term, meta.term);
+  hard_state.commit = std::max(hard_state.commit, meta.index);
+  if (absl::Status s = log_->Save(hard_state, {}, meta, /*sync=*/true); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("restarting the raft log at the store's applied index ",
+                                               meta.index, ": ", s.message()));
+  }
+  compacted_at_ = meta.index;
+  commit_.store(hard_state.commit, std::memory_order_release);
+  term_.store(hard_state.term, std::memory_order_release);
+  log_first_.store(meta.index + 1, std::memory_order_release);
+  SPDLOG_INFO("restarted the raft log at index {} (term {}), the store's applied index", meta.index,
+              meta.term);
   return absl::OkStatus();
 }
 

@@ -21,6 +21,20 @@
 // once the store has applied the read index. A member that is the group's
 // only voter (a single member) reads at its commit index without the round.
 //
+// A sole voter's log: raft commits a sole voter's entries as it appends
+// them, so once they are durable they are applied. Such a member writes no
+// log entry at all: the store applies each committed entry in a group
+// written with its WAL and fsynced (KvStore::SetSelfDurable), with the
+// entry's index and term, and the log answers as if compacted at that
+// index (RaftLog::HoldInStore). A single member then costs one synced
+// write per group, as without Raft. Readies that raft does not commit at
+// once (a second voter, a new term or vote) go back to the log: the raft
+// loop first waits until the store has applied what it holds, and the log's
+// next write records it as the log's snapshot. Going the other way, the
+// store first flushes what it applied without its WAL, so that its WAL
+// never replays over a hole. After a crash the log ends below the store's
+// applied index and restarts from it (ResumeFromStore).
+//
 // Thread safety: Submit, ReadBarrier and every RaftView method may be
 // called from any thread. One thread (the raft loop, hosted by the engine
 // factory) makes every engine and RaftLog call.
@@ -269,6 +283,18 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void SetConfState(ConfState conf_state);
   // Starts a new log with a snapshot at the store's applied index.
   absl::Status BootstrapFromStore();
+  // A log that ends below the store's applied index (a sole voter's entries
+  // live only in the store; or a crash after a snapshot install): the log
+  // restarts with a snapshot at the store's applied index and term.
+  absl::Status ResumeFromStore();
+  // A sole voter's log: whether this Ready's entries can be held by the
+  // store alone (all committed, no change of term or vote), and the two
+  // switches between the modes (see "A sole voter's log" above).
+  bool StoreCanHold(const Ready& rd) const;
+  void StartHoldingInStore();
+  void StopHoldingInStore();
+  // Blocks the raft loop until the store has applied index.
+  void AwaitApplied(uint64_t index);
   // The write that applies a committed client or auth entry.
   mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r)
@@ -323,6 +349,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // snapshot installed a store ahead of the snapshot index; etcd's
   // consistent-index check): they are not applied again.
   uint64_t skip_through_ = 0;
+  // The last committed entry handed to the store.
+  uint64_t handed_through_ = 0;
+  // The store holds this sole voter's entries (the log keeps none).
+  bool store_holds_ = false;
   // The data of the last snapshot message stepped, until its Ready.
   absl::Time next_tick_;  // the raft loop's
   std::string incoming_snapshot_dir_;

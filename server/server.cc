@@ -174,14 +174,13 @@ absl::Status Server::OpenStore() {
   if (auto parsed = config_internal::ParseInitialCluster(config_.initial_cluster); parsed.ok()) {
     for (const auto& [name, urls] : *parsed) initial.push_back({name, UrlStrings(urls)});
   }
-  // A member of a cluster runs Raft, and so does a member whose data dir
-  // holds a Raft log (a one-voter group runs as any group: the replicator
-  // campaigns at once and reads without a ReadIndex round). A new single
-  // member still runs without Raft, its writes made durable by the store
-  // itself: as a one-voter group it puts 23% fewer writes per second
-  // through (docs/REPLICATION.md, "Not done yet").
+  // Every member runs Raft when this build has an engine, a single member
+  // as a one-voter group, as etcd does (the replicator campaigns at once,
+  // reads without a ReadIndex round, and keeps no log of what its store
+  // makes durable). A build without one (the embedding library) runs a
+  // single member only, its writes made durable by the store itself.
   std::error_code ec;
-  replicated_ = initial.size() > 1 ||
+  replicated_ = raft_factory_ != nullptr || initial.size() > 1 ||
                 std::filesystem::exists(storage::RaftLogDir(config_.data_dir), ec);
   if (replicated_ && raft_factory_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -193,9 +192,10 @@ absl::Status Server::OpenStore() {
   backend_options.dir = storage::BackendDir(config_.data_dir);
   RemoveSnapshotLeftovers(backend_options.dir);
   // A cluster member's data is durable in its Raft log first: the store
-  // writes the applied index with its data and replays the log after a
-  // crash (docs/REPLICATION.md), so its own writes need no fsync.
-  backend_options.sync = !config_.unsafe_no_fsync && !replicated_;
+  // writes the applied index with its data, without its WAL, and replays
+  // the log after a crash (docs/REPLICATION.md). A sole voter's store syncs
+  // the groups it holds instead of the log (replication/replicator.h).
+  backend_options.sync = !config_.unsafe_no_fsync;
   backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();

@@ -325,6 +325,16 @@ TEST(CrashTest, AcknowledgedWritesSurviveSigkill) {
   // One more crash with nothing in flight, so recovery runs on the final state.
   server->Kill();
   ASSERT_TRUE(server->Restart().ok());
+  {
+    // A single member is a one-voter Raft group: every start is an election
+    // (term 2 at the first, one more at each restart), and it leads.
+    auto maintenance = Maintenance::NewStub(server->NewChannel());
+    etcdserverpb::StatusResponse status;
+    ASSERT_TRUE(maintenance->Status(Deadline().get(), etcdserverpb::StatusRequest(), &status).ok());
+    EXPECT_EQ(status.raftterm(), static_cast<uint64_t>(kills) + 3);
+    EXPECT_EQ(status.leader(), status.header().member_id());
+    EXPECT_EQ(status.raftappliedindex(), status.raftindex());
+  }
 
   std::vector<const Write*> all;
   int acked = 0;

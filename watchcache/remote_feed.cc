@@ -99,6 +99,9 @@ absl::StatusOr<int64_t> RemoteFeed::CurrentRevision() {
   etcdserverpb::RangeResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  // As etcd's Go client does: a channel still backing off after an upstream restart is waited
+  // for, up to the deadline, rather than failing the read at once.
+  ctx.set_wait_for_ready(true);
   grpc::Status s = kv_->Range(&ctx, req, &resp);
   if (!s.ok()) {
     return absl::UnavailableError(
