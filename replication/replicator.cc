@@ -318,10 +318,14 @@ TransportHandler Replicator::handler() {
 bool Replicator::Leads() const { return leader_.load(std::memory_order_acquire); }
 
 void Replicator::TransferLeadership(uint64_t to, absl::Time deadline, Done done) {
+  const absl::Time now = absl::Now();
+  // etcd bounds a transfer by its request timeout whatever the caller's
+  // deadline, so none stays queued after its caller went away.
+  deadline = std::min(deadline, now + options_.request_timeout);
   {
     util::MutexLock l(&inbox_mu_);
     if (!stopping_) {
-      inbox_.transfers.push_back({to, deadline, absl::Now(), std::move(done)});
+      inbox_.transfers.push_back({to, deadline, now, std::move(done)});
       return;
     }
   }
@@ -644,6 +648,10 @@ void Replicator::ExpireWaiters(absl::Time now) {
     pending_.front().w.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
     pending_.pop_front();
   }
+  // Proposed writes wait seconds: a walk over them once per tick answers
+  // each within a tick of its deadline, rather than a walk per pass.
+  if (now < next_waiter_walk_) return;
+  next_waiter_walk_ = now + options_.tick;
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->second.deadline <= now) {
       it->second.done(MakeError(Error::kTimeout));

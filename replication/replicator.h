@@ -182,7 +182,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::vector<membership::ClusterMember> Members() const override ABSL_LOCKS_EXCLUDED(members_mu_);
   // Hands the request to the raft loop, which asks raft for the transfer
   // and then looks, at least once a tick (etcd's MoveLeader polls once a
-  // tick), whether this member's leader is `to` or the deadline passed.
+  // tick), whether this member's leader is `to` or the deadline passed. The
+  // deadline is at most the request timeout away, as etcd bounds it.
   void TransferLeadership(uint64_t to, absl::Time deadline,
                           absl::AnyInvocable<void(absl::Status)> done) override
       ABSL_LOCKS_EXCLUDED(inbox_mu_);
@@ -353,8 +354,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t handed_through_ = 0;
   // The store holds this sole voter's entries (the log keeps none).
   bool store_holds_ = false;
+  absl::Time next_tick_;          // the raft loop's
+  absl::Time next_waiter_walk_;  // ExpireWaiters'
   // The data of the last snapshot message stepped, until its Ready.
-  absl::Time next_tick_;  // the raft loop's
   std::string incoming_snapshot_dir_;
   // Peers a snapshot is being streamed to.
   std::set<uint64_t> snapshots_out_;

@@ -17,14 +17,12 @@
 //    and environment variable is ignored, and unknown keys are ignored too;
 //  - failures carry etcd's exact error text and exit code (see
 //    GetConfigFailure()).
-// Flags that mean nothing for a single member (peer URLs, raft timing,
-// discovery, snapshots, ...) are accepted and validated as etcd does, and
-// listed in ServerConfig::ignored_flags when set.
+// Flags that Capstan does not act on (discovery, v2, ...) are accepted and
+// validated as etcd does, and listed in ServerConfig::ignored_flags when
+// set.
 //
 // Differences from etcd, all stated in UsageText():
 //  - the default data directory is "${name}.capstan", not "${name}.etcd";
-//  - --initial-cluster with more than one member is refused (Capstan is a
-//    single-member server);
 //  - --proxy other than 'off' is refused; a config file's values are not
 //    type-checked the way Go's JSON decoder checks them (`name: 5` is the
 //    name "5" rather than an error);

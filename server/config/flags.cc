@@ -62,8 +62,7 @@ std::vector<FlagSpec> MemberFlags() {
        "effect in Capstan.",
        kNoEffect},
       {"listen-peer-urls", Section::kMember, Urls(&S::listen_peer_urls), "'http://localhost:2380'",
-       "List of URLs to listen on for peer traffic (a member of a multi-member cluster;\n"
-       "a single member listens for no peers)."},
+       "List of URLs to listen on for peer traffic."},
       {"listen-client-urls", Section::kMember, Urls(&S::listen_client_urls),
        "'http://localhost:2379'",
        "List of URLs to listen on for client grpc traffic and http as long as\n"
