@@ -28,6 +28,9 @@ using Done = absl::AnyInvocable<void(absl::Status)>;
 
 // etcd retries a ReadIndex that got no answer this often (readIndexRetryTime).
 constexpr absl::Duration kReadIndexRetry = absl::Milliseconds(500);
+// The longest a loop pass waits for work inside its call from Go (see
+// docs/REPLICATION.md, "The raft loop and Go's scheduler").
+constexpr absl::Duration kLongestWait = absl::Milliseconds(5);
 
 // The entry data of an InternalRaftRequest's ReadIndex context: 8 bytes.
 std::string ReadContext(uint64_t seq) {
@@ -472,7 +475,7 @@ bool Replicator::LoopOnce() {
   {
     util::MutexLock l(&inbox_mu_);
     inbox_mu_.AwaitWithTimeout(absl::Condition(this, &Replicator::InboxReadyLocked),
-                               next_tick_ - absl::Now());
+                               std::min(next_tick_ - absl::Now(), kLongestWait));
     if (stopping_) return false;
     std::swap(in, inbox_);
   }
