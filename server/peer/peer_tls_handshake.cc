@@ -253,14 +253,6 @@ std::string FailureText(const HandshakeState& state, SSL* ssl, int ret, bool tim
   return "EOF";
 }
 
-void SetTimeouts(int fd, absl::Duration timeout) {
-  timeval tv = absl::ToTimeval(timeout);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-bool WouldBlock() { return errno == EAGAIN || errno == EWOULDBLOCK; }
-
 // What a non-blocking handshake step waits for next.
 enum class HandshakeWait {
   kReady,     // the socket is ready: call the handshake again
@@ -469,6 +461,8 @@ HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remot
 
 std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout) {
   BlockSigpipeOnThisThread();
+  // One deadline for the whole probe: connect, handshake and first read.
+  const absl::Time deadline = absl::Now() + timeout;
   const std::string address = host.find(':') != std::string::npos
                                   ? absl::StrCat("[", host, "]:", port)
                                   : absl::StrCat(host, ":", port);
@@ -506,10 +500,8 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
     close(fd);
     return absl::StrCat("dial tcp ", address, ": connect: ", text);
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as Go's dialer
-  SetTimeouts(fd, timeout);
   HandshakeState state;
   state.peer_host = host;
   SSL* ssl = SSL_new(ctx);
@@ -525,18 +517,30 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
   }
   static constexpr unsigned char kH2[] = "\x02h2";
   SSL_set_alpn_protos(ssl, kH2, sizeof(kH2) - 1);
-  errno = 0;
-  int ret = SSL_connect(ssl);
+  // The socket stays non-blocking: each step waits for it until the deadline.
+  HandshakeWait wait = HandshakeWait::kDone;
+  int ret;
+  while (true) {
+    ERR_clear_error();
+    ret = SSL_connect(ssl);
+    if (ret == 1) break;
+    wait = AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline);
+    if (wait != HandshakeWait::kReady) break;
+  }
   std::string error;
   if (ret != 1) {
-    error = FailureText(state, ssl, ret, WouldBlock());
+    error = FailureText(state, ssl, ret, wait == HandshakeWait::kTimedOut);
   } else {
     // In TLS 1.3 the listener checks our certificate after we finished: its
     // refusal is the alert that comes instead of its first bytes (gRPC's
-    // HTTP/2 settings). Silence until the timeout counts as accepted.
+    // HTTP/2 settings). Silence until the deadline counts as accepted.
     char byte;
-    errno = 0;
-    ret = SSL_read(ssl, &byte, 1);
+    while (true) {
+      ERR_clear_error();
+      ret = SSL_read(ssl, &byte, 1);
+      if (ret > 0) break;
+      if (AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline) != HandshakeWait::kReady) break;
+    }
     if (ret <= 0 && (state.alert >= 0 || !state.reason.empty())) {
       error = FailureText(state, ssl, ret, false);
     }

@@ -8,7 +8,9 @@
 
 #include "server/peer/peer_tls.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -379,6 +381,31 @@ TEST_F(PeerTlsTest, HandshakeEndsAtTheStopFdOrTheDeadline) {
     EXPECT_EQ(ssl, nullptr);
     EXPECT_EQ(result.error, "i/o timeout");
   }
+}
+
+TEST_F(PeerTlsTest, ProbeEndsAtItsDeadline) {
+  auto client = peer::NewPeerClientContext(Tls("peer1"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // A listener that never answers: the kernel completes the connection,
+  // nobody speaks TLS. The probe fails at its deadline, not a read later.
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(peer::ProbePeer(client->get(), "127.0.0.1", port, absl::Milliseconds(200)),
+            "i/o timeout");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  close(listener);
+  // Nobody listening: Go's dial error.
+  EXPECT_EQ(peer::ProbePeer(client->get(), "127.0.0.1", port, absl::Milliseconds(200)),
+            absl::StrCat("dial tcp 127.0.0.1:", port, ": connect: connection refused"));
 }
 
 TEST(PeerTlsConfigTest, ResolvesEtcdsPeerFlags) {
