@@ -568,7 +568,14 @@ TEST_F(BboltReaderEtcd, RefusesCorruptEtcdFiles) {
 }
 
 TEST_F(BboltReaderEtcd, FuzzedEtcdFilesNeverCrash) {
-  FuzzFile(ReadFile(etcd_->db_path()), 4096, 1200, 7);
+  // The pages in use only: etcd grows its file far beyond them, and every
+  // round copies and parses the whole file.
+  const std::string file = ReadFile(etcd_->db_path());
+  auto whole = BboltReader::FromBytes(file);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const uint64_t in_use = (*whole)->meta().high_water * (*whole)->meta().page_size;
+  ASSERT_LE(in_use, file.size());
+  FuzzFile(file.substr(0, in_use), 4096, 1200, 7);
 }
 
 }  // namespace
