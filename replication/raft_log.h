@@ -120,8 +120,6 @@ class RaftLog final : public RaftStorage {
   // drops older entries) in its batch. index must be at or past
   // LastIndex(); one at or below the snapshot index is ignored.
   void HoldInStore(uint64_t index, uint64_t term, const ConfState& conf_state);
-  // Whether the snapshot HoldInStore made is not written yet.
-  bool HoldsUnwritten() const { return held_unwritten_; }
 
   SnapshotMeta snapshot_meta() const { return snapshot_; }
   // Any thread.

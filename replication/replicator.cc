@@ -166,17 +166,16 @@ absl::Status Replicator::Run() {
       }
       started = true;
       // A store that holds data but has no log yet (a member that ran
-      // without Raft, a restored snapshot, data migrated from etcd): the log
-      // starts with a snapshot at the store's applied index, as etcd's
-      // snapshot restore writes its WAL.
-      if (log_->IsNew() && store_->AppliedIndex() > 0) {
-        if (absl::Status s = BootstrapFromStore(); !s.ok()) {
-          made.set_value(s);
-          return false;
-        }
-      } else if (!log_->IsNew() && store_->AppliedTerm() != 0 &&
-                 store_->AppliedIndex() > log_->LastIndex()) {
-        if (absl::Status s = ResumeFromStore(); !s.ok()) {
+      // without Raft, a restored snapshot, data migrated from etcd), or one
+      // whose log ends below it (a sole voter's entries live only in the
+      // store; a crash after a snapshot install): the log starts with a
+      // snapshot at the store's applied index, as etcd's snapshot restore
+      // writes its WAL.
+      const bool behind = log_->IsNew() ? store_->AppliedIndex() > 0
+                                        : store_->AppliedTerm() != 0 &&
+                                              store_->AppliedIndex() > log_->LastIndex();
+      if (behind) {
+        if (absl::Status s = StartLogAtStore(); !s.ok()) {
           made.set_value(s);
           return false;
         }
@@ -221,13 +220,15 @@ absl::Status Replicator::Run() {
   return s;
 }
 
-absl::Status Replicator::AwaitReplay() {
-  if (AppliedIndex() >= replay_through_) return absl::OkStatus();
-  std::promise<absl::Status> replayed;
-  auto future = replayed.get_future();
+absl::Status Replicator::AwaitReplay() { return AwaitApplied(replay_through_); }
+
+absl::Status Replicator::AwaitApplied(uint64_t index) {
+  if (AppliedIndex() >= index) return absl::OkStatus();
+  std::promise<absl::Status> applied;
+  auto future = applied.get_future();
   std::vector<Done> one;
-  one.push_back([&replayed](absl::Status s) { replayed.set_value(std::move(s)); });
-  ReleaseReads(replay_through_, std::move(one));
+  one.push_back([&applied](absl::Status s) { applied.set_value(std::move(s)); });
+  ReleaseReads(index, std::move(one));
   return future.get();
 }
 
@@ -746,8 +747,8 @@ void Replicator::StartHoldingInStore() {
   // What the store applied without its WAL must be flushed before its WAL
   // holds anything: a crash would otherwise replay the WAL's groups over a
   // flushed state that lacks the ones between.
-  AwaitApplied(handed_through_);
-  absl::Status s = store_->backend()->Flush();
+  absl::Status s = AwaitApplied(handed_through_);
+  if (s.ok()) s = store_->backend()->Flush();
   CHECK(s.ok()) << "flushing the store before it holds the log's entries failed: " << s.ToString();
   store_->SetSelfDurable(true);
   store_holds_ = true;
@@ -757,20 +758,11 @@ void Replicator::StartHoldingInStore() {
 void Replicator::StopHoldingInStore() {
   // The log's next write records the held entries as its snapshot: they
   // must be durable in the store first.
-  AwaitApplied(log_->snapshot_meta().index);
+  absl::Status s = AwaitApplied(log_->snapshot_meta().index);
+  CHECK(s.ok()) << "waiting for the store to apply the entries it holds failed: " << s.ToString();
   store_->SetSelfDurable(false);
   store_holds_ = false;
   SPDLOG_INFO("raft: entries go to the log again (from index {})", log_->snapshot_meta().index + 1);
-}
-
-void Replicator::AwaitApplied(uint64_t index) {
-  if (store_->AppliedIndex() >= index) return;
-  std::promise<absl::Status> applied;
-  auto future = applied.get_future();
-  std::vector<Done> one;
-  one.push_back([&applied](absl::Status s) { applied.set_value(std::move(s)); });
-  ReleaseReads(index, std::move(one));
-  future.get();
 }
 
 void Replicator::ApplyCommitted(const RaftEntry& entry) {
@@ -1049,43 +1041,25 @@ void Replicator::SetConfState(ConfState conf_state) {
                     std::memory_order_release);
 }
 
-absl::Status Replicator::BootstrapFromStore() {
+absl::Status Replicator::StartLogAtStore() {
+  // The store's term when it knows it (it applied entries of a log); else
+  // term 1 under a new log, as etcd's snapshot restore writes.
   SnapshotMeta meta;
   meta.index = store_->AppliedIndex();
-  meta.term = 1;
-  meta.conf_state = conf_state_;
-  HardState hard_state;
-  hard_state.term = 1;
-  hard_state.commit = meta.index;
-  if (absl::Status s = log_->Save(hard_state, {}, meta, /*sync=*/true); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("starting the raft log at the store's applied index ",
-                                               meta.index, ": ", s.message()));
-  }
-  compacted_at_ = meta.index;
-  commit_.store(meta.index, std::memory_order_release);
-  term_.store(1, std::memory_order_release);
-  log_first_.store(meta.index + 1, std::memory_order_release);
-  SPDLOG_INFO("started the raft log at index {}, the store's applied index", meta.index);
-  return absl::OkStatus();
-}
-
-absl::Status Replicator::ResumeFromStore() {
-  SnapshotMeta meta;
-  meta.index = store_->AppliedIndex();
-  meta.term = store_->AppliedTerm();
+  meta.term = std::max<uint64_t>(store_->AppliedTerm(), 1);
   meta.conf_state = conf_state_;
   HardState hard_state = log_->hard_state();
   hard_state.term = std::max(hard_state.term, meta.term);
   hard_state.commit = std::max(hard_state.commit, meta.index);
   if (absl::Status s = log_->Save(hard_state, {}, meta, /*sync=*/true); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("restarting the raft log at the store's applied index ",
+    return absl::Status(s.code(), absl::StrCat("starting the raft log at the store's applied index ",
                                                meta.index, ": ", s.message()));
   }
   compacted_at_ = meta.index;
   commit_.store(hard_state.commit, std::memory_order_release);
   term_.store(hard_state.term, std::memory_order_release);
   log_first_.store(meta.index + 1, std::memory_order_release);
-  SPDLOG_INFO("restarted the raft log at index {} (term {}), the store's applied index", meta.index,
+  SPDLOG_INFO("started the raft log at index {} (term {}), the store's applied index", meta.index,
               meta.term);
   return absl::OkStatus();
 }

@@ -33,7 +33,7 @@
 // next write records it as the log's snapshot. Going the other way, the
 // store first flushes what it applied without its WAL, so that its WAL
 // never replays over a hole. After a crash the log ends below the store's
-// applied index and restarts from it (ResumeFromStore).
+// applied index and restarts from it (StartLogAtStore).
 //
 // Thread safety: Submit, ReadBarrier and every RaftView method may be
 // called from any thread. One thread (the raft loop, hosted by the engine
@@ -282,20 +282,19 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void ApplyCommitted(const RaftEntry& entry);
   // Records the group's configuration (conf_state_, sole_voter_).
   void SetConfState(ConfState conf_state);
-  // Starts a new log with a snapshot at the store's applied index.
-  absl::Status BootstrapFromStore();
-  // A log that ends below the store's applied index (a sole voter's entries
-  // live only in the store; or a crash after a snapshot install): the log
-  // restarts with a snapshot at the store's applied index and term.
-  absl::Status ResumeFromStore();
+  // Starts the log (a new one, or one that ends below the store) with a
+  // snapshot at the store's applied index and term (term 1 when the store
+  // knows none).
+  absl::Status StartLogAtStore();
   // A sole voter's log: whether this Ready's entries can be held by the
   // store alone (all committed, no change of term or vote), and the two
   // switches between the modes (see "A sole voter's log" above).
   bool StoreCanHold(const Ready& rd) const;
   void StartHoldingInStore();
   void StopHoldingInStore();
-  // Blocks the raft loop until the store has applied index.
-  void AwaitApplied(uint64_t index);
+  // Blocks the calling thread until the store has applied index (OK), or
+  // the member stops ("server stopped"). Not from the committer.
+  absl::Status AwaitApplied(uint64_t index) ABSL_LOCKS_EXCLUDED(reads_mu_);
   // The write that applies a committed client or auth entry.
   mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r)

@@ -87,16 +87,9 @@ start_cluster() {
     peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"
   done
   for i in 0 1 2; do
-    "${bin}" --name "m${i}" --data-dir "${WORK}/m${i}" \
-      --listen-client-urls "http://127.0.0.1:$((PORT + i))" \
-      --advertise-client-urls "http://127.0.0.1:$((PORT + i))" \
-      --listen-peer-urls "http://127.0.0.1:$((PORT + 10 + i))" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 10 + i))" \
-      --initial-cluster "${peers}" --initial-cluster-token bench-cluster \
-      --initial-cluster-state new \
-      --heartbeat-interval "${HEARTBEAT}" --election-timeout "${ELECTION}" \
-      > "${OUT}/${label}-m${i}.log" 2>&1 &
-    PIDS+=($!)
+    start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
+      "${OUT}/${label}-m${i}.log" \
+      --heartbeat-interval "${HEARTBEAT}" --election-timeout "${ELECTION}"
   done
   local deadline=$((SECONDS + 60))
   while (( SECONDS < deadline )); do

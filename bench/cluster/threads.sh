@@ -45,14 +45,8 @@ trap cleanup EXIT
 peers=""
 for i in 0 1 2; do peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"; done
 for i in 0 1 2; do
-  "${SERVER}" --name "m${i}" --data-dir "${WORK}/m${i}" \
-    --listen-client-urls "http://127.0.0.1:$((PORT + i))" \
-    --advertise-client-urls "http://127.0.0.1:$((PORT + i))" \
-    --listen-peer-urls "http://127.0.0.1:$((PORT + 10 + i))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 10 + i))" \
-    --initial-cluster "${peers}" --initial-cluster-token threads-cluster \
-    --initial-cluster-state new > "${WORK}/m${i}.log" 2>&1 &
-  PIDS+=($!)
+  start_member "${SERVER}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" threads-cluster \
+    "${WORK}/m${i}.log"
 done
 endpoints="127.0.0.1:${PORT},127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2))"
 deadline=$((SECONDS + 60))

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by bench/cluster/compare.sh: builds, once, the two Go programs it runs, and prints
+# Sourced by the bench/cluster scripts: builds, once, the two Go programs it runs, and prints
 # their paths. Both build with Debian's Go and Debian's etcd 3.4 Go sources
 # (golang-go, golang-etcd-server-dev; installed with apt-get when missing), GOPATH mode.
 #
@@ -8,7 +8,28 @@
 #                              /var/tmp/etcd-benchmark/bin is reused)
 #   failover_tool MAIN_GO      bench/cluster/failover, rebuilt when MAIN_GO changes
 
+#
+# and starts cluster members the same way for every script:
+#
+#   start_member BINARY DATA_DIR INDEX PORT PEERS TOKEN LOG [FLAGS...]
+#                              member m<INDEX> in the background (its pid appended to PIDS), client
+#                              URL 127.0.0.1:PORT+INDEX, peer URL 127.0.0.1:PORT+10+INDEX,
+#                              --initial-cluster PEERS, state new, output to LOG
+
 TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
+
+start_member() {
+  local bin=$1 dir=$2 i=$3 port=$4 peers=$5 token=$6 log=$7
+  shift 7
+  "${bin}" --name "m${i}" --data-dir "${dir}" \
+    --listen-client-urls "http://127.0.0.1:$((port + i))" \
+    --advertise-client-urls "http://127.0.0.1:$((port + i))" \
+    --listen-peer-urls "http://127.0.0.1:$((port + 10 + i))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((port + 10 + i))" \
+    --initial-cluster "${peers}" --initial-cluster-token "${token}" \
+    --initial-cluster-state new "$@" > "${log}" 2>&1 &
+  PIDS+=($!)
+}
 
 go_deps() {
   if ! command -v go > /dev/null || [[ ! -d /usr/share/gocode/src/go.etcd.io/etcd ]]; then
