@@ -10,7 +10,8 @@
 # --key-space-size=100000`). Around the run it reads every thread's context switches
 # (voluntary + involuntary, /proc/PID/task/TID/status) and CPU time (/proc/.../stat) of the
 # three members, and prints the requests/s, the p99, and per thread name the switches and CPU
-# microseconds per request, summed over the members. Threads the Go runtime starts carry the
+# microseconds per request, summed over the members, and the benchmark client's CPU per request.
+# Threads the Go runtime starts carry the
 # process's name; those that ran the raft loop are named raft-loop.
 #
 #   bench/cluster/threads.sh range /bench/range/key --consistency=l --total=20000
@@ -79,8 +80,12 @@ if [[ "${PROBES:-0}" == 1 ]]; then
   probe_pid=$!
 fi
 snapshot > "${WORK}/before"
-"${BENCHMARK}" --endpoints "${endpoints}" --conns 10 --clients 100 "$@" 2> /dev/null |
-  tr '\r' '\n' | grep -E 'Requests/sec|99% in'
+TIMEFORMAT='%U %S'
+{ time "${BENCHMARK}" --endpoints "${endpoints}" --conns 10 --clients 100 "$@" 2> /dev/null \
+    > "${WORK}/bench.txt"; } 2> "${WORK}/bench.time"
+tr '\r' '\n' < "${WORK}/bench.txt" | grep -E 'Requests/sec|99% in'
+awk -v n="${total}" '{printf "benchmark client   CPU us/request %7.1f\n", ($1 + $2) * 1000000 / n}' \
+  "${WORK}/bench.time"
 snapshot > "${WORK}/after"
 if [[ -n "${probe_pid}" ]]; then
   kill -INT "${probe_pid}"
