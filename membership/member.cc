@@ -90,6 +90,7 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
     m.initial_members.push_back({m.member_id, m.name, m.peer_urls, m.client_urls, false});
   }
   m.cluster_id = *cluster != 0 ? *cluster : EtcdClusterId(ids);
+  m.created = *member == 0;
   m.raft_term = *term == 0 ? 2 : *term + 1;
   storage::WriteBatch batch;
   batch.Put(storage::Cf::kMeta, kClusterIdKey, U64Bytes(m.cluster_id));
@@ -97,6 +98,13 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
   batch.Put(storage::Cf::kMeta, kTermKey, U64Bytes(m.raft_term));
   if (auto s = backend->Write(&batch); !s.ok()) return s;
   return m;
+}
+
+absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint64_t member_id) {
+  storage::WriteBatch batch;
+  batch.Put(storage::Cf::kMeta, kClusterIdKey, U64Bytes(cluster_id));
+  batch.Put(storage::Cf::kMeta, kMemberIdKey, U64Bytes(member_id));
+  return backend->Write(&batch);
 }
 
 void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header) {

@@ -68,6 +68,8 @@ struct MemberInfo {
   // In a cluster, its Raft state (not owned; outlives the services); null
   // on a single member.
   RaftView* raft = nullptr;
+  // The data directory had no identity yet: LoadOrCreateMember made it.
+  bool created = false;
 };
 
 // A member of --initial-cluster: its name and peer URLs.
@@ -97,6 +99,12 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
                                               std::vector<std::string> client_urls,
                                               std::string_view cluster_token,
                                               const std::vector<InitialMember>& initial_members = {});
+
+// Writes this member's identity into backend (its meta family), replacing
+// what is there: a member that joins an existing cluster takes the IDs the
+// cluster gave it, and a snapshot received from another member (a copy of
+// that member's store) is made this member's before it is installed.
+absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint64_t member_id);
 
 // Fills the member fields of a response header (cluster_id, member_id,
 // raft_term: the Raft term in a cluster); the revision is the caller's.

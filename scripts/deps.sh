@@ -18,6 +18,7 @@ packages=(
   librocksdb-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libjemalloc-dev libbenchmark-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev libspdlog-dev libssl-dev prometheus-cpp-dev
+  nlohmann-json3-dev      # etcd's member records (JSON in conf-change entries and the store)
   python3                 # source checks (check_layers) and make test's summary of skips
   etcd-server etcd-client curl openssl golang-go  # the tests' references
   golang-etcd-server-dev  # etcd's sources: its e2e suite (tests/etcd_e2e), its raft (replication/goraft)

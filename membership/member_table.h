@@ -1,0 +1,120 @@
+// The cluster's member table, as etcd's RaftCluster keeps it: who the
+// members are (voters and learners, with their peer URLs, and the name and
+// client URLs each published), which IDs were removed, and the rules a
+// membership change must pass.
+//
+// Changes come through the Raft log as etcd's raftpb.ConfChange entries,
+// whose context is etcd's member JSON (membership.Member, or
+// ConfigChangeContext for a promotion), so every member validates and
+// applies the same changes in the same order and holds the same table. The
+// table is kept in the store's meta family beside the data (etcd's
+// "members" and "members_removed" buckets: one record per member, its ID in
+// hex), written in the batch that applies the change.
+//
+// Thread safety: a MemberTable is a value; its owner serializes access.
+
+#ifndef CAPSTAN_MEMBERSHIP_MEMBER_TABLE_H_
+#define CAPSTAN_MEMBERSHIP_MEMBER_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "membership/member.h"
+#include "storage/backend.h"
+
+namespace capstan::membership {
+
+// etcd's membership and reconfiguration errors (server/etcdserver/api/
+// membership/errors.go, etcdserver/errors.go), as clients see them through
+// v3rpc: each becomes its rpctypes error in server/api/errors.cc.
+enum class Error {
+  kIdRemoved,          // membership: ID removed -> etcdserver: member not found
+  kIdNotFound,         // membership: ID not found -> etcdserver: member not found
+  kIdExists,           // membership: ID exists -> etcdserver: member ID already exist
+  kPeerUrlExists,      // membership: peerURL exists -> etcdserver: Peer URLs already exists
+  kMemberNotLearner,   // membership: can only promote a learner member
+  kTooManyLearners,    // membership: too many learner members in cluster
+  kLearnerNotReady,    // etcdserver: can only promote a learner member which is in sync with leader
+  kNotEnoughStarted,   // etcdserver: re-configuration failed due to not enough started members
+  kUnhealthy,          // etcdserver: unhealthy cluster
+  kBadUrls,            // etcdserver: given member URLs are invalid
+  kNotSupportedForLearner,  // etcdserver: rpc not supported for learner
+  kMemberRemoved,      // the member has been permanently removed from the cluster
+};
+
+absl::Status MakeError(Error e);
+std::optional<Error> ErrorOf(const absl::Status& s);
+
+// raftpb.ConfChangeType.
+enum class ChangeType : int {
+  kAddNode = 0,
+  kRemoveNode = 1,
+  kUpdateNode = 2,
+  kAddLearnerNode = 3,
+};
+
+// One membership change as a ConfChange entry carries it: the type, the
+// member's ID, and (except for a removal) the member record of its context.
+struct MemberChange {
+  ChangeType type = ChangeType::kAddNode;
+  uint64_t id = 0;
+  ClusterMember member;    // id, peer URLs and is_learner (add, update, promote)
+  bool is_promote = false;  // kAddNode of a learner already in the table
+};
+
+// etcd's member JSON (membership.Member: {"id":..,"peerURLs":[..],
+// "name":..,"clientURLs":[..],"isLearner":true}, empty fields left out),
+// and ConfigChangeContext's ({"Member":{..},"isPromote":true}).
+std::string MemberJson(const ClusterMember& m);
+absl::StatusOr<ClusterMember> ParseMemberJson(std::string_view json);
+std::string ChangeContextJson(const MemberChange& change);
+// The change a ConfChange entry carries (its type, node ID and context).
+absl::StatusOr<MemberChange> ParseChange(int type, uint64_t node_id, std::string_view context);
+
+class MemberTable {
+ public:
+  MemberTable() = default;
+
+  // The members in ID order.
+  std::vector<ClusterMember> Members() const;
+  const ClusterMember* Find(uint64_t id) const;
+  bool IsRemoved(uint64_t id) const { return removed_.count(id) > 0; }
+  bool empty() const { return members_.empty(); }
+  size_t VoterCount() const;
+  size_t LearnerCount() const;
+
+  // etcd's ValidateConfigurationChange against this table, with at most
+  // max_learners learners (--experimental-max-learners).
+  absl::Status Validate(const MemberChange& change, int max_learners) const;
+  // Applies a validated change.
+  void Apply(const MemberChange& change);
+  // etcd's ClusterMemberAttrSetRequest: a member's name and client URLs. A
+  // member not in the table is left alone (as etcd ignores a removed one).
+  void SetAttributes(uint64_t id, const std::string& name,
+                     const std::vector<std::string>& client_urls);
+  // Adds a member outright (the initial members of a store that predates
+  // the table, a bootstrap entry without context).
+  void Put(ClusterMember m) { members_[m.id] = std::move(m); }
+
+  // The store's records (etcd's "members" and "members_removed" buckets,
+  // as prefixes of the meta family): WriteRecord stages the record of
+  // member `changed` as the table now holds it (written; or deleted and
+  // marked removed); Load reads every record back.
+  void WriteRecord(uint64_t changed, storage::WriteBatch* batch) const;
+  static absl::StatusOr<MemberTable> Load(storage::Backend* backend);
+
+ private:
+  std::map<uint64_t, ClusterMember> members_;
+  std::set<uint64_t> removed_;
+};
+
+}  // namespace capstan::membership
+
+#endif  // CAPSTAN_MEMBERSHIP_MEMBER_TABLE_H_
