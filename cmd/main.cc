@@ -82,10 +82,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& w : config->warnings) SPDLOG_WARN("{}", w);
   for (const auto& f : config->ignored_flags) {
-    SPDLOG_INFO("flag --{} accepted; it has no effect in a single-member Capstan", f);
+    SPDLOG_INFO("flag --{} accepted; it has no effect in Capstan", f);
   }
   for (const auto& g : config->ignored_feature_gates) {
-    SPDLOG_INFO("feature gate {} accepted; it has no effect in a single-member Capstan", g);
+    SPDLOG_INFO("feature gate {} accepted; it has no effect in Capstan", g);
   }
 
   // Every client connection, gRPC or HTTP, holds a descriptor, as do

@@ -28,6 +28,23 @@ struct ClusterMember {
   bool is_learner = false;
 };
 
+// raftpb.ConfChangeType.
+enum class ChangeType : int {
+  kAddNode = 0,
+  kRemoveNode = 1,
+  kUpdateNode = 2,
+  kAddLearnerNode = 3,
+};
+
+// One membership change as a ConfChange entry carries it: the type, the
+// member's ID, and (except for a removal) the member record of its context.
+struct MemberChange {
+  ChangeType type = ChangeType::kAddNode;
+  uint64_t id = 0;
+  ClusterMember member;    // id, peer URLs and is_learner (add, update, promote)
+  bool is_promote = false;  // kAddNode of a learner already in the table
+};
+
 // What the services report of this member's Raft state (Status, headers),
 // kept by the replication layer, and the one thing they ask of Raft (a
 // leadership transfer). Thread safety: every method may be called from any
@@ -51,6 +68,14 @@ class RaftView {
   // this returns, when the member has stopped) and must not block.
   virtual void TransferLeadership(uint64_t to, absl::Time deadline,
                                   absl::AnyInvocable<void(absl::Status)> done) = 0;
+  // Makes a membership change through the log (etcd's AddMember,
+  // RemoveMember, UpdateMember, PromoteMember) and calls done once this
+  // member has applied it, with the members after it; or with etcd's error
+  // (membership::Error, or "request timed out" by `deadline`). done runs
+  // exactly once, on any thread, and must not block.
+  using MembersDone = absl::AnyInvocable<void(absl::StatusOr<std::vector<ClusterMember>>)>;
+  virtual void ChangeMembership(const MemberChange& change, absl::Time deadline,
+                                MembersDone done) = 0;
 };
 
 struct MemberInfo {

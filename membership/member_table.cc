@@ -16,15 +16,21 @@ constexpr char kPayloadUrl[] = "capstan.membership.Error";
 // etcd's backend buckets, as key prefixes of the meta family.
 constexpr absl::string_view kMembersPrefix = "members/";
 constexpr absl::string_view kRemovedPrefix = "members_removed/";
+// Capstan's own: the log indexes of refused conf changes.
+constexpr absl::string_view kRejectedPrefix = "members_rejected/";
 
 std::string IdHex(uint64_t id) { return absl::StrCat(absl::Hex(id)); }
 
+// Go's encoding of membership.Member: ID, then the embedded RaftAttributes
+// (peerURLs, null when there are none; isLearner, omitted when false), then
+// Attributes (name and clientURLs, omitted when empty).
 void ToJson(const ClusterMember& m, nlohmann::ordered_json* j) {
   (*j)["id"] = m.id;
-  (*j)["peerURLs"] = m.peer_urls;
+  (*j)["peerURLs"] = m.peer_urls.empty() ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(m.peer_urls);
+  if (m.is_learner) (*j)["isLearner"] = true;
   if (!m.name.empty()) (*j)["name"] = m.name;
   if (!m.client_urls.empty()) (*j)["clientURLs"] = m.client_urls;
-  if (m.is_learner) (*j)["isLearner"] = true;
 }
 
 absl::StatusOr<ClusterMember> FromJson(const nlohmann::json& j) {
@@ -102,11 +108,14 @@ absl::StatusOr<ClusterMember> ParseMemberJson(std::string_view json) {
 }
 
 std::string ChangeContextJson(const MemberChange& change) {
-  // etcd 3.5's ConfigChangeContext: the member's fields inline, then
-  // isPromote (always present).
+  if (!change.is_promote) return MemberJson(change.member);
+  // etcd's ConfigChangeContext of a promotion: the member's ID alone, then
+  // isPromote.
   nlohmann::ordered_json j;
-  ToJson(change.member, &j);
-  j["isPromote"] = change.is_promote;
+  ClusterMember id_only;
+  id_only.id = change.id;
+  ToJson(id_only, &j);
+  j["isPromote"] = true;
   return j.dump();
 }
 
@@ -238,6 +247,11 @@ void MemberTable::WriteRecord(uint64_t changed, storage::WriteBatch* batch) cons
   if (IsRemoved(changed)) batch->Put(storage::Cf::kMeta, absl::StrCat(kRemovedPrefix, hex), "removed");
 }
 
+void MemberTable::WriteRejection(uint64_t index, storage::WriteBatch* batch) {
+  batch->Put(storage::Cf::kMeta, absl::StrCat(kRejectedPrefix, absl::Hex(index, absl::kZeroPad16)),
+             "");
+}
+
 absl::StatusOr<MemberTable> MemberTable::Load(storage::Backend* backend) {
   MemberTable t;
   auto it = backend->NewIterator(storage::Cf::kMeta);
@@ -258,6 +272,15 @@ absl::StatusOr<MemberTable> MemberTable::Load(storage::Backend* backend) {
       return absl::DataLossError(absl::StrCat("a bad removed-member record: ", key));
     }
     t.removed_.insert(id);
+  }
+  for (it->Seek(std::string(kRejectedPrefix)); it->Valid(); it->Next()) {
+    const std::string key(it->key());
+    if (!absl::StartsWith(key, kRejectedPrefix)) break;
+    uint64_t index = 0;
+    if (!absl::SimpleHexAtoi(absl::string_view(key).substr(kRejectedPrefix.size()), &index)) {
+      return absl::DataLossError(absl::StrCat("a bad rejected-change record: ", key));
+    }
+    t.rejected_.insert(index);
   }
   if (auto s = it->status(); !s.ok()) return s;
   return t;

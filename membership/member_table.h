@@ -52,26 +52,11 @@ enum class Error {
 absl::Status MakeError(Error e);
 std::optional<Error> ErrorOf(const absl::Status& s);
 
-// raftpb.ConfChangeType.
-enum class ChangeType : int {
-  kAddNode = 0,
-  kRemoveNode = 1,
-  kUpdateNode = 2,
-  kAddLearnerNode = 3,
-};
-
-// One membership change as a ConfChange entry carries it: the type, the
-// member's ID, and (except for a removal) the member record of its context.
-struct MemberChange {
-  ChangeType type = ChangeType::kAddNode;
-  uint64_t id = 0;
-  ClusterMember member;    // id, peer URLs and is_learner (add, update, promote)
-  bool is_promote = false;  // kAddNode of a learner already in the table
-};
-
 // etcd's member JSON (membership.Member: {"id":..,"peerURLs":[..],
-// "name":..,"clientURLs":[..],"isLearner":true}, empty fields left out),
-// and ConfigChangeContext's ({"Member":{..},"isPromote":true}).
+// "isLearner":true,"name":..,"clientURLs":[..]}, empty optional fields left
+// out): a record of the store and the context of an added or updated
+// member's entry. A promotion's context is etcd's ConfigChangeContext
+// ({"id":..,"peerURLs":null,"isPromote":true}); a removal has none.
 std::string MemberJson(const ClusterMember& m);
 absl::StatusOr<ClusterMember> ParseMemberJson(std::string_view json);
 std::string ChangeContextJson(const MemberChange& change);
@@ -108,11 +93,19 @@ class MemberTable {
   // member `changed` as the table now holds it (written; or deleted and
   // marked removed); Load reads every record back.
   void WriteRecord(uint64_t changed, storage::WriteBatch* batch) const;
+  // Conf-change entries that failed validation, by log index: a member
+  // that replays entries its store already holds (after a restart or a
+  // snapshot) applies to Raft exactly those that were accepted, without the
+  // table they were validated against.
+  bool WasRejected(uint64_t index) const { return rejected_.count(index) > 0; }
+  void MarkRejected(uint64_t index) { rejected_.insert(index); }
+  static void WriteRejection(uint64_t index, storage::WriteBatch* batch);
   static absl::StatusOr<MemberTable> Load(storage::Backend* backend);
 
  private:
   std::map<uint64_t, ClusterMember> members_;
   std::set<uint64_t> removed_;
+  std::set<uint64_t> rejected_;
 };
 
 }  // namespace capstan::membership

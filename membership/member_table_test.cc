@@ -33,8 +33,8 @@ TEST(MemberTableTest, MemberJsonIsEtcds) {
   m.client_urls = {"http://localhost:2379"};
   m.is_learner = true;
   const std::string json = MemberJson(m);
-  EXPECT_EQ(json, R"({"id":10276657743932975437,"peerURLs":["http://localhost:2380"],"name":"default",)"
-                  R"("clientURLs":["http://localhost:2379"],"isLearner":true})");
+  EXPECT_EQ(json, R"({"id":10276657743932975437,"peerURLs":["http://localhost:2380"],)"
+                  R"("isLearner":true,"name":"default","clientURLs":["http://localhost:2379"]})");
   auto back = ParseMemberJson(json);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id, m.id);
@@ -52,11 +52,19 @@ TEST(MemberTableTest, PromotionContextRoundTrips) {
   c.member = Member(7, "http://a:2380");
   c.is_promote = true;
   const std::string ctx = ChangeContextJson(c);
-  EXPECT_EQ(ctx, R"({"id":7,"peerURLs":["http://a:2380"],"isPromote":true})");
+  // etcd 3.5's promotion context carries the ID alone; an addition's is the
+  // plain member record.
+  EXPECT_EQ(ctx, R"({"id":7,"peerURLs":null,"isPromote":true})");
   auto back = ParseChange(0, 7, ctx);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->is_promote);
-  EXPECT_EQ(back->member.peer_urls, c.member.peer_urls);
+  EXPECT_TRUE(back->member.peer_urls.empty());
+  c.is_promote = false;
+  EXPECT_EQ(ChangeContextJson(c), R"({"id":7,"peerURLs":["http://a:2380"]})");
+  auto added = ParseChange(0, 7, ChangeContextJson(c));
+  ASSERT_TRUE(added.ok());
+  EXPECT_FALSE(added->is_promote);
+  EXPECT_EQ(added->member.peer_urls, c.member.peer_urls);
   // The node ID and the context's must agree.
   EXPECT_FALSE(ParseChange(0, 8, ctx).ok());
   EXPECT_FALSE(ParseChange(9, 7, ctx).ok());
@@ -135,6 +143,7 @@ TEST(MemberTableTest, RecordsRoundTripThroughTheStore) {
   storage::WriteBatch batch;
   t.WriteRecord(0xa1, &batch);
   t.WriteRecord(0xb2, &batch);
+  MemberTable::WriteRejection(42, &batch);
   ASSERT_TRUE((*backend)->Write(&batch).ok());
   auto loaded = MemberTable::Load(backend->get());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -143,6 +152,8 @@ TEST(MemberTableTest, RecordsRoundTripThroughTheStore) {
   EXPECT_EQ(loaded->Find(0xa1)->client_urls, std::vector<std::string>{"http://c:2379"});
   EXPECT_TRUE(loaded->IsRemoved(0xb2));
   EXPECT_FALSE(loaded->IsRemoved(0xa1));
+  EXPECT_TRUE(loaded->WasRejected(42));
+  EXPECT_FALSE(loaded->WasRejected(41));
   backend->reset();
   std::filesystem::remove_all(dir);
 }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mvcc/errors.h"
+#include "raftpb/raft.pb.h"
 #include "spdlog/spdlog.h"
 #include "util/check.h"
 #include "util/coding.h"
@@ -93,9 +94,7 @@ Replicator::Replicator(const ReplicatorOptions& options, RaftEngineFactory* fact
       decode_other_(std::move(decode_other)),
       id_prefix_((options.member_id & 0xffff) << 48),
       id_suffix_((static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) & ((1ULL << 40) - 1))
-                 << 8) {
-  members_ = options.initial_members;
-}
+                 << 8) {}
 
 std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
                                                RaftEngineFactory* factory,
@@ -109,12 +108,22 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
   r->term_.store(r->log_->hard_state().term);
   r->read_queue_ = std::make_unique<util::WorkQueue>(1, "raft-reads");
   r->snapshot_queue_ = std::make_unique<util::WorkQueue>(2, "raft-snapshot");
-  // The configuration a compaction records: the log's snapshot's, else the
-  // bootstrap voters (membership changes are not supported, so it is also
-  // the current one).
+  // The member table as the store holds it. A store that holds data from
+  // before the table was kept starts from --initial-cluster; a new one fills
+  // it from the bootstrap entries, a joining member from the leader's
+  // snapshot or log.
+  auto table = membership::MemberTable::Load(store->backend());
+  CHECK(table.ok()) << "reading the member table: " << table.status().ToString();
+  r->table_ = *std::move(table);
+  if (r->table_.empty() && store->AppliedIndex() > 0) {
+    for (const auto& m : options.initial_members) r->table_.Put(m);
+  }
+  r->PublishMembers();
+  // raft's configuration at the log's snapshot; a new log's comes from its
+  // bootstrap entries (a joining member's from the leader).
   const SnapshotMeta& snap = r->log_->snapshot_meta();
   r->conf_state_ = snap.conf_state;
-  if (r->conf_state_.voters.empty()) {
+  if (r->conf_state_.voters.empty() && !options.join_existing && !r->log_->IsNew()) {
     for (const auto& m : options.initial_members) {
       if (m.is_learner) {
         r->conf_state_.learners.push_back(m.id);
@@ -124,6 +133,7 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
     }
   }
   r->SetConfState(r->conf_state_);
+  r->conf_history_[snap.index] = r->conf_state_;
   r->compacted_at_ = snap.index;
   r->skip_through_ = store->AppliedIndex();
   r->log_first_.store(snap.index + 1);
@@ -182,7 +192,7 @@ absl::Status Replicator::Run() {
       }
       RaftConfig config;
       config.id = options_.member_id;
-      if (log_->IsNew()) {
+      if (log_->IsNew() && !options_.join_existing) {
         for (const auto& m : options_.initial_members) {
           if (!m.is_learner) config.bootstrap_voters.push_back(m.id);
         }
@@ -200,7 +210,7 @@ absl::Status Replicator::Run() {
       config.applied = log_->snapshot_meta().index;
       config.max_size_per_msg = 1 << 20;
       config.max_inflight_msgs = 512;
-      config.storage = log_.get();
+      config.storage = &storage_;
       config.log = LogRaft;
       auto engine = factory_->NewEngine(config);
       if (!engine.ok()) {
@@ -258,6 +268,7 @@ void Replicator::Stop() {
   for (auto& p : left.writes) p.w.done(MakeError(Error::kStopped));
   for (auto& r : left.reads) r(MakeError(Error::kStopped));
   for (auto& t : left.transfers) t.done(MakeError(Error::kStopped));
+  for (auto& c : left.conf_changes) c.done(MakeError(Error::kStopped));
   std::multimap<uint64_t, Done> reads;
   {
     util::MutexLock l(&reads_mu_);
@@ -305,6 +316,7 @@ TransportHandler Replicator::handler() {
     response->set_ttl(*ttl);
     return absl::OkStatus();
   };
+  h.on_members = [this] { return Members(); };
   h.on_lease_time_to_live = [this](const etcdserverpb::LeaseTimeToLiveRequest& request,
                                    etcdserverpb::LeaseTimeToLiveResponse* response) -> absl::Status {
     if (!Leads()) return MakeError(Error::kNoLeader);
@@ -381,6 +393,44 @@ void Replicator::ReadBarrier(Done ready) {
 std::vector<membership::ClusterMember> Replicator::Members() const {
   util::MutexLock l(&members_mu_);
   return members_;
+}
+
+bool Replicator::IsLearner() const {
+  util::MutexLock l(&members_mu_);
+  for (const auto& m : members_) {
+    if (m.id == options_.member_id) return m.is_learner;
+  }
+  return false;
+}
+
+void Replicator::ChangeMembership(const membership::MemberChange& change, absl::Time deadline,
+                                  MembersDone done) {
+  deadline = std::min(deadline, absl::Now() + options_.request_timeout);
+  {
+    util::MutexLock l(&inbox_mu_);
+    if (!stopping_) {
+      inbox_.conf_changes.push_back({change, deadline, std::move(done)});
+      return;
+    }
+  }
+  done(MakeError(Error::kStopped));
+}
+
+void Replicator::PublishMembers() {
+  std::vector<membership::ClusterMember> members = table_.Members();
+  if (members.empty()) {
+    // Until the bootstrap entries (or a joining member's first snapshot)
+    // fill the table, the members it was started with.
+    members = options_.initial_members;
+  }
+  util::MutexLock l(&members_mu_);
+  members_ = std::move(members);
+}
+
+void Replicator::SyncPeers() {
+  for (const auto& m : table_.Members()) {
+    if (m.id != options_.member_id) transport_->AddPeer(m.id, m.peer_urls);
+  }
 }
 
 void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
@@ -509,9 +559,11 @@ bool Replicator::LoopOnce() {
     // burst: that would start an election at once.
     if (next_tick_ < now) next_tick_ = now + options_.tick;
   }
+  for (auto& c : in.conf_changes) pending_conf_.push_back(std::move(c));
   for (auto& w : in.writes) pending_.push_back(std::move(w));
   for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
   Propose();
+  ProposeConfChanges(now);
   SendReadIndex(now);
   ExpireWaiters(now);
   DrainReady();
@@ -539,6 +591,10 @@ void Replicator::FinishLoop() {
   }
   for (auto& t : transfers_) t.done(MakeError(Error::kStopped));
   transfers_.clear();
+  for (auto& c : pending_conf_) c.done(MakeError(Error::kStopped));
+  pending_conf_.clear();
+  for (auto& [id, w] : conf_waiters_) w.done(MakeError(Error::kStopped));
+  conf_waiters_.clear();
 }
 
 void Replicator::Propose() {
@@ -664,6 +720,14 @@ void Replicator::ExpireWaiters(absl::Time now) {
       ++it;
     }
   }
+  for (auto it = conf_waiters_.begin(); it != conf_waiters_.end();) {
+    if (it->second.deadline <= now) {
+      it->second.done(MakeError(Error::kTimeout));
+      conf_waiters_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Replicator::HandleReady(Ready rd) {
@@ -775,8 +839,12 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     w.done = [](absl::Status) {};
     store_->SubmitCommitted(std::move(w));
   };
-  if (entry.type != EntryType::kNormal) {
-    SetConfState(engine_->ApplyConfChange(entry.type, entry.data));
+  if (entry.type == EntryType::kConfChange) {
+    ApplyConfEntry(entry);
+    return;
+  }
+  if (entry.type != EntryType::kNormal) {  // ConfChangeV2: Capstan proposes none
+    RecordConfState(entry.index, engine_->ApplyConfChange(entry.type, entry.data));
     if (entry.index > skip_through_) noop();
     return;
   }
@@ -787,8 +855,9 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
   CHECK(request->ParseFromString(entry.data))
       << "the raft log entry at index " << entry.index << " is not an InternalRaftRequest";
-  if (request->has_cluster_member_attr_set()) {
-    ApplyMemberAttributes(request->cluster_member_attr_set());
+  if (request->has_cluster_member_attr_set() && entry.index > skip_through_) {
+    ApplyAttributes(entry, std::move(request));
+    return;
   }
   if (entry.index <= skip_through_) {
     // The store holds it already (an installed snapshot covered it). A
@@ -861,16 +930,6 @@ mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::Interna
   return w;
 }
 
-void Replicator::ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r) {
-  util::MutexLock l(&members_mu_);
-  for (auto& m : members_) {
-    if (m.id != r.member_id()) continue;
-    m.name = r.member_attributes().name();
-    m.client_urls.assign(r.member_attributes().client_urls().begin(),
-                         r.member_attributes().client_urls().end());
-  }
-}
-
 void Replicator::Applied(uint64_t applied) {
   applied_.store(applied, std::memory_order_release);
   std::vector<Done> ready;
@@ -937,7 +996,7 @@ void Replicator::CompactAfterFlush(absl::StatusOr<uint64_t> flushed) {
   uint64_t index = applied - options_.snapshot_catchup_entries;
   index = std::min({index, log_->hard_state().commit, log_->LastIndex()});
   if (index <= log_->snapshot_meta().index) return;
-  if (absl::Status s = log_->Compact(index, conf_state_); !s.ok()) {
+  if (absl::Status s = log_->Compact(index, ConfStateAt(index)); !s.ok()) {
     SPDLOG_WARN("log compaction at index {} failed: {}", index, s.ToString());
     return;
   }
@@ -1012,14 +1071,18 @@ void Replicator::InstallSnapshot(const SnapshotMeta& meta) {
   incoming_snapshot_dir_.clear();
   storage::BackendOptions bo;
   bo.dir = dir;
-  bo.read_only = true;
-  bo.sync = false;
+  bo.sync = true;
   bo.block_cache_bytes = 8 << 20;
   bo.write_buffer_bytes = 4 << 20;
   auto source = storage::Backend::Open(bo);
   CHECK(source.ok()) << "the snapshot at index " << meta.index
                      << " cannot be opened: " << source.status().ToString();
-  absl::Status s = store_->Restore(*std::move(source), options_.on_restored);
+  // The checkpoint is the sender's store: it becomes this member's (its
+  // IDs) before it replaces this member's data, so that no crash leaves
+  // this member with another's identity.
+  absl::Status s = membership::StampIdentity(source->get(), options_.cluster_id, options_.member_id);
+  CHECK(s.ok()) << "stamping the snapshot at index " << meta.index << ": " << s.ToString();
+  s = store_->Restore(*std::move(source), options_.on_restored);
   CHECK(s.ok()) << "installing the snapshot at index " << meta.index << " failed: " << s.ToString();
   const uint64_t applied = store_->AppliedIndex();
   CHECK(applied >= meta.index) << "the snapshot's store has applied " << applied
@@ -1027,12 +1090,54 @@ void Replicator::InstallSnapshot(const SnapshotMeta& meta) {
   skip_through_ = applied;
   compacted_at_ = applied;
   SetConfState(meta.conf_state);
+  conf_history_.clear();
+  conf_history_[meta.index] = meta.conf_state;
+  // The member table after the snapshot's last entry; the conf changes
+  // between the snapshot index and it are applied to raft as they come
+  // (ApplyConfEntry: accepted or refused as they were).
+  auto table = membership::MemberTable::Load(store_->backend());
+  CHECK(table.ok()) << "reading the snapshot's member table: " << table.status().ToString();
+  table_ = *std::move(table);
+  PublishMembers();
+  SyncPeers();
   applied_.store(applied, std::memory_order_release);
   installed_.fetch_add(1, std::memory_order_acq_rel);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   SPDLOG_INFO("installed a snapshot at index {} (term {}); the store has applied {}", meta.index,
               meta.term, applied);
+}
+
+LogError Replicator::SnapshotAtStore::Snapshot(SnapshotMeta* meta) {
+  // The store's applied index lies between the log's snapshot and its last
+  // entry (the log is compacted only below what the store applied); its
+  // data goes with the message (SendSnapshot).
+  const uint64_t applied = std::min(r_->store_->AppliedIndex(), r_->log_->LastIndex());
+  const SnapshotMeta& logged = r_->log_->snapshot_meta();
+  if (applied <= logged.index) return r_->log_->Snapshot(meta);
+  uint64_t term = 0;
+  if (LogError e = r_->log_->Term(applied, &term); e != LogError::kOk) return r_->log_->Snapshot(meta);
+  meta->index = applied;
+  meta->term = term;
+  meta->conf_state = r_->ConfStateAt(applied);
+  return LogError::kOk;
+}
+
+void Replicator::RecordConfState(uint64_t index, ConfState conf_state) {
+  conf_history_[index] = conf_state;
+  // Configurations a compaction can no longer ask for (below the log's
+  // snapshot) are dropped, the one in force there kept.
+  const uint64_t first = log_first_.load(std::memory_order_relaxed);
+  while (conf_history_.size() > 1 && std::next(conf_history_.begin())->first < first) {
+    conf_history_.erase(conf_history_.begin());
+  }
+  SetConfState(std::move(conf_state));
+}
+
+ConfState Replicator::ConfStateAt(uint64_t index) const {
+  auto it = conf_history_.upper_bound(index);
+  if (it == conf_history_.begin()) return log_->snapshot_meta().conf_state;
+  return std::prev(it)->second;
 }
 
 void Replicator::SetConfState(ConfState conf_state) {
@@ -1062,6 +1167,228 @@ absl::Status Replicator::StartLogAtStore() {
   SPDLOG_INFO("started the raft log at index {} (term {}), the store's applied index", meta.index,
               meta.term);
   return absl::OkStatus();
+}
+
+}  // namespace capstan::replication
+
+namespace capstan::replication {
+
+void Replicator::ProposeConfChanges(absl::Time now) {
+  while (!pending_conf_.empty()) {
+    PendingConfChange& p = pending_conf_.front();
+    if (now >= p.deadline) {
+      p.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
+      pending_conf_.pop_front();
+      continue;
+    }
+    // etcd proposes without a leader and times out; here the change waits
+    // for one, until its deadline.
+    if (Leader() == 0) return;
+    if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
+      p.done(std::move(s));
+      pending_conf_.pop_front();
+      continue;
+    }
+    raftpb::ConfChange cc;
+    const uint64_t id = NextRequestId();
+    cc.set_id(id);
+    cc.set_type(static_cast<raftpb::ConfChangeType>(p.change.type));
+    cc.set_nodeid(p.change.id);
+    if (p.change.type != membership::ChangeType::kRemoveNode) {
+      cc.set_context(membership::ChangeContextJson(p.change));
+    }
+    if (absl::Status s = engine_->ProposeConfChange(false, cc.SerializeAsString()); !s.ok()) {
+      return;  // dropped (a leader transfer): tried again next pass
+    }
+    // raft turns a change proposed while another is not applied yet into
+    // an empty entry: its waiter then ends at its deadline, as in etcd.
+    conf_waiters_.emplace(id, ConfWaiter{std::move(p.done), p.deadline});
+    pending_conf_.pop_front();
+  }
+}
+
+absl::Status Replicator::CheckBeforeProposing(const membership::MemberChange& change) const {
+  using membership::ChangeType;
+  const membership::ClusterMember* target = table_.Find(change.id);
+  if (change.is_promote) {
+    // Only the leader knows how far a learner got (etcd forwards a
+    // follower's promotion to it).
+    if (role_ != RaftRole::kLeader) return MakeError(Error::kNotLeader);
+    RaftStatus status = engine_->Status();
+    uint64_t leader_match = 0;
+    const PeerProgress* learner = nullptr;
+    for (const auto& p : status.progress) {
+      if (p.id == options_.member_id) leader_match = p.match;
+      if (p.id == change.id) learner = &p;
+    }
+    if (learner == nullptr) return membership::MakeError(membership::Error::kIdNotFound);
+    // etcd's isLearnerReady: the learner has 90% of the leader's log.
+    if (static_cast<double>(learner->match) < static_cast<double>(leader_match) * 0.9) {
+      return membership::MakeError(membership::Error::kLearnerNotReady);
+    }
+  }
+  if (!options_.strict_reconfig_check) return absl::OkStatus();
+  // etcd's --strict-reconfig-check: a change that could leave the voters
+  // without a quorum of started members (members that published their
+  // attributes) is refused.
+  size_t voters = 0, started = 0;
+  for (const auto& m : table_.Members()) {
+    if (m.is_learner) continue;
+    if (change.type == ChangeType::kRemoveNode && m.id == change.id) continue;
+    ++voters;
+    if (!m.name.empty()) ++started;
+  }
+  const auto not_enough = [] { return membership::MakeError(membership::Error::kNotEnoughStarted); };
+  switch (change.type) {
+    case ChangeType::kAddNode:
+      // A new voter, or a promoted learner (started, as it caught up):
+      // etcd's IsReadyToAddVotingMember and IsReadyToPromoteMember.
+      if (change.is_promote) {
+        if (started + 1 < (voters + 1) / 2 + 1) return not_enough();
+      } else if (!(started == 1 && voters + 1 == 2) && started < (voters + 1) / 2 + 1) {
+        return not_enough();
+      }
+      break;
+    case ChangeType::kRemoveNode:
+      if (target != nullptr && target->is_learner) return absl::OkStatus();
+      if (started < voters / 2 + 1) return not_enough();
+      break;
+    default:
+      break;
+  }
+  if (change.type == ChangeType::kAddNode || change.type == ChangeType::kAddLearnerNode ||
+      change.type == ChangeType::kRemoveNode) {
+    // etcd also wants its peers connected: the leader knows which voters
+    // answered recently; a follower leaves that to the leader's raft.
+    if (role_ == RaftRole::kLeader) {
+      RaftStatus status = engine_->Status();
+      size_t active = 0, total = 0;
+      for (const auto& p : status.progress) {
+        if (p.learner) continue;
+        ++total;
+        if (p.id == options_.member_id || p.recent_active) ++active;
+      }
+      const bool removing_voter = change.type == ChangeType::kRemoveNode && target != nullptr &&
+                                  !target->is_learner;
+      if (removing_voter) {
+        if (active - 1 < 1 + (total - 1) / 2) return membership::MakeError(membership::Error::kUnhealthy);
+      } else if (active < total) {
+        return membership::MakeError(membership::Error::kUnhealthy);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Replicator::ApplyConfEntry(const RaftEntry& entry) {
+  raftpb::ConfChange cc;
+  CHECK(cc.ParseFromString(entry.data))
+      << "the raft log entry at index " << entry.index << " is not a ConfChange";
+  absl::StatusOr<membership::MemberChange> change =
+      membership::ParseChange(cc.type(), cc.nodeid(), cc.context());
+  if (change.ok() && cc.context().empty() && change->type != membership::ChangeType::kRemoveNode) {
+    // A bootstrap entry of a log written before they carried the member:
+    // the member comes from --initial-cluster.
+    for (const auto& m : options_.initial_members) {
+      if (m.id == cc.nodeid()) change->member = m;
+    }
+  }
+  if (entry.index <= skip_through_) {
+    // The store holds this entry's outcome, and a table that is newer:
+    // raft takes the change exactly if it was accepted then.
+    if (change.ok() && !table_.WasRejected(entry.index)) {
+      RecordConfState(entry.index, engine_->ApplyConfChange(entry.type, entry.data));
+    }
+    if (auto it = conf_waiters_.find(cc.id()); it != conf_waiters_.end()) {
+      it->second.done(MakeError(Error::kTimeout));
+      conf_waiters_.erase(it);
+    }
+    return;
+  }
+  absl::Status valid = change.status();
+  if (valid.ok()) valid = table_.Validate(*change, options_.max_learners);
+  bool removed_self = false;
+  if (valid.ok()) {
+    RecordConfState(entry.index, engine_->ApplyConfChange(entry.type, entry.data));
+    table_.Apply(*change);
+    PublishMembers();
+    if (change->type == membership::ChangeType::kRemoveNode) {
+      if (change->id == options_.member_id) {
+        removed_self = true;
+      } else {
+        transport_->RemovePeer(change->id);
+      }
+    } else {
+      SyncPeers();
+    }
+    SPDLOG_INFO("applied a membership change at index {}: {} member {:x}", entry.index,
+                membership::MemberJson(change->member), change->id);
+  } else {
+    table_.MarkRejected(entry.index);
+    SPDLOG_WARN("refused a membership change at index {} (member {:x}): {}", entry.index,
+                cc.nodeid(), valid.ToString());
+  }
+  MembersDone done;
+  if (auto it = conf_waiters_.find(cc.id()); cc.id() != 0 && it != conf_waiters_.end()) {
+    done = std::move(it->second.done);
+    conf_waiters_.erase(it);
+  }
+  // The store writes the outcome with the entry's index: the member's
+  // record, or the refusal.
+  mvcc::WriteRequest w;
+  w.raft_index = entry.index;
+  w.raft_term = entry.term;
+  auto table = std::make_shared<const membership::MemberTable>(table_);
+  const uint64_t changed = change.ok() ? change->id : 0;
+  const uint64_t index = entry.index;
+  const bool accepted = valid.ok();
+  w.op = mvcc::CustomOp{[table, changed, index, accepted](storage::WriteBatch* batch) {
+    if (accepted) {
+      table->WriteRecord(changed, batch);
+    } else {
+      membership::MemberTable::WriteRejection(index, batch);
+    }
+    return absl::OkStatus();
+  }};
+  w.done = [this, table, valid, removed_self, done = std::move(done)](absl::Status s) mutable {
+    if (removed_self && s.ok() && options_.on_removed) options_.on_removed();
+    if (!done) return;
+    if (!s.ok()) {
+      done(std::move(s));
+    } else if (!valid.ok()) {
+      done(valid);
+    } else {
+      done(table->Members());
+    }
+  };
+  store_->SubmitCommitted(std::move(w));
+  if (removed_self) removed_ = true;
+}
+
+void Replicator::ApplyAttributes(const RaftEntry& entry,
+                                 std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
+  const auto& set = request->cluster_member_attr_set();
+  const uint64_t member = set.member_id();
+  table_.SetAttributes(member, set.member_attributes().name(),
+                       {set.member_attributes().client_urls().begin(),
+                        set.member_attributes().client_urls().end()});
+  PublishMembers();
+  Done done = [](absl::Status) {};
+  if (auto it = waiters_.find(RequestIdOf(*request)); it != waiters_.end()) {
+    done = std::move(it->second.done);
+    waiters_.erase(it);
+  }
+  mvcc::WriteRequest w;
+  w.raft_index = entry.index;
+  w.raft_term = entry.term;
+  auto table = std::make_shared<const membership::MemberTable>(table_);
+  w.op = mvcc::CustomOp{[table, member](storage::WriteBatch* batch) {
+    // A member removed meanwhile keeps no record (etcd ignores it too).
+    if (table->Find(member) != nullptr) table->WriteRecord(member, batch);
+    return absl::OkStatus();
+  }};
+  w.done = std::move(done);
+  store_->SubmitCommitted(std::move(w));
 }
 
 }  // namespace capstan::replication

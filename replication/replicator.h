@@ -60,6 +60,7 @@
 #include "absl/time/time.h"
 #include "etcdserverpb/raft_internal.pb.h"
 #include "membership/member.h"
+#include "membership/member_table.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/write_request.h"
 #include "replication/raft_engine.h"
@@ -119,6 +120,17 @@ struct ReplicatorOptions {
   // Runs on the store's committer after a snapshot replaced the store's
   // data (the auth store reloads). Optional.
   std::function<absl::Status()> on_restored;
+  // Membership (etcd's --experimental-max-learners, --strict-reconfig-check).
+  int max_learners = 1;
+  bool strict_reconfig_check = true;
+  // The member joins a running cluster (--initial-cluster-state existing):
+  // its new log is not bootstrapped; the leader sends it a snapshot or the
+  // log, and initial_members are the cluster's members as a peer listed
+  // them (shown until the member's own table has them).
+  bool join_existing = false;
+  // Called once when this member learns it was removed from the cluster
+  // (it applied its removal); on any thread; must not block.
+  std::function<void()> on_removed;
 };
 
 // Turns a committed entry that is not a client write (an auth change) back
@@ -187,6 +199,17 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void TransferLeadership(uint64_t to, absl::Time deadline,
                           absl::AnyInvocable<void(absl::Status)> done) override
       ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  // Hands the change to the raft loop. There, the leader checks what etcd
+  // checks before it proposes (a promotion: the learner is in sync; with
+  // strict_reconfig_check: enough started members), the change is proposed
+  // as etcd's ConfChange entry, and every member validates it when it
+  // applies it (etcd's ValidateConfigurationChange): an accepted change
+  // edits the member table, raft's configuration and the transport's peers,
+  // and is written to the store with its index; a refused one is recorded
+  // as refused. A promotion asked of a follower goes to the leader.
+  void ChangeMembership(const membership::MemberChange& change, absl::Time deadline,
+                        MembersDone done) override ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  bool IsLearner() const override ABSL_LOCKS_EXCLUDED(members_mu_);
 
   // The log's first index (its compaction point + 1) and the snapshots this
   // member installed. Any thread.
@@ -225,6 +248,17 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     absl::Time sent;
     absl::Time deadline;
   };
+  // A membership change asked for (ChangeMembership).
+  struct PendingConfChange {
+    membership::MemberChange change;
+    absl::Time deadline;
+    MembersDone done;
+  };
+  // A proposed membership change, waiting for its entry to be applied.
+  struct ConfWaiter {
+    MembersDone done;
+    absl::Time deadline;
+  };
   // A leadership transfer asked for (TransferLeadership).
   struct LeaderTransfer {
     uint64_t to = 0;
@@ -246,9 +280,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     // durable, or the flush's error.
     std::optional<absl::StatusOr<uint64_t>> flushed;
     std::vector<LeaderTransfer> transfers;
+    std::vector<PendingConfChange> conf_changes;
     bool empty() const {
       return messages.empty() && unreachable.empty() && writes.empty() && reads.empty() &&
-             snapshots.empty() && snapshot_reports.empty() && !flushed && transfers.empty();
+             snapshots.empty() && snapshot_reports.empty() && !flushed && transfers.empty() &&
+             conf_changes.empty();
     }
   };
 
@@ -280,6 +316,41 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // Follower: replaces the store's data with the received checkpoint.
   void InstallSnapshot(const SnapshotMeta& meta);
   void ApplyCommitted(const RaftEntry& entry);
+  // Membership: proposes the changes asked for (once a leader is known;
+  // until their deadline), applies a committed ConfChange entry, writes a
+  // member's attributes, and keeps the readers' copy of the table and the
+  // transport's peers in step with the table.
+  void ProposeConfChanges(absl::Time now);
+  absl::Status CheckBeforeProposing(const membership::MemberChange& change) const;
+  void ApplyConfEntry(const RaftEntry& entry);
+  void ApplyAttributes(const RaftEntry& entry,
+                       std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
+  void PublishMembers() ABSL_LOCKS_EXCLUDED(members_mu_);
+  void SyncPeers();
+  // raft's configuration after entry `index` was applied: what a log
+  // compaction at `index` records.
+  ConfState ConfStateAt(uint64_t index) const;
+  void RecordConfState(uint64_t index, ConfState conf_state);
+  // What raft reads as its storage: the log, except that the snapshot it
+  // sends a follower behind the log is at the store's applied index (whose
+  // data the follower receives), with the configuration there, so that a
+  // member added after the log's last compaction can take it.
+  class SnapshotAtStore final : public RaftStorage {
+   public:
+    explicit SnapshotAtStore(Replicator* r) : r_(r) {}
+    LogError InitialState(HardState* h, ConfState* c) override { return r_->log_->InitialState(h, c); }
+    LogError Entries(uint64_t lo, uint64_t hi, uint64_t max_bytes,
+                     std::vector<RaftEntry>* out) override {
+      return r_->log_->Entries(lo, hi, max_bytes, out);
+    }
+    LogError Term(uint64_t i, uint64_t* term) override { return r_->log_->Term(i, term); }
+    uint64_t FirstIndex() override { return r_->log_->FirstIndex(); }
+    uint64_t LastIndex() override { return r_->log_->LastIndex(); }
+    LogError Snapshot(SnapshotMeta* meta) override;
+
+   private:
+    Replicator* const r_;
+  };
   // Records the group's configuration (conf_state_, sole_voter_).
   void SetConfState(ConfState conf_state);
   // Starts the log (a new one, or one that ends below the store) with a
@@ -297,8 +368,6 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   absl::Status AwaitApplied(uint64_t index) ABSL_LOCKS_EXCLUDED(reads_mu_);
   // The write that applies a committed client or auth entry.
   mvcc::WriteRequest DecodeEntry(std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
-  void ApplyMemberAttributes(const etcdserverpb::ClusterMemberAttrSetRequest& r)
-      ABSL_LOCKS_EXCLUDED(members_mu_);
 
   void ReleaseReads(uint64_t index, std::vector<absl::AnyInvocable<void(absl::Status)>> waiters)
       ABSL_LOCKS_EXCLUDED(reads_mu_);
@@ -331,6 +400,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   // Raft loop state: touched by the loop thread only.
   std::unique_ptr<RaftEngine> engine_;
+  SnapshotAtStore storage_{this};
   std::deque<PendingWrite> pending_;
   absl::flat_hash_map<uint64_t, Waiter> waiters_;
   std::vector<absl::AnyInvocable<void(absl::Status)>> pending_reads_;
@@ -340,8 +410,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed
   // The configuration of the last applied ConfChange (or of the log's
-  // snapshot): what a log compaction records.
+  // snapshot), and each configuration since the log's snapshot by the
+  // index of its entry (ConfStateAt).
   ConfState conf_state_;
+  std::map<uint64_t, ConfState> conf_history_;
+  // The member table as of the last entry handed to the store (in log
+  // order): what a ConfChange entry is validated against.
+  membership::MemberTable table_;
+  std::deque<PendingConfChange> pending_conf_;
+  absl::flat_hash_map<uint64_t, ConfWaiter> conf_waiters_;
+  bool removed_ = false;  // this member applied its own removal
   // The applied index at the last compaction, and whether a flush runs.
   uint64_t compacted_at_ = 0;
   bool compacting_ = false;

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "etcdserverpb/rpc.pb.h"
+#include "membership/member.h"
 #include "replication/raft_engine.h"
 
 namespace capstan::replication {
@@ -49,6 +50,8 @@ struct TransportHandler {
   std::function<absl::Status(const etcdserverpb::LeaseTimeToLiveRequest& request,
                              etcdserverpb::LeaseTimeToLiveResponse* response)>
       on_lease_time_to_live;
+  // The members this member's table holds (a joining member asks).
+  std::function<std::vector<membership::ClusterMember>()> on_members;
 };
 
 class Transport {

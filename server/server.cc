@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "auth/auth_store.h"
 #include "grpcpp/grpcpp.h"
 #include "membership/member.h"
+#include "membership/member_table.h"
 #include "replication/replicator.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
@@ -206,6 +208,10 @@ absl::Status Server::OpenStore() {
                                    config_.initial_cluster_token, initial);
   if (!member.ok()) return member.status();
   member_ = std::make_unique<membership::MemberInfo>(std::move(*member));
+  if (config_.initial_cluster_state == ClusterState::kExisting && member_->created &&
+      initial.size() > 1) {
+    if (auto s = JoinExistingCluster(backend->get()); !s.ok()) return s;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   mvcc::KvStoreOptions kv_options = StoreOptions(config_, member_->member_id);
@@ -219,6 +225,73 @@ absl::Status Server::OpenStore() {
                    std::chrono::steady_clock::now() - start)
                    .count());
   return absl::OkStatus();
+}
+
+absl::Status Server::JoinExistingCluster(storage::Backend* backend) {
+  // etcd's GetClusterFromRemotePeers and ValidateClusterAndAssignIDs: the
+  // members as a running member lists them, each matched by its peer URLs
+  // to one of --initial-cluster; this member takes the ID the cluster gave
+  // it, and the cluster's ID.
+  auto parsed = config_internal::ParseInitialCluster(config_.initial_cluster);
+  if (!parsed.ok()) return parsed.status();
+  std::vector<std::string> remote_urls;
+  std::vector<std::vector<std::string>> local;
+  for (const auto& [name, urls] : *parsed) {
+    std::vector<std::string> strings = UrlStrings(urls);
+    std::sort(strings.begin(), strings.end());
+    local.push_back(strings);
+    if (name != config_.name) remote_urls.insert(remote_urls.end(), strings.begin(), strings.end());
+  }
+  std::sort(remote_urls.begin(), remote_urls.end());
+  auto tls = PeerTransportOptionsFromConfig(config_, 0, 0);
+  if (!tls.ok()) return tls.status();
+  auto fetched = FetchClusterMembers(tls->tls, remote_urls, absl::Seconds(10));
+  if (!fetched.ok()) {
+    return absl::Status(fetched.status().code(), absl::StrCat("cannot fetch cluster info from peer urls: ",
+                                                               fetched.status().message()));
+  }
+  if (static_cast<size_t>(fetched->members_size()) != local.size()) {
+    return absl::FailedPreconditionError(
+        "error validating peerURLs: member count is unequal");
+  }
+  std::vector<std::string> own = UrlStrings(InitialPeerUrls(config_));
+  std::sort(own.begin(), own.end());
+  std::vector<membership::ClusterMember> members;
+  uint64_t own_id = 0;
+  for (const auto& m : fetched->members()) {
+    std::vector<std::string> urls(m.peerurls().begin(), m.peerurls().end());
+    std::sort(urls.begin(), urls.end());
+    if (std::find(local.begin(), local.end(), urls) == local.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "error validating peerURLs: PeerURLs: no match found for existing member (",
+          absl::Hex(m.id()), ", ", absl::StrJoin(urls, ","), ")"));
+    }
+    if (urls == own) own_id = m.id();
+    membership::ClusterMember cm;
+    cm.id = m.id();
+    cm.name = m.name();
+    cm.peer_urls = std::move(urls);
+    cm.client_urls.assign(m.clienturls().begin(), m.clienturls().end());
+    cm.is_learner = m.islearner();
+    members.push_back(std::move(cm));
+  }
+  const uint64_t cluster_id = fetched->header().cluster_id();
+  if (auto s = membership::StampIdentity(backend, cluster_id, own_id); !s.ok()) return s;
+  member_->member_id = own_id;
+  member_->cluster_id = cluster_id;
+  member_->initial_members = std::move(members);
+  SPDLOG_INFO("joining cluster {:x} as member {:x}; its members as {:x} listed them", cluster_id,
+              own_id, fetched->header().member_id());
+  return absl::OkStatus();
+}
+
+void Server::OnRemoved() {
+  if (removed_.exchange(true)) return;
+  // etcd's server error; the process then stops as on SIGTERM.
+  SPDLOG_WARN("server error: {}",
+              std::string(membership::MakeError(membership::Error::kMemberRemoved).message()));
+  SPDLOG_WARN("data-dir used by this member must be removed");
+  kill(getpid(), SIGTERM);
 }
 
 absl::Status Server::StartWatchHubAndCache() {
@@ -275,7 +348,7 @@ absl::Status Server::BuildServices() {
   services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
-  services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get()));
+  services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get(), gate));
   recipes_ = std::make_unique<Recipes>(store_.get(), hub_.get(), member_.get(), gate);
   services_.push_back(std::make_unique<LockService>(recipes_.get()));
@@ -298,6 +371,10 @@ absl::Status Server::StartReplication() {
   auto transport_options =
       PeerTransportOptionsFromConfig(config_, member_->member_id, member_->cluster_id);
   if (!transport_options.ok()) return transport_options.status();
+  // A peer that refuses this member as removed (etcd's errMemberRemoved).
+  transport_options->on_peer_error = [this](uint64_t, const absl::Status& s) {
+    if (s.message() == membership::MakeError(membership::Error::kMemberRemoved).message()) OnRemoved();
+  };
   auto transport = std::make_unique<PeerTransport>(*std::move(transport_options));
 
   replication::ReplicatorOptions options;
@@ -316,6 +393,10 @@ absl::Status Server::StartReplication() {
       absl::Seconds(5) + 2 * absl::Milliseconds(static_cast<int64_t>(config_.election_timeout_ms));
   options.snapshot_count = config_.snapshot_count;
   options.data_dir = config_.data_dir;
+  options.max_learners = static_cast<int>(config_.max_learners);
+  options.strict_reconfig_check = config_.strict_reconfig_check;
+  options.join_existing = config_.initial_cluster_state == ClusterState::kExisting;
+  options.on_removed = [this] { OnRemoved(); };
   {
     auth::AuthStore* auth = auth_store_;
     options.on_restored = [auth]() { return auth->Reload(); };
@@ -345,7 +426,9 @@ absl::Status Server::StartReplication() {
   auth_store_->SetCommittedIndex(
       [replicator = replicator_.get()] { return replicator->CommittedIndex(); });
   if (auto s = transport->Start(replicator_->handler()); !s.ok()) return s;
-  for (const auto& m : member_->initial_members) {
+  // The members of the table the store holds (or, until its first entries,
+  // those the member was started with).
+  for (const auto& m : replicator_->Members()) {
     if (m.id != member_->member_id) transport->AddPeer(m.id, m.peer_urls);
   }
   peer_transport_ = std::move(transport);

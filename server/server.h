@@ -9,6 +9,7 @@
 #ifndef CAPSTAN_SERVER_SERVER_H_
 #define CAPSTAN_SERVER_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -49,6 +50,10 @@ class RaftEngineFactory;
 class Replicator;
 class Transport;
 }  // namespace capstan::replication
+
+namespace capstan::storage {
+class Backend;
+}  // namespace capstan::storage
 
 namespace capstan::server {
 
@@ -125,6 +130,14 @@ class Server {
   // becomes the store's write log. REQUIRES: BuildServices succeeded (the
   // log's auth entries apply to the auth store); replicated_.
   absl::Status StartReplication();
+  // --initial-cluster-state existing with a new data dir: takes this
+  // member's and the cluster's IDs from a running member (the members it
+  // lists, matched by peer URL to --initial-cluster) into backend.
+  absl::Status JoinExistingCluster(storage::Backend* backend);
+  // This member learned that it was removed from the cluster: logs etcd's
+  // messages and stops the process as SIGTERM does (exit status 0, as
+  // etcd). Once; any thread; does not block.
+  void OnRemoved();
 
   // Serve's phases, in this order. On failure the caller calls Shutdown,
   // which stops whatever the earlier phases started.
@@ -200,6 +213,8 @@ class Server {
   // A cluster member's peer transport and write log. The replicator is
   // stopped first at shutdown and destroyed after the store.
   std::unique_ptr<replication::Transport> peer_transport_;
+  // This member was removed from its cluster (OnRemoved ran).
+  std::atomic<bool> removed_{false};
   std::unique_ptr<replication::Replicator> replicator_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "auth/errors.h"
+#include "membership/member_table.h"
 #include "mvcc/errors.h"
 
 namespace capstan::server {
@@ -95,6 +96,35 @@ EtcdError EtcdErrorOf(auth::Error e) {
   return {grpc::UNKNOWN, "etcdserver: unknown error"};
 }
 
+// etcd's v3rpc toGRPCErrorMap for the membership errors.
+EtcdError EtcdErrorOf(membership::Error e) {
+  using membership::Error;
+  switch (e) {
+    case Error::kIdRemoved:
+    case Error::kIdNotFound: return {grpc::NOT_FOUND, "etcdserver: member not found"};
+    case Error::kIdExists: return {grpc::FAILED_PRECONDITION, "etcdserver: member ID already exist"};
+    case Error::kPeerUrlExists:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: Peer URLs already exists"};
+    case Error::kMemberNotLearner:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: can only promote a learner member"};
+    case Error::kTooManyLearners:
+      return {grpc::FAILED_PRECONDITION, "etcdserver: too many learner members in cluster"};
+    case Error::kLearnerNotReady:
+      return {grpc::FAILED_PRECONDITION,
+              "etcdserver: can only promote a learner member which is in sync with leader"};
+    case Error::kNotEnoughStarted:
+      // etcd maps it to an rpctypes.EtcdError, which gRPC sends as Unknown.
+      return {grpc::UNKNOWN, "etcdserver: re-configuration failed due to not enough started members"};
+    case Error::kUnhealthy: return {grpc::UNAVAILABLE, "etcdserver: unhealthy cluster"};
+    case Error::kBadUrls: return {grpc::INVALID_ARGUMENT, "etcdserver: given member URLs are invalid"};
+    case Error::kNotSupportedForLearner:
+      return {grpc::UNAVAILABLE, "etcdserver: rpc not supported for learner"};
+    case Error::kMemberRemoved:
+      return {grpc::UNAVAILABLE, "the member has been permanently removed from the cluster"};
+  }
+  return {grpc::UNKNOWN, "etcdserver: unknown error"};
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
@@ -104,6 +134,10 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
     return grpc::Status(ee.code, ee.text);
   }
   if (auto e = auth::ErrorOf(s)) {
+    EtcdError ee = EtcdErrorOf(*e);
+    return grpc::Status(ee.code, ee.text);
+  }
+  if (auto e = membership::ErrorOf(s)) {
     EtcdError ee = EtcdErrorOf(*e);
     return grpc::Status(ee.code, ee.text);
   }

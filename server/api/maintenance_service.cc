@@ -6,11 +6,14 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_join.h"
+#include "membership/member_table.h"
 #include "mvcc/errors.h"
 #include "server/api/auth_service.h"
 #include "server/api/errors.h"
 #include "server/api/snapshot_stream.h"
 #include "server/api/write_rpc.h"
+#include "server/config/config.h"
 #include "server/config/version.h"
 
 namespace capstan::server {
@@ -252,35 +255,189 @@ grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerCont
 
 #undef CAPSTAN_REQUIRE_ROOT
 
-grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext* ctx,
-                                                     const etcdserverpb::MemberListRequest*,
-                                                     etcdserverpb::MemberListResponse* response) {
-  // etcd's MemberList header carries no revision.
-  membership::FillHeader(*member_, response->mutable_header());
-  if (const membership::RaftView* raft = member_->raft) {
-    // etcd lists the members by id; one that has not published its
-    // attributes yet has no name and no client URLs.
-    std::vector<membership::ClusterMember> members = raft->Members();
-    std::sort(members.begin(), members.end(),
-              [](const auto& a, const auto& b) { return a.id < b.id; });
-    for (const auto& cm : members) {
-      auto* m = response->add_members();
-      m->set_id(cm.id);
-      m->set_name(cm.name);
-      for (const auto& u : cm.peer_urls) m->add_peerurls(u);
-      for (const auto& u : cm.client_urls) m->add_clienturls(u);
-      m->set_islearner(cm.is_learner);
-    }
-  } else {
-    auto* m = response->add_members();
-    m->set_id(member_->member_id);
-    m->set_name(member_->name);
-    for (const auto& u : member_->peer_urls) m->add_peerurls(u);
-    for (const auto& u : member_->client_urls) m->add_clienturls(u);
-    m->set_islearner(false);
+namespace {
+
+void ToProto(const membership::ClusterMember& cm, etcdserverpb::Member* m) {
+  m->set_id(cm.id);
+  m->set_name(cm.name);
+  for (const auto& u : cm.peer_urls) m->add_peerurls(u);
+  for (const auto& u : cm.client_urls) m->add_clienturls(u);
+  m->set_islearner(cm.is_learner);
+}
+
+template <typename Members>
+void AddMembers(const std::vector<membership::ClusterMember>& members, Members* out) {
+  // etcd lists the members by ID; one that has not published its
+  // attributes yet has no name and no client URLs.
+  std::vector<membership::ClusterMember> sorted = members;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  for (const auto& cm : sorted) ToProto(cm, out->Add());
+}
+
+// A membership change waiting for this member to apply it, finished by the
+// completion or, first, by the client giving up. Deletes itself.
+class MembershipCall final : public grpc::ServerUnaryReactor {
+ public:
+  using Fill = absl::AnyInvocable<void(const std::vector<membership::ClusterMember>&)>;
+  explicit MembershipCall(Fill fill) : fill_(std::move(fill)) {}
+  membership::RaftView::MembersDone Completion() {
+    return [this, finished = finished_](
+               absl::StatusOr<std::vector<membership::ClusterMember>> members) {
+      if (finished->exchange(true)) return;
+      if (!members.ok()) {
+        Finish(ToGrpcStatus(members.status()));
+        return;
+      }
+      fill_(*members);
+      Finish(grpc::Status::OK);
+    };
   }
+  void OnCancel() override {
+    if (!finished_->exchange(true)) Finish(grpc::Status(grpc::CANCELLED, "context canceled"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  Fill fill_;
+  const std::shared_ptr<std::atomic<bool>> finished_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* ctx, const absl::Status& s) {
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+// etcd's types.NewURLs for a member's peer URLs (sorted, normalized).
+absl::StatusOr<std::vector<std::string>> MemberUrls(
+    const google::protobuf::RepeatedPtrField<std::string>& urls) {
+  if (urls.empty()) return membership::MakeError(membership::Error::kBadUrls);
+  std::vector<std::string> texts(urls.begin(), urls.end());
+  auto parsed = ParseUrlList(absl::StrJoin(texts, ","));
+  if (!parsed.ok()) return membership::MakeError(membership::Error::kBadUrls);
+  std::vector<std::string> out;
+  for (const auto& u : *parsed) out.push_back(u.String());
+  return out;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ClusterService::Change(grpc::CallbackServerContext* ctx,
+                                                 const membership::MemberChange& change,
+                                                 Fill fill) {
+  membership::RaftView* raft = member_->raft;
+  if (raft == nullptr) {
+    return Finished(ctx, absl::UnimplementedError(
+                             "membership changes need a member that runs Raft (the capstan binary)"));
+  }
+  auto* call = new MembershipCall(std::move(fill));
+  raft->ChangeMembership(change, DeadlineOf(*ctx), call->Completion());
+  return call;
+}
+
+#define CAPSTAN_MEMBERSHIP_ADMIN(ctx)                                    \
+  if (auth_ != nullptr) {                                                \
+    if (auto s = auth_->CheckAdmin(*(ctx)); !s.ok()) return Finished(ctx, s); \
+  }
+
+grpc::ServerUnaryReactor* ClusterService::MemberAdd(grpc::CallbackServerContext* ctx,
+                                                    const etcdserverpb::MemberAddRequest* request,
+                                                    etcdserverpb::MemberAddResponse* response) {
+  auto urls = MemberUrls(request->peerurls());
+  if (!urls.ok()) return Finished(ctx, urls.status());
+  CAPSTAN_MEMBERSHIP_ADMIN(ctx);
+  membership::MemberChange change;
+  change.type = request->islearner() ? membership::ChangeType::kAddLearnerNode
+                                     : membership::ChangeType::kAddNode;
+  // etcd's NewMember("", urls, "", now): the URLs and the time in seconds.
+  change.id = membership::EtcdMemberId(*urls, absl::StrCat(absl::ToUnixSeconds(absl::Now())));
+  change.member.id = change.id;
+  change.member.peer_urls = *urls;
+  change.member.is_learner = request->islearner();
+  return Change(ctx, change, [this, response, added = change.member](const auto& members) {
+    membership::FillHeader(*member_, response->mutable_header());
+    auto* m = response->mutable_member();
+    m->set_id(added.id);
+    for (const auto& u : added.peer_urls) m->add_peerurls(u);
+    m->set_islearner(added.is_learner);
+    AddMembers(members, response->mutable_members());
+  });
+}
+
+grpc::ServerUnaryReactor* ClusterService::MemberRemove(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::MemberRemoveRequest* request,
+    etcdserverpb::MemberRemoveResponse* response) {
+  CAPSTAN_MEMBERSHIP_ADMIN(ctx);
+  membership::MemberChange change;
+  change.type = membership::ChangeType::kRemoveNode;
+  change.id = request->id();
+  change.member.id = request->id();
+  return Change(ctx, change, [this, response](const auto& members) {
+    membership::FillHeader(*member_, response->mutable_header());
+    AddMembers(members, response->mutable_members());
+  });
+}
+
+grpc::ServerUnaryReactor* ClusterService::MemberUpdate(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::MemberUpdateRequest* request,
+    etcdserverpb::MemberUpdateResponse* response) {
+  CAPSTAN_MEMBERSHIP_ADMIN(ctx);
+  membership::MemberChange change;
+  change.type = membership::ChangeType::kUpdateNode;
+  change.id = request->id();
+  change.member.id = request->id();
+  // etcd takes the URLs as given (its client checked them).
+  change.member.peer_urls.assign(request->peerurls().begin(), request->peerurls().end());
+  return Change(ctx, change, [this, response](const auto& members) {
+    membership::FillHeader(*member_, response->mutable_header());
+    AddMembers(members, response->mutable_members());
+  });
+}
+
+grpc::ServerUnaryReactor* ClusterService::MemberPromote(
+    grpc::CallbackServerContext* ctx, const etcdserverpb::MemberPromoteRequest* request,
+    etcdserverpb::MemberPromoteResponse* response) {
+  CAPSTAN_MEMBERSHIP_ADMIN(ctx);
+  membership::MemberChange change;
+  change.type = membership::ChangeType::kAddNode;
+  change.is_promote = true;
+  change.id = request->id();
+  change.member.id = request->id();
+  return Change(ctx, change, [this, response](const auto& members) {
+    membership::FillHeader(*member_, response->mutable_header());
+    AddMembers(members, response->mutable_members());
+  });
+}
+
+#undef CAPSTAN_MEMBERSHIP_ADMIN
+
+grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext* ctx,
+                                                     const etcdserverpb::MemberListRequest* request,
+                                                     etcdserverpb::MemberListResponse* response) {
+  auto list = [this, response] {
+    // etcd's MemberList header carries no revision.
+    membership::FillHeader(*member_, response->mutable_header());
+    if (const membership::RaftView* raft = member_->raft) {
+      AddMembers(raft->Members(), response->mutable_members());
+    } else {
+      auto* m = response->add_members();
+      m->set_id(member_->member_id);
+      m->set_name(member_->name);
+      for (const auto& u : member_->peer_urls) m->add_peerurls(u);
+      for (const auto& u : member_->client_urls) m->add_clienturls(u);
+      m->set_islearner(false);
+    }
+  };
+  if (!request->linearizable() || member_->raft == nullptr) {
+    list();
+    return Finished(ctx, absl::OkStatus());
+  }
+  // etcd's linearizableReadNotify, then the members this member applied.
+  auto* reactor = ctx->DefaultReactor();
+  store_->ReadBarrier([reactor, list = std::move(list)](absl::Status s) mutable {
+    if (s.ok()) list();
+    reactor->Finish(ToGrpcStatus(s));
+  });
   return reactor;
 }
 

@@ -70,19 +70,48 @@ class MaintenanceService final : public DecodingService<etcdserverpb::Maintenanc
   util::WorkQueue defrag_;
 };
 
+// etcd's Cluster service. Changes go through the member's Raft log
+// (membership::RaftView::ChangeMembership) and are answered once this
+// member applied them, with the members after the change; with auth on,
+// they need the root role (etcd's checkMembershipOperationPermission).
+// MemberList with linearizable waits for a ReadIndex round first.
 class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
  public:
-  ClusterService(mvcc::KvStore* store, const membership::MemberInfo* member) : store_(store), member_(member) {
+  ClusterService(mvcc::KvStore* store, const membership::MemberInfo* member,
+                 const AuthGate* auth = nullptr)
+      : store_(store), member_(member), auth_(auth) {
+    DecodeUnary("MemberAdd", &ClusterService::MemberAdd);
+    DecodeUnary("MemberRemove", &ClusterService::MemberRemove);
+    DecodeUnary("MemberUpdate", &ClusterService::MemberUpdate);
     DecodeUnary("MemberList", &ClusterService::MemberList);
+    DecodeUnary("MemberPromote", &ClusterService::MemberPromote);
   }
 
+  grpc::ServerUnaryReactor* MemberAdd(grpc::CallbackServerContext* ctx,
+                                      const etcdserverpb::MemberAddRequest* request,
+                                      etcdserverpb::MemberAddResponse* response) override;
+  grpc::ServerUnaryReactor* MemberRemove(grpc::CallbackServerContext* ctx,
+                                         const etcdserverpb::MemberRemoveRequest* request,
+                                         etcdserverpb::MemberRemoveResponse* response) override;
+  grpc::ServerUnaryReactor* MemberUpdate(grpc::CallbackServerContext* ctx,
+                                         const etcdserverpb::MemberUpdateRequest* request,
+                                         etcdserverpb::MemberUpdateResponse* response) override;
   grpc::ServerUnaryReactor* MemberList(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::MemberListRequest* request,
                                        etcdserverpb::MemberListResponse* response) override;
+  grpc::ServerUnaryReactor* MemberPromote(grpc::CallbackServerContext* ctx,
+                                          const etcdserverpb::MemberPromoteRequest* request,
+                                          etcdserverpb::MemberPromoteResponse* response) override;
 
  private:
+  // Proposes change and finishes the call with fill(members) once applied.
+  using Fill = absl::AnyInvocable<void(const std::vector<membership::ClusterMember>&)>;
+  grpc::ServerUnaryReactor* Change(grpc::CallbackServerContext* ctx,
+                                   const membership::MemberChange& change, Fill fill);
+
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
+  const AuthGate* const auth_;
 };
 
 }  // namespace capstan::server

@@ -142,7 +142,7 @@ struct ServerConfig {
   std::string discovery_cacert;
   std::string discovery_user;
   std::string discovery_password;
-  bool strict_reconfig_check = true;         // --strict-reconfig-check (no effect)
+  bool strict_reconfig_check = true;         // --strict-reconfig-check
   bool pre_vote = true;                      // --pre-vote
   // --auto-compaction-retention "0" verbatim, and its meaning: for periodic
   // mode a window (a bare integer counts hours), for revision mode a number
@@ -241,7 +241,7 @@ struct ServerConfig {
   absl::Duration warning_unary_request_duration = absl::Milliseconds(300);
   uint64_t bootstrap_defrag_threshold_megabytes = 0;  // (no effect)
   uint64_t snapshot_catchup_entries = 5000;           // (no effect)
-  int64_t max_learners = 1;                           // --max-learners (no effect)
+  int64_t max_learners = 1;                           // --max-learners
 
   // ---- Unsafe -------------------------------------------------------------
   bool force_new_cluster = false;  // --force-new-cluster (no effect)

@@ -145,9 +145,7 @@ std::vector<FlagSpec> ClusteringFlags() {
        "than one member, this member (--name) replicates through Raft with the others."},
       {"initial-cluster-state", Section::kClustering,
        ChoiceIn(&ParseState::initial_cluster_state, {"new", "existing"}), "'new'",
-       "Initial cluster state ('new' or 'existing'). No effect in Capstan, which starts\n"
-       "from whatever --data-dir holds.",
-       kNoEffect},
+       "Initial cluster state ('new' or 'existing')."},
       {"initial-cluster-token", Section::kClustering, Str(&S::initial_cluster_token),
        "'etcd-cluster'",
        "Initial cluster token for the etcd cluster during bootstrap.\n"
@@ -220,8 +218,7 @@ std::vector<FlagSpec> ClusteringFlags() {
       {"discovery-srv-name", Section::kClustering, Str(&S::discovery_srv_name), "''",
        "Suffix to the dns srv name queried when bootstrapping. No effect in Capstan.", kNoEffect},
       {"strict-reconfig-check", Section::kClustering, Bool(&S::strict_reconfig_check), "'true'",
-       "Reject reconfiguration requests that would cause quorum loss. No effect in Capstan.",
-       kNoEffect},
+       "Reject reconfiguration requests that would cause quorum loss."},
       {"pre-vote", Section::kClustering, Bool(&S::pre_vote), "'true'",
        "Enable the raft Pre-Vote algorithm to prevent disruption when a node that has been\n"
        "partitioned away rejoins the cluster."},
@@ -560,9 +557,7 @@ std::vector<FlagSpec> ExperimentalFlags() {
        "least the provided threshold of disk space. No effect in Capstan.",
        kNoEffect},
       {"max-learners", Section::kExperimental, Int(&S::max_learners), "'1'",
-       "Set the max number of learner members allowed in the cluster membership. No effect\n"
-       "in Capstan.",
-       kNoEffect},
+       "Set the max number of learner members allowed in the cluster membership."},
       {"experimental-snapshot-catchup-entries", Section::kExperimental,
        Uint(&S::snapshot_catchup_entries), "'5000'",
        "Number of entries for a slow follower to catch up after compacting the raft\n"

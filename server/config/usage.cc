@@ -75,7 +75,7 @@ std::string UsageText() {
   }
   out +=
       "\nFlags marked \"No effect\" are accepted so that etcd command lines keep working; the\n"
-      "server logs them as \"accepted, no effect in a single-member Capstan\".\n";
+      "server logs them as \"accepted; it has no effect in Capstan\".\n";
   return out;
 }
 

@@ -20,7 +20,8 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-// "https://host:port" -> ("host:port", true).
+}  // namespace
+
 std::pair<std::string, bool> Target(const std::string& url) {
   if (absl::StartsWith(url, "https://")) return {url.substr(8), true};
   if (absl::StartsWith(url, "http://")) return {url.substr(7), false};
@@ -29,8 +30,6 @@ std::pair<std::string, bool> Target(const std::string& url) {
   if (absl::StartsWith(url, "unix://")) return {"unix:" + url.substr(7), false};
   return {url, false};
 }
-
-}  // namespace
 
 grpc::ChannelArguments PeerChannelArguments() {
   grpc::ChannelArguments args;

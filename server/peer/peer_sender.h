@@ -65,6 +65,9 @@ struct PeerSenderOptions {
 // keepalive sized for Raft's timing rather than gRPC's defaults.
 grpc::ChannelArguments PeerChannelArguments();
 
+// A peer URL as a gRPC target: "https://host:port" -> ("host:port", true).
+std::pair<std::string, bool> Target(const std::string& url);
+
 class PeerSender {
  public:
   explicit PeerSender(PeerSenderOptions options);

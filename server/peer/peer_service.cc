@@ -254,4 +254,24 @@ grpc::ServerUnaryReactor* PeerService::LeaseTimeToLive(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* PeerService::Members(grpc::CallbackServerContext* context,
+                                               const capstan::v1::MembersRequest*,
+                                               etcdserverpb::MemberListResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  response->mutable_header()->set_cluster_id(cluster_id_);
+  response->mutable_header()->set_member_id(local_id_);
+  if (handler_->on_members) {
+    for (const auto& m : handler_->on_members()) {
+      auto* out = response->add_members();
+      out->set_id(m.id);
+      out->set_name(m.name);
+      for (const auto& u : m.peer_urls) out->add_peerurls(u);
+      for (const auto& u : m.client_urls) out->add_clienturls(u);
+      out->set_islearner(m.is_learner);
+    }
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 }  // namespace capstan::server::peer

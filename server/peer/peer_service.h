@@ -60,6 +60,9 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   grpc::ServerUnaryReactor* LeaseTimeToLive(
       grpc::CallbackServerContext* context, const etcdserverpb::LeaseTimeToLiveRequest* request,
       etcdserverpb::LeaseTimeToLiveResponse* response) override;
+  grpc::ServerUnaryReactor* Members(grpc::CallbackServerContext* context,
+                                    const capstan::v1::MembersRequest* request,
+                                    etcdserverpb::MemberListResponse* response) override;
   // Receives into handler->snapshot_dir (one snapshot at a time, on the
   // snapshot thread), then calls handler->on_snapshot there.
   grpc::ServerReadReactor<capstan::v1::SnapshotChunk>* Snapshot(

@@ -375,4 +375,44 @@ absl::Status PeerTransport::SendSnapshot(uint64_t to, const std::string& dir,
 
 std::vector<int> PeerTransport::BoundPorts() const { return ports_; }
 
+absl::StatusOr<etcdserverpb::MemberListResponse> FetchClusterMembers(
+    const std::optional<PeerTls>& tls, const std::vector<std::string>& urls,
+    absl::Duration timeout) {
+  std::shared_ptr<grpc::ChannelCredentials> tls_credentials;
+  for (const std::string& url : urls) {
+    auto [target, secure] = peer::Target(url);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+    if (secure) {
+      if (!tls_credentials) {
+        if (tls) {
+          auto made = PeerChannelCredentials(*tls);
+          if (!made.ok()) return made.status();
+          tls_credentials = *std::move(made);
+        } else {
+          tls_credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+        }
+      }
+      credentials = tls_credentials;
+    }
+    auto channel = grpc::CreateCustomChannel(target, credentials, peer::PeerChannelArguments());
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    etcdserverpb::MemberListResponse response;
+    const grpc::Status s =
+        capstan::v1::Peer::NewStub(channel)->Members(&context, capstan::v1::MembersRequest(), &response);
+    if (!s.ok()) {
+      SPDLOG_WARN("failed to get cluster response from {}: {}", url, s.error_message());
+      continue;
+    }
+    if (response.members_size() == 0) {
+      SPDLOG_WARN("the member at {} listed no members", url);
+      continue;
+    }
+    return response;
+  }
+  return absl::UnavailableError("could not retrieve cluster information from the given URLs");
+}
+
 }  // namespace capstan::server

@@ -85,6 +85,15 @@ absl::StatusOr<PeerTransportOptions> PeerTransportOptionsFromConfig(const Server
                                                                     uint64_t member_id,
                                                                     uint64_t cluster_id);
 
+// etcd's GetClusterFromRemotePeers, for a member joining a running cluster
+// (--initial-cluster-state existing): asks each peer URL in turn for the
+// members (capstan.v1.Peer/Members), each within `timeout`, and returns the
+// first answer with members (the cluster ID in its header). Fails with
+// etcd's "could not retrieve cluster information from the given URLs".
+absl::StatusOr<etcdserverpb::MemberListResponse> FetchClusterMembers(
+    const std::optional<PeerTls>& tls, const std::vector<std::string>& urls,
+    absl::Duration timeout);
+
 class PeerTransport final : public replication::Transport {
  public:
   explicit PeerTransport(PeerTransportOptions options);
