@@ -95,6 +95,16 @@ absl::Status MakeError(Error e) {
 
 std::optional<Error> ErrorOf(const absl::Status& s) { return util::PayloadOf<Error>(s, kPayloadUrl); }
 
+std::optional<Error> ErrorOfText(std::string_view message) {
+  for (int e = 0; e <= static_cast<int>(Error::kMemberRemoved); ++e) {
+    const absl::Status s = MakeError(static_cast<Error>(e));
+    if (std::string_view(s.message().data(), s.message().size()) == message) {
+      return static_cast<Error>(e);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string MemberJson(const ClusterMember& m) {
   nlohmann::ordered_json j;
   ToJson(m, &j);

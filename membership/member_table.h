@@ -51,6 +51,9 @@ enum class Error {
 
 absl::Status MakeError(Error e);
 std::optional<Error> ErrorOf(const absl::Status& s);
+// The error whose text is `message` (an error that crossed a process
+// boundary as text), if any.
+std::optional<Error> ErrorOfText(std::string_view message);
 
 // etcd's member JSON (membership.Member: {"id":..,"peerURLs":[..],
 // "isLearner":true,"name":..,"clientURLs":[..]}, empty optional fields left

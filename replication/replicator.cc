@@ -317,6 +317,14 @@ TransportHandler Replicator::handler() {
     return absl::OkStatus();
   };
   h.on_members = [this] { return Members(); };
+  h.on_member_promote = [this](uint64_t id, MembersDone done) {
+    membership::MemberChange change;
+    change.type = membership::ChangeType::kAddNode;
+    change.is_promote = true;
+    change.id = id;
+    change.member.id = id;
+    ChangeMembership(change, absl::Now() + options_.request_timeout, std::move(done));
+  };
   h.on_lease_time_to_live = [this](const etcdserverpb::LeaseTimeToLiveRequest& request,
                                    etcdserverpb::LeaseTimeToLiveResponse* response) -> absl::Status {
     if (!Leads()) return MakeError(Error::kNoLeader);
@@ -395,14 +403,6 @@ std::vector<membership::ClusterMember> Replicator::Members() const {
   return members_;
 }
 
-bool Replicator::IsLearner() const {
-  util::MutexLock l(&members_mu_);
-  for (const auto& m : members_) {
-    if (m.id == options_.member_id) return m.is_learner;
-  }
-  return false;
-}
-
 void Replicator::ChangeMembership(const membership::MemberChange& change, absl::Time deadline,
                                   MembersDone done) {
   deadline = std::min(deadline, absl::Now() + options_.request_timeout);
@@ -423,6 +423,11 @@ void Replicator::PublishMembers() {
     // fill the table, the members it was started with.
     members = options_.initial_members;
   }
+  bool learner = false;
+  for (const auto& m : members) {
+    if (m.id == options_.member_id) learner = m.is_learner;
+  }
+  learner_.store(learner, std::memory_order_release);
   util::MutexLock l(&members_mu_);
   members_ = std::move(members);
 }
@@ -1183,7 +1188,19 @@ void Replicator::ProposeConfChanges(absl::Time now) {
     }
     // etcd proposes without a leader and times out; here the change waits
     // for one, until its deadline.
-    if (Leader() == 0) return;
+    const uint64_t leader = Leader();
+    if (leader == 0) return;
+    if (p.change.is_promote && role_ != RaftRole::kLeader) {
+      // Only the leader knows whether the learner caught up: etcd forwards
+      // the promotion to it.
+      auto done = std::make_shared<MembersDone>(std::move(p.done));
+      const int64_t ms = absl::ToInt64Milliseconds(p.deadline - now);
+      forward_queue_->Run([this, leader, id = p.change.id, ms, done] {
+        (*done)(transport_->PromoteMember(leader, id, ms));
+      });
+      pending_conf_.pop_front();
+      continue;
+    }
     if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
       p.done(std::move(s));
       pending_conf_.pop_front();

@@ -209,7 +209,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // as refused. A promotion asked of a follower goes to the leader.
   void ChangeMembership(const membership::MemberChange& change, absl::Time deadline,
                         MembersDone done) override ABSL_LOCKS_EXCLUDED(inbox_mu_);
-  bool IsLearner() const override ABSL_LOCKS_EXCLUDED(members_mu_);
+  bool IsLearner() const override { return learner_.load(std::memory_order_acquire); }
 
   // The log's first index (its compaction point + 1) and the snapshots this
   // member installed. Any thread.
@@ -391,6 +391,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   std::atomic<uint64_t> lead_{0}, term_{0}, commit_{0}, applied_{0};
   std::atomic<bool> leader_{false};
+  // This member is a learner in its applied member table.
+  std::atomic<bool> learner_{false};
   // This member is the group's only voter (a single member): reads need no
   // ReadIndex round.
   std::atomic<bool> sole_voter_{false};

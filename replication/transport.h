@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "membership/member.h"
 #include "replication/raft_engine.h"
@@ -52,6 +54,10 @@ struct TransportHandler {
       on_lease_time_to_live;
   // The members this member's table holds (a joining member asks).
   std::function<std::vector<membership::ClusterMember>()> on_members;
+  // A learner's promotion asked of a follower and forwarded to this
+  // member, the leader (etcd's POST /members/promote/<id>): done gets the
+  // members after it, or the leader's error.
+  std::function<void(uint64_t id, membership::RaftView::MembersDone done)> on_member_promote;
 };
 
 class Transport {
@@ -81,6 +87,13 @@ class Transport {
   virtual absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
                                   etcdserverpb::LeaseKeepAliveResponse* response,
                                   int64_t deadline_ms) = 0;
+  // Asks the leader to promote learner `id` (its on_member_promote) and
+  // waits for its answer: the members after the promotion, or the leader's
+  // error (membership errors keep their identity).
+  virtual absl::StatusOr<std::vector<membership::ClusterMember>> PromoteMember(
+      uint64_t leader, uint64_t id, int64_t deadline_ms) {
+    return absl::UnimplementedError("this transport does not forward promotions");
+  }
   virtual absl::Status LeaseTimeToLive(uint64_t leader,
                                        const etcdserverpb::LeaseTimeToLiveRequest& request,
                                        etcdserverpb::LeaseTimeToLiveResponse* response,

@@ -112,11 +112,14 @@ void CloseFdsFrom(int lowfd) {
   for (int fd = lowfd; fd < 4096; ++fd) close(fd);
 }
 
-// fork + exec with stdin/stdout/stderr redirected to the given fds. Only
-// async-signal-safe calls between fork and exec. The child dies with us
-// (PR_SET_PDEATHSIG). Returns the pid or -errno.
-pid_t ForkExec(std::vector<std::string> argv, int in_fd, int out_fd, int err_fd) {
+// fork + exec with stdin/stdout/stderr redirected to the given fds, and
+// `extra_env` ("NAME=value") added to ChildEnv(). Only async-signal-safe calls
+// between fork and exec. The child dies with us (PR_SET_PDEATHSIG). Returns
+// the pid or -errno.
+pid_t ForkExec(std::vector<std::string> argv, int in_fd, int out_fd, int err_fd,
+               const std::vector<std::string>& extra_env = {}) {
   std::vector<std::string> env = ChildEnv();
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> cargv = CStrings(argv);
   std::vector<char*> cenv = CStrings(env);
   const pid_t parent = getpid();
@@ -474,15 +477,23 @@ std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
 
 absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
                                  const std::string& log_path) {
+  return SpawnChild(argv, log_path, {});
+}
+
+absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
+                                 const std::string& log_path,
+                                 const std::vector<std::string>& env) {
   int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::InternalError(absl::StrCat("open ", log_path, ": ", std::strerror(errno)));
   }
-  std::string banner = absl::StrCat("=== capstan-test: starting: ", absl::StrJoin(argv, " "), "\n");
+  std::string banner = absl::StrCat("=== capstan-test: starting: ",
+                                    env.empty() ? "" : absl::StrCat(absl::StrJoin(env, " "), " "),
+                                    absl::StrJoin(argv, " "), "\n");
   ssize_t ignored = write(log_fd, banner.data(), banner.size());
   (void)ignored;
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  pid_t pid = ForkExec(argv, null_fd, log_fd, log_fd);
+  pid_t pid = ForkExec(argv, null_fd, log_fd, log_fd, env);
   close(null_fd);
   close(log_fd);
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(-pid)));

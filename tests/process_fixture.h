@@ -209,6 +209,12 @@ class ServerProcess {
 // (tests/cluster). Returns the pid.
 absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
                                  const std::string& log_path);
+// The same with `env` ("NAME=value" entries, such as the ETCD_* block that
+// `etcdctl member add` prints) added to the child's environment after the
+// ETCD_* and ETCDCTL_* variables are removed; the banner names them too.
+absl::StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv,
+                                 const std::string& log_path,
+                                 const std::vector<std::string>& env);
 // waitpid for a child of SpawnChild: true when it has ended (then *exit, if
 // not null, says how and the pid is forgotten), false while it runs.
 // Blocks until it ends when `block`.

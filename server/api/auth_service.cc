@@ -132,6 +132,7 @@ AuthService::AuthService(std::unique_ptr<auth::AuthStore> store, bool client_cer
       owned_gate_(store_.get(), client_cert_auth),
       member_(member),
       bcrypt_(BcryptThreads(), "bcrypt") {
+  learner_check_ = member;
   DecodeUnary("AuthEnable", &AuthService::AuthEnable);
   DecodeUnary("AuthDisable", &AuthService::AuthDisable);
   DecodeUnary("AuthStatus", &AuthService::AuthStatus);

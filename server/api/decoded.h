@@ -18,11 +18,13 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 
 namespace capstan::server {
@@ -34,6 +36,21 @@ struct Decoded {
 
   Message message;
   std::string error;  // DecodeAsEtcd's text
+};
+
+// What a learner serves of the requests that go through DecodingService
+// (etcd's isRPCSupportedForLearner): Status.
+template <typename Message>
+bool ServedByLearner(const Message&) {
+  return std::string_view(Message::descriptor()->full_name()) == "etcdserverpb.StatusRequest";
+}
+
+// A stream refused before it starts.
+template <typename Request, typename Response>
+class RefusedBidi final : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  explicit RefusedBidi(grpc::Status s) { this->Finish(std::move(s)); }
+  void OnDone() override { delete this; }
 };
 
 // A generated callback service (Grpc::CallbackService, e.g.
@@ -60,6 +77,13 @@ class DecodingService : public Grpc::CallbackService {
                 reactor->Finish(UnmarshalStatus(request->error));
                 return reactor;
               }
+              if (self->learner_check_ != nullptr && !ServedByLearner(request->message)) {
+                if (absl::Status s = LearnerRefusal(self->learner_check_); !s.ok()) {
+                  auto* reactor = ctx->DefaultReactor();
+                  reactor->Finish(ToGrpcStatus(s));
+                  return reactor;
+                }
+              }
               return (self->*method)(ctx, &request->message, response);
             }));
   }
@@ -74,8 +98,19 @@ class DecodingService : public Grpc::CallbackService {
                       make) {
     this->MarkMethodCallback(
         MethodIndex(name, *Request::descriptor()),
-        new grpc::internal::CallbackBidiHandler<Decoded<Request>, Response>(std::move(make)));
+        new grpc::internal::CallbackBidiHandler<Decoded<Request>, Response>(
+            [this, make = std::move(make)](grpc::CallbackServerContext* ctx)
+                -> grpc::ServerBidiReactor<Decoded<Request>, Response>* {
+              if (absl::Status s = LearnerRefusal(learner_check_); !s.ok()) {
+                return new RefusedBidi<Decoded<Request>, Response>(ToGrpcStatus(s));
+              }
+              return make(ctx);
+            }));
   }
+
+  // The services of a member that may be a learner set this: their calls
+  // get etcd's learner refusal (errors.h: LearnerRefusal).
+  const membership::MemberInfo* learner_check_ = nullptr;
 
   // The server stream `name`: make gets the Decoded request and answers one
   // that did not decode with StreamUnmarshalStatus.

@@ -144,6 +144,13 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+absl::Status LearnerRefusal(const membership::MemberInfo* member) {
+  if (member == nullptr || member->raft == nullptr || !member->raft->IsLearner()) {
+    return absl::OkStatus();
+  }
+  return membership::MakeError(membership::Error::kNotSupportedForLearner);
+}
+
 grpc::Status ToUnconvertedAuthStatus(const absl::Status& s) {
   using auth::Error;
   auto e = auth::ErrorOf(s);

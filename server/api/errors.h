@@ -8,6 +8,10 @@
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 
+namespace capstan::membership {
+struct MemberInfo;
+}  // namespace capstan::membership
+
 namespace capstan::server {
 
 // Maps a status from the layers below to the grpc::Status etcd would send:
@@ -19,6 +23,12 @@ grpc::Status ToGrpcStatus(const absl::Status& s);
 // clients see code Unknown with the auth package's text ("auth: permission
 // denied"). Maps an auth error that way; anything else as ToGrpcStatus.
 grpc::Status ToUnconvertedAuthStatus(const absl::Status& s);
+
+// etcd's learner interceptor: a learner serves only Maintenance.Status,
+// serializable ranges and Maintenance.Snapshot; every other call gets
+// "etcdserver: rpc not supported for learner". OK when `member` is not a
+// learner (or null).
+absl::Status LearnerRefusal(const membership::MemberInfo* member);
 
 // Go gRPC's name of a status code ("InvalidArgument", "Unauthenticated").
 const char* GoCodeName(grpc::StatusCode code);

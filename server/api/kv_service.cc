@@ -44,6 +44,12 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
     reactor->Finish(UnmarshalStatus(error));
     return reactor;
   }
+  if (!req->serializable()) {
+    if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
   if (auth_ != nullptr) {
     // A malformed request gets its own error first, as from etcd's gRPC
     // layer, then the auth checks.
@@ -173,8 +179,10 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     return reactor;
   }
   // The committer need not check its shape again.
-  absl::Status refused =
-      CheckWrite(auth_, *ctx, call->request, store_->options().max_txn_ops, check);
+  absl::Status refused = LearnerRefusal(member_);
+  if (refused.ok()) {
+    refused = CheckWrite(auth_, *ctx, call->request, store_->options().max_txn_ops, check);
+  }
   if (!refused.ok()) {
     reactor->Finish(ToGrpcStatus(refused));
     return reactor;

@@ -69,6 +69,7 @@ class KeepAliveReactor final
 
 LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member, const AuthGate* auth)
     : store_(store), member_(member), auth_(auth) {
+  learner_check_ = member;
   DecodeUnary("LeaseGrant", &LeaseService::LeaseGrant);
   DecodeUnary("LeaseRevoke", &LeaseService::LeaseRevoke);
   DecodeUnary("LeaseTimeToLive", &LeaseService::LeaseTimeToLive);

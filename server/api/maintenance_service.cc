@@ -66,6 +66,7 @@ MaintenanceService::MaintenanceService(mvcc::KvStore* store, const membership::M
       version_(std::move(version)),
       auth_(auth),
       defrag_(1, "defrag") {
+  learner_check_ = member;
   DecodeUnary("Alarm", &MaintenanceService::Alarm);
   DecodeUnary("Status", &MaintenanceService::Status);
   DecodeUnary("Defragment", &MaintenanceService::Defragment);

@@ -80,6 +80,7 @@ class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
   ClusterService(mvcc::KvStore* store, const membership::MemberInfo* member,
                  const AuthGate* auth = nullptr)
       : store_(store), member_(member), auth_(auth) {
+    learner_check_ = member;
     DecodeUnary("MemberAdd", &ClusterService::MemberAdd);
     DecodeUnary("MemberRemove", &ClusterService::MemberRemove);
     DecodeUnary("MemberUpdate", &ClusterService::MemberUpdate);

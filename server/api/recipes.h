@@ -39,6 +39,7 @@
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
 #include "util/mutex.h"
@@ -96,6 +97,8 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
     if (std::string error = DecodeAsEtcd(in, request); !error.empty()) {
       grpc::Status status = streamed ? StreamUnmarshalStatus(error) : UnmarshalStatus(error);
       Begin([this, status] { End(status); });
+    } else if (absl::Status refused = LearnerRefusal(recipes_->member()); !refused.ok()) {
+      Begin([this, status = ToGrpcStatus(refused)] { End(status); });
     } else {
       Begin(std::move(first));
     }

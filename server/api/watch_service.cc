@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "server/api/auth_service.h"
+#include "server/api/decoded.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
@@ -152,6 +153,9 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch(
     grpc::CallbackServerContext* ctx) {
+  if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
+    return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(ToGrpcStatus(s));
+  }
   etcdserverpb::ResponseHeader header;
   membership::FillHeader(*member_, &header);
   return new WatchReactor(hub_, header, ctx, auth_);

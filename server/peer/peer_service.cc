@@ -254,6 +254,39 @@ grpc::ServerUnaryReactor* PeerService::LeaseTimeToLive(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* PeerService::MemberPromote(
+    grpc::CallbackServerContext* context, const etcdserverpb::MemberPromoteRequest* request,
+    etcdserverpb::MemberPromoteResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  uint64_t from = 0;
+  if (grpc::Status s = Admit(*context, &from); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  if (!handler_->on_member_promote) {
+    reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED, "no membership handler"));
+    return reactor;
+  }
+  handler_->on_member_promote(
+      request->id(),
+      [reactor, response](absl::StatusOr<std::vector<membership::ClusterMember>> members) {
+        if (!members.ok()) {
+          reactor->Finish(ToGrpc(members.status()));
+          return;
+        }
+        for (const auto& m : *members) {
+          auto* out = response->add_members();
+          out->set_id(m.id);
+          out->set_name(m.name);
+          for (const auto& u : m.peer_urls) out->add_peerurls(u);
+          for (const auto& u : m.client_urls) out->add_clienturls(u);
+          out->set_islearner(m.is_learner);
+        }
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* PeerService::Members(grpc::CallbackServerContext* context,
                                                const capstan::v1::MembersRequest*,
                                                etcdserverpb::MemberListResponse* response) {

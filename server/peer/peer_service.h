@@ -60,6 +60,9 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   grpc::ServerUnaryReactor* LeaseTimeToLive(
       grpc::CallbackServerContext* context, const etcdserverpb::LeaseTimeToLiveRequest* request,
       etcdserverpb::LeaseTimeToLiveResponse* response) override;
+  grpc::ServerUnaryReactor* MemberPromote(grpc::CallbackServerContext* context,
+                                          const etcdserverpb::MemberPromoteRequest* request,
+                                          etcdserverpb::MemberPromoteResponse* response) override;
   grpc::ServerUnaryReactor* Members(grpc::CallbackServerContext* context,
                                     const capstan::v1::MembersRequest* request,
                                     etcdserverpb::MemberListResponse* response) override;

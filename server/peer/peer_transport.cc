@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capstan/v1/peer.grpc.pb.h"
+#include "membership/member_table.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/peer/peer_protocol.h"
@@ -341,6 +342,32 @@ absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,
                     [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
                       return stub->LeaseTimeToLive(context, request, response);
                     });
+}
+
+absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMember(
+    uint64_t leader, uint64_t id, int64_t deadline_ms) {
+  etcdserverpb::MemberPromoteRequest request;
+  request.set_id(id);
+  etcdserverpb::MemberPromoteResponse response;
+  absl::Status s = CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
+                              [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                                return stub->MemberPromote(context, request, &response);
+                              });
+  if (!s.ok()) {
+    if (auto e = membership::ErrorOfText(std::string(s.message()))) return membership::MakeError(*e);
+    return s;
+  }
+  std::vector<membership::ClusterMember> members;
+  for (const auto& m : response.members()) {
+    membership::ClusterMember cm;
+    cm.id = m.id();
+    cm.name = m.name();
+    cm.peer_urls.assign(m.peerurls().begin(), m.peerurls().end());
+    cm.client_urls.assign(m.clienturls().begin(), m.clienturls().end());
+    cm.is_learner = m.islearner();
+    members.push_back(std::move(cm));
+  }
+  return members;
 }
 
 absl::Status PeerTransport::SendSnapshot(uint64_t to, const std::string& dir,

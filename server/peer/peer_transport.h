@@ -128,6 +128,8 @@ class PeerTransport final : public replication::Transport {
   absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
                           etcdserverpb::LeaseKeepAliveResponse* response,
                           int64_t deadline_ms) override;
+  absl::StatusOr<std::vector<membership::ClusterMember>> PromoteMember(
+      uint64_t leader, uint64_t id, int64_t deadline_ms) override;
   absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
                                etcdserverpb::LeaseTimeToLiveResponse* response,
                                int64_t deadline_ms) override;

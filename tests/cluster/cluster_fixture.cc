@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) 
       auto stub = etcdserverpb::Cluster::NewStub(c->NewChannel(*leader));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      ctx.set_wait_for_ready(true);  // a new channel's first connection may fail
       etcdserverpb::MemberListRequest req;
       etcdserverpb::MemberListResponse resp;
       grpc::Status st = stub->MemberList(&ctx, req, &resp);
@@ -137,6 +138,21 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) 
 
 std::vector<std::string> Cluster::BuildArgv(int i) const {
   const Member& m = members_[i];
+  if (m.joined) {
+    // The rest comes from the environment `etcdctl member add` printed.
+    std::vector<std::string> a = {
+        options_.binary,
+        "--data-dir", data_dir(i),
+        "--listen-client-urls", client_url(i),
+        "--advertise-client-urls", client_url(i),
+        "--listen-peer-urls", peer_url(i),
+        "--heartbeat-interval", absl::StrCat(options_.heartbeat_interval_ms),
+        "--election-timeout", absl::StrCat(options_.election_timeout_ms),
+        "--snapshot-count", absl::StrCat(options_.snapshot_count),
+    };
+    a.insert(a.end(), options_.extra_args.begin(), options_.extra_args.end());
+    return a;
+  }
   std::vector<std::string> peers;
   for (int j = 0; j < size(); ++j) peers.push_back(absl::StrCat(name(j), "=", peer_url(j)));
   std::vector<std::string> a = {
@@ -161,7 +177,7 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
 absl::Status Cluster::Spawn(int i) {
   Member& m = members_[i];
   m.argv = BuildArgv(i);
-  absl::StatusOr<pid_t> pid = SpawnChild(m.argv, log_path(i));
+  absl::StatusOr<pid_t> pid = SpawnChild(m.argv, log_path(i), m.env);
   if (!pid.ok()) return pid.status();
   m.pid = *pid;
   m.paused = false;
@@ -275,6 +291,59 @@ absl::Status Cluster::Restart(int i) {
   }
   absl::Status s = Spawn(i);
   if (s.ok()) s = WaitMemberReady(i, options_.start_timeout);
+  if (!s.ok() && running(i)) Kill(i);
+  return s;
+}
+
+absl::StatusOr<ExitInfo> Cluster::WaitForExit(int i, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (running(i)) {
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(name(i), " still running after ",
+                                                      timeout.count(), " ms\nlog tail:\n",
+                                                      ReadLog(i, 4000)));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  return members_[i].exit;
+}
+
+const ExitInfo& Cluster::exit_info(int i) const { return members_[i].exit; }
+
+absl::StatusOr<int> Cluster::ReserveMember() {
+  const int i = size();
+  Member m;
+  m.name = absl::StrCat("m", i);
+  m.dir = absl::StrCat(dir_, "/", m.name);
+  RemoveTree(m.dir);
+  if (mkdir(m.dir.c_str(), 0755) != 0) {
+    return absl::InternalError(absl::StrCat("mkdir ", m.dir, ": ", std::strerror(errno)));
+  }
+  m.client_port = PickFreePort();
+  m.peer_port = PickFreePort();
+  members_.push_back(std::move(m));
+  member_ids_.resize(members_.size(), 0);
+  return i;
+}
+
+absl::Status Cluster::StartJoining(int i, std::vector<std::string> env) {
+  Member& m = members_[i];
+  if (m.pid > 0 || !m.argv.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("StartJoining: ", m.name,
+                                                      " has been started before"));
+  }
+  m.joined = true;
+  m.env = std::move(env);
+  absl::Status s = Spawn(i);
+  if (s.ok()) s = WaitMemberReady(i, options_.start_timeout);
+  if (s.ok()) {
+    auto st = Status(i, std::chrono::seconds(5));
+    if (st.ok()) {
+      member_ids_[i] = st->header().member_id();
+    } else {
+      s = st.status();
+    }
+  }
   if (!s.ok() && running(i)) Kill(i);
   return s;
 }

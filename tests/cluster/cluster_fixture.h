@@ -1,4 +1,4 @@
-// A cluster of 3 or 5 server processes (the reference etcd, or Capstan: the
+// A cluster of 1, 3 or 5 server processes (the reference etcd, or Capstan: the
 // binary is a parameter, started with etcd's clustering flags) on loopback
 // ports, each with its own data dir and log, for replication and fault tests:
 //
@@ -14,10 +14,21 @@
 // Children die with the test process (process_fixture.h: SpawnChild).
 // Waiting is polling with deadlines, never a fixed sleep.
 //
+// A running cluster grows the way an operator grows etcd's: the test reserves
+// a member (ports, directory), asks the cluster to add it (MemberAdd, or
+// `etcdctl member add`), and starts it with the environment that
+// `etcdctl member add` prints:
+//
+//   absl::StatusOr<int> m = cluster->ReserveMember();  // "m3", not started
+//   // etcdctl member add m3 --learner --peer-urls=<cluster->peer_url(*m)>
+//   ASSERT_TRUE(cluster->StartJoining(*m, {"ETCD_NAME=m3", ...}).ok());
+//
+// A member the cluster removed exits by itself: WaitForExit says how.
+//
 // Thread safety: a Cluster is driven by one thread (start, kill, restart,
-// pause). Endpoints, NewChannel and the RPC helpers (Status, HashKV,
+// pause, reserve). Endpoints, NewChannel and the RPC helpers (Status, HashKV,
 // WaitForLeader) may be called from any thread while no member is being
-// started or reaped.
+// started, reserved or reaped.
 
 #ifndef CAPSTAN_TESTS_CLUSTER_CLUSTER_FIXTURE_H_
 #define CAPSTAN_TESTS_CLUSTER_CLUSTER_FIXTURE_H_
@@ -118,9 +129,34 @@ class Cluster {
   absl::Status Pause(int i);
   // SIGCONT after Pause.
   absl::Status Resume(int i);
-  // Starts member i again with the same flags and data dir and waits until it
+  // Starts member i again with the same flags (and, for a member that joined
+  // a running cluster, the same environment) and data dir, and waits until it
   // answers Status naming a leader. REQUIRES: !running(i).
   absl::Status Restart(int i);
+  // Polls (reaping) until member i has exited by itself, as a member the
+  // cluster removed does; returns how it ended, or DeadlineExceeded with the
+  // tail of its log. Never signals it.
+  absl::StatusOr<ExitInfo> WaitForExit(int i, std::chrono::milliseconds timeout);
+  // How member i's last run ended. Meaningful once !running(i).
+  const ExitInfo& exit_info(int i) const;
+
+  // --- growing a running cluster.
+  // Reserves member size(): named "m<size()>", its directory made, fresh
+  // client and peer ports picked. It is neither started nor a member of the
+  // cluster until the cluster adds peer_url(i) (MemberAdd) and StartJoining
+  // starts it. Returns its index.
+  absl::StatusOr<int> ReserveMember();
+  // Starts reserved member i to join the running cluster. `env` holds
+  // "NAME=value" entries: the block `etcdctl member add` prints (ETCD_NAME,
+  // ETCD_INITIAL_CLUSTER, ETCD_INITIAL_ADVERTISE_PEER_URLS,
+  // ETCD_INITIAL_CLUSTER_STATE=existing), passed in the environment only
+  // (etcd refuses a flag that shadows a variable of its own); the flags are
+  // --data-dir, the client and peer URLs, the timing flags and
+  // options.extra_args. Waits until it answers Status naming a leader (a
+  // learner answers too) and takes its member ID from that answer. Restart
+  // reuses `env`. On failure the member is killed and the error carries its
+  // log's tail. REQUIRES: i came from ReserveMember and was never started.
+  absl::Status StartJoining(int i, std::vector<std::string> env);
 
   // --- state, by RPC to one member (each call its own deadline).
   absl::StatusOr<etcdserverpb::StatusResponse> Status(
@@ -153,6 +189,10 @@ class Cluster {
     int client_port = 0;
     int peer_port = 0;
     std::vector<std::string> argv;
+    // A member that joined a running cluster: its ETCD_* environment, and
+    // no clustering flags in argv.
+    bool joined = false;
+    std::vector<std::string> env;
     pid_t pid = -1;
     bool paused = false;
     ExitInfo exit;

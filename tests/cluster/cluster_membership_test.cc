@@ -1,0 +1,712 @@
+// etcd's Cluster API (MemberAdd/Remove/Update/Promote/List) and members that
+// join a running cluster (--initial-cluster-state existing), on etcd 3.5 and
+// on Capstan:
+//   - kubeadm's flow: a 1-member cluster grows to 3 by `etcdctl member add
+//     --learner`, a start with the ETCD_* block etcdctl prints, and
+//     `etcdctl member promote` retried until the learner is in sync; then
+//     the first member is removed. A client writing and reading all along
+//     never goes two election timeouts without a successful answer; the members
+//     agree on the member list and the key space; the removed member exits
+//     by itself, with status 0;
+//   - the Cluster RPCs' refusals carry etcd's codes and texts;
+//   - a learner answers Status and serializable reads only;
+//   - members that joined a running cluster survive kill -9 and restart.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cluster/availability_probe.h"
+#include "cluster/cluster_fixture.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "process_fixture.h"
+#include "reference.h"
+
+namespace capstan::testing::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr auto kPollInterval = milliseconds(50);
+constexpr int kElectionTimeoutMs = 1000;  // the fixture's --election-timeout
+
+// etcd 3.5's answers (api/v3rpc/rpctypes/error.go), as the tests expect
+// them from both flavors.
+constexpr char kPeerUrlExists[] = "etcdserver: Peer URLs already exists";
+constexpr char kBadUrls[] = "etcdserver: given member URLs are invalid";
+constexpr char kMemberNotFound[] = "etcdserver: member not found";
+constexpr char kNotLearner[] = "etcdserver: can only promote a learner member";
+constexpr char kTooManyLearners[] = "etcdserver: too many learner members in cluster";
+constexpr char kLearnerNotInSync[] =
+    "etcdserver: can only promote a learner member which is in sync with leader";
+constexpr char kNotForLearner[] = "etcdserver: rpc not supported for learner";
+// etcd refuses a membership change until its peers have been connected for
+// 5 s (etcdserver.HealthInterval, under --strict-reconfig-check, its
+// default): an operator, and kubeadm, retry.
+constexpr char kUnhealthy[] = "etcdserver: unhealthy cluster";
+
+// etcd's types.ID text: lower-case hex, no leading zeros.
+std::string IdText(uint64_t id) { return absl::StrCat(absl::Hex(id)); }
+
+// One RPC's outcome: the gRPC code and message.
+struct Answer {
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  std::string message;
+  bool ok() const { return code == grpc::StatusCode::OK; }
+};
+
+Answer ToAnswer(const grpc::Status& s) { return {s.error_code(), s.error_message()}; }
+std::string Describe(const Answer& a) {
+  return absl::StrCat("code ", a.code, " \"", a.message, "\"");
+}
+
+std::string Describe(const CommandResult& r) {
+  return absl::StrCat(r.exit.ToString(), r.timed_out ? " (timed out)" : "", "\nstdout:\n", r.out,
+                      "stderr:\n", r.err);
+}
+bool Succeeded(const CommandResult& r) { return r.exit.exited && r.exit.exit_code == 0; }
+
+// What `etcdctl member add` printed: the new member's ID and the environment
+// to start it with ("NAME=value"), in etcdctl's order.
+struct MemberAdded {
+  uint64_t id = 0;
+  std::vector<std::string> env;
+  std::map<std::string, std::string> vars;
+};
+
+// Parses etcdctl's simple output:
+//   Member 8e9e05c52164694d added as learner to cluster cdf818194e3a8c32
+//
+//   ETCD_NAME="m1"
+//   ETCD_INITIAL_CLUSTER="m0=http://127.0.0.1:1,m1=http://127.0.0.1:2"
+//   ETCD_INITIAL_ADVERTISE_PEER_URLS="http://127.0.0.1:2"
+//   ETCD_INITIAL_CLUSTER_STATE="existing"
+// (the ID is printed with %16x: padded with spaces; the values with Go's %q,
+// which leaves URLs and names as they are).
+absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out) {
+  MemberAdded added;
+  bool have_id = false;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    if (absl::StartsWith(line, "Member ")) {
+      std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (words.size() < 2 || !absl::SimpleHexAtoi(words[1], &added.id)) {
+        return absl::InvalidArgumentError(absl::StrCat("no member ID in \"", line, "\""));
+      }
+      have_id = true;
+      continue;
+    }
+    if (!absl::StartsWith(line, "ETCD_")) continue;
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("no '=' in \"", line, "\""));
+    }
+    absl::string_view key = line.substr(0, eq);
+    absl::string_view value = line.substr(eq + 1);
+    if (!absl::ConsumePrefix(&value, "\"") || !absl::ConsumeSuffix(&value, "\"") ||
+        absl::StrContains(value, "\\")) {
+      return absl::InvalidArgumentError(absl::StrCat("not a plain quoted value: \"", line, "\""));
+    }
+    added.env.push_back(absl::StrCat(key, "=", value));
+    added.vars[std::string(key)] = std::string(value);
+  }
+  if (!have_id) return absl::InvalidArgumentError("no \"Member <id> added\" line");
+  return added;
+}
+
+// One member as a MemberList answer shows it (client URLs left out: a member
+// publishes them after it starts).
+struct MemberView {
+  uint64_t id = 0;
+  std::string name;
+  std::vector<std::string> peer_urls;
+  bool learner = false;
+  bool operator==(const MemberView& o) const {
+    return id == o.id && name == o.name && peer_urls == o.peer_urls && learner == o.learner;
+  }
+};
+
+std::string Describe(const std::vector<MemberView>& members) {
+  std::vector<std::string> parts;
+  for (const MemberView& m : members) {
+    parts.push_back(absl::StrCat(IdText(m.id), " \"", m.name, "\" [",
+                                 absl::StrJoin(m.peer_urls, ","), "]",
+                                 m.learner ? " learner" : ""));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, "; "), "}");
+}
+
+class MembershipTest : public ::testing::TestWithParam<ServerFlavor> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ServerFlavor::kEtcd) CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+    CAPSTAN_REQUIRE_REFERENCE("etcdctl", EtcdctlBinary());
+  }
+
+  bool capstan() const { return GetParam() == ServerFlavor::kCapstan; }
+
+  void Start(int members) {
+    ClusterOptions o = capstan() ? ClusterOptions::Capstan(members) : ClusterOptions::Etcd(members);
+    o.election_timeout_ms = kElectionTimeoutMs;
+    auto started = Cluster::Start(o);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = std::move(*started);
+  }
+
+  // `etcdctl --endpoints=<members' client URLs> <args>`.
+  CommandResult Etcdctl(const std::vector<int>& members, std::vector<std::string> args) const {
+    std::vector<std::string> urls;
+    for (int i : members) urls.push_back(cluster_->client_url(i));
+    std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints=" + absl::StrJoin(urls, ",")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, "", seconds(30));
+  }
+
+  // Etcdctl, again while the answer is etcd's "unhealthy cluster" (a member
+  // change within 5 s of the peers connecting), until `timeout`.
+  CommandResult EtcdctlWhenHealthy(const std::vector<int>& members,
+                                   const std::vector<std::string>& args,
+                                   milliseconds timeout = seconds(30)) const {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      CommandResult r = Etcdctl(members, args);
+      if (Succeeded(r) || !absl::StrContains(r.err, kUnhealthy) || Clock::now() >= deadline) {
+        return r;
+      }
+      std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+    }
+  }
+
+  std::unique_ptr<etcdserverpb::Cluster::Stub> ClusterStub(int i) const {
+    return etcdserverpb::Cluster::NewStub(cluster_->NewChannel(i));
+  }
+
+  Answer MemberAdd(int i, const std::string& peer_url, bool learner,
+                   etcdserverpb::MemberAddResponse* response = nullptr) const {
+    etcdserverpb::MemberAddRequest req;
+    req.add_peerurls(peer_url);
+    req.set_islearner(learner);
+    etcdserverpb::MemberAddResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    Answer a = ToAnswer(ClusterStub(i)->MemberAdd(&ctx, req, &resp));
+    if (response != nullptr) *response = resp;
+    return a;
+  }
+
+  // MemberAdd, again while etcd answers "unhealthy cluster" (see kUnhealthy).
+  Answer MemberAddWhenHealthy(int i, const std::string& peer_url, bool learner,
+                              etcdserverpb::MemberAddResponse* response = nullptr) const {
+    const auto deadline = Clock::now() + seconds(30);
+    while (true) {
+      Answer a = MemberAdd(i, peer_url, learner, response);
+      if (a.code != grpc::StatusCode::UNAVAILABLE || a.message != kUnhealthy ||
+          Clock::now() >= deadline) {
+        return a;
+      }
+      std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+    }
+  }
+
+  Answer MemberRemove(int i, uint64_t id) const {
+    etcdserverpb::MemberRemoveRequest req;
+    req.set_id(id);
+    etcdserverpb::MemberRemoveResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    return ToAnswer(ClusterStub(i)->MemberRemove(&ctx, req, &resp));
+  }
+
+  Answer MemberUpdate(int i, uint64_t id, const std::string& peer_url) const {
+    etcdserverpb::MemberUpdateRequest req;
+    req.set_id(id);
+    req.add_peerurls(peer_url);
+    etcdserverpb::MemberUpdateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    return ToAnswer(ClusterStub(i)->MemberUpdate(&ctx, req, &resp));
+  }
+
+  Answer MemberPromote(int i, uint64_t id) const {
+    etcdserverpb::MemberPromoteRequest req;
+    req.set_id(id);
+    etcdserverpb::MemberPromoteResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    return ToAnswer(ClusterStub(i)->MemberPromote(&ctx, req, &resp));
+  }
+
+  // Member i's MemberList (serializable: its own member table), sorted by ID.
+  absl::StatusOr<std::vector<MemberView>> Members(int i) const {
+    etcdserverpb::MemberListRequest req;
+    etcdserverpb::MemberListResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    Answer a = ToAnswer(ClusterStub(i)->MemberList(&ctx, req, &resp));
+    if (!a.ok()) {
+      return absl::UnavailableError(absl::StrCat(cluster_->name(i), " MemberList: ", Describe(a)));
+    }
+    std::vector<MemberView> out;
+    for (const auto& m : resp.members()) {
+      MemberView v{m.id(), m.name(), {m.peerurls().begin(), m.peerurls().end()}, m.islearner()};
+      std::sort(v.peer_urls.begin(), v.peer_urls.end());
+      out.push_back(std::move(v));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const MemberView& a, const MemberView& b) { return a.id < b.id; });
+    return out;
+  }
+
+  // The voters `members` as every one of them should list them.
+  std::vector<MemberView> Voters(const std::vector<int>& members) const {
+    std::vector<MemberView> want;
+    for (int i : members) {
+      want.push_back({cluster_->member_id(i), cluster_->name(i), {cluster_->peer_url(i)}, false});
+    }
+    std::sort(want.begin(), want.end(),
+              [](const MemberView& a, const MemberView& b) { return a.id < b.id; });
+    return want;
+  }
+
+  // Polls until every member in `at` lists exactly `want`.
+  ::testing::AssertionResult MembersAgree(const std::vector<int>& at,
+                                          const std::vector<MemberView>& want,
+                                          milliseconds timeout = seconds(15)) const {
+    const auto deadline = Clock::now() + timeout;
+    std::string last;
+    while (true) {
+      last.clear();
+      for (int i : at) {
+        auto members = Members(i);
+        if (!members.ok()) {
+          absl::StrAppend(&last, "\n  ", members.status().ToString());
+        } else if (!(*members == want)) {
+          absl::StrAppend(&last, "\n  ", cluster_->name(i), " lists ", Describe(*members));
+        }
+      }
+      if (last.empty()) return ::testing::AssertionSuccess();
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+    }
+    return ::testing::AssertionFailure()
+           << "members disagree after " << timeout.count() << " ms; want " << Describe(want)
+           << ", but:" << last;
+  }
+
+  // kubeadm's join: `etcdctl member add m<k> --learner --peer-urls=<its
+  // peer URL>` through `via`, then a start with the ETCD_* lines etcdctl
+  // printed. Sets *index to the new member's.
+  void AddLearner(const std::vector<int>& via, int* index) {
+    auto reserved = cluster_->ReserveMember();
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    const int m = *reserved;
+    CommandResult added = EtcdctlWhenHealthy(
+        via, {"member", "add", cluster_->name(m), "--learner",
+              "--peer-urls=" + cluster_->peer_url(m)});
+    ASSERT_TRUE(Succeeded(added)) << "member add " << cluster_->name(m) << ": "
+                                  << Describe(added);
+    // (etcdctl 3.5 prints no "as learner" here: its printer of 3.5.16 does not.)
+    EXPECT_TRUE(absl::StrContains(added.out, " added to cluster ")) << added.out;
+    auto parsed = ParseMemberAdd(added.out);
+    ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << added.out;
+    // etcdctl's block names the new member and every member before it.
+    EXPECT_EQ(parsed->vars["ETCD_NAME"], cluster_->name(m)) << added.out;
+    EXPECT_EQ(parsed->vars["ETCD_INITIAL_ADVERTISE_PEER_URLS"], cluster_->peer_url(m))
+        << added.out;
+    EXPECT_EQ(parsed->vars["ETCD_INITIAL_CLUSTER_STATE"], "existing") << added.out;
+    std::vector<absl::string_view> initial =
+        absl::StrSplit(parsed->vars["ETCD_INITIAL_CLUSTER"], ',');
+    for (int j = 0; j <= m; ++j) {
+      if (!cluster_->running(j) && j != m) continue;
+      const std::string entry = absl::StrCat(cluster_->name(j), "=", cluster_->peer_url(j));
+      EXPECT_NE(std::find(initial.begin(), initial.end(), entry), initial.end())
+          << "no " << entry << " in " << added.out;
+    }
+    absl::Status started = cluster_->StartJoining(m, parsed->env);
+    ASSERT_TRUE(started.ok()) << started;
+    EXPECT_EQ(cluster_->member_id(m), parsed->id)
+        << "the member's Status names it " << IdText(cluster_->member_id(m))
+        << ", etcdctl printed " << IdText(parsed->id);
+    auto status = cluster_->Status(m);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(status->islearner()) << status->ShortDebugString();
+    *index = m;
+  }
+
+  // `etcdctl member promote <id>` through `via`, again while the learner is
+  // not in sync with the leader (as kubeadm does), until `timeout`; then
+  // polls until the member's own Status says it votes.
+  void Promote(const std::vector<int>& via, int m, milliseconds timeout = seconds(60)) {
+    const auto deadline = Clock::now() + timeout;
+    CommandResult promoted;
+    int attempts = 0;
+    while (true) {
+      ++attempts;
+      promoted = Etcdctl(via, {"member", "promote", IdText(cluster_->member_id(m))});
+      if (Succeeded(promoted) || !absl::StrContains(promoted.err, kLearnerNotInSync) ||
+          Clock::now() >= deadline) {
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(200));  // kubeadm's retry, with a deadline
+    }
+    ASSERT_TRUE(Succeeded(promoted)) << "member promote " << cluster_->name(m) << " after "
+                                     << attempts << " attempts: " << Describe(promoted);
+    EXPECT_TRUE(absl::StrContains(promoted.out, " promoted in cluster ")) << promoted.out;
+    const auto voted_deadline = Clock::now() + seconds(10);
+    std::string last;
+    while (true) {
+      auto status = cluster_->Status(m);
+      if (status.ok() && !status->islearner()) return;
+      last = status.ok() ? status->ShortDebugString() : status.status().ToString();
+      ASSERT_LT(Clock::now(), voted_deadline)
+          << cluster_->name(m) << " still no voter after its promotion: " << last;
+      std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+    }
+  }
+
+  // From a 1-member cluster: m1 and m2 join as learners and are promoted.
+  // `voters_changed` is called with the voters after each promotion.
+  void GrowToThree(const std::function<void(const std::vector<int>&)>& voters_changed) {
+    std::vector<int> voters = {0};
+    for (int k = 0; k < 2; ++k) {
+      int m = -1;
+      Mark(absl::StrCat("member add m", k + 1));
+      ASSERT_NO_FATAL_FAILURE(AddLearner({0}, &m));
+      Mark(absl::StrCat("m", k + 1, " started"));
+      ASSERT_NO_FATAL_FAILURE(Promote({0}, m));
+      Mark(absl::StrCat("m", k + 1, " promoted"));
+      voters.push_back(m);
+      if (voters_changed) voters_changed(voters);
+    }
+  }
+
+  void Mark(std::string step) { steps_.emplace_back(Clock::now(), std::move(step)); }
+
+  std::string Steps(Clock::time_point origin) const {
+    std::string s;
+    for (const auto& [t, step] : steps_) {
+      absl::StrAppend(&s, "\n  +",
+                      std::chrono::duration_cast<milliseconds>(t - origin).count(), " ms ", step);
+    }
+    return s;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::pair<Clock::time_point, std::string>> steps_;
+};
+
+TEST_P(MembershipTest, KubeadmJoinFlow) {
+  ASSERT_NO_FATAL_FAILURE(Start(1));
+  AvailabilityProbe probe({cluster_->endpoint(0)}, milliseconds(100),
+                          /*deadline=*/milliseconds(kElectionTimeoutMs));
+  const Clock::time_point origin = Clock::now();
+
+  ASSERT_NO_FATAL_FAILURE(GrowToThree([&](const std::vector<int>& voters) {
+    std::vector<std::string> endpoints;
+    for (int i : voters) endpoints.push_back(cluster_->endpoint(i));
+    probe.SetEndpoints(endpoints);
+  }));
+  ASSERT_EQ(cluster_->size(), 3);
+  ASSERT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+
+  // The first member goes: the client moves to the others first.
+  probe.SetEndpoints({cluster_->endpoint(1), cluster_->endpoint(2)});
+  Mark("member remove m0");
+  CommandResult remove =
+      EtcdctlWhenHealthy({1, 2}, {"member", "remove", IdText(cluster_->member_id(0))});
+  Mark("member remove answered");
+  const Clock::time_point removed = Clock::now();
+  ASSERT_TRUE(Succeeded(remove)) << Describe(remove);
+  EXPECT_TRUE(absl::StrContains(remove.out, absl::StrCat(IdText(cluster_->member_id(0)),
+                                                         " removed from cluster ")))
+      << remove.out;
+
+  // The removed member stops by itself, as etcd does.
+  auto exited = cluster_->WaitForExit(0, seconds(10));
+  Mark("m0 exited");
+  ASSERT_TRUE(exited.ok()) << exited.status();
+  EXPECT_TRUE(exited->exited && exited->exit_code == 0) << exited->ToString();
+  EXPECT_TRUE(absl::StrContains(cluster_->ReadLog(0),
+                                "the member has been permanently removed from the cluster"))
+      << cluster_->ReadLog(0, 4000);
+
+  // The client is served again by the two left (operations started after
+  // the removal was answered: the record must not end inside the outage).
+  const auto served_deadline = Clock::now() + seconds(15);
+  while (probe.SuccessesSince(removed) < 10 && Clock::now() < served_deadline) {
+    std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+  }
+  probe.Stop();
+  const std::vector<AvailabilityProbe::Op> ops = probe.ops();
+  EXPECT_GE(probe.SuccessesSince(removed), 10) << "the client is not served after the removal";
+  for (const std::string& v : probe.violations()) ADD_FAILURE() << v;
+
+  ASSERT_TRUE(MembersAgree({1, 2}, Voters({1, 2})));
+  auto revision = cluster_->WaitForConvergence(0, seconds(10));
+  ASSERT_TRUE(revision.ok()) << revision.status();
+  auto h1 = cluster_->HashKV(1, *revision);
+  auto h2 = cluster_->HashKV(2, *revision);
+  ASSERT_TRUE(h1.ok()) << h1.status();
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  EXPECT_EQ(h1->hash(), h2->hash()) << "at revision " << *revision;
+  EXPECT_EQ(h1->compact_revision(), h2->compact_revision());
+
+  // No stretch longer than two election timeouts in which no operation of
+  // the client succeeded: the two left elect a leader within one randomized
+  // election timeout ([1, 2) x --election-timeout) of the last heartbeat.
+  ASSERT_FALSE(ops.empty());
+  const AvailabilityProbe::Outage outage = AvailabilityProbe::LongestOutage(ops);
+  int failed = 0;
+  for (const auto& op : ops) failed += op.ok ? 0 : 1;
+  auto at = [origin](Clock::time_point t) {
+    return std::chrono::duration_cast<milliseconds>(t - origin).count();
+  };
+  const std::string detail = absl::StrCat(
+      " (from +", at(outage.from), " ms to +", at(outage.to), " ms; ", outage.failures,
+      " operations started in it failed",
+      outage.failures > 0
+          ? absl::StrCat(": first ", outage.first_failure, "; last ", outage.last_failure)
+          : "",
+      "); ", ops.size(), " operations, ", failed, " failed; steps:", Steps(origin));
+  EXPECT_LT(outage.length, milliseconds(2 * kElectionTimeoutMs))
+      << "no operation of the client succeeded for " << outage.length.count() << " ms"
+      << detail;
+  std::printf("capstan-test: %s: longest time without a successful answer %lld ms%s\n",
+              FlavorName(GetParam()), static_cast<long long>(outage.length.count()),
+              detail.c_str());
+}
+
+TEST_P(MembershipTest, ErrorsMatchEtcd) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  auto leader = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  const int l = *leader;
+  const uint64_t kUnknown = 0x1234;
+  const std::string fresh1 = absl::StrCat("http://127.0.0.1:", PickFreePort());
+  const std::string fresh2 = absl::StrCat("http://127.0.0.1:", PickFreePort());
+  const std::string fresh3 = absl::StrCat("http://127.0.0.1:", PickFreePort());
+
+  // A peer URL a member has.
+  Answer a = MemberAddWhenHealthy(l, cluster_->peer_url((l + 1) % 3), false);
+  EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << Describe(a);
+  EXPECT_EQ(a.message, kPeerUrlExists);
+  a = MemberAddWhenHealthy(l, cluster_->peer_url((l + 1) % 3), true);
+  EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << "as learner: " << Describe(a);
+  EXPECT_EQ(a.message, kPeerUrlExists);
+
+  // Not a URL.
+  a = MemberAdd(l, "foo", false);
+  EXPECT_EQ(a.code, grpc::StatusCode::INVALID_ARGUMENT) << Describe(a);
+  EXPECT_EQ(a.message, kBadUrls);
+
+  // No such member.
+  a = MemberRemove(l, kUnknown);
+  EXPECT_EQ(a.code, grpc::StatusCode::NOT_FOUND) << "remove: " << Describe(a);
+  EXPECT_EQ(a.message, kMemberNotFound);
+  a = MemberUpdate(l, kUnknown, fresh3);
+  EXPECT_EQ(a.code, grpc::StatusCode::NOT_FOUND) << "update: " << Describe(a);
+  EXPECT_EQ(a.message, kMemberNotFound);
+  a = MemberPromote(l, kUnknown);
+  EXPECT_EQ(a.code, grpc::StatusCode::NOT_FOUND) << "promote: " << Describe(a);
+  EXPECT_EQ(a.message, kMemberNotFound);
+
+  // A voter is no learner.
+  a = MemberPromote(l, cluster_->member_id((l + 1) % 3));
+  EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << Describe(a);
+  EXPECT_EQ(a.message, kNotLearner);
+
+  // One learner (never started) is allowed (--max-learners 1), a second is
+  // not.
+  etcdserverpb::MemberAddResponse added;
+  a = MemberAddWhenHealthy(l, fresh1, true, &added);
+  ASSERT_TRUE(a.ok()) << Describe(a);
+  const uint64_t learner = added.member().id();
+  EXPECT_NE(learner, 0u);
+  EXPECT_TRUE(added.member().islearner()) << added.ShortDebugString();
+  EXPECT_EQ(added.members_size(), 4) << added.ShortDebugString();
+  a = MemberAddWhenHealthy(l, fresh2, true);
+  EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << Describe(a);
+  EXPECT_EQ(a.message, kTooManyLearners);
+
+  // A learner that never started has nothing of the leader's log.
+  a = MemberPromote(l, learner);
+  EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << Describe(a);
+  EXPECT_EQ(a.message, kLearnerNotInSync);
+
+  // It goes again; every member lists the three it started with.
+  a = MemberRemove(l, learner);
+  EXPECT_TRUE(a.ok()) << Describe(a);
+  EXPECT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+}
+
+TEST_P(MembershipTest, LearnerServesOnlyWhatEtcdLets) {
+  ASSERT_NO_FATAL_FAILURE(Start(1));
+  int m = -1;
+  ASSERT_NO_FATAL_FAILURE(AddLearner({0}, &m));
+  // Something to read: put through the voter, seen by the learner.
+  {
+    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(0));
+    etcdserverpb::PutRequest req;
+    req.set_key("k");
+    req.set_value("v");
+    etcdserverpb::PutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
+    ASSERT_TRUE(put.ok()) << Describe(put);
+    auto converged = cluster_->WaitForConvergence(resp.header().revision(), seconds(10));
+    ASSERT_TRUE(converged.ok()) << converged.status();
+  }
+
+  auto status = cluster_->Status(m);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(status->islearner()) << status->ShortDebugString();
+  EXPECT_EQ(status->header().member_id(), cluster_->member_id(m));
+  EXPECT_EQ(status->leader(), cluster_->member_id(0));
+
+  auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(m));
+  {
+    etcdserverpb::RangeRequest req;
+    req.set_key("k");
+    req.set_serializable(true);
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    Answer a = ToAnswer(kv->Range(&ctx, req, &resp));
+    EXPECT_TRUE(a.ok()) << "serializable Range: " << Describe(a);
+    ASSERT_EQ(resp.kvs_size(), 1) << resp.ShortDebugString();
+    EXPECT_EQ(resp.kvs(0).value(), "v");
+  }
+  {
+    etcdserverpb::PutRequest req;
+    req.set_key("k");
+    req.set_value("w");
+    etcdserverpb::PutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    Answer a = ToAnswer(kv->Put(&ctx, req, &resp));
+    EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "Put: " << Describe(a);
+    EXPECT_EQ(a.message, kNotForLearner);
+  }
+  {
+    etcdserverpb::RangeRequest req;
+    req.set_key("k");
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    Answer a = ToAnswer(kv->Range(&ctx, req, &resp));
+    EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "linearizable Range: " << Describe(a);
+    EXPECT_EQ(a.message, kNotForLearner);
+  }
+  {
+    etcdserverpb::MemberListRequest req;
+    etcdserverpb::MemberListResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    Answer a = ToAnswer(ClusterStub(m)->MemberList(&ctx, req, &resp));
+    EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "MemberList: " << Describe(a);
+    EXPECT_EQ(a.message, kNotForLearner);
+  }
+  // The refused put changed nothing (HashKV is refused on a learner too:
+  // its serializable read is what there is to compare).
+  auto converged = cluster_->WaitForConvergence(0, seconds(10));
+  ASSERT_TRUE(converged.ok()) << converged.status();
+  for (int i : {0, m}) {
+    etcdserverpb::RangeRequest req;
+    req.set_key("k");
+    req.set_serializable(true);
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    auto stub = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
+    Answer a = ToAnswer(stub->Range(&ctx, req, &resp));
+    ASSERT_TRUE(a.ok()) << cluster_->name(i) << ": " << Describe(a);
+    ASSERT_EQ(resp.kvs_size(), 1) << resp.ShortDebugString();
+    EXPECT_EQ(resp.kvs(0).value(), "v") << cluster_->name(i);
+    EXPECT_EQ(resp.header().revision(), *converged) << cluster_->name(i);
+  }
+}
+
+TEST_P(MembershipTest, MembersSurviveRestart) {
+  ASSERT_NO_FATAL_FAILURE(Start(1));
+  ASSERT_NO_FATAL_FAILURE(GrowToThree(nullptr));
+  ASSERT_EQ(cluster_->size(), 3);
+  ASSERT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(absl::StrCat("restarting ", cluster_->name(i)));
+    ExitInfo killed = cluster_->Kill(i);
+    EXPECT_FALSE(killed.exited) << killed.ToString();
+    auto leader = cluster_->WaitForLeader(seconds(15));
+    ASSERT_TRUE(leader.ok()) << leader.status();
+    absl::Status restarted = cluster_->Restart(i);
+    ASSERT_TRUE(restarted.ok()) << restarted;
+    leader = cluster_->WaitForLeader(seconds(15));
+    ASSERT_TRUE(leader.ok()) << leader.status();
+  }
+
+  EXPECT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+  int64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
+    etcdserverpb::PutRequest req;
+    req.set_key(absl::StrCat("after-restart/", i));
+    req.set_value("v");
+    etcdserverpb::PutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
+    EXPECT_TRUE(put.ok()) << "through " << cluster_->name(i) << ": " << Describe(put);
+    last = std::max(last, resp.header().revision());
+  }
+  auto converged = cluster_->WaitForConvergence(last, seconds(10));
+  ASSERT_TRUE(converged.ok()) << converged.status();
+  auto h0 = cluster_->HashKV(0, *converged);
+  ASSERT_TRUE(h0.ok()) << h0.status();
+  for (int i = 1; i < 3; ++i) {
+    auto h = cluster_->HashKV(i, *converged);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i) << " at revision " << *converged;
+  }
+}
+
+// Only the leader knows whether a learner caught up: a promotion asked of a
+// follower is forwarded to the leader (etcd: POST /members/promote/<id>),
+// and answered as there, "not in sync" included.
+TEST_P(MembershipTest, PromotionThroughAFollower) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  auto leader = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  const int follower = (*leader + 1) % 3;
+  int m = -1;
+  ASSERT_NO_FATAL_FAILURE(AddLearner({*leader}, &m));
+  ASSERT_NO_FATAL_FAILURE(Promote({follower}, m));
+  EXPECT_TRUE(MembersAgree({0, 1, 2, m}, Voters({0, 1, 2, m})));
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, MembershipTest,
+                         ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
+                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
+                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
+                         });
+
+}  // namespace
+}  // namespace capstan::testing::cluster
