@@ -119,11 +119,13 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
     for (const auto& m : options.initial_members) r->table_.Put(m);
   }
   r->PublishMembers();
-  // raft's configuration at the log's snapshot; a new log's comes from its
-  // bootstrap entries (a joining member's from the leader).
+  // raft's configuration at the log's snapshot; else --initial-cluster's
+  // (a new log that starts at the store's data records it; a new cluster's
+  // bootstrap entries say the same). A joining member learns it from the
+  // leader.
   const SnapshotMeta& snap = r->log_->snapshot_meta();
   r->conf_state_ = snap.conf_state;
-  if (r->conf_state_.voters.empty() && !options.join_existing && !r->log_->IsNew()) {
+  if (r->conf_state_.voters.empty() && !options.join_existing) {
     for (const auto& m : options.initial_members) {
       if (m.is_learner) {
         r->conf_state_.learners.push_back(m.id);
