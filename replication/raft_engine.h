@@ -166,6 +166,9 @@ struct RaftConfig {
   // appends their ConfChange entries at indexes 1..n. Empty when the log
   // already exists (RestartNode).
   std::vector<uint64_t> bootstrap_voters;
+  // The context of each bootstrap voter's entry (etcd's member JSON), in
+  // the same order; empty: none.
+  std::vector<std::string> bootstrap_contexts;
   int election_tick = 10;
   int heartbeat_tick = 1;
   bool pre_vote = true;

@@ -195,8 +195,11 @@ absl::Status Replicator::Run() {
       RaftConfig config;
       config.id = options_.member_id;
       if (log_->IsNew() && !options_.join_existing) {
+        // etcd's StartNode peers: each entry carries its member's JSON.
         for (const auto& m : options_.initial_members) {
-          if (!m.is_learner) config.bootstrap_voters.push_back(m.id);
+          if (m.is_learner) continue;
+          config.bootstrap_voters.push_back(m.id);
+          config.bootstrap_contexts.push_back(membership::MemberJson(m));
         }
       }
       config.election_tick = options_.election_ticks;

@@ -171,6 +171,15 @@ class GoRaftEngine final : public RaftEngine {
     c.max_inflight_msgs = config.max_inflight_msgs;
     c.bootstrap_voters = config.bootstrap_voters.data();
     c.n_bootstrap_voters = config.bootstrap_voters.size();
+    std::vector<capstan_raft_slice> contexts;
+    if (!config.bootstrap_contexts.empty()) {
+      CHECK(config.bootstrap_contexts.size() == config.bootstrap_voters.size())
+          << "one bootstrap context per voter";
+      for (const auto& ctx : config.bootstrap_contexts) {
+        contexts.push_back({reinterpret_cast<const uint8_t*>(ctx.data()), ctx.size()});
+      }
+      c.bootstrap_contexts = contexts.data();
+    }
     c.storage = &c_storage_;
     if (log_) {
       c.log = &LogCallback;

@@ -664,6 +664,17 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   }
 
   EXPECT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+  // etcdctl's --cluster reaches every member through the member list's
+  // client URLs.
+  for (const char* what : {"status", "health", "hashkv"}) {
+    CommandResult r = Etcdctl({0}, {"endpoint", what, "--cluster"});
+    ASSERT_TRUE(Succeeded(r)) << "endpoint " << what << " --cluster: " << Describe(r);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(absl::StrContains(r.out, cluster_->client_url(i)))
+          << "endpoint " << what << " --cluster names no " << cluster_->client_url(i) << ":\n"
+          << r.out;
+    }
+  }
   int64_t last = 0;
   for (int i = 0; i < 3; ++i) {
     auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));

@@ -210,6 +210,9 @@ typedef struct capstan_raft_config {
    * ConfChange entries (RawNode.Bootstrap); 0 restarts from storage. */
   const uint64_t* bootstrap_voters;
   size_t n_bootstrap_voters;
+  /* The context of each bootstrap voter's ConfChange entry (etcd's member
+   * JSON), n_bootstrap_voters of them; NULL: none. Copied. */
+  const capstan_raft_slice* bootstrap_contexts;
   /* Required; must stay valid (and unmoved) until capstan_raft_free. */
   const capstan_raft_storage* storage;
   /* The node's logger (raft.Config.Logger); NULL: the global logger. */

@@ -182,8 +182,16 @@ func capstan_raft_new(config *C.capstan_raft_config, errOut **C.char) (h C.capst
 		// etcd's StartNode: ConfChange entries for the peers at 1..n.
 		ids := unsafe.Slice((*uint64)(unsafe.Pointer(c.bootstrap_voters)), int(c.n_bootstrap_voters))
 		peers := make([]raft.Peer, len(ids))
+		var contexts []C.capstan_raft_slice
+		if c.bootstrap_contexts != nil {
+			contexts = unsafe.Slice(c.bootstrap_contexts, int(c.n_bootstrap_voters))
+		}
 		for i, id := range ids {
 			peers[i] = raft.Peer{ID: id}
+			if contexts != nil {
+				// Copied: Bootstrap keeps the bytes in the entries.
+				peers[i].Context = C.GoBytes(unsafe.Pointer(contexts[i].data), C.int(contexts[i].len))
+			}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			panic(err)
