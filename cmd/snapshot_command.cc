@@ -7,9 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cmd/migrate/migrate.h"
 #include "cmd/migrate/migrate_source.h"
+#include "membership/member.h"
+#include "membership/member_table.h"
 #include "mvcc/revision_key.h"
+#include "server/config/config.h"
+#include "server/config/validation.h"
+#include "storage/backend.h"
+#include "storage/data_dir.h"
 #include "storage/etcdfmt/bbolt_reader.h"
 #include "util/crc32c.h"
 
@@ -20,7 +27,11 @@ namespace {
 
 constexpr char kSnapshotUsage[] =
     "Usage:\n"
-    "  capstan snapshot restore FILE --data-dir DIR          create DIR from a snapshot\n"
+    "  capstan snapshot restore FILE --data-dir DIR [--name NAME --initial-cluster NAME=URL,...\n"
+    "      --initial-cluster-token TOKEN --initial-advertise-peer-urls URL]\n"
+    "                                                        create DIR from a snapshot, as a\n"
+    "                                                        member of a new cluster (etcd's\n"
+    "                                                        defaults: default, http://localhost:2380)\n"
     "  capstan snapshot status FILE [-w simple|table|json]   describe it, as etcdctl\n"
     "A snapshot is the file `etcdctl snapshot save` writes, from Capstan or from etcd.\n";
 
@@ -34,6 +45,7 @@ int SnapshotCommand(const std::vector<std::string>& args) {
   }
   const std::string file = args[1];
   std::string data_dir, format = "simple";
+  RestoreIdentity identity;
   for (size_t i = 2; i < args.size(); ++i) {
     auto value = [&](const std::string& flag) -> std::string {
       if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
@@ -42,6 +54,14 @@ int SnapshotCommand(const std::vector<std::string>& args) {
     };
     if (args[i].rfind("--data-dir", 0) == 0) {
       data_dir = value("--data-dir");
+    } else if (args[i].rfind("--initial-cluster-token", 0) == 0) {
+      identity.initial_cluster_token = value("--initial-cluster-token");
+    } else if (args[i].rfind("--initial-cluster", 0) == 0) {
+      identity.initial_cluster = value("--initial-cluster");
+    } else if (args[i].rfind("--initial-advertise-peer-urls", 0) == 0) {
+      identity.initial_advertise_peer_urls = value("--initial-advertise-peer-urls");
+    } else if (args[i].rfind("--name", 0) == 0) {
+      identity.name = value("--name");
     } else if (args[i].rfind("-w", 0) == 0 || args[i].rfind("--write-out", 0) == 0) {
       format = args[i].rfind("-w", 0) == 0 ? value("-w") : value("--write-out");
     } else {
@@ -54,7 +74,7 @@ int SnapshotCommand(const std::vector<std::string>& args) {
       std::fprintf(stderr, "--data-dir is required\n%s", kSnapshotUsage);
       return 2;
     }
-    if (auto s = RestoreSnapshot(file, data_dir); !s.ok()) {
+    if (auto s = RestoreSnapshot(file, data_dir, identity); !s.ok()) {
       std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
       return 1;
     }
@@ -75,10 +95,45 @@ int SnapshotCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir) {
+absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir,
+                             const RestoreIdentity& identity) {
   std::error_code ec;
   if (fs::exists(data_dir, ec)) {
     return absl::AlreadyExistsError(absl::StrCat("data-dir \"", data_dir, "\" exists"));
+  }
+  // The new cluster, checked before anything is written (etcd's restore
+  // checks the same).
+  auto cluster = config_internal::ParseInitialCluster(identity.initial_cluster);
+  if (!cluster.ok()) return cluster.status();
+  auto own_urls = ParseUrlList(identity.initial_advertise_peer_urls);
+  if (!own_urls.ok()) return own_urls.status();
+  std::vector<membership::ClusterMember> members;
+  std::vector<uint64_t> ids;
+  uint64_t own_id = 0;
+  for (const auto& [name, urls] : *cluster) {
+    membership::ClusterMember m;
+    m.name = name;
+    for (const auto& u : urls) m.peer_urls.push_back(u.String());
+    std::sort(m.peer_urls.begin(), m.peer_urls.end());
+    m.id = membership::EtcdMemberId(m.peer_urls, identity.initial_cluster_token);
+    if (name == identity.name) {
+      std::vector<std::string> own;
+      for (const auto& u : *own_urls) own.push_back(u.String());
+      std::sort(own.begin(), own.end());
+      if (own != m.peer_urls) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--initial-cluster has ", name, "=", absl::StrJoin(m.peer_urls, ","),
+            " but missing from --initial-advertise-peer-urls=",
+            identity.initial_advertise_peer_urls));
+      }
+      own_id = m.id;
+    }
+    ids.push_back(m.id);
+    members.push_back(std::move(m));
+  }
+  if (own_id == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("couldn't find local name \"", identity.name,
+                                                   "\" in the initial cluster configuration"));
   }
   // etcd's format, whoever wrote it: what `capstan migrate` reads. The
   // member's ids are not carried: the restored member derives its own.
@@ -86,7 +141,22 @@ absl::Status RestoreSnapshot(const std::string& file, const std::string& data_di
   options.from = file;
   options.data_dir = data_dir;
   options.require_snapshot = true;
-  return MigrateFromEtcd(options).status();
+  if (auto s = MigrateFromEtcd(options).status(); !s.ok()) return s;
+  storage::BackendOptions bo;
+  bo.dir = storage::BackendDir(data_dir);
+  auto backend = storage::Backend::Open(bo);
+  if (!backend.ok()) return backend.status();
+  if (auto s = membership::MemberTable::Reset(backend->get(), members); !s.ok()) return s;
+  if (auto s = membership::StampIdentity(backend->get(), membership::EtcdClusterId(ids), own_id);
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& m : members) {
+    std::printf("added member %s %s to cluster %s\n", absl::StrCat(absl::Hex(m.id)).c_str(),
+                absl::StrJoin(m.peer_urls, ",").c_str(),
+                absl::StrCat(absl::Hex(membership::EtcdClusterId(ids))).c_str());
+  }
+  return (*backend)->Flush();
 }
 
 // As `etcdctl snapshot status`: bbolt's check, then over every bucket in name

@@ -24,9 +24,23 @@ namespace capstan::server {
 // `capstan snapshot ARGS...`: returns the process's exit code.
 int SnapshotCommand(const std::vector<std::string>& args);
 
-// Creates data_dir (which must not exist) from a snapshot file. The restored
-// member gets new cluster and member ids, as etcd's restore does.
-absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir);
+// Who a restored member is, with etcd's `snapshot restore` flags and
+// defaults: the new cluster's members (--initial-cluster, name=peerURL,...),
+// its token, this member's name and peer URLs.
+struct RestoreIdentity {
+  std::string name = "default";
+  std::string initial_cluster = "default=http://localhost:2380";
+  std::string initial_cluster_token = "etcd-cluster";
+  std::string initial_advertise_peer_urls = "http://localhost:2380";
+};
+
+// Creates data_dir (which must not exist) from a snapshot file, as a member
+// of a new cluster (etcd's restore): the new members' IDs from the identity,
+// the snapshot's member table replaced by --initial-cluster's members, so
+// that every member of the new cluster restored from the same snapshot
+// holds the same data, the same table and the same applied index.
+absl::Status RestoreSnapshot(const std::string& file, const std::string& data_dir,
+                             const RestoreIdentity& identity = {});
 
 // What `etcdctl snapshot status` reports: the CRC-32C of every bucket's name
 // and records, the revision of the last key record, the records of all

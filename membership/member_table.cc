@@ -6,7 +6,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
+#include "util/go_text.h"
 #include "util/status_payload.h"
 
 namespace capstan::membership {
@@ -21,16 +24,32 @@ constexpr absl::string_view kRejectedPrefix = "members_rejected/";
 
 std::string IdHex(uint64_t id) { return absl::StrCat(absl::Hex(id)); }
 
-// Go's encoding of membership.Member: ID, then the embedded RaftAttributes
-// (peerURLs, null when there are none; isLearner, omitted when false), then
-// Attributes (name and clientURLs, omitted when empty).
-void ToJson(const ClusterMember& m, nlohmann::ordered_json* j) {
-  (*j)["id"] = m.id;
-  (*j)["peerURLs"] = m.peer_urls.empty() ? nlohmann::ordered_json(nullptr)
-                                         : nlohmann::ordered_json(m.peer_urls);
-  if (m.is_learner) (*j)["isLearner"] = true;
-  if (!m.name.empty()) (*j)["name"] = m.name;
-  if (!m.client_urls.empty()) (*j)["clientURLs"] = m.client_urls;
+// A string as Go's encoding/json writes it: JSON's escapes, and <, > and &
+// as \u003c, \u003e and \u0026 (json.Marshal escapes HTML).
+std::string GoJsonString(std::string_view text) {
+  return absl::StrReplaceAll(gotext::JsonEscape(text),
+                             {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
+}
+
+// Go's encoding of membership.Member, byte for byte (its string escaping
+// included): ID, then the embedded RaftAttributes (peerURLs, null when
+// there are none; isLearner, omitted when false), then Attributes (name and
+// clientURLs, omitted when empty). `more` is appended before the closing
+// brace.
+std::string GoMemberJson(const ClusterMember& m, std::string_view more = "") {
+  auto list = [](const std::vector<std::string>& urls) -> std::string {
+    if (urls.empty()) return "null";
+    std::vector<std::string> quoted;
+    for (const auto& u : urls) quoted.push_back(absl::StrCat("\"", GoJsonString(u), "\""));
+    return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+  };
+  std::string json = absl::StrCat("{\"id\":", m.id, ",\"peerURLs\":", list(m.peer_urls));
+  if (m.is_learner) absl::StrAppend(&json, ",\"isLearner\":true");
+  if (!m.name.empty()) absl::StrAppend(&json, ",\"name\":\"", GoJsonString(m.name), "\"");
+  if (!m.client_urls.empty()) absl::StrAppend(&json, ",\"clientURLs\":", list(m.client_urls));
+  json.append(more.data(), more.size());
+  json += "}";
+  return json;
 }
 
 absl::StatusOr<ClusterMember> FromJson(const nlohmann::json& j) {
@@ -105,11 +124,7 @@ std::optional<Error> ErrorOfText(std::string_view message) {
   return std::nullopt;
 }
 
-std::string MemberJson(const ClusterMember& m) {
-  nlohmann::ordered_json j;
-  ToJson(m, &j);
-  return j.dump();
-}
+std::string MemberJson(const ClusterMember& m) { return GoMemberJson(m); }
 
 absl::StatusOr<ClusterMember> ParseMemberJson(std::string_view json) {
   auto j = ParseJson(json);
@@ -121,12 +136,9 @@ std::string ChangeContextJson(const MemberChange& change) {
   if (!change.is_promote) return MemberJson(change.member);
   // etcd's ConfigChangeContext of a promotion: the member's ID alone, then
   // isPromote.
-  nlohmann::ordered_json j;
   ClusterMember id_only;
   id_only.id = change.id;
-  ToJson(id_only, &j);
-  j["isPromote"] = true;
-  return j.dump();
+  return GoMemberJson(id_only, ",\"isPromote\":true");
 }
 
 absl::StatusOr<MemberChange> ParseChange(int type, uint64_t node_id, std::string_view context) {
@@ -260,6 +272,20 @@ void MemberTable::WriteRecord(uint64_t changed, storage::WriteBatch* batch) cons
 void MemberTable::WriteRejection(uint64_t index, storage::WriteBatch* batch) {
   batch->Put(storage::Cf::kMeta, absl::StrCat(kRejectedPrefix, absl::Hex(index, absl::kZeroPad16)),
              "");
+}
+
+absl::Status MemberTable::Reset(storage::Backend* backend,
+                                const std::vector<ClusterMember>& members) {
+  storage::WriteBatch batch;
+  for (absl::string_view prefix : {kMembersPrefix, kRemovedPrefix, kRejectedPrefix}) {
+    std::string end(prefix);
+    end.back() = static_cast<char>(end.back() + 1);
+    batch.DeleteRange(storage::Cf::kMeta, std::string(prefix), end);
+  }
+  MemberTable t;
+  for (const auto& m : members) t.Put(m);
+  for (const auto& m : members) t.WriteRecord(m.id, &batch);
+  return backend->Write(&batch);
 }
 
 absl::StatusOr<MemberTable> MemberTable::Load(storage::Backend* backend) {

@@ -104,6 +104,10 @@ class MemberTable {
   void MarkRejected(uint64_t index) { rejected_.insert(index); }
   static void WriteRejection(uint64_t index, storage::WriteBatch* batch);
   static absl::StatusOr<MemberTable> Load(storage::Backend* backend);
+  // Replaces every record in backend with a table of `members` (a restored
+  // snapshot that starts a new cluster).
+  static absl::Status Reset(storage::Backend* backend,
+                            const std::vector<ClusterMember>& members);
 
  private:
   std::map<uint64_t, ClusterMember> members_;

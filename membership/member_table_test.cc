@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace capstan::membership {
@@ -41,6 +42,10 @@ TEST(MemberTableTest, MemberJsonIsEtcds) {
   EXPECT_EQ(back->name, "default");
   EXPECT_EQ(back->client_urls, m.client_urls);
   EXPECT_TRUE(back->is_learner);
+  // Go's escaping.
+  m.name = "a<b>&\"c";
+  EXPECT_TRUE(absl::StrContains(MemberJson(m), R"("name":"a\u003cb\u003e\u0026\"c")")) << MemberJson(m);
+  EXPECT_EQ(ParseMemberJson(MemberJson(m))->name, m.name);
   EXPECT_FALSE(ParseMemberJson("{").ok());
   EXPECT_FALSE(ParseMemberJson(R"({"id":"x"})").ok());
 }

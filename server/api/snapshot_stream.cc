@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "membership/member_table.h"
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
 #include "openssl/evp.h"
@@ -38,23 +40,6 @@ constexpr size_t kChunk = 32 << 10;
 constexpr char kTempInfix[] = ".snapshot-";
 // The meta pages' transaction ids (any will do: a snapshot has no history).
 constexpr uint64_t kSnapshotTxid = 2;
-
-// The member as etcd keeps it in its "members" bucket: Go's JSON of
-// membership.Member (id, peerURLs, then name and clientURLs unless empty).
-std::string MemberJson(const membership::MemberInfo& member) {
-  auto list = [](const std::vector<std::string>& urls) {
-    std::vector<std::string> quoted;
-    for (const auto& u : urls) quoted.push_back(absl::StrCat("\"", gotext::JsonEscape(u), "\""));
-    return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
-  };
-  std::string json =
-      absl::StrCat("{\"id\":", member.member_id, ",\"peerURLs\":", list(member.peer_urls));
-  if (!member.name.empty()) absl::StrAppend(&json, ",\"name\":\"", gotext::JsonEscape(member.name), "\"");
-  if (!member.client_urls.empty()) {
-    absl::StrAppend(&json, ",\"clientURLs\":", list(member.client_urls));
-  }
-  return json + "}";
-}
 
 // SHA-256 computed as bytes stream by.
 class Sha256 {
@@ -100,9 +85,19 @@ absl::Status WriteEtcdBuckets(storage::Backend* backend, const membership::Membe
   if (auto s = w.Put("clusterVersion", kEtcdClusterVersion); !s.ok()) return s;
   if (auto s = bucket("key", storage::Cf::kKey, ""); !s.ok()) return s;
   if (auto s = bucket("lease", storage::Cf::kLease, ""); !s.ok()) return s;
+  // The members as etcd keeps them: Go's JSON of each, by ID in hex (key
+  // order).
   if (auto s = w.BeginBucket("members"); !s.ok()) return s;
-  if (auto s = w.Put(absl::StrCat(absl::Hex(member.member_id)), MemberJson(member)); !s.ok()) {
-    return s;
+  std::vector<membership::ClusterMember> members;
+  if (member.raft != nullptr) {
+    members = member.raft->Members();
+  } else {
+    members.push_back({member.member_id, member.name, member.peer_urls, member.client_urls, false});
+  }
+  std::map<std::string, std::string> records;
+  for (const auto& m : members) records[absl::StrCat(absl::Hex(m.id))] = membership::MemberJson(m);
+  for (const auto& [key, json] : records) {
+    if (auto s = w.Put(key, json); !s.ok()) return s;
   }
   if (auto s = w.BeginBucket("members_removed"); !s.ok()) return s;
   if (auto s = w.BeginBucket("meta"); !s.ok()) return s;

@@ -98,6 +98,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) 
       m.peer_port = PickFreePort();
     }
     last = absl::OkStatus();
+    for (int i = 0; i < c->size() && last.ok(); ++i) {
+      if (c->options_.prepare) last = c->options_.prepare(*c, i);
+    }
     for (int i = 0; i < c->size() && last.ok(); ++i) last = c->Spawn(i);
     absl::StatusOr<int> leader = absl::UnknownError("not started");
     if (last.ok()) {
@@ -136,6 +139,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) 
                       absl::StrCat(last.message(), "\n", c->LogTails(3000)));
 }
 
+std::string Cluster::initial_cluster() const {
+  std::vector<std::string> peers;
+  for (int j = 0; j < size(); ++j) {
+    if (!members_[j].joined) peers.push_back(absl::StrCat(name(j), "=", peer_url(j)));
+  }
+  return absl::StrJoin(peers, ",");
+}
+
 std::vector<std::string> Cluster::BuildArgv(int i) const {
   const Member& m = members_[i];
   if (m.joined) {
@@ -153,8 +164,6 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
     a.insert(a.end(), options_.extra_args.begin(), options_.extra_args.end());
     return a;
   }
-  std::vector<std::string> peers;
-  for (int j = 0; j < size(); ++j) peers.push_back(absl::StrCat(name(j), "=", peer_url(j)));
   std::vector<std::string> a = {
       options_.binary,
       "--name", m.name,
@@ -163,7 +172,7 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
       "--advertise-client-urls", client_url(i),
       "--listen-peer-urls", peer_url(i),
       "--initial-advertise-peer-urls", peer_url(i),
-      "--initial-cluster", absl::StrJoin(peers, ","),
+      "--initial-cluster", initial_cluster(),
       "--initial-cluster-token", options_.cluster_token,
       "--initial-cluster-state", "new",
       "--heartbeat-interval", absl::StrCat(options_.heartbeat_interval_ms),

@@ -37,6 +37,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,10 @@ struct ClusterOptions {
   std::string cluster_token = "capstan-test-cluster";  // --initial-cluster-token
   // Appended after the standard flags on every member.
   std::vector<std::string> extra_args;
+  // Called for each member before its first start, once its ports are
+  // picked (e.g. to restore a snapshot into its data dir); a failure fails
+  // Start.
+  std::function<absl::Status(const class Cluster& cluster, int i)> prepare;
   // "https" for peer URLs over TLS (the peer TLS flags go in extra_args).
   std::string peer_scheme = "http";
   // Start and Restart give up after this long.
@@ -110,6 +115,8 @@ class Cluster {
   std::string name(int i) const;
   std::string data_dir(int i) const;
   std::string log_path(int i) const;
+  // --initial-cluster of the members Start started: "m0=<peer url>,...".
+  std::string initial_cluster() const;
   // The member's log, or its last `max_bytes`.
   std::string ReadLog(int i, size_t max_bytes = 0) const;
   // The command line member i was (last) started with.

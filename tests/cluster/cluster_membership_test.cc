@@ -33,6 +33,7 @@
 #include "absl/strings/strip.h"
 #include "cluster/availability_probe.h"
 #include "cluster/cluster_fixture.h"
+#include "membership/member.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -711,6 +712,74 @@ TEST_P(MembershipTest, PromotionThroughAFollower) {
   ASSERT_NO_FATAL_FAILURE(AddLearner({*leader}, &m));
   ASSERT_NO_FATAL_FAILURE(Promote({follower}, m));
   EXPECT_TRUE(MembersAgree({0, 1, 2, m}, Voters({0, 1, 2, m})));
+}
+
+// Disaster recovery: one snapshot restored into each member of a new
+// cluster (etcdctl snapshot restore for etcd, capstan snapshot restore for
+// Capstan, with the same flags), which starts with the data, its own member
+// IDs and the new members only.
+TEST_P(MembershipTest, RestoreANewClusterFromOneSnapshot) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  for (int k = 0; k < 20; ++k) {
+    CommandResult put = Etcdctl({0, 1, 2}, {"put", absl::StrCat("restored/", k), "v"});
+    ASSERT_TRUE(Succeeded(put)) << Describe(put);
+  }
+  // Outside the cluster's directory, which goes with it.
+  TempDir backup("capstan-membership-backup");
+  const std::string snapshot = backup.path() + "/backup.db";
+  CommandResult saved = Etcdctl({0}, {"snapshot", "save", snapshot});
+  ASSERT_TRUE(Succeeded(saved)) << Describe(saved);
+  cluster_.reset();
+
+  ClusterOptions o = capstan() ? ClusterOptions::Capstan(3) : ClusterOptions::Etcd(3);
+  o.election_timeout_ms = kElectionTimeoutMs;
+  o.cluster_token = "restored-cluster";
+  o.prepare = [this, snapshot](const Cluster& c, int i) -> absl::Status {
+    std::vector<std::string> argv;
+    if (capstan()) {
+      argv = {c.options().binary, "snapshot", "restore", snapshot};
+    } else {
+      argv = {EtcdctlBinary(), "snapshot", "restore", snapshot};
+    }
+    for (const std::string& a :
+         {std::string("--data-dir"), c.data_dir(i), std::string("--name"), c.name(i),
+          std::string("--initial-cluster"), c.initial_cluster(),
+          std::string("--initial-cluster-token"), c.options().cluster_token,
+          std::string("--initial-advertise-peer-urls"), c.peer_url(i)}) {
+      argv.push_back(a);
+    }
+    CommandResult r = RunCommand(argv, "", seconds(60));
+    if (!Succeeded(r)) return absl::InternalError(absl::StrCat("restore: ", Describe(r)));
+    return absl::OkStatus();
+  };
+  auto restored = Cluster::Start(o);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  cluster_ = std::move(*restored);
+  // The new members, by the IDs the flags give them, and the data.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(cluster_->member_id(i),
+              membership::EtcdMemberId({cluster_->peer_url(i)}, o.cluster_token))
+        << cluster_->name(i);
+  }
+  EXPECT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+  CommandResult got = Etcdctl({2}, {"get", "restored/", "--prefix", "--keys-only"});
+  ASSERT_TRUE(Succeeded(got)) << Describe(got);
+  for (int k = 0; k < 20; ++k) {
+    EXPECT_TRUE(absl::StrContains(got.out, absl::StrCat("restored/", k, "\n"))) << got.out;
+  }
+  CommandResult put = Etcdctl({0, 1, 2}, {"put", "after-restore", "v"});
+  ASSERT_TRUE(Succeeded(put)) << Describe(put);
+  auto status = cluster_->Status(0);
+  ASSERT_TRUE(status.ok()) << status.status();
+  auto converged = cluster_->WaitForConvergence(status->header().revision(), seconds(10));
+  ASSERT_TRUE(converged.ok()) << converged.status();
+  auto h0 = cluster_->HashKV(0, *converged);
+  ASSERT_TRUE(h0.ok()) << h0.status();
+  for (int i = 1; i < 3; ++i) {
+    auto h = cluster_->HashKV(i, *converged);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, MembershipTest,
