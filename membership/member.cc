@@ -107,6 +107,29 @@ absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint6
   return backend->Write(&batch);
 }
 
+std::vector<ClusterMember> MembersOf(const MemberInfo& member) {
+  if (member.raft != nullptr) return member.raft->Members();
+  return {{member.member_id, member.name, member.peer_urls, member.client_urls, false}};
+}
+
+void ToProto(const ClusterMember& m, etcdserverpb::Member* out) {
+  out->set_id(m.id);
+  out->set_name(m.name);
+  for (const auto& u : m.peer_urls) out->add_peerurls(u);
+  for (const auto& u : m.client_urls) out->add_clienturls(u);
+  out->set_islearner(m.is_learner);
+}
+
+ClusterMember FromProto(const etcdserverpb::Member& m) {
+  ClusterMember out;
+  out.id = m.id();
+  out.name = m.name();
+  out.peer_urls.assign(m.peerurls().begin(), m.peerurls().end());
+  out.client_urls.assign(m.clienturls().begin(), m.clienturls().end());
+  out.is_learner = m.islearner();
+  return out;
+}
+
 void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header) {
   header->set_cluster_id(member.cluster_id);
   header->set_member_id(member.member_id);

@@ -131,6 +131,13 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
 // that member's store) is made this member's before it is installed.
 absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint64_t member_id);
 
+// The members this member knows: its Raft view's, or itself alone.
+std::vector<ClusterMember> MembersOf(const MemberInfo& member);
+
+// A member as etcd's Cluster RPCs carry it, and back.
+void ToProto(const ClusterMember& m, etcdserverpb::Member* out);
+ClusterMember FromProto(const etcdserverpb::Member& m);
+
 // Fills the member fields of a response header (cluster_id, member_id,
 // raft_term: the Raft term in a cluster); the revision is the caller's.
 void FillHeader(const MemberInfo& member, etcdserverpb::ResponseHeader* header);

@@ -1405,7 +1405,8 @@ void Replicator::ApplyAttributes(const RaftEntry& entry,
   w.raft_term = entry.term;
   auto table = std::make_shared<const membership::MemberTable>(table_);
   w.op = mvcc::CustomOp{[table, member](storage::WriteBatch* batch) {
-    // A member removed meanwhile keeps no record (etcd ignores it too).
+    // An unknown or removed member gets no record (etcd ignores its
+    // attributes).
     if (table->Find(member) != nullptr) table->WriteRecord(member, batch);
     return absl::OkStatus();
   }};

@@ -267,13 +267,7 @@ absl::Status Server::JoinExistingCluster(storage::Backend* backend) {
           absl::Hex(m.id()), ", ", absl::StrJoin(urls, ","), ")"));
     }
     if (urls == own) own_id = m.id();
-    membership::ClusterMember cm;
-    cm.id = m.id();
-    cm.name = m.name();
-    cm.peer_urls = std::move(urls);
-    cm.client_urls.assign(m.clienturls().begin(), m.clienturls().end());
-    cm.is_learner = m.islearner();
-    members.push_back(std::move(cm));
+    members.push_back(membership::FromProto(m));
   }
   const uint64_t cluster_id = fetched->header().cluster_id();
   if (auto s = membership::StampIdentity(backend, cluster_id, own_id); !s.ok()) return s;

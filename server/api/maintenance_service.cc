@@ -258,21 +258,13 @@ grpc::ServerUnaryReactor* MaintenanceService::Downgrade(grpc::CallbackServerCont
 
 namespace {
 
-void ToProto(const membership::ClusterMember& cm, etcdserverpb::Member* m) {
-  m->set_id(cm.id);
-  m->set_name(cm.name);
-  for (const auto& u : cm.peer_urls) m->add_peerurls(u);
-  for (const auto& u : cm.client_urls) m->add_clienturls(u);
-  m->set_islearner(cm.is_learner);
-}
-
 template <typename Members>
 void AddMembers(const std::vector<membership::ClusterMember>& members, Members* out) {
   // etcd lists the members by ID; one that has not published its
   // attributes yet has no name and no client URLs.
   std::vector<membership::ClusterMember> sorted = members;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  for (const auto& cm : sorted) ToProto(cm, out->Add());
+  for (const auto& cm : sorted) membership::ToProto(cm, out->Add());
 }
 
 // A membership change waiting for this member to apply it, finished by the
@@ -322,6 +314,14 @@ absl::StatusOr<std::vector<std::string>> MemberUrls(
 }
 
 }  // namespace
+
+template <typename Response>
+ClusterService::Fill ClusterService::ListMembersInto(Response* response) const {
+  return [this, response](const std::vector<membership::ClusterMember>& members) {
+    membership::FillHeader(*member_, response->mutable_header());
+    AddMembers(members, response->mutable_members());
+  };
+}
 
 grpc::ServerUnaryReactor* ClusterService::Change(grpc::CallbackServerContext* ctx,
                                                  const membership::MemberChange& change,
@@ -373,10 +373,7 @@ grpc::ServerUnaryReactor* ClusterService::MemberRemove(
   change.type = membership::ChangeType::kRemoveNode;
   change.id = request->id();
   change.member.id = request->id();
-  return Change(ctx, change, [this, response](const auto& members) {
-    membership::FillHeader(*member_, response->mutable_header());
-    AddMembers(members, response->mutable_members());
-  });
+  return Change(ctx, change, ListMembersInto(response));
 }
 
 grpc::ServerUnaryReactor* ClusterService::MemberUpdate(
@@ -389,10 +386,7 @@ grpc::ServerUnaryReactor* ClusterService::MemberUpdate(
   change.member.id = request->id();
   // etcd takes the URLs as given (its client checked them).
   change.member.peer_urls.assign(request->peerurls().begin(), request->peerurls().end());
-  return Change(ctx, change, [this, response](const auto& members) {
-    membership::FillHeader(*member_, response->mutable_header());
-    AddMembers(members, response->mutable_members());
-  });
+  return Change(ctx, change, ListMembersInto(response));
 }
 
 grpc::ServerUnaryReactor* ClusterService::MemberPromote(
@@ -404,10 +398,7 @@ grpc::ServerUnaryReactor* ClusterService::MemberPromote(
   change.is_promote = true;
   change.id = request->id();
   change.member.id = request->id();
-  return Change(ctx, change, [this, response](const auto& members) {
-    membership::FillHeader(*member_, response->mutable_header());
-    AddMembers(members, response->mutable_members());
-  });
+  return Change(ctx, change, ListMembersInto(response));
 }
 
 #undef CAPSTAN_MEMBERSHIP_ADMIN
@@ -418,16 +409,7 @@ grpc::ServerUnaryReactor* ClusterService::MemberList(grpc::CallbackServerContext
   auto list = [this, response] {
     // etcd's MemberList header carries no revision.
     membership::FillHeader(*member_, response->mutable_header());
-    if (const membership::RaftView* raft = member_->raft) {
-      AddMembers(raft->Members(), response->mutable_members());
-    } else {
-      auto* m = response->add_members();
-      m->set_id(member_->member_id);
-      m->set_name(member_->name);
-      for (const auto& u : member_->peer_urls) m->add_peerurls(u);
-      for (const auto& u : member_->client_urls) m->add_clienturls(u);
-      m->set_islearner(false);
-    }
+    AddMembers(membership::MembersOf(*member_), response->mutable_members());
   };
   if (!request->linearizable() || member_->raft == nullptr) {
     list();

@@ -109,6 +109,9 @@ class ClusterService final : public DecodingService<etcdserverpb::Cluster> {
   using Fill = absl::AnyInvocable<void(const std::vector<membership::ClusterMember>&)>;
   grpc::ServerUnaryReactor* Change(grpc::CallbackServerContext* ctx,
                                    const membership::MemberChange& change, Fill fill);
+  // Fills a response's header and its members (by ID).
+  template <typename Response>
+  Fill ListMembersInto(Response* response) const;
 
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;

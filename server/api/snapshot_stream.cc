@@ -88,14 +88,8 @@ absl::Status WriteEtcdBuckets(storage::Backend* backend, const membership::Membe
   // The members as etcd keeps them: Go's JSON of each, by ID in hex (key
   // order).
   if (auto s = w.BeginBucket("members"); !s.ok()) return s;
-  std::vector<membership::ClusterMember> members;
-  if (member.raft != nullptr) {
-    members = member.raft->Members();
-  } else {
-    members.push_back({member.member_id, member.name, member.peer_urls, member.client_urls, false});
-  }
   std::map<std::string, std::string> records;
-  for (const auto& m : members) records[absl::StrCat(absl::Hex(m.id))] = membership::MemberJson(m);
+  for (const auto& m : membership::MembersOf(member)) records[absl::StrCat(absl::Hex(m.id))] = membership::MemberJson(m);
   for (const auto& [key, json] : records) {
     if (auto s = w.Put(key, json); !s.ok()) return s;
   }

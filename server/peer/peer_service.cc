@@ -274,14 +274,7 @@ grpc::ServerUnaryReactor* PeerService::MemberPromote(
           reactor->Finish(ToGrpc(members.status()));
           return;
         }
-        for (const auto& m : *members) {
-          auto* out = response->add_members();
-          out->set_id(m.id);
-          out->set_name(m.name);
-          for (const auto& u : m.peer_urls) out->add_peerurls(u);
-          for (const auto& u : m.client_urls) out->add_clienturls(u);
-          out->set_islearner(m.is_learner);
-        }
+        for (const auto& m : *members) membership::ToProto(m, response->add_members());
         reactor->Finish(grpc::Status::OK);
       });
   return reactor;
@@ -294,14 +287,7 @@ grpc::ServerUnaryReactor* PeerService::Members(grpc::CallbackServerContext* cont
   response->mutable_header()->set_cluster_id(cluster_id_);
   response->mutable_header()->set_member_id(local_id_);
   if (handler_->on_members) {
-    for (const auto& m : handler_->on_members()) {
-      auto* out = response->add_members();
-      out->set_id(m.id);
-      out->set_name(m.name);
-      for (const auto& u : m.peer_urls) out->add_peerurls(u);
-      for (const auto& u : m.client_urls) out->add_clienturls(u);
-      out->set_islearner(m.is_learner);
-    }
+    for (const auto& m : handler_->on_members()) membership::ToProto(m, response->add_members());
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

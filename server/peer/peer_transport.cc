@@ -358,15 +358,7 @@ absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMem
     return s;
   }
   std::vector<membership::ClusterMember> members;
-  for (const auto& m : response.members()) {
-    membership::ClusterMember cm;
-    cm.id = m.id();
-    cm.name = m.name();
-    cm.peer_urls.assign(m.peerurls().begin(), m.peerurls().end());
-    cm.client_urls.assign(m.clienturls().begin(), m.clienturls().end());
-    cm.is_learner = m.islearner();
-    members.push_back(std::move(cm));
-  }
+  for (const auto& m : response.members()) members.push_back(membership::FromProto(m));
   return members;
 }
 
