@@ -351,4 +351,6 @@ void Recipes::EndCalls() {
   });
 }
 
+const membership::MemberInfo* MemberOf(const Recipes* recipes) { return recipes->member(); }
+
 }  // namespace capstan::server

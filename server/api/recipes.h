@@ -72,6 +72,10 @@ etcdserverpb::Compare CreateRevisionIs(const std::string& key, int64_t rev);
 // text ("etcdserver: requested lease not found", "election: no leader").
 grpc::Status RecipeStatus(const absl::Status& s);
 
+// The member recipes serve for (Recipes::member(), for calls declared before
+// Recipes is complete).
+const membership::MemberInfo* MemberOf(const Recipes* recipes);
+
 // One call of the Lock or Election service: its steps and what they share.
 // Held by shared_ptr while the RPC or any pending step needs it. Subclasses
 // implement Answer, which End calls once to answer the RPC; after it,
@@ -97,7 +101,7 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
     if (std::string error = DecodeAsEtcd(in, request); !error.empty()) {
       grpc::Status status = streamed ? StreamUnmarshalStatus(error) : UnmarshalStatus(error);
       Begin([this, status] { End(status); });
-    } else if (absl::Status refused = LearnerRefusal(recipes_->member()); !refused.ok()) {
+    } else if (absl::Status refused = LearnerRefusal(MemberOf(recipes_)); !refused.ok()) {
       Begin([this, status = ToGrpcStatus(refused)] { End(status); });
     } else {
       Begin(std::move(first));
