@@ -192,6 +192,13 @@ void IndexView::Keep(int64_t at_rev, RevisionSet* available) const {
   });
 }
 
+void IndexView::Retained(int64_t at_rev, RevisionSet* available) const {
+  WalkRange(root_, "", kRangeEndAll, [&](const Entry* e) {
+    e->index.Retained(at_rev, available);
+    return true;
+  });
+}
+
 std::vector<std::string> IndexView::KeysToCompact(int64_t at_rev) const {
   std::vector<std::string> keys;
   WalkRange(root_, "", kRangeEndAll, [&](const Entry* e) {

@@ -91,9 +91,16 @@ class IndexView {
   void ForEach(std::string_view key, std::string_view range_end,
                absl::FunctionRef<bool(std::string_view key, const KeyIndex& index)> visit) const;
 
-  // Adds to *available the revisions that a compaction at `at_rev` keeps
-  // (etcd's treeIndex.Keep; equal to what etcd's treeIndex.Compact returns).
+  // Adds to *available KeyIndex::Keep(at_rev) of every key (etcd's
+  // treeIndex.Keep, for hashes): what etcd's treeIndex.Compact returns but a
+  // tombstone at `at_rev`.
   void Keep(int64_t at_rev, RevisionSet* available) const;
+
+  // Adds to *available KeyIndex::Retained(at_rev) of every key: the
+  // revisions a compaction at `at_rev` keeps in storage (what etcd's
+  // treeIndex.Compact returns), the same whether the keys of this view are
+  // compacted at `at_rev` already, in part, or not at all.
+  void Retained(int64_t at_rev, RevisionSet* available) const;
 
   // The keys whose KeyIndex a compaction at `at_rev` changes
   // (KeyIndex::NeedsCompaction), in key order: input for

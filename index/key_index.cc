@@ -189,6 +189,13 @@ void KeyIndex::Keep(int64_t at_rev, RevisionSet* available) const {
   }
 }
 
+void KeyIndex::Retained(int64_t at_rev, RevisionSet* available) const {
+  if (IsEmpty()) return;
+  size_t g;
+  ptrdiff_t rev_index;
+  FindCompactionPoint(at_rev, available, &g, &rev_index);
+}
+
 bool KeyIndex::NeedsCompaction(int64_t at_rev) const {
   if (IsEmpty()) return false;
   size_t g;

@@ -109,13 +109,23 @@ class KeyIndex {
 
   // Adds to *available what Compact(at_rev, available) would, without changing
   // anything, except a tombstone at at_rev, which Compact keeps and Keep
-  // leaves out (etcd's keyIndex.keep). No-op on an empty index.
+  // leaves out (etcd's keyIndex.keep, for hashes). No-op on an empty index.
+  // Not for deciding what storage keeps: on an index already compacted at
+  // at_rev it leaves out the tombstone at at_rev that Compact kept.
   // REQUIRES: available != nullptr.
   void Keep(int64_t at_rev, RevisionSet* available) const;
 
+  // Adds to *available exactly what Compact(at_rev, available) would (the
+  // revision etcd's keyIndex.compact keeps, a tombstone at at_rev included),
+  // without changing anything. The answer is the same before and after
+  // Compact(at_rev), so it says what storage keeps whether or not this index
+  // was compacted at at_rev yet. No-op on an empty index.
+  // REQUIRES: available != nullptr.
+  void Retained(int64_t at_rev, RevisionSet* available) const;
+
   // True when Compact(at_rev) would change this index (drop a revision or a
   // generation). Compact on an index for which this is false only adds to
-  // `available`, which Keep does as well.
+  // `available`, which Retained does as well.
   bool NeedsCompaction(int64_t at_rev) const;
 
   // True when no generation holds a revision: a new index, or one compacted to

@@ -354,6 +354,35 @@ TEST(KeyIndexTest, NeedsCompactionMatchesCompact) {
   }
 }
 
+// Retained reports what Compact keeps, and reports it again once the index
+// is compacted: a compaction that goes over keys it has compacted already
+// (resumed, or run a second time) must still keep the tombstone at its
+// revision, which Keep on the compacted index leaves out.
+TEST(KeyIndexTest, RetainedIsWhatCompactKeepsBeforeAndAfterIt) {
+  for (int64_t at = 0; at <= 17; ++at) {
+    SCOPED_TRACE(at);
+    KeyIndex ki = NewTestKeyIndex();
+    RevisionSet retained, available, again, compacted_again;
+    ki.Retained(at, &retained);
+    ki.Compact(at, &available);
+    EXPECT_EQ(retained, available);
+    if (ki.IsEmpty()) continue;
+    ki.Retained(at, &again);
+    EXPECT_EQ(again, available);
+    EXPECT_FALSE(ki.NeedsCompaction(at));
+    ki.Compact(at, &compacted_again);
+    EXPECT_EQ(compacted_again, available);
+  }
+  // The tombstone at the compaction revision, alone in its generation.
+  KeyIndex ki = NewTestKeyIndex();
+  ki.Compact(6, nullptr);
+  RevisionSet keep, retained;
+  ki.Keep(6, &keep);
+  ki.Retained(6, &retained);
+  EXPECT_EQ(keep, RevisionSet{});
+  EXPECT_EQ(retained, RevisionSet{R(6)});
+}
+
 TEST(KeyIndexDeathTest, PutSmallerRevisionCrashes) {
   KeyIndex ki;
   ki.Put(R(5, 1));
@@ -416,10 +445,16 @@ TEST(KeyIndexTest, RandomAgainstHistory) {
         if (ki->Tombstone(rev).ok()) ops.push_back({rev, true});
       } else if (!ki->IsEmpty() && main > floor) {
         const int64_t at = floor + static_cast<int64_t>(rng() % (main - floor + 1));
-        RevisionSet keep, avail;
+        RevisionSet keep, avail, retained, retained_after;
         ki->Keep(at, &keep);
+        ki->Retained(at, &retained);
         const KeyIndex before = *ki;
         ki->Compact(at, &avail);
+        EXPECT_EQ(retained, avail);
+        if (!ki->IsEmpty()) {
+          ki->Retained(at, &retained_after);
+          EXPECT_EQ(retained_after, avail);
+        }
         // Compact keeps a tombstone at `at`, which Keep leaves out.
         for (const Op& op : ops) {
           if (op.tombstone && op.rev.main == at) avail.erase(op.rev);

@@ -260,8 +260,10 @@ void TreeIndex::CompactKeys(std::span<const std::string> keys, int64_t at_rev,
     const Entry* e = internal::FindEntry(root_.get(), key);
     if (e == nullptr) continue;
     if (!e->index.NeedsCompaction(at_rev)) {
-      // Compact would only report what it keeps: no copy needed.
-      if (available != nullptr) e->index.Keep(at_rev, available);
+      // Compact would only report what it keeps: no copy needed. (Not Keep:
+      // on a key already compacted at at_rev it leaves out the tombstone at
+      // at_rev that the compaction kept.)
+      if (available != nullptr) e->index.Retained(at_rev, available);
       continue;
     }
     // Compaction keeps the latest revision of a live key, so it changes

@@ -16,7 +16,7 @@
 // write groups:
 //
 //   RevisionSet keep;
-//   index.Snapshot().Keep(at_rev, &keep);                 // any thread
+//   index.Snapshot().Retained(at_rev, &keep);             // any thread
 //   std::vector<std::string> keys = index.Snapshot().KeysToCompact(at_rev);
 //   for (each batch of ~1000 keys) {                        // writer thread
 //     index.CompactKeys(batch, at_rev, nullptr);
@@ -94,8 +94,9 @@ class TreeIndex {
   // index are skipped; keys need not be sorted (sorted batches copy fewer
   // nodes). A key that needs no compaction is not copied.
   // Applying it to every key of the index gives etcd's treeIndex.Compact,
-  // `available` included; for the full `available` set of a batched
-  // compaction use IndexView::Keep on a snapshot.
+  // `available` included, and applying it again at the same at_rev reports
+  // the same revisions; for the full `available` set of a batched
+  // compaction use IndexView::Retained on a snapshot.
   void CompactKeys(std::span<const std::string> keys, int64_t at_rev, RevisionSet* available);
 
   // Makes everything written so far visible to Snapshot() (atomically, as one

@@ -241,6 +241,9 @@ TEST_P(TreeIndexModelTest, RandomOpsMatchModel) {
         }
       }
       ASSERT_EQ(keep, available_but_tombstones);
+      RevisionSet retained;
+      snap.Retained(at, &retained);
+      ASSERT_EQ(retained, etcd_available);
       pending = snap.KeysToCompact(at);
       ASSERT_EQ(pending, want_keys);
       pending_at = at;
@@ -254,6 +257,10 @@ TEST_P(TreeIndexModelTest, RandomOpsMatchModel) {
       if (pending.empty()) {
         for (const Revision& rev : batch_available) ASSERT_TRUE(etcd_available.contains(rev));
         ExpectSameDump(Dump(ti.Unpublished()), Dump(mirror));
+        // Once compacted, the index still says what the compaction keeps.
+        RevisionSet retained;
+        ti.Unpublished().Retained(pending_at, &retained);
+        ASSERT_EQ(retained, etcd_available);
       }
     } else {  // the writer reads its own unpublished writes
       CheckReads(ti.Unpublished(), floor, main);

@@ -337,6 +337,35 @@ TEST(TreeIndexTest, KeysToCompactListsOnlyChangingKeys) {
   EXPECT_EQ(ti.Snapshot().size(), 3u);
 }
 
+// CompactKeys over keys already compacted at the same revision (a batched
+// compaction that goes over them again) reports what the first pass kept,
+// the tombstone at the compaction revision included, as etcd's
+// treeIndex.Compact would; so does Retained on a snapshot of either state.
+TEST(TreeIndexTest, CompactKeysAgainReportsWhatTheFirstPassKept) {
+  TreeIndex ti;
+  ti.Put("a", R(2));
+  ASSERT_TRUE(ti.Tombstone("a", R(3)).ok());  // a tombstone at the compaction revision
+  ti.Put("b", R(2, 1));
+  ti.Put("b", R(4));
+  ti.Put("c", R(5));
+  ti.Publish();
+  RevisionSet retained;
+  ti.Snapshot().Retained(3, &retained);
+  const std::vector<std::string> keys = AllKeys(ti.Snapshot());
+  RevisionSet first;
+  ti.CompactKeys(keys, 3, &first);
+  EXPECT_EQ(first, (RevisionSet{R(3), R(2, 1)}));
+  EXPECT_EQ(retained, first);
+  ti.Publish();
+  EXPECT_THAT(ti.Snapshot().KeysToCompact(3), IsEmpty());
+  RevisionSet retained_after;
+  ti.Snapshot().Retained(3, &retained_after);
+  EXPECT_EQ(retained_after, first);
+  RevisionSet second;
+  ti.CompactKeys(keys, 3, &second);
+  EXPECT_EQ(second, first);
+}
+
 TEST(TreeIndexTest, WritesAreInvisibleUntilPublish) {
   TreeIndex ti;
   EXPECT_TRUE(ti.Snapshot().empty());

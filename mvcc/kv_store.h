@@ -261,6 +261,15 @@ class KvStore : public WriteLog {
   // must not call into the store.
   void TEST_SetGroupWaitHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
+  // Test hook: calls hook(point) on the compactor thread at each named point
+  // (null: none): "KvStore::RunCompaction:Start" (a compaction begins,
+  // before it reads the index), "KvStore::RunCompaction:AfterIndexBatch" (a
+  // batch of the index step is done, or was refused because the store is
+  // stopping), "KvStore::CompactionLoop:Exit" (the compactor thread is about
+  // to end). The hook may block; it runs with none of the store's locks held.
+  void TEST_SetCompactionSyncPoint(std::function<void(std::string_view point)> hook)
+      ABSL_LOCKS_EXCLUDED(test_mu_);
+
   // Replaces the store's data with source's (a checkpoint of another
   // member's store, received with a Raft snapshot): every column family of
   // the backend is made equal to source's, durably, between two groups on
@@ -366,7 +375,16 @@ class KvStore : public WriteLog {
 
   // Physical compaction, on its own thread (kv_store_compaction.cc).
   void CompactionLoop();
-  void RunCompaction(int64_t rev);
+  // Waits for the next scheduled compaction and for the readers it must
+  // outlast, then runs it. False once the store is stopping: the compactor
+  // exits.
+  bool RunNextCompaction() ABSL_LOCKS_EXCLUDED(compact_mu_);
+  // Compacts the index and the backend at rev. False when the store began to
+  // stop before it was done: the next Open resumes it from the stored data.
+  // True when it is done, or failed (then no compaction runs any more).
+  bool RunCompaction(int64_t rev) ABSL_LOCKS_EXCLUDED(compact_mu_, queue_mu_);
+  // Calls the hook of TEST_SetCompactionSyncPoint, if any.
+  void TestSyncPoint(std::string_view point) ABSL_LOCKS_EXCLUDED(test_mu_);
   // Answers every caller waiting for a physical compaction with status;
   // with stop, no compaction runs any more.
   void FailCompactionWaiters(const absl::Status& status, bool stop) ABSL_LOCKS_EXCLUDED(compact_mu_);
@@ -494,6 +512,12 @@ class KvStore : public WriteLog {
   std::vector<CompactionHash> compaction_hashes_ ABSL_GUARDED_BY(compact_mu_);
   bool CompactionWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
   bool CompactionDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
+
+  // TEST_SetCompactionSyncPoint's hook. A leaf: the hook is called with it
+  // released.
+  util::Mutex test_mu_;
+  std::function<void(std::string_view)> test_sync_point_ ABSL_GUARDED_BY(test_mu_);
+  std::atomic<bool> has_test_sync_point_{false};
 
   util::LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},

@@ -58,38 +58,46 @@ void KvStore::RunOnCommitter(absl::AnyInvocable<void()> fn) {
 }
 
 void KvStore::CompactionLoop() {
-  for (;;) {
-    int64_t rev;
-    std::weak_ptr<Epoch> barrier;
-    {
-      util::MutexLock l(&compact_mu_);
-      compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionWorkLocked),
-                                   absl::InfiniteDuration());
-      if (compact_requested_ < 0) return;
-      // Each scheduled compaction in turn, up to the newest.
-      rev = compact_requested_;
-      for (const auto& [job_rev, job] : compact_jobs_) {
-        if (job_rev > compact_finished_ && job_rev < rev) {
-          rev = job_rev;
-          break;
-        }
-      }
-      barrier = compact_epoch_;
-    }
-    // Readers that began before the compaction was scheduled may still read
-    // revisions it removes; wait for them to finish.
-    while (!barrier.expired()) {
-      {
-        util::MutexLock l(&compact_mu_);
-        if (compact_requested_ < 0) return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    RunCompaction(rev);
+  while (RunNextCompaction()) {
   }
+  TestSyncPoint("KvStore::CompactionLoop:Exit");
 }
 
-void KvStore::RunCompaction(int64_t rev) {
+bool KvStore::RunNextCompaction() {
+  int64_t rev;
+  std::weak_ptr<Epoch> barrier;
+  {
+    util::MutexLock l(&compact_mu_);
+    compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionWorkLocked),
+                                 absl::InfiniteDuration());
+    if (compact_requested_ < 0) return false;
+    // Each scheduled compaction in turn, up to the newest.
+    rev = compact_requested_;
+    for (const auto& [job_rev, job] : compact_jobs_) {
+      if (job_rev > compact_finished_ && job_rev < rev) {
+        rev = job_rev;
+        break;
+      }
+    }
+    barrier = compact_epoch_;
+  }
+  // Readers that began before the compaction was scheduled may still read
+  // revisions it removes; wait for them to finish.
+  while (!barrier.expired()) {
+    {
+      util::MutexLock l(&compact_mu_);
+      if (compact_requested_ < 0) return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // A compaction cut short by the store's stop is not run again here: the
+  // committer takes no more index batches, and a second pass would start
+  // from an index compacted in part. The next Open resumes it.
+  return RunCompaction(rev);
+}
+
+bool KvStore::RunCompaction(int64_t rev) {
+  TestSyncPoint("KvStore::RunCompaction:Start");
   // The job the committer scheduled; a compaction resumed at start-up has
   // none and stores no hash (etcd: the one before it had not finished).
   CompactionJob job;
@@ -99,22 +107,25 @@ void KvStore::RunCompaction(int64_t rev) {
     compact_jobs_.erase(compact_jobs_.begin(), compact_jobs_.upper_bound(rev));
   }
 
-  // 1. The key index, in batches on the committer between write groups.
-  // What it keeps (etcd's treeIndex.Compact): what Keep reports, which
-  // compaction does not change, and what compacting adds to it, a tombstone
-  // at rev. (Keep goes first: on a compacted index it would take out of the
-  // set the tombstones compaction put in.)
+  // 1. What the backend keeps: etcd's treeIndex.Compact's `available`, the
+  // revision each key keeps, a tombstone at rev included, from the view
+  // published after the compaction was scheduled (later writes add only
+  // revisions above rev, which change none of it). Retained gives the same
+  // answer on a key compacted at rev as on one not yet compacted; Keep would
+  // leave out such a key's tombstone at rev, and the backend would lose it.
   index::RevisionSet keep;
   const std::shared_ptr<const ReadView> before = View();
-  before->index.Keep(rev, &keep);
+  before->index.Retained(rev, &keep);
+  // Then the key index, in batches on the committer between write groups.
   const std::vector<std::string> keys = before->index.KeysToCompact(rev);
   const size_t step = static_cast<size_t>(std::max(1, options_.compaction_batch_limit));
   for (size_t i = 0; i < keys.size(); i += step) {
     std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
-    RunOnCommitter([this, batch, rev, &keep] { index_->CompactKeys(batch, rev, &keep); });
+    RunOnCommitter([this, batch, rev] { index_->CompactKeys(batch, rev, nullptr); });
+    TestSyncPoint("KvStore::RunCompaction:AfterIndexBatch");
     {
       util::MutexLock l(&queue_mu_);
-      if (stopping_) return;
+      if (stopping_) return false;
     }
   }
 
@@ -162,7 +173,7 @@ void KvStore::RunCompaction(int64_t rev) {
       FailStop(status, absl::StrCat("compaction at revision ", rev, " failed"));
     });
     FailCompactionWaiters(MakeError(Error::kStorageFailed), /*stop=*/true);
-    return;
+    return true;  // no compaction runs any more (compact_stopped_)
   }
   std::vector<absl::AnyInvocable<void(absl::Status)>> done;
   {
@@ -189,6 +200,23 @@ void KvStore::RunCompaction(int64_t rev) {
   }
   for (auto& d : done) d(absl::OkStatus());
   (void)deleted;
+  return true;
+}
+
+void KvStore::TEST_SetCompactionSyncPoint(std::function<void(std::string_view point)> hook) {
+  util::MutexLock l(&test_mu_);
+  has_test_sync_point_.store(hook != nullptr, std::memory_order_relaxed);
+  test_sync_point_ = std::move(hook);
+}
+
+void KvStore::TestSyncPoint(std::string_view point) {
+  if (!has_test_sync_point_.load(std::memory_order_relaxed)) return;
+  std::function<void(std::string_view)> hook;
+  {
+    util::MutexLock l(&test_mu_);
+    hook = test_sync_point_;
+  }
+  if (hook) hook(point);
 }
 
 void KvStore::FailCompactionWaiters(const absl::Status& status, bool stop) {
