@@ -1384,7 +1384,6 @@ void Replicator::ApplyConfEntry(const RaftEntry& entry) {
     }
   };
   store_->SubmitCommitted(std::move(w));
-  if (removed_self) removed_ = true;
 }
 
 void Replicator::ApplyAttributes(const RaftEntry& entry,

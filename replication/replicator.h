@@ -421,7 +421,6 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   membership::MemberTable table_;
   std::deque<PendingConfChange> pending_conf_;
   absl::flat_hash_map<uint64_t, ConfWaiter> conf_waiters_;
-  bool removed_ = false;  // this member applied its own removal
   // The applied index at the last compaction, and whether a flush runs.
   uint64_t compacted_at_ = 0;
   bool compacting_ = false;

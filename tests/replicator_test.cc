@@ -549,7 +549,9 @@ class ReplicatorSnapshotTest : public ReplicatorTest {
       mvcc::RangeResult at_leader;
       ASSERT_TRUE(nodes_[leader].store->Range(range, &at_leader).ok());
       EXPECT_EQ(result.count, at_leader.count) << "member " << i;
-      if (after.ok()) EXPECT_EQ(result.count, 1) << "member " << i;
+      if (after.ok()) {
+        EXPECT_EQ(result.count, 1) << "member " << i;
+      }
     }
   }
 };

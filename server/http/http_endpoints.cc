@@ -146,7 +146,10 @@ absl::Status HttpEndpoints::RunCheck(absl::string_view name) const {
     }
     return absl::OkStatus();
   }
-  // non_learner: a Capstan member is never a raft learner.
+  // non_learner (etcd 3.5.19+): a learner is not ready to serve clients.
+  if (member_ != nullptr && member_->raft != nullptr && member_->raft->IsLearner()) {
+    return absl::UnavailableError("not supported for learner");
+  }
   return absl::OkStatus();
 }
 

@@ -714,6 +714,79 @@ TEST_P(MembershipTest, PromotionThroughAFollower) {
   EXPECT_TRUE(MembersAgree({0, 1, 2, m}, Voters({0, 1, 2, m})));
 }
 
+// Replacing every member of a 3-member cluster, one at a time (a new one
+// added as a learner, promoted, then an old one removed), under a client
+// that writes and reads all along: every acknowledged write is on every
+// final member, and their data agree.
+TEST_P(MembershipTest, RollingReplacement) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  std::vector<int> voters = {0, 1, 2};
+  auto endpoints = [this](const std::vector<int>& members) {
+    std::vector<std::string> out;
+    for (int i : members) out.push_back(cluster_->endpoint(i));
+    return out;
+  };
+  AvailabilityProbe probe(endpoints(voters), milliseconds(100),
+                          /*deadline=*/milliseconds(kElectionTimeoutMs));
+  for (int old = 0; old < 3; ++old) {
+    SCOPED_TRACE(absl::StrCat("replacing m", old));
+    int m = -1;
+    ASSERT_NO_FATAL_FAILURE(AddLearner(voters, &m));
+    ASSERT_NO_FATAL_FAILURE(Promote(voters, m));
+    std::vector<int> next;
+    for (int v : voters) {
+      if (v != old) next.push_back(v);
+    }
+    next.push_back(m);
+    probe.SetEndpoints(endpoints(next));
+    CommandResult remove =
+        EtcdctlWhenHealthy(next, {"member", "remove", IdText(cluster_->member_id(old))});
+    ASSERT_TRUE(Succeeded(remove)) << Describe(remove);
+    auto exited = cluster_->WaitForExit(old, seconds(10));
+    ASSERT_TRUE(exited.ok()) << exited.status();
+    voters = next;
+  }
+  probe.Stop();
+  for (const std::string& v : probe.violations()) ADD_FAILURE() << v;
+  ASSERT_TRUE(MembersAgree(voters, Voters(voters)));
+
+  auto revision = cluster_->WaitForConvergence(0, seconds(10));
+  ASSERT_TRUE(revision.ok()) << revision.status();
+  auto h0 = cluster_->HashKV(voters[0], *revision);
+  ASSERT_TRUE(h0.ok()) << h0.status();
+  for (int i : voters) {
+    auto h = cluster_->HashKV(i, *revision);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i) << " at revision " << *revision;
+  }
+  // Every put the cluster acknowledged, on every final member.
+  std::vector<std::string> acked;
+  for (const auto& op : probe.ops()) {
+    if (!op.ok || !absl::StartsWith(op.what, "put ")) continue;
+    // "put <key> @<endpoint>"
+    const size_t at = op.what.find(" @");
+    acked.push_back(op.what.substr(4, at - 4));
+  }
+  ASSERT_FALSE(acked.empty());
+  for (int i : voters) {
+    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
+    for (const std::string& key : acked) {
+      etcdserverpb::RangeRequest req;
+      req.set_key(key);
+      req.set_serializable(true);
+      etcdserverpb::RangeResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+      Answer got = ToAnswer(kv->Range(&ctx, req, &resp));
+      ASSERT_TRUE(got.ok()) << Describe(got);
+      EXPECT_EQ(resp.kvs_size(), 1) << "acknowledged " << key << " is not on "
+                                    << cluster_->name(i);
+    }
+  }
+  std::printf("capstan-test: %s: %zu acknowledged writes through three replacements\n",
+              FlavorName(GetParam()), acked.size());
+}
+
 // Disaster recovery: one snapshot restored into each member of a new
 // cluster (etcdctl snapshot restore for etcd, capstan snapshot restore for
 // Capstan, with the same flags), which starts with the data, its own member
