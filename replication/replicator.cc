@@ -1211,6 +1211,7 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       pending_conf_.pop_front();
       continue;
     }
+    if (HandOffBeforeRemovingLeader(p, now)) return;
     raftpb::ConfChange cc;
     const uint64_t id = NextRequestId();
     cc.set_id(id);
@@ -1227,6 +1228,39 @@ void Replicator::ProposeConfChanges(absl::Time now) {
     conf_waiters_.emplace(id, ConfWaiter{std::move(p.done), p.deadline});
     pending_conf_.pop_front();
   }
+}
+
+bool Replicator::HandOffBeforeRemovingLeader(PendingConfChange& p, absl::Time now) {
+  if (p.change.type != membership::ChangeType::kRemoveNode || p.change.id != Leader()) {
+    return false;
+  }
+  if (p.handoff_until != absl::InfinitePast()) return now < p.handoff_until;
+  // etcd's leader goes on leading until it applies its own removal; the
+  // rest of the cluster then waits an election timeout for a new leader.
+  // Handing over first leaves no such gap: the removal is then proposed
+  // through the new leader. The leader hands over to its most caught-up
+  // active voter; a follower (a voter) asks the leader for leadership
+  // itself (raft forwards its transfer request to the leader).
+  uint64_t to = 0;
+  if (role_ == RaftRole::kLeader) {
+    const RaftStatus status = engine_->Status();
+    uint64_t best = 0;
+    for (const auto& pr : status.progress) {
+      if (pr.id == options_.member_id || pr.learner || !pr.recent_active) continue;
+      if (to == 0 || pr.match > best) {
+        to = pr.id;
+        best = pr.match;
+      }
+    }
+  } else if (!IsLearner()) {
+    to = options_.member_id;
+  }
+  p.handoff_until = now + options_.tick * options_.election_ticks;
+  if (to == 0) return false;  // no voter to hand over to
+  SPDLOG_INFO("member {:x}: leader {:x} hands leadership to {:x} before its removal",
+              options_.member_id, p.change.id, to);
+  engine_->TransferLeader(to);
+  return true;
 }
 
 absl::Status Replicator::CheckBeforeProposing(const membership::MemberChange& change) const {

@@ -253,6 +253,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     membership::MemberChange change;
     absl::Time deadline;
     MembersDone done;
+    // A removal of the leader waits for a leadership transfer until this
+    // time (HandOffBeforeRemovingLeader); then it is proposed as it is.
+    absl::Time handoff_until = absl::InfinitePast();
   };
   // A proposed membership change, waiting for its entry to be applied.
   struct ConfWaiter {
@@ -321,6 +324,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // member's attributes, and keeps the readers' copy of the table and the
   // transport's peers in step with the table.
   void ProposeConfChanges(absl::Time now);
+  // Before a change that removes the leader is proposed: starts a
+  // leadership transfer away from it and answers true while the change
+  // should wait for the transfer (at most one election timeout).
+  bool HandOffBeforeRemovingLeader(PendingConfChange& p, absl::Time now);
   absl::Status CheckBeforeProposing(const membership::MemberChange& change) const;
   void ApplyConfEntry(const RaftEntry& entry);
   void ApplyAttributes(const RaftEntry& entry,

@@ -714,6 +714,61 @@ TEST_P(MembershipTest, PromotionThroughAFollower) {
   EXPECT_TRUE(MembersAgree({0, 1, 2, m}, Voters({0, 1, 2, m})));
 }
 
+// Removing the leader. etcd's leader leads until it applies its own
+// removal, and the others elect a new one an election timeout later.
+// Capstan hands leadership over first: when the removal is answered the
+// others already follow a new leader, and the client hardly notices.
+TEST_P(MembershipTest, RemovingTheLeader) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  auto leader = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  std::vector<int> others;
+  for (int i = 0; i < 3; ++i) {
+    if (i != *leader) others.push_back(i);
+  }
+  std::vector<std::string> endpoints;
+  for (int i : others) endpoints.push_back(cluster_->endpoint(i));
+  AvailabilityProbe probe(endpoints, milliseconds(100),
+                          /*deadline=*/milliseconds(kElectionTimeoutMs));
+  CommandResult remove = EtcdctlWhenHealthy(
+      others, {"member", "remove", IdText(cluster_->member_id(*leader))});
+  ASSERT_TRUE(Succeeded(remove)) << Describe(remove);
+  // Whom the others follow when the removal is answered.
+  std::string followed;
+  bool new_leader = true;
+  for (int i : others) {
+    auto status = cluster_->Status(i);
+    ASSERT_TRUE(status.ok()) << status.status();
+    const uint64_t lead = status->leader();
+    absl::StrAppend(&followed, " ", cluster_->name(i), " follows ", IdText(lead), ";");
+    new_leader = new_leader && (lead == cluster_->member_id(others[0]) ||
+                                lead == cluster_->member_id(others[1]));
+  }
+  auto exited = cluster_->WaitForExit(*leader, seconds(10));
+  ASSERT_TRUE(exited.ok()) << exited.status();
+  auto after = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(after.ok()) << after.status();
+  // Operations started after the new leader leads, so that the record
+  // holds the whole outage.
+  const Clock::time_point led = Clock::now();
+  const auto served_deadline = led + seconds(15);
+  while (probe.SuccessesSince(led) < 5 && Clock::now() < served_deadline) {
+    std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+  }
+  probe.Stop();
+  for (const std::string& v : probe.violations()) ADD_FAILURE() << v;
+  const AvailabilityProbe::Outage outage = AvailabilityProbe::LongestOutage(probe.ops());
+  std::printf("capstan-test: %s: at the answer%s longest time without a successful answer %lld ms\n",
+              FlavorName(GetParam()), followed.c_str(),
+              static_cast<long long>(outage.length.count()));
+  ASSERT_TRUE(MembersAgree(others, Voters(others)));
+  if (capstan()) {
+    EXPECT_TRUE(new_leader) << "at the answer:" << followed;
+    EXPECT_LT(outage.length, milliseconds(kElectionTimeoutMs))
+        << "no operation of the client succeeded for " << outage.length.count() << " ms";
+  }
+}
+
 // Replacing every member of a 3-member cluster, one at a time (a new one
 // added as a learner, promoted, then an old one removed), under a client
 // that writes and reads all along: every acknowledged write is on every
