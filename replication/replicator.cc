@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -188,6 +189,12 @@ absl::Status Replicator::Run() {
                                               store_->AppliedIndex() > log_->LastIndex();
       if (behind) {
         if (absl::Status s = StartLogAtStore(); !s.ok()) {
+          made.set_value(s);
+          return false;
+        }
+      }
+      if (options_.force_new_cluster && !log_->IsNew()) {
+        if (absl::Status s = ForceNewCluster(); !s.ok()) {
           made.set_value(s);
           return false;
         }
@@ -1162,6 +1169,19 @@ absl::Status Replicator::StartLogAtStore() {
   SnapshotMeta meta;
   meta.index = store_->AppliedIndex();
   meta.term = std::max<uint64_t>(store_->AppliedTerm(), 1);
+  // raft's configuration at the store's applied index. Under a log that
+  // ends below the store (a sole voter's last entries live in the store
+  // only) it is the member table, written in the batch of each change the
+  // store applied: the log's snapshot may predate changes the store holds.
+  // A new log (restored or migrated data) takes the one Create chose.
+  if (!log_->IsNew() && !table_.empty()) {
+    ConfState conf;
+    for (const auto& m : table_.Members()) {
+      (m.is_learner ? conf.learners : conf.voters).push_back(m.id);
+    }
+    SetConfState(std::move(conf));
+    conf_history_[meta.index] = conf_state_;
+  }
   meta.conf_state = conf_state_;
   HardState hard_state = log_->hard_state();
   hard_state.term = std::max(hard_state.term, meta.term);
@@ -1333,6 +1353,101 @@ absl::Status Replicator::CheckBeforeProposing(const membership::MemberChange& ch
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Replicator::ForceNewCluster() {
+  const SnapshotMeta snap = log_->snapshot_meta();
+  HardState hard_state = log_->hard_state();
+  // Entries the store applied were committed, even where the log's commit
+  // index is behind (a crash between the store's write and the log's).
+  const uint64_t base = std::max({hard_state.commit, snap.index,
+                                  std::min(store_->AppliedIndex(), log_->LastIndex())});
+  // The members raft knows at `base` (etcd's getIDs): the snapshot's, then
+  // each committed configuration change.
+  std::set<uint64_t> ids(snap.conf_state.voters.begin(), snap.conf_state.voters.end());
+  ids.insert(snap.conf_state.learners.begin(), snap.conf_state.learners.end());
+  std::vector<RaftEntry> committed;
+  if (base > snap.index) {
+    if (LogError e = log_->Entries(snap.index + 1, base + 1, UINT64_MAX, &committed);
+        e != LogError::kOk) {
+      return absl::DataLossError(absl::StrCat("--force-new-cluster: reading the raft log from ",
+                                              snap.index + 1, " to ", base, " failed"));
+    }
+  }
+  for (const RaftEntry& e : committed) {
+    if (e.type != EntryType::kConfChange) continue;
+    raftpb::ConfChange cc;
+    if (!cc.ParseFromString(e.data)) {
+      return absl::DataLossError(
+          absl::StrCat("--force-new-cluster: the entry at ", e.index, " is not a ConfChange"));
+    }
+    switch (cc.type()) {
+      case raftpb::ConfChangeAddNode:
+      case raftpb::ConfChangeAddLearnerNode:
+        ids.insert(cc.nodeid());
+        break;
+      case raftpb::ConfChangeRemoveNode:
+        ids.erase(cc.nodeid());
+        break;
+      default:
+        break;
+    }
+  }
+  uint64_t term = 0;
+  if (LogError e = log_->Term(base, &term); e != LogError::kOk) {
+    return absl::DataLossError(absl::StrCat("--force-new-cluster: no term for index ", base));
+  }
+  // etcd's createConfigChangeEnts: this member first (raft refuses an empty
+  // set of voters), then every other member removed.
+  std::vector<RaftEntry> forced;
+  auto append = [&](const raftpb::ConfChange& cc) {
+    RaftEntry e;
+    e.index = base + forced.size() + 1;
+    e.term = term;
+    e.type = EntryType::kConfChange;
+    e.data = cc.SerializeAsString();
+    forced.push_back(std::move(e));
+  };
+  if (!ids.count(options_.member_id)) {
+    membership::MemberChange self;
+    self.type = membership::ChangeType::kAddNode;
+    self.id = options_.member_id;
+    self.member.id = options_.member_id;
+    if (const membership::ClusterMember* m = table_.Find(options_.member_id); m != nullptr) {
+      self.member = *m;
+    } else {
+      for (const auto& m : options_.initial_members) {
+        if (m.id == options_.member_id) self.member = m;
+      }
+    }
+    self.member.is_learner = false;
+    raftpb::ConfChange cc;
+    cc.set_type(raftpb::ConfChangeAddNode);
+    cc.set_nodeid(options_.member_id);
+    cc.set_context(membership::ChangeContextJson(self));
+    append(cc);
+  }
+  for (uint64_t id : ids) {
+    if (id == options_.member_id) continue;
+    raftpb::ConfChange cc;
+    cc.set_type(raftpb::ConfChangeRemoveNode);
+    cc.set_nodeid(id);
+    append(cc);
+  }
+  const uint64_t dropped = log_->LastIndex() > base ? log_->LastIndex() - base : 0;
+  hard_state.commit = base + forced.size();
+  if (absl::Status s = log_->Save(hard_state, forced, std::nullopt, /*sync=*/true); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--force-new-cluster: ", s.message()));
+  }
+  // With nothing appended (this member is already the only one), entries
+  // past the commit index stay: the sole voter commits them itself.
+  commit_.store(hard_state.commit, std::memory_order_release);
+  replay_through_ = hard_state.commit;
+  SPDLOG_WARN("forcing restart member {:x} as the only member of its cluster: commit index {}, "
+              "{} members removed, {} uncommitted entries dropped",
+              options_.member_id, hard_state.commit, ids.size() - ids.count(options_.member_id),
+              forced.empty() ? 0 : dropped);
   return absl::OkStatus();
 }
 

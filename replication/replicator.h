@@ -128,6 +128,13 @@ struct ReplicatorOptions {
   // log, and initial_members are the cluster's members as a peer listed
   // them (shown until the member's own table has them).
   bool join_existing = false;
+  // --force-new-cluster: a member with a log restarts as the only member of
+  // its cluster (etcd's restartAsStandaloneNode). Entries past the commit
+  // index are dropped, and entries that remove every other member (and add
+  // this one if it is missing) are appended and committed at once; applying
+  // them leaves raft one voter and the member table this member alone. The
+  // data stays. For recovering after a permanent loss of quorum only.
+  bool force_new_cluster = false;
   // Called once when this member learns it was removed from the cluster
   // (it applied its removal); on any thread; must not block.
   std::function<void()> on_removed;
@@ -364,6 +371,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // snapshot at the store's applied index and term (term 1 when the store
   // knows none).
   absl::Status StartLogAtStore();
+  // options.force_new_cluster on a log that is not new (above). On the raft
+  // loop before the engine exists.
+  absl::Status ForceNewCluster();
   // A sole voter's log: whether this Ready's entries can be held by the
   // store alone (all committed, no change of term or vote), and the two
   // switches between the modes (see "A sole voter's log" above).

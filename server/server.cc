@@ -390,6 +390,7 @@ absl::Status Server::StartReplication() {
   options.max_learners = static_cast<int>(config_.max_learners);
   options.strict_reconfig_check = config_.strict_reconfig_check;
   options.join_existing = config_.initial_cluster_state == ClusterState::kExisting;
+  options.force_new_cluster = config_.force_new_cluster;
   options.on_removed = [this] { OnRemoved(); };
   {
     auth::AuthStore* auth = auth_store_;

@@ -244,7 +244,7 @@ struct ServerConfig {
   int64_t max_learners = 1;                           // --max-learners
 
   // ---- Unsafe -------------------------------------------------------------
-  bool force_new_cluster = false;  // --force-new-cluster (no effect)
+  bool force_new_cluster = false;  // --force-new-cluster
   bool unsafe_no_fsync = false;    // --unsafe-no-fsync
 
   // ---- Capstan ------------------------------------------------------------

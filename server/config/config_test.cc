@@ -145,7 +145,7 @@ TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {
             {{"ETCD_ENABLE_PPROF", "true"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->ignored_flags,
-              ElementsAre("enable-pprof", "force-new-cluster", "v"));
+              ElementsAre("enable-pprof", "v"));
 }
 
 // ---------------------------------------------------------------------------

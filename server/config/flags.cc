@@ -584,9 +584,7 @@ std::vector<FlagSpec> UnsafeAndCapstanFlags() {
   return {
       // ---- Unsafe ----
       {"force-new-cluster", Section::kUnsafe, Bool(&S::force_new_cluster), "'false'",
-       "Force to create a new one-member cluster. No effect in Capstan, which is always a\n"
-       "one-member cluster.",
-       kNoEffect},
+       "Force to create a new one-member cluster."},
       {"unsafe-no-fsync", Section::kUnsafe, Bool(&S::unsafe_no_fsync), "'false'",
        "Disables fsync, unsafe, will cause data loss."},
 

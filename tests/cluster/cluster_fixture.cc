@@ -183,9 +183,10 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
   return a;
 }
 
-absl::Status Cluster::Spawn(int i) {
+absl::Status Cluster::Spawn(int i, const std::vector<std::string>& flags) {
   Member& m = members_[i];
   m.argv = BuildArgv(i);
+  m.argv.insert(m.argv.end(), flags.begin(), flags.end());
   absl::StatusOr<pid_t> pid = SpawnChild(m.argv, log_path(i), m.env);
   if (!pid.ok()) return pid.status();
   m.pid = *pid;
@@ -294,11 +295,13 @@ absl::Status Cluster::Resume(int i) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::Restart(int i) {
+absl::Status Cluster::Restart(int i) { return Restart(i, {}); }
+
+absl::Status Cluster::Restart(int i, const std::vector<std::string>& flags) {
   if (running(i)) {
     return absl::FailedPreconditionError(absl::StrCat("Restart: ", name(i), " still running"));
   }
-  absl::Status s = Spawn(i);
+  absl::Status s = Spawn(i, flags);
   if (s.ok()) s = WaitMemberReady(i, options_.start_timeout);
   if (!s.ok() && running(i)) Kill(i);
   return s;

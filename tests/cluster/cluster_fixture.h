@@ -140,6 +140,9 @@ class Cluster {
   // a running cluster, the same environment) and data dir, and waits until it
   // answers Status naming a leader. REQUIRES: !running(i).
   absl::Status Restart(int i);
+  // Restart with `flags` added to its command line for this run only (as
+  // --force-new-cluster is given once).
+  absl::Status Restart(int i, const std::vector<std::string>& flags);
   // Polls (reaping) until member i has exited by itself, as a member the
   // cluster removed does; returns how it ended, or DeadlineExceeded with the
   // tail of its log. Never signals it.
@@ -207,7 +210,7 @@ class Cluster {
 
   explicit Cluster(ClusterOptions options);
   std::vector<std::string> BuildArgv(int i) const;
-  absl::Status Spawn(int i);
+  absl::Status Spawn(int i, const std::vector<std::string>& flags = {});
   bool Reap(int i, bool block);
   ExitInfo SignalAndWait(int i, int sig, std::chrono::milliseconds timeout);
   absl::Status WaitMemberReady(int i, std::chrono::milliseconds timeout);
