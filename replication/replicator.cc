@@ -435,9 +435,20 @@ void Replicator::PublishMembers() {
     // fill the table, the members it was started with.
     members = options_.initial_members;
   }
-  bool learner = false;
+  // A joining member replaying the log from its start has a table without
+  // itself until it applies its own addition: until then it is what the
+  // cluster listed it as.
+  bool learner = false, found = false;
   for (const auto& m : members) {
-    if (m.id == options_.member_id) learner = m.is_learner;
+    if (m.id == options_.member_id) {
+      learner = m.is_learner;
+      found = true;
+    }
+  }
+  if (!found) {
+    for (const auto& m : options_.initial_members) {
+      if (m.id == options_.member_id) learner = m.is_learner;
+    }
   }
   learner_.store(learner, std::memory_order_release);
   util::MutexLock l(&members_mu_);
@@ -1283,6 +1294,10 @@ bool Replicator::HandOffBeforeRemovingLeader(PendingConfChange& p, absl::Time no
   return true;
 }
 
+// etcd's HealthInterval: how long a peer connection must have been up for
+// the member to count the peer as connected in its membership checks.
+constexpr absl::Duration kHealthInterval = absl::Seconds(5);
+
 absl::Status Replicator::CheckBeforeProposing(const membership::MemberChange& change) const {
   using membership::ChangeType;
   const membership::ClusterMember* target = table_.Find(change.id);
@@ -1332,26 +1347,34 @@ absl::Status Replicator::CheckBeforeProposing(const membership::MemberChange& ch
     default:
       break;
   }
-  if (change.type == ChangeType::kAddNode || change.type == ChangeType::kAddLearnerNode ||
-      change.type == ChangeType::kRemoveNode) {
-    // etcd also wants its peers connected: the leader knows which voters
-    // answered recently; a follower leaves that to the leader's raft.
-    if (role_ == RaftRole::kLeader) {
-      RaftStatus status = engine_->Status();
-      size_t active = 0, total = 0;
-      for (const auto& p : status.progress) {
-        if (p.learner) continue;
-        ++total;
-        if (p.id == options_.member_id || p.recent_active) ++active;
-      }
-      const bool removing_voter = change.type == ChangeType::kRemoveNode && target != nullptr &&
-                                  !target->is_learner;
-      if (removing_voter) {
-        if (active - 1 < 1 + (total - 1) / 2) return membership::MakeError(membership::Error::kUnhealthy);
-      } else if (active < total) {
-        return membership::MakeError(membership::Error::kUnhealthy);
-      }
+  // etcd's mayAddMember / mayRemoveMember: this member's connections to
+  // the voters, each up for at least the health interval (5 s).
+  const absl::Time since = absl::Now() - kHealthInterval;
+  const auto connected = [&](uint64_t id) {
+    return id == options_.member_id || transport_->ActiveSince(id) < since;
+  };
+  const auto unhealthy = [] { return membership::MakeError(membership::Error::kUnhealthy); };
+  if ((change.type == ChangeType::kAddNode && !change.is_promote) ||
+      change.type == ChangeType::kAddLearnerNode) {
+    // Every voter connected (isConnectedFullySince).
+    for (const auto& m : table_.Members()) {
+      if (!m.is_learner && !connected(m.id)) return unhealthy();
     }
+  } else if (change.type == ChangeType::kRemoveNode && target != nullptr && !target->is_learner) {
+    // A member this one has no connection to is down: removing it loses
+    // nothing. Else a quorum of the voters left must be connected
+    // (numConnectedSince, the removed one counted out).
+    if (change.id != options_.member_id &&
+        transport_->ActiveSince(change.id) == absl::InfiniteFuture()) {
+      return absl::OkStatus();
+    }
+    int64_t all = 0, active = 0;
+    for (const auto& m : table_.Members()) {
+      if (m.is_learner) continue;
+      ++all;
+      if (connected(m.id)) ++active;
+    }
+    if (active - 1 < 1 + (all - 1) / 2) return unhealthy();
   }
   return absl::OkStatus();
 }

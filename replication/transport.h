@@ -17,6 +17,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "membership/member.h"
@@ -94,6 +95,10 @@ class Transport {
       uint64_t leader, uint64_t id, int64_t deadline_ms) {
     return absl::UnimplementedError("this transport does not forward promotions");
   }
+  // Since when the connection to peer `id` has been up (etcd's
+  // Transport.ActiveSince); absl::InfiniteFuture() when it is down or the
+  // peer is unknown.
+  virtual absl::Time ActiveSince(uint64_t id) const = 0;
   virtual absl::Status LeaseTimeToLive(uint64_t leader,
                                        const etcdserverpb::LeaseTimeToLiveRequest& request,
                                        etcdserverpb::LeaseTimeToLiveResponse* response,

@@ -127,6 +127,7 @@ class MemoryTransport final : public Transport {
   void Stop() override { net_->Attach(id_, {}); }
   void AddPeer(uint64_t, const std::vector<std::string>&) override {}
   void RemovePeer(uint64_t) override {}
+  absl::Time ActiveSince(uint64_t) const override { return absl::InfinitePast(); }
   void Send(std::vector<RaftMessage> messages) override { net_->Deliver(id_, std::move(messages)); }
   absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
                           etcdserverpb::LeaseKeepAliveResponse* response, int64_t) override {

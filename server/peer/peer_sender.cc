@@ -187,6 +187,11 @@ void PeerSender::Run() {
   }
 }
 
+absl::Time PeerSender::ActiveSince() const {
+  util::MutexLock l(&mu_);
+  return active_since_;
+}
+
 std::string PeerSender::Probe(const std::string& url) {
   auto [target, tls] = Target(url);
   if (!tls || !options_.probe_tls) return "";
@@ -237,6 +242,10 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
   writer->WaitForInitialMetadata();
   const auto& initial = context->GetServerInitialMetadata();
   *accepted = initial.find(kClusterIdKey) != initial.end();
+  if (*accepted) {
+    util::MutexLock l(&mu_);
+    active_since_ = absl::Now();
+  }
   absl::Status failure;
   if (*accepted) {
     capstan::v1::RaftBatch batch;
@@ -266,6 +275,7 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
   {
     util::MutexLock l(&mu_);
     context_.reset();
+    active_since_ = absl::InfiniteFuture();
     if (stopping_) return absl::OkStatus();
   }
   if (finish.ok()) return absl::UnavailableError("the peer ended the stream");

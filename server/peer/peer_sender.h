@@ -89,6 +89,9 @@ class PeerSender {
   std::shared_ptr<grpc::Channel> Channel();
 
   uint64_t peer_id() const { return options_.peer_id; }
+  // Since when the current stream has been open, accepted by the peer;
+  // absl::InfiniteFuture() while there is none.
+  absl::Time ActiveSince() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Run();
@@ -108,7 +111,7 @@ class PeerSender {
   absl::Time unhealthy_logged_ = absl::InfinitePast();
 
   // Lock order: a leaf; nothing blocks or calls out under it.
-  util::Mutex mu_;
+  mutable util::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
@@ -116,6 +119,7 @@ class PeerSender {
   // The open call's context, to cancel it from Stop.
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
   size_t url_index_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time active_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -313,6 +313,17 @@ void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
   --active_sends_;
 }
 
+absl::Time PeerTransport::ActiveSince(uint64_t id) const {
+  std::shared_ptr<peer::PeerSender> sender;
+  {
+    util::MutexLock l(&mu_);
+    auto it = senders_.find(id);
+    if (it == senders_.end()) return absl::InfiniteFuture();
+    sender = it->second;
+  }
+  return sender->ActiveSince();
+}
+
 std::shared_ptr<grpc::Channel> PeerTransport::ChannelTo(uint64_t id) {
   std::shared_ptr<peer::PeerSender> sender;
   {

@@ -134,6 +134,9 @@ class PeerTransport final : public replication::Transport {
                                etcdserverpb::LeaseTimeToLiveResponse* response,
                                int64_t deadline_ms) override;
 
+  // Since when the Raft stream to the peer has been open (accepted by it).
+  absl::Time ActiveSince(uint64_t id) const override;
+
   // Streams the checkpoint in dir and the MsgSnap over Peer/Snapshot, on the
   // calling thread (the replicator's snapshot sender).
   absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,

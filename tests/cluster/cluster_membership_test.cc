@@ -700,6 +700,35 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   }
 }
 
+// --strict-reconfig-check's health rules (etcd's mayAddMember and
+// mayRemoveMember), judged by the member that takes the call from its own
+// peer connections: with a voter down, no member may be added and no live
+// voter removed ("unhealthy cluster"), while the member that is down may be.
+TEST_P(MembershipTest, UnhealthyClusterRefusals) {
+  ASSERT_NO_FATAL_FAILURE(Start(3));
+  auto leader = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  const int via = *leader, live = (via + 1) % 3, down = (via + 2) % 3;
+  cluster_->Kill(down);
+
+  Answer a = MemberAdd(via, absl::StrCat("http://127.0.0.1:", PickFreePort()), true);
+  EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "add with a voter down: " << Describe(a);
+  EXPECT_EQ(a.message, kUnhealthy);
+  a = MemberRemove(via, cluster_->member_id(live));
+  EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "remove a live voter: " << Describe(a);
+  EXPECT_EQ(a.message, kUnhealthy);
+
+  // The member that is down goes (once the caller's stream to it broke).
+  const auto deadline = Clock::now() + seconds(10);
+  do {
+    a = MemberRemove(via, cluster_->member_id(down));
+    if (a.ok() || a.message != kUnhealthy) break;
+    std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+  } while (Clock::now() < deadline);
+  EXPECT_TRUE(a.ok()) << "remove the member that is down: " << Describe(a);
+  EXPECT_TRUE(MembersAgree({via, live}, Voters({via, live})));
+}
+
 // Only the leader knows whether a learner caught up: a promotion asked of a
 // follower is forwarded to the leader (etcd: POST /members/promote/<id>),
 // and answered as there, "not in sync" included.
