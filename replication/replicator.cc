@@ -760,7 +760,14 @@ void Replicator::ExpireWaiters(absl::Time now) {
 
 void Replicator::HandleReady(Ready rd) {
   if (rd.soft_state) {
+    const uint64_t old_lead = lead_.load(std::memory_order_relaxed);
     lead_.store(rd.soft_state->lead, std::memory_order_release);
+    if (rd.soft_state->lead != 0 && rd.soft_state->lead != old_lead && read_in_flight_) {
+      // etcd's linearizable read loop: a new leader fails the read index in
+      // flight with a retryable error rather than waiting for its retry.
+      for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kLeaderChanged));
+      read_in_flight_.reset();
+    }
     const bool was_leader = role_ == RaftRole::kLeader;
     role_ = rd.soft_state->role;
     const bool leads = role_ == RaftRole::kLeader;

@@ -412,6 +412,30 @@ TEST_F(ReplicatorTest, ALeaderCutOffIsReplacedAndNoAcknowledgedWriteIsLost) {
   }
 }
 
+// A linearizable read waiting at a follower for a leader that went away
+// fails with etcd's retryable "leader changed" once a new leader is known,
+// as etcd's read loop does, rather than waiting for its retry.
+TEST_F(ReplicatorTest, AReadWaitingForALostLeaderFailsWhenANewOneLeads) {
+  const int old_leader = WaitForLeader();
+  ASSERT_GE(old_leader, 0);
+  const int follower = (old_leader + 1) % kMembers;
+  net_.SetDown(members_[old_leader].id, true);
+  down_.insert(old_leader);
+  absl::Notification ready;
+  absl::Status barrier;
+  nodes_[follower].store->ReadBarrier([&](absl::Status s) {
+    barrier = s;
+    ready.Notify();
+  });
+  ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(barrier, mvcc::MakeError(mvcc::Error::kLeaderChanged)) << barrier;
+  const int new_leader = WaitForLeader();
+  ASSERT_GE(new_leader, 0);
+  EXPECT_NE(new_leader, old_leader);
+  net_.SetDown(members_[old_leader].id, false);
+  down_.erase(old_leader);
+}
+
 TEST_F(ReplicatorTest, AMemberRestartedReplaysItsLogIntoTheSameState) {
   ASSERT_GE(WaitForLeader(), 0);
   for (int n = 0; n < 30; ++n) ASSERT_TRUE(Put(n % kMembers, absl::StrCat("r", n), "v").ok());
