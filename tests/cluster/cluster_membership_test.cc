@@ -470,9 +470,11 @@ TEST_P(MembershipTest, KubeadmJoinFlow) {
   EXPECT_EQ(h1->hash(), h2->hash()) << "at revision " << *revision;
   EXPECT_EQ(h1->compact_revision(), h2->compact_revision());
 
-  // No stretch longer than two election timeouts in which no operation of
-  // the client succeeded: the two left elect a leader within one randomized
-  // election timeout ([1, 2) x --election-timeout) of the last heartbeat.
+  // No stretch in which no operation of the client succeeded longer than
+  // one election timeout on Capstan, which hands leadership over before
+  // the leader's removal; two on etcd, whose other members elect a leader
+  // within one randomized election timeout ([1, 2) x --election-timeout)
+  // of the removed leader's last heartbeat.
   ASSERT_FALSE(ops.empty());
   const AvailabilityProbe::Outage outage = AvailabilityProbe::LongestOutage(ops);
   int failed = 0;
@@ -487,7 +489,7 @@ TEST_P(MembershipTest, KubeadmJoinFlow) {
           ? absl::StrCat(": first ", outage.first_failure, "; last ", outage.last_failure)
           : "",
       "); ", ops.size(), " operations, ", failed, " failed; steps:", Steps(origin));
-  EXPECT_LT(outage.length, milliseconds(2 * kElectionTimeoutMs))
+  EXPECT_LT(outage.length, milliseconds((capstan() ? 1 : 2) * kElectionTimeoutMs))
       << "no operation of the client succeeded for " << outage.length.count() << " ms"
       << detail;
   std::printf("capstan-test: %s: longest time without a successful answer %lld ms%s\n",
