@@ -15,50 +15,14 @@
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/kv_store_test_fixture.h"
 #include "mvcc/revision_key.h"
 
 namespace capstan::mvcc {
 namespace {
 
-class KvStoreCompactionTest : public ::testing::Test {
+class KvStoreCompactionTest : public KvStoreInTempDir {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-compaction-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    Reopen();
-  }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  void Reopen() {
-    store_.reset();
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = KvStore::Open(KvStoreOptions{}, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-  }
-
-  int64_t Put(const std::string& k) {
-    etcdserverpb::PutRequest req;
-    req.set_key(k);
-    req.set_value("v");
-    auto resp = store_->Put(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->header().revision() : -1;
-  }
-
-  int64_t Delete(const std::string& k) {
-    etcdserverpb::DeleteRangeRequest req;
-    req.set_key(k);
-    auto resp = store_->DeleteRange(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->header().revision() : -1;
-  }
-
   // The revisions in the key family, "t" marking a tombstone.
   std::vector<std::string> StoredRevisions() const {
     std::vector<std::string> out;
@@ -71,9 +35,6 @@ class KvStoreCompactionTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::string dir_;
-  std::unique_ptr<KvStore> store_;
 };
 
 // The store begins to stop just after the index step of a compaction is

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
+#include "mvcc/kv_store_test_fixture.h"
 #include "mvcc/revision_key.h"
 
 namespace capstan::mvcc {
@@ -21,37 +22,8 @@ using etcdserverpb::Compare;
 using etcdserverpb::RangeRequest;
 using etcdserverpb::RangeResponse;
 
-class KvStoreTest : public ::testing::Test {
+class KvStoreTest : public KvStoreInTempDir {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/capstan-kv-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    Reopen();
-  }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  void Reopen(KvStoreOptions options = {}) {
-    store_.reset();
-    storage::BackendOptions bo;
-    bo.dir = dir_ + "/db";
-    auto backend = storage::Backend::Open(bo);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto store = KvStore::Open(options, std::move(*backend));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-  }
-
-  int64_t Put(const std::string& k, const std::string& v) {
-    etcdserverpb::PutRequest req;
-    req.set_key(k);
-    req.set_value(v);
-    auto resp = store_->Put(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->header().revision() : -1;
-  }
-
   // Puts "key0".."key<n-1>", value i of i % 97 bytes, one revision each.
   void PutNumberedKeys(int n) {
     for (int i = 0; i < n; ++i) {
@@ -77,8 +49,6 @@ class KvStoreTest : public ::testing::Test {
     return resp;
   }
 
-  std::string dir_;
-  std::unique_ptr<KvStore> store_;
 };
 
 TEST_F(KvStoreTest, PutAssignsRevisionsAndVersions) {

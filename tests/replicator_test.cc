@@ -267,6 +267,23 @@ class ReplicatorTest : public ::testing::Test {
     }
   }
 
+  // A linearizable read barrier at the member, waited for (DeadlineExceeded
+  // after 10 s).
+  absl::Status Barrier(int member) {
+    absl::Notification ready;
+    absl::Status barrier;
+    nodes_[member].store->ReadBarrier([&](absl::Status s) {
+      barrier = s;
+      ready.Notify();
+    });
+    if (!ready.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+      // The callback still refers to this frame: wait for it.
+      ready.WaitForNotification();
+      return absl::DeadlineExceededError("read barrier unanswered after 10 s");
+    }
+    return barrier;
+  }
+
   absl::StatusOr<etcdserverpb::PutResponse> Put(int member, const std::string& key,
                                                 const std::string& value) {
     etcdserverpb::PutRequest req;
@@ -320,13 +337,7 @@ TEST_F(ReplicatorTest, LinearizableReadAtAFollowerSeesTheLatestWrite) {
   for (int n = 0; n < 20; ++n) {
     auto put = Put(leader, "x", absl::StrCat(n));
     ASSERT_TRUE(put.ok()) << put.status();
-    absl::Notification ready;
-    absl::Status barrier;
-    nodes_[follower].store->ReadBarrier([&](absl::Status s) {
-      barrier = s;
-      ready.Notify();
-    });
-    ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    absl::Status barrier = Barrier(follower);
     ASSERT_TRUE(barrier.ok()) << barrier;
     EXPECT_GE(nodes_[follower].store->Rev(), put->header().revision());
   }
@@ -421,13 +432,7 @@ TEST_F(ReplicatorTest, AReadWaitingForALostLeaderFailsWhenANewOneLeads) {
   const int follower = (old_leader + 1) % kMembers;
   net_.SetDown(members_[old_leader].id, true);
   down_.insert(old_leader);
-  absl::Notification ready;
-  absl::Status barrier;
-  nodes_[follower].store->ReadBarrier([&](absl::Status s) {
-    barrier = s;
-    ready.Notify();
-  });
-  ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::Status barrier = Barrier(follower);
   EXPECT_EQ(barrier, mvcc::MakeError(mvcc::Error::kLeaderChanged)) << barrier;
   const int new_leader = WaitForLeader();
   ASSERT_GE(new_leader, 0);

@@ -395,6 +395,22 @@ absl::StatusOr<etcdserverpb::StatusResponse> Cluster::Status(
   return resp;
 }
 
+absl::StatusOr<etcdserverpb::RangeResponse> Cluster::LocalGet(
+    int i, const std::string& key, std::chrono::milliseconds timeout) const {
+  auto stub = etcdserverpb::KV::NewStub(NewChannel(i));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  req.set_serializable(true);
+  etcdserverpb::RangeResponse resp;
+  grpc::Status st = stub->Range(&ctx, req, &resp);
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat(name(i), " Range: ", GrpcError(st)));
+  }
+  return resp;
+}
+
 absl::StatusOr<etcdserverpb::HashKVResponse> Cluster::HashKV(
     int i, int64_t revision, std::chrono::milliseconds timeout) const {
   auto stub = etcdserverpb::Maintenance::NewStub(NewChannel(i));

@@ -171,6 +171,10 @@ class Cluster {
   // --- state, by RPC to one member (each call its own deadline).
   absl::StatusOr<etcdserverpb::StatusResponse> Status(
       int i, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) const;
+  // Range of `key` at member i, serializable (its own store's answer).
+  absl::StatusOr<etcdserverpb::RangeResponse> LocalGet(
+      int i, const std::string& key,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) const;
   // HashKV of member i at `revision` (0: its current one). Polls while the
   // member has not reached `revision` yet (etcd's "future revision" answer).
   absl::StatusOr<etcdserverpb::HashKVResponse> HashKV(

@@ -855,17 +855,10 @@ TEST_P(MembershipTest, RollingReplacement) {
   }
   ASSERT_FALSE(acked.empty());
   for (int i : voters) {
-    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
     for (const std::string& key : acked) {
-      etcdserverpb::RangeRequest req;
-      req.set_key(key);
-      req.set_serializable(true);
-      etcdserverpb::RangeResponse resp;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
-      Answer got = ToAnswer(kv->Range(&ctx, req, &resp));
-      ASSERT_TRUE(got.ok()) << Describe(got);
-      EXPECT_EQ(resp.kvs_size(), 1) << "acknowledged " << key << " is not on "
+      auto got = cluster_->LocalGet(i, key);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->kvs_size(), 1) << "acknowledged " << key << " is not on "
                                     << cluster_->name(i);
     }
   }

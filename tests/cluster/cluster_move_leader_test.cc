@@ -110,16 +110,9 @@ class MoveLeaderTest : public ::testing::TestWithParam<ServerFlavor> {
 
   // The value of `key` as member i reads it (serializable: its own store).
   std::string LocalValue(int i, const std::string& key) const {
-    auto stub = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
-    etcdserverpb::RangeRequest req;
-    req.set_key(key);
-    req.set_serializable(true);
-    etcdserverpb::RangeResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
-    grpc::Status s = stub->Range(&ctx, req, &resp);
-    if (!s.ok() || resp.kvs_size() == 0) return "";
-    return resp.kvs(0).value();
+    auto got = cluster_->LocalGet(i, key);
+    if (!got.ok() || got->kvs_size() == 0) return "";
+    return got->kvs(0).value();
   }
 
   // Polls until member i's log has `text` (a line the member wrote).
