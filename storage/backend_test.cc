@@ -219,6 +219,23 @@ TEST_F(BackendTest, CompactAllKeepsLiveData) {
   EXPECT_GT(b->SizeOnDisk(), 0u);
 }
 
+// Batches written without the WAL (a Raft member's store) are counted by
+// their data while they sit in the memtables, not by the memory the
+// memtables reserved: the quota is checked against this size.
+TEST_F(BackendTest, SizeOnDiskCountsUnflushedDataNotReservedMemory) {
+  auto b = OpenBackend();
+  const uint64_t empty = b->SizeOnDisk();
+  for (Cf cf : {Cf::kKey, Cf::kMeta, Cf::kLease}) {
+    WriteBatch batch;
+    batch.set_wal(false);
+    batch.Put(cf, "k", std::string(100, 'v'));
+    ASSERT_TRUE(b->Write(&batch).ok());
+  }
+  const uint64_t grown = b->SizeOnDisk() - empty;
+  EXPECT_GT(grown, 300u);
+  EXPECT_LT(grown, 4096u) << "three writes of 100 bytes count as " << grown << " bytes";
+}
+
 // A data dir made before the raft family existed: RocksDB files with the
 // default family and the five of that layout, written with RocksDB directly.
 void MakeOldLayout(const std::string& dir) {

@@ -528,7 +528,7 @@ class ReplicatorSnapshotTest : public ReplicatorTest {
       absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
     }
     ASSERT_GE(nodes_[lagging].replicator->SnapshotsInstalled(), 1u);
-    const uint64_t commit = nodes_[leader].replicator->CommittedIndex();
+    const uint64_t commit = ClusterCommit();
     WaitApplied(commit, absl::Seconds(30));
     const int64_t rev = nodes_[leader].store->Rev();
     for (int i = 0; i < kMembers; ++i) {
@@ -569,7 +569,10 @@ class ReplicatorSnapshotTest : public ReplicatorTest {
       // the timed-out entry if it is in the log at all.
       ASSERT_TRUE(Put(leader, "fence", "after").ok());
     }
-    const uint64_t written = nodes_[leader].replicator->CommittedIndex();
+    // The cluster's commit index, not the first leader's: leadership may
+    // have moved when the member came back, and a follower learns that the
+    // write committed only with the leader's next message.
+    const uint64_t written = ClusterCommit();
     WaitApplied(written, absl::Seconds(30));
     for (int i = 0; i < kMembers; ++i) {
       etcdserverpb::RangeRequest range;
