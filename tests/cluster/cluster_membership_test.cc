@@ -731,6 +731,46 @@ TEST_P(MembershipTest, UnhealthyClusterRefusals) {
   EXPECT_TRUE(MembersAgree({via, live}, Voters({via, live})));
 }
 
+// Five members: two lost at once leave a quorum that serves; both are
+// removed (members this one has no stream to count as down), and a new
+// learner is added and promoted into the four left.
+TEST_P(MembershipTest, FiveMembersLoseTwoAndRepair) {
+  ASSERT_NO_FATAL_FAILURE(Start(5));
+  auto leader = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  std::vector<int> lost, left;
+  for (int i = 0; i < 5; ++i) {
+    if (i != *leader && lost.size() < 2) {
+      lost.push_back(i);
+    } else {
+      left.push_back(i);
+    }
+  }
+  for (int i : lost) cluster_->Kill(i);
+  CommandResult put = Etcdctl(left, {"put", "five", "still"});
+  ASSERT_TRUE(Succeeded(put)) << Describe(put);
+  for (int i : lost) {
+    const auto deadline = Clock::now() + seconds(10);
+    Answer a;
+    do {
+      a = MemberRemove(*leader, cluster_->member_id(i));
+      if (a.ok() || a.message != kUnhealthy) break;
+      std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+    } while (Clock::now() < deadline);
+    ASSERT_TRUE(a.ok()) << "remove " << cluster_->name(i) << ": " << Describe(a);
+  }
+  ASSERT_TRUE(MembersAgree(left, Voters(left)));
+  int m = -1;
+  ASSERT_NO_FATAL_FAILURE(AddLearner(left, &m));
+  ASSERT_NO_FATAL_FAILURE(Promote(left, m));
+  std::vector<int> now = left;
+  now.push_back(m);
+  EXPECT_TRUE(MembersAgree(now, Voters(now)));
+  CommandResult got = Etcdctl({m}, {"get", "five", "--print-value-only"});
+  ASSERT_TRUE(Succeeded(got)) << Describe(got);
+  EXPECT_EQ(got.out, "still\n");
+}
+
 // Only the leader knows whether a learner caught up: a promotion asked of a
 // follower is forwarded to the leader (etcd: POST /members/promote/<id>),
 // and answered as there, "not in sync" included.
