@@ -6,7 +6,8 @@
 #   bench/run.sh BUILD_DIR
 #
 # Environment: ROUNDS (compare rounds, default 3), MIN_TIME (Google Benchmark --benchmark_min_time,
-# default 0.05), ETCD (etcd binary, default /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1.
+# default 0.05), ETCD (etcd binary, default etcd 3.5 as scripts/deps.sh extracts it, else
+# /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1.
 # Exits non-zero if a benchmark failed or any request failed in a compare run.
 set -uo pipefail
 
@@ -15,7 +16,8 @@ build=$(cd "$build" && pwd)
 out=$build/bench-results
 rounds=${ROUNDS:-3}
 min_time=${MIN_TIME:-0.05}
-etcd=${ETCD:-/usr/bin/etcd}
+etcd=${ETCD:-${CAPSTAN_ETCD_BINARY:-$HOME/.cache/capstan/etcd-3.5/usr/bin/etcd}}
+[ -x "$etcd" ] || etcd=/usr/bin/etcd
 mkdir -p "$out"
 status=0
 

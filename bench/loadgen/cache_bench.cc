@@ -41,6 +41,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/loadgen/async_call.h"
+#include "bench/loadgen/compare.h"
 #include "bench/loadgen/proc_stats.h"
 #include "bench/loadgen/server_process.h"
 #include "capstan/v1/cache.pb.h"
@@ -171,7 +172,7 @@ int RunList(const Flags& f) {
   InstallServerCleanup();
   ServerOptions so;
   so.kind = ServerKind::kEtcd;
-  so.binary = "/usr/bin/etcd";
+  so.binary = DefaultEtcdBinary();
   so.extra_flags = {"--quota-backend-bytes=8589934592", "--max-request-bytes=10485760"};
   auto etcd = ServerProcess::Start(so, absl::Seconds(30));
   if (!etcd.ok()) {

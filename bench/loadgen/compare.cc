@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -164,7 +165,7 @@ void WriteText(const std::string& path, const std::string& text) {
 void CompareOptions::Register(FlagSet& f) {
   f.Int("rounds", &rounds, "Rounds; each runs the workload once against each target");
   f.String("capstan-binary", &capstan_binary, "capstan server binary (default: next to capstan-bench)");
-  f.String("etcd-binary", &etcd_binary, "etcd server binary");
+  f.String("etcd-binary", &etcd_binary, "etcd server binary (default: $CAPSTAN_ETCD_BINARY, else etcd 3.5 from ~/.cache/capstan/etcd-3.5, else /usr/bin/etcd)");
   f.String("capstan-flags", &capstan_flags, "extra flags for capstan, space-separated");
   f.String("etcd-flags", &etcd_flags, "extra flags for etcd, space-separated");
   f.String("floor-binary", &floor_binary,
@@ -198,11 +199,23 @@ std::string DefaultCapstanBinary() { return BesideSelf("capstan"); }
 
 std::string DefaultFloorBinary() { return BesideSelf("capstan-grpc-floor"); }
 
+std::string DefaultEtcdBinary() {
+  if (const char* env = std::getenv("CAPSTAN_ETCD_BINARY"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr) {
+    const std::string extracted = std::string(home) + "/.cache/capstan/etcd-3.5/usr/bin/etcd";
+    if (access(extracted.c_str(), X_OK) == 0) return extracted;
+  }
+  return "/usr/bin/etcd";
+}
+
 int RunCompare(const CompareOptions& options, const GlobalOptions& global, Workload& workload,
                const std::string& workload_name, const std::string& command_line) {
   CompareOptions o = options;
   if (o.capstan_binary.empty()) o.capstan_binary = DefaultCapstanBinary();
   if (o.floor_binary.empty()) o.floor_binary = DefaultFloorBinary();
+  if (o.etcd_binary.empty()) o.etcd_binary = DefaultEtcdBinary();
   const std::vector<std::string> targets = absl::StrSplit(o.targets, ',', absl::SkipEmpty());
   InstallServerCleanup();
   std::cerr << "compare " << workload_name << ": " << o.rounds << " rounds against "

@@ -20,7 +20,7 @@ namespace capstan::bench {
 struct CompareOptions {
   int rounds = 3;
   std::string capstan_binary;  // default: next to capstan-bench
-  std::string etcd_binary = "/usr/bin/etcd";
+  std::string etcd_binary;      // default: DefaultEtcdBinary()
   std::string capstan_flags;   // extra flags, space-separated
   std::string etcd_flags;
   std::string floor_binary;    // default: capstan-grpc-floor next to capstan-bench
@@ -39,6 +39,10 @@ std::string DefaultCapstanBinary();
 
 // capstan-grpc-floor beside capstan-bench.
 std::string DefaultFloorBinary();
+// The etcd to compare with: $CAPSTAN_ETCD_BINARY, else etcd 3.5 as
+// scripts/deps.sh extracts it (~/.cache/capstan/etcd-3.5/usr/bin/etcd),
+// else Debian 12's /usr/bin/etcd (3.4).
+std::string DefaultEtcdBinary();
 
 // Returns the process exit code: 0 only if every run completed without a
 // failed request.
