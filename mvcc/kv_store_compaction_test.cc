@@ -21,21 +21,7 @@
 namespace capstan::mvcc {
 namespace {
 
-class KvStoreCompactionTest : public KvStoreInTempDir {
- protected:
-  // The revisions in the key family, "t" marking a tombstone.
-  std::vector<std::string> StoredRevisions() const {
-    std::vector<std::string> out;
-    auto it = store_->backend()->NewIterator(storage::Cf::kKey);
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      Revision r;
-      bool tombstone;
-      if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
-      out.push_back(std::to_string(r.main) + (tombstone ? "t" : ""));
-    }
-    return out;
-  }
-};
+using KvStoreCompactionTest = KvStoreInTempDir;
 
 // The store begins to stop just after the index step of a compaction is
 // done. The compactor must leave the compaction to the next Open rather than

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "mvcc/kv_store.h"
+#include "mvcc/revision_key.h"
 #include "storage/backend.h"
 
 namespace capstan::mvcc {
@@ -56,6 +58,19 @@ class KvStoreInTempDir : public ::testing::Test {
     auto resp = store_->DeleteRange(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->header().revision() : -1;
+  }
+
+  // The revisions in the key family, "t" marking a tombstone.
+  std::vector<std::string> StoredRevisions() const {
+    std::vector<std::string> out;
+    auto it = store_->backend()->NewIterator(storage::Cf::kKey);
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      Revision r;
+      bool tombstone;
+      if (!ParseRevisionKey(it->key(), &r, &tombstone)) continue;
+      out.push_back(std::to_string(r.main) + (tombstone ? "t" : ""));
+    }
+    return out;
   }
 
   std::string dir_;
