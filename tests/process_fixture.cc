@@ -164,13 +164,13 @@ std::string ReadFile(const std::string& path, size_t max_tail = 0) {
   return s;
 }
 
+}  // namespace
+
 bool IsPortInUseFailure(const std::string& log) {
   return log.find("address already in use") != std::string::npos ||
          log.find("Address already in use") != std::string::npos ||
          log.find("Failed to add :") != std::string::npos;  // gRPC C++ on a taken port
 }
-
-}  // namespace
 
 namespace {
 

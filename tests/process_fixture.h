@@ -62,6 +62,10 @@ namespace capstan::testing {
 // retries on that.)
 int PickFreePort();
 
+// Whether a server's log (or a start-up error that quotes it) says that it
+// could not bind a port because another process had taken it.
+bool IsPortInUseFailure(const std::string& log);
+
 // A fresh directory under $TMPDIR (or /tmp), removed recursively on
 // destruction unless CAPSTAN_KEEP_TEST_DIRS is set.
 class TempDir {

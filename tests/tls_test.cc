@@ -116,7 +116,19 @@ class TlsTest : public ::testing::Test {
     std::string metrics_url() const { return absl::StrCat("https://127.0.0.1:", metrics_tls_port); }
   };
 
-  static absl::StatusOr<TlsServer> Start(ServerFlavor flavor, std::vector<std::string> flags) {
+  // Starts a server whose wrapper adds https client and metrics URLs on ports of
+  // its own. ServerProcess::Start retries its own ports when one was taken by the
+  // time the server bound it; a taken wrapper port is retried here, on new ones.
+  static absl::StatusOr<TlsServer> Start(ServerFlavor flavor, const std::vector<std::string>& flags) {
+    absl::StatusOr<TlsServer> s;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      s = StartOnce(flavor, flags);
+      if (s.ok() || !IsPortInUseFailure(std::string(s.status().message()))) break;
+    }
+    return s;
+  }
+
+  static absl::StatusOr<TlsServer> StartOnce(ServerFlavor flavor, std::vector<std::string> flags) {
     TlsServer s;
     s.tls_port = PickFreePort();
     s.metrics_tls_port = PickFreePort();
