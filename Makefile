@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test e2e bench bench-cluster bench-catchup sanitize sanitize-thread sanitize-address fuzz soak clean
+.PHONY: all deps configure build run test e2e bench bench-cluster bench-catchup sanitize sanitize-thread sanitize-address fuzz soak robustness clean
 
 all: build
 
@@ -68,6 +68,20 @@ bench-cluster: build
 # RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 6 x SIZE of free disk.
 bench-catchup: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/catchup.sh $(BUILD_DIR)/bench-results/catchup
+
+# Fault campaigns (docs/RELIABILITY.md): seeds ROBUSTNESS_SEEDS of ROBUSTNESS_SECONDS each, on 3 and
+# on 5 members, etcd 3.5 first (which keeps the checkers honest), then Capstan. The totals are the
+# last lines of $(BUILD_DIR)/robustness.log. make test runs a few short seeds of the same campaign.
+ROBUSTNESS_SEEDS   ?= 1-8
+ROBUSTNESS_SECONDS ?= 60
+robustness: build
+	@rm -f $(BUILD_DIR)/robustness.log
+	@for flavor in etcd capstan; do for members in 3 5; do \
+	  $(BUILD_DIR)/tests/cluster/capstan-robustness --flavor=$$flavor --members=$$members \
+	    --seeds=$(ROBUSTNESS_SEEDS) --duration=$(ROBUSTNESS_SECONDS)s --quiet \
+	    | tee -a $(BUILD_DIR)/robustness.log; \
+	done; done; grep '^TOTAL' $(BUILD_DIR)/robustness.log; \
+	! grep '^TOTAL' $(BUILD_DIR)/robustness.log | grep -qv ' 0 campaigns failed'
 
 sanitize: sanitize-thread sanitize-address
 

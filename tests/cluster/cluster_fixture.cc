@@ -94,10 +94,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) 
       if (mkdir(m.dir.c_str(), 0755) != 0) {
         return absl::InternalError(absl::StrCat("mkdir ", m.dir, ": ", std::strerror(errno)));
       }
-      m.client_port = PickFreePort();
-      m.peer_port = PickFreePort();
     }
     last = absl::OkStatus();
+    for (int i = 0; i < c->size() && last.ok(); ++i) last = c->PickPorts(i);
     for (int i = 0; i < c->size() && last.ok(); ++i) {
       if (c->options_.prepare) last = c->options_.prepare(*c, i);
     }
@@ -156,7 +155,7 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
         "--data-dir", data_dir(i),
         "--listen-client-urls", client_url(i),
         "--advertise-client-urls", client_url(i),
-        "--listen-peer-urls", peer_url(i),
+        "--listen-peer-urls", listen_peer_url(i),
         "--heartbeat-interval", absl::StrCat(options_.heartbeat_interval_ms),
         "--election-timeout", absl::StrCat(options_.election_timeout_ms),
         "--snapshot-count", absl::StrCat(options_.snapshot_count),
@@ -170,7 +169,7 @@ std::vector<std::string> Cluster::BuildArgv(int i) const {
       "--data-dir", data_dir(i),
       "--listen-client-urls", client_url(i),
       "--advertise-client-urls", client_url(i),
-      "--listen-peer-urls", peer_url(i),
+      "--listen-peer-urls", listen_peer_url(i),
       "--initial-advertise-peer-urls", peer_url(i),
       "--initial-cluster", initial_cluster(),
       "--initial-cluster-token", options_.cluster_token,
@@ -234,6 +233,9 @@ std::string Cluster::client_url(int i) const {
   return absl::StrCat("http://127.0.0.1:", members_[i].client_port);
 }
 std::string Cluster::peer_url(int i) const {
+  return absl::StrCat(options_.peer_scheme, "://127.0.0.1:", members_[i].advertised_peer_port);
+}
+std::string Cluster::listen_peer_url(int i) const {
   return absl::StrCat(options_.peer_scheme, "://127.0.0.1:", members_[i].peer_port);
 }
 std::string Cluster::name(int i) const { return members_[i].name; }
@@ -331,11 +333,24 @@ absl::StatusOr<int> Cluster::ReserveMember() {
   if (mkdir(m.dir.c_str(), 0755) != 0) {
     return absl::InternalError(absl::StrCat("mkdir ", m.dir, ": ", std::strerror(errno)));
   }
-  m.client_port = PickFreePort();
-  m.peer_port = PickFreePort();
   members_.push_back(std::move(m));
   member_ids_.resize(members_.size(), 0);
+  absl::Status ports = PickPorts(i);
+  if (!ports.ok()) return ports;
   return i;
+}
+
+absl::Status Cluster::PickPorts(int i) {
+  Member& m = members_[i];
+  m.client_port = PickFreePort();
+  m.peer_port = PickFreePort();
+  m.advertised_peer_port = m.peer_port;
+  if (options_.peer_front) {
+    absl::StatusOr<int> front = options_.peer_front(*this, i, m.peer_port);
+    if (!front.ok()) return front.status();
+    m.advertised_peer_port = *front;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Cluster::StartJoining(int i, std::vector<std::string> env) {

@@ -70,6 +70,11 @@ struct ClusterOptions {
   // picked (e.g. to restore a snapshot into its data dir); a failure fails
   // Start.
   std::function<absl::Status(const class Cluster& cluster, int i)> prepare;
+  // When set, called for each member once its ports are picked, with its
+  // index and listen-peer port; returns the port the member advertises as its
+  // peer URL and the others dial (a FaultProxy's front, fault_proxy.h).
+  std::function<absl::StatusOr<int>(const class Cluster& cluster, int i, int listen_peer_port)>
+      peer_front;
   // "https" for peer URLs over TLS (the peer TLS flags go in extra_args).
   std::string peer_scheme = "http";
   // Start and Restart give up after this long.
@@ -111,7 +116,10 @@ class Cluster {
   std::string endpoint(int i) const;
   std::vector<std::string> endpoints() const;
   std::string client_url(int i) const;
+  // The peer URL member i advertises (its front when options.peer_front is
+  // set), and the one it listens on.
   std::string peer_url(int i) const;
+  std::string listen_peer_url(int i) const;
   std::string name(int i) const;
   std::string data_dir(int i) const;
   std::string log_path(int i) const;
@@ -202,6 +210,7 @@ class Cluster {
     std::string dir;
     int client_port = 0;
     int peer_port = 0;
+    int advertised_peer_port = 0;
     std::vector<std::string> argv;
     // A member that joined a running cluster: its ETCD_* environment, and
     // no clustering flags in argv.
@@ -213,6 +222,8 @@ class Cluster {
   };
 
   explicit Cluster(ClusterOptions options);
+  // Picks member i's client and peer ports (and its front's, with peer_front).
+  absl::Status PickPorts(int i);
   std::vector<std::string> BuildArgv(int i) const;
   absl::Status Spawn(int i, const std::vector<std::string>& flags = {});
   bool Reap(int i, bool block);

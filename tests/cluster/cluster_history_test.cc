@@ -52,34 +52,6 @@ std::string Key(int i) { return absl::StrCat(kPrefix, "k", i); }
   return ::testing::AssertionSuccess();
 }
 
-// One client's loop: random operations on `keys` keys until `stop`.
-void RunClient(KvClient* c, int keys, uint32_t seed, const std::atomic<bool>* stop) {
-  std::mt19937 rng(seed);
-  std::vector<std::string> last(keys);  // the last value this client saw per key
-  while (!stop->load(std::memory_order_relaxed)) {
-    const int k = static_cast<int>(rng() % keys);
-    const std::string key = Key(k);
-    const unsigned dice = rng() % 100;
-    if (dice < 35) {
-      Operation op = c->Get(key);
-      if (op.outcome == Outcome::kOk) last[k] = op.response.found ? op.response.value : "";
-    } else if (dice < 70) {
-      std::string v = c->NextValue();
-      Operation op = c->Put(key, v, rng() % 2 == 0);
-      if (op.outcome == Outcome::kOk) last[k] = v;
-    } else if (dice < 90) {
-      std::string v = c->NextValue();
-      Operation op = c->Cas(key, last[k], last[k].empty(), v);
-      if (op.outcome == Outcome::kOk) {
-        last[k] = op.response.succeeded ? v : (op.response.found ? op.response.value : "");
-      }
-    } else {
-      Operation op = c->Delete(key, rng() % 2 == 0);
-      if (op.outcome == Outcome::kOk) last[k] = "";
-    }
-  }
-}
-
 // The event log of the key space up to the cluster's converged revision,
 // read from member `at`.
 std::vector<Event> FinalEventLog(const Cluster& cluster, int at, int64_t* final_rev) {
@@ -135,7 +107,7 @@ TEST_P(ClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
   }
   const auto start = Clock::now();
   for (int c = 0; c < kClients; ++c) {
-    threads.emplace_back(RunClient, clients[c].get(), kKeys, 1000 + c, &stop);
+    threads.emplace_back(RunEtcdTraffic, clients[c].get(), kPrefix, kKeys, 1000 + c, &stop);
   }
   auto join = [&] {
     stop = true;
@@ -359,7 +331,7 @@ TEST(CapstanFailpointTest, AnsweringBeforeCommitIsCaught) {
     clients.back()->Pin(c % 3);
   }
   for (int c = 0; c < kClients; ++c) {
-    threads.emplace_back(RunClient, clients[c].get(), kKeys, 2000 + c, &stop);
+    threads.emplace_back(RunEtcdTraffic, clients[c].get(), kPrefix, kKeys, 2000 + c, &stop);
   }
   ASSERT_TRUE(WaitForProgress(history, 0, 600, seconds(20)));
   stop = true;

@@ -1,6 +1,9 @@
 #include "cluster/kv_client.h"
 
+#include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/client_context.h"
@@ -209,6 +212,61 @@ absl::StatusOr<std::vector<Event>> ReadEventLog(const std::string& endpoint,
         st.error_message(), ")"));
   }
   return events;
+}
+
+void RunEtcdTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
+                    const std::atomic<bool>* stop) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> last(keys);  // the last value this client saw per key
+  while (!stop->load(std::memory_order_relaxed)) {
+    const int k = static_cast<int>(rng() % keys);
+    const std::string key = absl::StrCat(prefix, "k", k);
+    const unsigned dice = rng() % 100;
+    if (dice < 35) {
+      Operation op = c->Get(key);
+      if (op.outcome == Outcome::kOk) last[k] = op.response.found ? op.response.value : "";
+    } else if (dice < 70) {
+      std::string v = c->NextValue();
+      Operation op = c->Put(key, v, rng() % 2 == 0);
+      if (op.outcome == Outcome::kOk) last[k] = v;
+    } else if (dice < 90) {
+      std::string v = c->NextValue();
+      Operation op = c->Cas(key, last[k], last[k].empty(), v);
+      if (op.outcome == Outcome::kOk) {
+        last[k] = op.response.succeeded ? v : (op.response.found ? op.response.value : "");
+      }
+    } else {
+      Operation op = c->Delete(key, rng() % 2 == 0);
+      if (op.outcome == Outcome::kOk) last[k] = "";
+    }
+  }
+}
+
+void RunKubernetesTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
+                          const std::atomic<bool>* stop) {
+  std::mt19937 rng(seed);
+  while (!stop->load(std::memory_order_relaxed)) {
+    const std::string key = absl::StrCat(prefix, "k", rng() % keys);
+    const unsigned dice = rng() % 100;
+    // Every path starts as the apiserver's does: from the current state.
+    Operation read = c->Get(key);
+    if (read.outcome != Outcome::kOk || dice < 30) continue;  // a GET
+    const bool exists = read.response.found;
+    if (!exists) {
+      c->Cas(key, "", /*expect_absent=*/true, c->NextValue());  // a create
+    } else if (dice < 90) {
+      // An update: compare-and-swap on the state read; on a conflict the
+      // failed compare's range is the new state, retried up to 3 times.
+      std::string current = read.response.value;
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        Operation cas = c->Cas(key, current, /*expect_absent=*/false, c->NextValue());
+        if (cas.outcome != Outcome::kOk || cas.response.succeeded || !cas.response.found) break;
+        current = cas.response.value;
+      }
+    } else {
+      c->Delete(key, /*prev_kv=*/true);
+    }
+  }
 }
 
 }  // namespace capstan::testing::cluster

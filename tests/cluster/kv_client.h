@@ -19,6 +19,7 @@
 #ifndef CAPSTAN_TESTS_CLUSTER_KV_CLIENT_H_
 #define CAPSTAN_TESTS_CLUSTER_KV_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -72,6 +73,20 @@ class KvClient {
   int pinned_ = -1;
   int64_t seq_ = 0;
 };
+
+// etcd-style traffic: until `stop`, random gets (35%), puts (35%, half with
+// prev_kv), CASes on the last value this client saw (20%) and deletes (10%)
+// on the keys prefix+"k0" .. prefix+"k<keys-1>".
+void RunEtcdTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
+                    const std::atomic<bool>* stop);
+
+// Traffic shaped like the Kubernetes apiserver's: until `stop`, objects
+// created only when absent, updated by a read of the current state followed
+// by a compare-and-swap on it (a conflict re-reads and retries, as
+// GuaranteedUpdate does), read, and deleted, on prefix+"k0" ..
+// prefix+"k<keys-1>".
+void RunKubernetesTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
+                          const std::atomic<bool>* stop);
 
 // Every event under `prefix` from revision 1 up to `last_revision`, by a
 // Watch at the member `endpoint` (its own channel). Fails if the watch ends,

@@ -1,0 +1,423 @@
+#include "cluster/campaign.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cluster/checker.h"
+#include "cluster/cluster_fixture.h"
+#include "cluster/fault_proxy.h"
+#include "cluster/history.h"
+#include "cluster/kv_client.h"
+#include "cluster/watch_checker.h"
+#include "cluster/watch_client.h"
+
+namespace capstan::testing::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const char kPrefix[] = "/campaign/";
+
+struct FaultInfo {
+  Fault fault;
+  const char* name;
+};
+constexpr FaultInfo kFaults[] = {
+    {Fault::kKillMember, "kill-member"},
+    {Fault::kKillLeader, "kill-leader"},
+    {Fault::kPauseMember, "pause-member"},
+    {Fault::kPauseLeader, "pause-leader"},
+    {Fault::kIsolateLeader, "isolate-leader"},
+    {Fault::kIsolateFollower, "isolate-follower"},
+    {Fault::kSplitMajority, "split-majority"},
+    {Fault::kOneWayFromLeader, "one-way-from-leader"},
+    {Fault::kOneWayToLeader, "one-way-to-leader"},
+    {Fault::kFlappingLink, "flapping-link"},
+    {Fault::kSlowFollower, "slow-follower"},
+};
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One campaign's state: the cluster, its proxy, the recorders.
+class Campaign {
+ public:
+  explicit Campaign(const CampaignOptions& o) : o_(o), rng_(o.seed) {
+    result_.flavor = FlavorName(o.flavor);
+    result_.seed = o.seed;
+  }
+
+  CampaignResult Run();
+
+ private:
+  bool StartCluster();
+  void StartTraffic();
+  void StopTraffic();
+  void Inject(Fault f);
+  // Waits until `n` more operations than now are acknowledged; the seconds
+  // it took, or -1 after `timeout`.
+  double WaitForProgress(int64_t n, milliseconds timeout);
+  int Leader();
+  int OtherThan(int member);
+  milliseconds DrawHold();
+  void Check();
+  void Violation(const std::string& checker, const std::string& what) {
+    result_.violations.push_back(absl::StrCat(checker, ": ", what));
+  }
+  void Log(const std::string& line) {
+    if (o_.verbose) std::printf("[%6.1f s] %s\n", SecondsSince(start_), line.c_str());
+    std::fflush(stdout);
+  }
+
+  const CampaignOptions o_;
+  std::mt19937_64 rng_;
+  CampaignResult result_;
+  Clock::time_point start_ = Clock::now();
+  FaultProxy proxy_;
+  std::unique_ptr<Cluster> cluster_;
+  History history_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<KvClient>> clients_;
+  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<WatchClient>> watchers_;
+};
+
+bool Campaign::StartCluster() {
+  ClusterOptions co = o_.flavor == ServerFlavor::kEtcd ? ClusterOptions::Etcd(o_.members)
+                                                       : ClusterOptions::Capstan(o_.members);
+  co.heartbeat_interval_ms = o_.heartbeat_interval_ms;
+  co.election_timeout_ms = o_.election_timeout_ms;
+  co.peer_front = [this](const Cluster& c, int i, int port) {
+    return proxy_.Front(i, c.data_dir(i), port);
+  };
+  auto started = Cluster::Start(std::move(co));
+  if (!started.ok()) {
+    result_.error = absl::StrCat("the cluster did not start: ", started.status().ToString());
+    return false;
+  }
+  cluster_ = std::move(*started);
+  return true;
+}
+
+void Campaign::StartTraffic() {
+  const int n = o_.etcd_clients + o_.kubernetes_clients;
+  for (int c = 0; c < n; ++c) {
+    clients_.push_back(std::make_unique<KvClient>(c, cluster_->endpoints(), c, &history_));
+  }
+  for (int c = 0; c < n; ++c) {
+    const uint32_t seed = static_cast<uint32_t>(o_.seed * 1000 + c);
+    if (c < o_.etcd_clients) {
+      threads_.emplace_back(RunEtcdTraffic, clients_[c].get(), absl::StrCat(kPrefix, "etcd/"),
+                            o_.keys, seed, &stop_);
+    } else {
+      threads_.emplace_back(RunKubernetesTraffic, clients_[c].get(),
+                            absl::StrCat(kPrefix, "pods/"), o_.keys, seed, &stop_);
+    }
+  }
+  for (int w = 0; w < o_.watchers; ++w) {
+    watchers_.push_back(std::make_unique<WatchClient>(w, cluster_->endpoints(), w, kPrefix,
+                                                      /*start_revision=*/1));
+    watchers_.back()->Start();
+  }
+}
+
+void Campaign::StopTraffic() {
+  stop_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+double Campaign::WaitForProgress(int64_t n, milliseconds timeout) {
+  const auto from = Clock::now();
+  const int64_t target = history_.ok_count() + n;
+  while (history_.ok_count() < target) {
+    if (Clock::now() - from >= timeout) return -1;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return SecondsSince(from);
+}
+
+int Campaign::Leader() {
+  auto l = cluster_->WaitForLeader(seconds(15));
+  return l.ok() ? *l : -1;
+}
+
+int Campaign::OtherThan(int member) {
+  const int n = cluster_->size();
+  const int pick = static_cast<int>(rng_() % (n - 1));
+  return pick >= member ? pick + 1 : pick;
+}
+
+milliseconds Campaign::DrawHold() {
+  const int64_t lo = o_.hold_min.count(), hi = std::max(o_.hold_max.count(), lo);
+  return milliseconds(lo + static_cast<int64_t>(rng_() % (hi - lo + 1)));
+}
+
+void Campaign::Inject(Fault f) {
+  InjectedFault rec;
+  rec.fault = f;
+  rec.at_seconds = SecondsSince(start_);
+  const int leader = Leader();
+  if (leader < 0) {
+    result_.error = absl::StrCat("no leader before ", FaultName(f));
+    return;
+  }
+  const int n = cluster_->size();
+  // Drawn whether used or not, so that a seed's faults hit the same roles.
+  const int random_member = static_cast<int>(rng_() % n);
+  const int follower = OtherThan(leader);
+  milliseconds hold = DrawHold();
+  const auto began = Clock::now();
+  switch (f) {
+    case Fault::kKillMember:
+    case Fault::kKillLeader: {
+      const int victim = f == Fault::kKillLeader ? leader : random_member;
+      rec.member = victim;
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(victim)));
+      cluster_->Kill(victim);
+      std::this_thread::sleep_for(hold);
+      absl::Status st = cluster_->Restart(victim);
+      if (!st.ok()) {
+        result_.error = absl::StrCat(cluster_->name(victim), " did not restart: ", st.ToString());
+        return;
+      }
+      break;
+    }
+    case Fault::kPauseMember:
+    case Fault::kPauseLeader: {
+      const int victim = f == Fault::kPauseLeader ? leader : random_member;
+      rec.member = victim;
+      hold = std::max(hold, milliseconds(o_.election_timeout_ms * 3 / 2));
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(victim)));
+      absl::Status st = cluster_->Pause(victim);
+      std::this_thread::sleep_for(hold);
+      if (st.ok()) st = cluster_->Resume(victim);
+      if (!st.ok()) {
+        result_.error = absl::StrCat("pause/resume ", cluster_->name(victim), ": ", st.ToString());
+        return;
+      }
+      break;
+    }
+    case Fault::kIsolateLeader:
+    case Fault::kIsolateFollower:
+    case Fault::kSplitMajority: {
+      std::vector<int> side;
+      if (f == Fault::kIsolateFollower) {
+        side = {follower};
+      } else {
+        side = {leader};
+        // A minority with the leader: (n - 1) / 2 members.
+        for (int i = 0; static_cast<int>(side.size()) < (n - 1) / 2 && i < n; ++i) {
+          if (f == Fault::kSplitMajority && i != leader) side.push_back(i);
+        }
+      }
+      rec.member = side.size() == 1 ? side[0] : -1;
+      std::string names;
+      for (int i : side) names += cluster_->name(i) + " ";
+      Log(absl::StrCat(FaultName(f), ": ", names, "cut off"));
+      proxy_.Partition(side);
+      std::this_thread::sleep_for(hold);
+      proxy_.HealAll();
+      break;
+    }
+    case Fault::kOneWayFromLeader:
+    case Fault::kOneWayToLeader: {
+      rec.member = leader;
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(leader)));
+      for (int j = 0; j < n; ++j) {
+        if (j == leader) continue;
+        if (f == Fault::kOneWayFromLeader) proxy_.Hold(leader, j, true);
+        if (f == Fault::kOneWayToLeader) proxy_.Hold(j, leader, true);
+      }
+      std::this_thread::sleep_for(hold);
+      proxy_.HealAll();
+      break;
+    }
+    case Fault::kFlappingLink: {
+      rec.member = follower;
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(leader), " <-> ",
+                       cluster_->name(follower)));
+      bool down = false;
+      while (Clock::now() - began < hold) {
+        down = !down;
+        proxy_.Hold(leader, follower, down);
+        proxy_.Hold(follower, leader, down);
+        std::this_thread::sleep_for(milliseconds(100 + rng_() % 200));
+      }
+      proxy_.HealAll();
+      break;
+    }
+    case Fault::kSlowFollower: {
+      rec.member = follower;
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(follower)));
+      proxy_.Delay(follower, milliseconds(150));
+      std::this_thread::sleep_for(hold);
+      proxy_.HealAll();
+      break;
+    }
+  }
+  rec.held_seconds = SecondsSince(began);
+  rec.recovered_seconds = WaitForProgress(20, o_.recovery_timeout);
+  if (rec.recovered_seconds < 0) {
+    Violation("progress", absl::StrFormat("no 20 operations acknowledged within %.1f s after "
+                                          "healing %s at %.1f s",
+                                          o_.recovery_timeout.count() / 1000.0, FaultName(f),
+                                          rec.at_seconds + rec.held_seconds));
+  }
+  Log(absl::StrFormat("healed after %.1f s; serving again %.2f s later", rec.held_seconds,
+                      rec.recovered_seconds));
+  result_.faults.push_back(rec);
+}
+
+void Campaign::Check() {
+  // Every key read once more, linearizably, through the recorders.
+  KvClient reader(static_cast<int>(clients_.size()), cluster_->endpoints(), 0, &history_);
+  for (const char* space : {"etcd/", "pods/"}) {
+    for (int k = 0; k < o_.keys; ++k) {
+      const std::string key = absl::StrCat(kPrefix, space, "k", k);
+      if (reader.Get(key).outcome != Outcome::kOk) reader.Get(key);
+    }
+  }
+  auto rev = cluster_->WaitForConvergence(0, seconds(30));
+  if (!rev.ok()) {
+    result_.error = absl::StrCat("members did not converge: ", rev.status().ToString());
+    return;
+  }
+  result_.final_revision = *rev;
+  auto events = ReadEventLog(cluster_->endpoint(0), kPrefix, *rev, seconds(30));
+  if (!events.ok()) {
+    result_.error = absl::StrCat("reading the event log: ", events.status().ToString());
+    return;
+  }
+
+  std::vector<Operation> ops = history_.Operations();
+  CheckResult lin = CheckHistory(ops, *events);
+  result_.operations = lin.stats.operations;
+  result_.ok = lin.stats.ok;
+  result_.unknown = lin.stats.unknown;
+  for (const auto& v : lin.violations) {
+    Violation("linearizability", absl::StrCat(RuleName(v.rule), ": ", v.message));
+  }
+
+  for (auto& w : watchers_) {
+    if (!w->WaitUntil(*rev, seconds(30))) {
+      Violation("watch", absl::StrCat("watcher ", w->id(), " stopped at revision ",
+                                      w->last_revision(), " of ", *rev));
+    }
+    w->Stop();
+    std::vector<WatchRecord> records = w->Records();
+    WatchCheckResult wr = CheckWatch(records, 1, kPrefix, *events);
+    if (o_.keep_history) result_.watch_records.push_back(std::move(records));
+    result_.watch_events += wr.stats.events;
+    result_.watch_progress += wr.stats.progress;
+    result_.watch_reconnects += wr.stats.reconnects;
+    for (const auto& v : wr.violations) {
+      Violation("watch", absl::StrCat("watcher ", w->id(), ": ", WatchRuleName(v.rule), ": ",
+                                      v.message));
+    }
+  }
+
+  if (o_.keep_history) {
+    result_.history = std::move(ops);
+    result_.log = std::move(*events);
+  }
+
+  std::vector<uint32_t> hashes;
+  for (int i = 0; i < cluster_->size(); ++i) {
+    auto h = cluster_->HashKV(i, *rev);
+    if (!h.ok()) {
+      Violation("hashkv", absl::StrCat(cluster_->name(i), ": ", h.status().ToString()));
+      continue;
+    }
+    hashes.push_back(h->hash());
+    if (hashes.front() != h->hash()) {
+      Violation("hashkv", absl::StrCat(cluster_->name(i), " hashes ", h->hash(), " at revision ",
+                                       *rev, ", ", cluster_->name(0), " ", hashes.front()));
+    }
+  }
+}
+
+CampaignResult Campaign::Run() {
+  start_ = Clock::now();
+  if (!StartCluster()) return result_;
+  StartTraffic();
+  std::vector<Fault> faults = o_.faults.empty() ? AllFaults() : o_.faults;
+  if (WaitForProgress(100, seconds(30)) < 0) {
+    result_.error = "no 100 operations acknowledged in the first 30 s";
+  }
+  while (result_.error.empty() && Clock::now() - start_ < o_.duration) {
+    Inject(faults[rng_() % faults.size()]);
+    std::this_thread::sleep_for(milliseconds(300 + rng_() % 500));
+  }
+  StopTraffic();
+  proxy_.HealAll();
+  if (result_.error.empty()) Check();
+  for (auto& w : watchers_) w->Stop();
+  const FaultProxy::Stats proxy = proxy_.stats();
+  result_.peer_connections = proxy.connections;
+  result_.peer_unattributed = proxy.unattributed;
+  result_.seconds = SecondsSince(start_);
+  return result_;
+}
+
+}  // namespace
+
+const char* FaultName(Fault f) {
+  for (const FaultInfo& i : kFaults) {
+    if (i.fault == f) return i.name;
+  }
+  return "?";
+}
+
+bool ParseFault(const std::string& name, Fault* f) {
+  for (const FaultInfo& i : kFaults) {
+    if (name == i.name) {
+      *f = i.fault;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<Fault> AllFaults() {
+  std::vector<Fault> all;
+  for (const FaultInfo& i : kFaults) all.push_back(i.fault);
+  return all;
+}
+
+std::string CampaignResult::Report() const {
+  std::string out = absl::StrFormat(
+      "%s seed %d: %.1f s, %d operations (%d ok, %d unknown), %d faults, final revision %d\n"
+      "  watch: %d events, %d progress notifications, %d reconnections; "
+      "peer connections: %d (%d not from a member)\n",
+      flavor, seed, seconds, operations, ok, unknown, faults.size(), final_revision, watch_events,
+      watch_progress, watch_reconnects, peer_connections, peer_unattributed);
+  for (const InjectedFault& f : faults) {
+    absl::StrAppendFormat(&out, "  %6.1f s  %-20s member %2d  held %.1f s, serving %.2f s later\n",
+                          f.at_seconds, FaultName(f.fault), f.member, f.held_seconds,
+                          f.recovered_seconds);
+  }
+  if (!error.empty()) absl::StrAppend(&out, "  ERROR: ", error, "\n");
+  absl::StrAppend(&out, "  violations: ", violations.size(), "\n");
+  for (size_t i = 0; i < violations.size() && i < 20; ++i) {
+    absl::StrAppend(&out, "    ", violations[i], "\n");
+  }
+  return out;
+}
+
+CampaignResult RunCampaign(const CampaignOptions& options) {
+  Campaign c(options);
+  return c.Run();
+}
+
+}  // namespace capstan::testing::cluster

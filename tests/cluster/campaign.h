@@ -1,0 +1,131 @@
+// A fault campaign: a cluster of separate member processes (etcd 3.5 or
+// Capstan) whose peer traffic goes through a FaultProxy (fault_proxy.h),
+// clients running etcd-style and Kubernetes-shaped traffic and watchers
+// recording what they receive, while faults are injected one at a time:
+// each is held for a while, then healed, and the cluster must serve writes
+// again before the next. At the end every checker runs on the recorded
+// history:
+//   - linearizability of the KV operations (checker.h);
+//   - watch correctness of every watcher (watch_checker.h);
+//   - every member's HashKV equal at the final revision;
+//   - progress: after each heal the cluster acknowledges writes again
+//     within `recovery_timeout`.
+//
+//   CampaignOptions o;
+//   o.flavor = ServerFlavor::kCapstan;
+//   o.seed = 7;
+//   CampaignResult r = RunCampaign(o);
+//   EXPECT_TRUE(r.ok()) << r.Report();
+//
+// The same seed gives the same faults in the same order, on the same
+// members' roles (the leader, a follower), for both flavors; what the
+// cluster does in between is up to it.
+//
+// Thread safety: RunCampaign may be called from one thread at a time per
+// process (it owns a cluster and a proxy for its duration).
+
+#ifndef CAPSTAN_TESTS_CLUSTER_CAMPAIGN_H_
+#define CAPSTAN_TESTS_CLUSTER_CAMPAIGN_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cluster/checker.h"
+#include "cluster/history.h"
+#include "cluster/watch_checker.h"
+#include "process_fixture.h"
+
+namespace capstan::testing::cluster {
+
+enum class Fault {
+  kKillMember,       // SIGKILL a random member, restart it after the hold
+  kKillLeader,       // SIGKILL the leader
+  kPauseMember,      // SIGSTOP a random member for longer than the election timeout
+  kPauseLeader,      // SIGSTOP the leader
+  kIsolateLeader,    // the leader cut off from every other member
+  kIsolateFollower,  // a follower cut off
+  kSplitMajority,    // the members split in a minority holding the leader and a majority
+  kOneWayFromLeader, // what the leader sends to the others is lost; it hears them
+  kOneWayToLeader,   // what the others send to the leader is lost
+  kFlappingLink,     // the link between the leader and a follower up and down every ~200 ms
+  kSlowFollower,     // a follower's links delayed by 150 ms each way
+};
+const char* FaultName(Fault f);
+// Parses a FaultName; false if unknown.
+bool ParseFault(const std::string& name, Fault* f);
+std::vector<Fault> AllFaults();
+
+struct CampaignOptions {
+  ServerFlavor flavor = ServerFlavor::kCapstan;
+  int members = 3;
+  uint64_t seed = 1;
+  // Traffic runs this long; faults are injected while it runs.
+  std::chrono::milliseconds duration{20000};
+  // The faults drawn from (uniformly), in seed order. Empty: AllFaults().
+  std::vector<Fault> faults;
+  // How long each fault is held: drawn between these.
+  std::chrono::milliseconds hold_min{1500};
+  std::chrono::milliseconds hold_max{3500};
+  // After each heal, the cluster must acknowledge this many new operations
+  // within recovery_timeout.
+  std::chrono::milliseconds recovery_timeout{20000};
+  int etcd_clients = 4;
+  int kubernetes_clients = 4;
+  int keys = 8;
+  int watchers = 3;
+  int heartbeat_interval_ms = 100;
+  int election_timeout_ms = 1000;
+  // Print each fault as it is injected and healed.
+  bool verbose = false;
+  // Keep what the checkers read in the result (history, log, watch_records).
+  bool keep_history = false;
+};
+
+struct InjectedFault {
+  Fault fault;
+  int member = -1;  // the member it hit (-1: several)
+  double at_seconds = 0;
+  double held_seconds = 0;
+  double recovered_seconds = 0;  // from the heal to the next acknowledged writes
+};
+
+struct CampaignResult {
+  std::string flavor;
+  uint64_t seed = 0;
+  double seconds = 0;
+  int64_t operations = 0;
+  int64_t ok = 0;
+  int64_t unknown = 0;
+  int64_t watch_events = 0;
+  int64_t watch_progress = 0;
+  int64_t watch_reconnects = 0;
+  int64_t final_revision = 0;
+  // Peer connections through the proxy, and those not from a member.
+  int64_t peer_connections = 0;
+  int64_t peer_unattributed = 0;
+  std::vector<InjectedFault> faults;
+  // Every violation found, one line each, prefixed with its checker.
+  std::vector<std::string> violations;
+  // An error that stopped the campaign before it could check (the cluster
+  // did not start, a member did not restart): counted as a violation.
+  std::string error;
+
+  // With keep_history: the recorded operations, the event log they were
+  // checked against, and each watcher's records.
+  std::vector<Operation> history;
+  std::vector<Event> log;
+  std::vector<std::vector<WatchRecord>> watch_records;
+
+  bool passed() const { return error.empty() && violations.empty(); }
+  // Totals, the faults with their recovery times, and the violations.
+  std::string Report() const;
+};
+
+CampaignResult RunCampaign(const CampaignOptions& options);
+
+}  // namespace capstan::testing::cluster
+
+#endif  // CAPSTAN_TESTS_CLUSTER_CAMPAIGN_H_

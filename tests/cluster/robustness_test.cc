@@ -1,0 +1,165 @@
+// Fault campaigns (campaign.h) in the test suite: a bounded set of seeds on
+// 3 and 5 members, each run on etcd 3.5 (which keeps the checkers honest)
+// and on Capstan, every fault kind drawn; and each checker shown to fail
+// when a campaign's real record is given the bug it exists to catch.
+// `make robustness` runs the longer campaign with capstan-robustness.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cluster/campaign.h"
+#include "gtest/gtest.h"
+#include "process_fixture.h"
+#include "reference.h"
+
+namespace capstan::testing::cluster {
+namespace {
+
+using std::chrono::seconds;
+
+class RobustnessTest : public ::testing::TestWithParam<ServerFlavor> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ServerFlavor::kEtcd) CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+  }
+  CampaignOptions Options(uint64_t seed, int members) const {
+    CampaignOptions o;
+    o.flavor = GetParam();
+    o.seed = seed;
+    o.members = members;
+    o.duration = seconds(20);
+    o.verbose = true;
+    return o;
+  }
+};
+
+TEST_P(RobustnessTest, ThreeMembersEveryFault) {
+  CampaignResult r = RunCampaign(Options(1, 3));
+  std::printf("%s", r.Report().c_str());
+  EXPECT_TRUE(r.passed()) << r.Report();
+  EXPECT_GE(r.faults.size(), 4u);
+  EXPECT_GT(r.ok, 500);
+  EXPECT_GT(r.watch_events, 0);
+}
+
+TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
+  CampaignOptions o = Options(2, 5);
+  o.faults = {Fault::kSplitMajority, Fault::kIsolateLeader, Fault::kKillLeader,
+              Fault::kOneWayToLeader, Fault::kPauseLeader};
+  CampaignResult r = RunCampaign(o);
+  std::printf("%s", r.Report().c_str());
+  EXPECT_TRUE(r.passed()) << r.Report();
+  EXPECT_GE(r.faults.size(), 4u);
+}
+
+// A real campaign's record, then the bugs the checkers exist for, each put
+// into a copy of it: a write answered that never committed, a read answered
+// from a stale state, a watch event dropped, one delivered twice, one with
+// the wrong prev_kv, and a progress notification sent ahead of an event.
+TEST_P(RobustnessTest, InjectedBugsAreCaught) {
+  CampaignOptions o = Options(3, 3);
+  o.duration = seconds(8);
+  o.faults = {Fault::kKillLeader, Fault::kIsolateLeader};
+  o.keep_history = true;
+  CampaignResult r = RunCampaign(o);
+  ASSERT_TRUE(r.passed()) << r.Report();
+  ASSERT_FALSE(r.watch_records.empty());
+
+  // Answered before commit: an acknowledged put whose value never made it
+  // into the log (the write is answered ok, with a revision, but the log
+  // does not hold it).
+  {
+    std::vector<Operation> ops = r.history;
+    auto it = std::find_if(ops.begin(), ops.end(), [](const Operation& op) {
+      return op.kind == OpKind::kPut && op.outcome == Outcome::kFailed;
+    });
+    if (it == ops.end()) {
+      it = std::find_if(ops.begin(), ops.end(), [](const Operation& op) {
+        return op.kind == OpKind::kPut && op.outcome == Outcome::kOk;
+      });
+      ASSERT_NE(it, ops.end());
+      it->value = "never-committed";  // acknowledged, but the log never saw it
+    } else {
+      it->outcome = Outcome::kOk;
+    }
+    CheckResult c = CheckHistory(ops, r.log);
+    EXPECT_GT(c.Count(Rule::kLostWrite), 0u) << c.Report(3);
+  }
+  // A stale read: the last ok read of a key that was written before it
+  // answers the key's first value.
+  {
+    std::vector<Operation> ops = r.history;
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      if (it->kind == OpKind::kGet && it->outcome == Outcome::kOk && it->response.found &&
+          it->response.mod_revision > 2) {
+        it->response.value = "c0-1";
+        it->response.mod_revision = 1;
+        break;
+      }
+    }
+    CheckResult c = CheckHistory(ops, r.log);
+    EXPECT_FALSE(c.ok()) << "a stale read went unnoticed";
+  }
+  const std::vector<WatchRecord>& clean = r.watch_records[0];
+  ASSERT_TRUE(CheckWatch(clean, 1, "/campaign/", r.log).ok());
+  auto first_event = [](std::vector<WatchRecord>& recs, size_t skip) {
+    size_t seen = 0;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      if (recs[i].kind == WatchRecord::kEvent && seen++ == skip) return i;
+    }
+    return recs.size();
+  };
+  // A dropped event.
+  {
+    std::vector<WatchRecord> recs = clean;
+    const size_t i = first_event(recs, 10);
+    ASSERT_LT(i, recs.size());
+    recs.erase(recs.begin() + static_cast<std::ptrdiff_t>(i));
+    WatchCheckResult c = CheckWatch(recs, 1, "/campaign/", r.log);
+    EXPECT_FALSE(c.ok()) << "a dropped event went unnoticed";
+  }
+  // An event delivered twice.
+  {
+    std::vector<WatchRecord> recs = clean;
+    const size_t i = first_event(recs, 10);
+    ASSERT_LT(i, recs.size());
+    recs.insert(recs.begin() + static_cast<std::ptrdiff_t>(i) + 1, recs[i]);
+    WatchCheckResult c = CheckWatch(recs, 1, "/campaign/", r.log);
+    EXPECT_FALSE(c.ok()) << "a duplicate event went unnoticed";
+  }
+  // A wrong prev_kv.
+  {
+    std::vector<WatchRecord> recs = clean;
+    size_t skip = 0;
+    size_t i = first_event(recs, skip);
+    while (i < recs.size() && !recs[i].has_prev) i = first_event(recs, ++skip);
+    ASSERT_LT(i, recs.size());
+    recs[i].prev_value += "-corrupt";
+    WatchCheckResult c = CheckWatch(recs, 1, "/campaign/", r.log);
+    EXPECT_FALSE(c.ok()) << "a wrong prev_kv went unnoticed";
+  }
+  // A progress notification ahead of an event it covers.
+  {
+    std::vector<WatchRecord> recs = clean;
+    const size_t i = first_event(recs, 10);
+    ASSERT_LT(i, recs.size());
+    WatchRecord progress;
+    progress.kind = WatchRecord::kProgress;
+    progress.revision = recs[i].revision;
+    recs.insert(recs.begin() + static_cast<std::ptrdiff_t>(i), progress);
+    WatchCheckResult c = CheckWatch(recs, 1, "/campaign/", r.log);
+    EXPECT_FALSE(c.ok()) << "a progress notification overtaking an event went unnoticed";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, RobustnessTest,
+                         ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
+                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
+                           return std::string(info.param == ServerFlavor::kEtcd ? "Etcd"
+                                                                                : "Capstan");
+                         });
+
+}  // namespace
+}  // namespace capstan::testing::cluster
