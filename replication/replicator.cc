@@ -220,7 +220,13 @@ absl::Status Replicator::Run() {
       // store may even be ahead of the log's commit index (a crash before
       // the log took a snapshot the store installed).
       config.applied = log_->snapshot_meta().index;
-      config.max_size_per_msg = 1 << 20;
+      // etcd sends up to 1 MiB of entries per append. A follower that probes
+      // (after a restart, a rejection) gets a whole window again for each
+      // heartbeat it answers, and ReadIndex rounds send a heartbeat each:
+      // every window crosses into the engine and is marshaled on this loop,
+      // so a smaller one keeps a catching-up follower from stalling the
+      // leader. A larger single entry still goes alone.
+      config.max_size_per_msg = 256 << 10;
       config.max_inflight_msgs = 512;
       config.storage = &storage_;
       config.log = LogRaft;

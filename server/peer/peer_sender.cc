@@ -1,5 +1,7 @@
 #include "server/peer/peer_sender.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -77,6 +79,16 @@ size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
   util::MutexLock l(&mu_);
   if (stopping_) return 0;
   size_t n = 0;
+  if (active_since_ == absl::InfiniteFuture()) {
+    // No stream: the newest messages replace the oldest.
+    const size_t cap = std::max<size_t>(options_.disconnected_queue_capacity, 1);
+    for (std::string& m : *messages) {
+      if (queue_.size() >= cap) queue_.pop_front();
+      queue_.push_back(std::move(m));
+      ++n;
+    }
+    return n;
+  }
   for (std::string& m : *messages) {
     if (queue_.size() >= options_.queue_capacity) break;
     queue_.push_back(std::move(m));

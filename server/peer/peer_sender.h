@@ -10,7 +10,8 @@
 // on_unreachable(peer) and on_error(peer, status), where a refusal carries
 // the peer's text ("cluster ID mismatch", "the member has been permanently
 // removed from the cluster"). The messages of a failed write and those
-// queued when an attempt fails are dropped (Raft resends what matters).
+// queued when an attempt fails are dropped (Raft resends what matters), and
+// while no stream is open only the newest few are kept.
 //
 // Thread safety: Enqueue, Channel and Stop may be called from any thread.
 // The callbacks run on the sender's thread, never under its lock.
@@ -54,6 +55,11 @@ struct PeerSenderOptions {
   // "prober detected unhealthy status" is logged every 5 s. Null: no probe.
   std::shared_ptr<SSL_CTX> probe_tls;
   size_t queue_capacity = 4096;           // messages
+  // While no stream is open (the peer is down or restarting), only the
+  // newest this many messages are kept: what a member sent to a peer that
+  // was gone is stale when it comes back, and a burst of old heartbeats
+  // would have the leader answer each of their responses with an append.
+  size_t disconnected_queue_capacity = 8;
   size_t max_batch_bytes = 1 << 20;       // per RaftBatch (a larger message goes alone)
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(1);

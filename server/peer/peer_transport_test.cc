@@ -226,11 +226,36 @@ TEST(PeerTransportTest, FullQueueDropsWithoutBlocking) {
   const absl::Time start = absl::Now();
   a->transport->Send(std::move(batch));
   const absl::Duration took = absl::Now() - start;
-  // Reported at once, from Send itself: at least one more report.
-  EXPECT_GT(a->recorder.Unreachable(2), before);
-  // Queueing 16 and dropping the rest is quick; a generous bound that only
-  // a blocking Send would miss.
+  // Keeping the newest few and dropping the rest is quick; a generous bound
+  // that only a blocking Send would miss.
   EXPECT_LT(took, absl::Seconds(5)) << took;
+  // The sender's failed attempts report the peer.
+  EXPECT_TRUE(WaitFor([&] { return a->recorder.Unreachable(2) > before; }));
+}
+
+TEST(PeerTransportTest, WhatWasSentToADownPeerArrivesOnlyInPart) {
+  auto a = StartMember(1);
+  ASSERT_NE(a, nullptr);
+  const int port = FreePort();
+  a->transport->AddPeer(2, {absl::StrCat("http://127.0.0.1:", port)});
+  // Heartbeats and appends for a peer that is down: stale when it is back.
+  std::vector<RaftMessage> batch;
+  for (uint64_t s = 1000; s < 2000; ++s) batch.push_back(Message(1, 2, s));
+  a->transport->Send(std::move(batch));
+  auto b = StartMember(2, kCluster, port);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(WaitFor([&] {
+    a->transport->Send({Message(1, 2, 7)});
+    return b->recorder.CountFrom(1) > 0;
+  }));
+  // At most the newest few of them reach it (a burst of stale heartbeats
+  // would have the leader answer every response with an append).
+  std::vector<uint64_t> stale;
+  for (uint64_t s : b->recorder.From(1)) {
+    if (s >= 1000) stale.push_back(s);
+  }
+  EXPECT_LE(stale.size(), 8u);
+  for (uint64_t s : stale) EXPECT_GE(s, 1992u);
 }
 
 TEST(PeerTransportTest, FullQueueOfALivePeerDropsAndReports) {

@@ -97,9 +97,11 @@ bool Campaign::StartCluster() {
                                                        : ClusterOptions::Capstan(o_.members);
   co.heartbeat_interval_ms = o_.heartbeat_interval_ms;
   co.election_timeout_ms = o_.election_timeout_ms;
-  co.peer_front = [this](const Cluster& c, int i, int port) {
-    return proxy_.Front(i, c.data_dir(i), port);
-  };
+  if (o_.proxy) {
+    co.peer_front = [this](const Cluster& c, int i, int port) {
+      return proxy_.Front(i, c.data_dir(i), port);
+    };
+  }
   auto started = Cluster::Start(std::move(co));
   if (!started.ok()) {
     result_.error = absl::StrCat("the cluster did not start: ", started.status().ToString());
@@ -351,7 +353,16 @@ CampaignResult Campaign::Run() {
   start_ = Clock::now();
   if (!StartCluster()) return result_;
   StartTraffic();
-  std::vector<Fault> faults = o_.faults.empty() ? AllFaults() : o_.faults;
+  std::vector<Fault> faults;
+  for (Fault f : o_.faults.empty() ? AllFaults() : o_.faults) {
+    const bool on_process = f == Fault::kKillMember || f == Fault::kKillLeader ||
+                            f == Fault::kPauseMember || f == Fault::kPauseLeader;
+    if (o_.proxy || on_process) faults.push_back(f);
+  }
+  if (faults.empty()) {
+    result_.error = "no fault to inject without the proxy";
+    return result_;
+  }
   if (WaitForProgress(100, seconds(30)) < 0) {
     result_.error = "no 100 operations acknowledged in the first 30 s";
   }

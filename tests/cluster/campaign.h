@@ -80,6 +80,9 @@ struct CampaignOptions {
   int election_timeout_ms = 1000;
   // Print each fault as it is injected and healed.
   bool verbose = false;
+  // Peer traffic through the fault proxy. Without it, only the faults on
+  // processes (kill, pause) can be injected; the others are skipped.
+  bool proxy = true;
   // Keep what the checkers read in the result (history, log, watch_records).
   bool keep_history = false;
 };

@@ -30,6 +30,7 @@ const char kUsage[] =
     "  --faults=a,b,...        the faults to draw from (default: all):\n"
     "                          %s\n"
     "  --hold=MIN-MAXms        how long each fault is held (default 1500-3500ms)\n"
+    "  --no-proxy              members talk directly (only kill and pause faults then)\n"
     "  --quiet                 no line per fault while it runs\n";
 
 void Usage() {
@@ -79,6 +80,8 @@ int Main(int argc, char** argv) {
         good = good && ParseFault(std::string(f), &parsed);
         o.faults.push_back(parsed);
       }
+    } else if (name == "--no-proxy") {
+      o.proxy = false;
     } else if (name == "--quiet") {
       o.verbose = false;
     } else if (name == "--help" || name == "-h") {
