@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "cmd/cache_proxy.h"
+#include "cmd/disk_fault_switch.h"
 #include "cmd/migrate/migrate.h"
 #include "cmd/snapshot_command.h"
 #include "replication/goraft/go_raft_engine.h"
@@ -101,7 +102,11 @@ int main(int argc, char** argv) {
   StopSignals stop;
   // etcd's Raft (Go), for a member of a multi-member cluster.
   capstan::replication::GoRaftEngineFactory raft;
-  auto server = Server::Start(*config, &raft);
+  // A test hook: a fault campaign fails this member's disk through it.
+  std::unique_ptr<capstan::cmd::DiskFaultSwitch> disk_faults =
+      capstan::cmd::DiskFaultSwitch::FromEnvironment();
+  auto server =
+      Server::Start(*config, &raft, disk_faults ? disk_faults->file_system() : nullptr);
   if (!server.ok()) {
     SPDLOG_CRITICAL("failed to start: {}", std::string(server.status().message()));
     return 1;

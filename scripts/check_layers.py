@@ -45,7 +45,7 @@ LAYERS = {
     'embed': ['include', 'server', 'server/peer', 'replication', 'server/http', 'server/observability', 'server/security',
               'server/api', 'server/config', 'membership', 'auth', 'watchcache', 'mvcc', 'lease',
               'index', 'storage', 'storage/etcdfmt', 'util'],
-    'cmd': ['replication/goraft', 'server/peer', 'replication', 'server', 'server/http', 'server/observability', 'server/security', 'server/api',
+    'cmd': ['storage/testing', 'replication/goraft', 'server/peer', 'replication', 'server', 'server/http', 'server/observability', 'server/security', 'server/api',
             'server/config', 'membership', 'auth', 'watchcache', 'mvcc', 'lease', 'index',
             'storage', 'storage/etcdfmt', 'util'],
 }

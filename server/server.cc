@@ -127,8 +127,9 @@ absl::StatusOr<std::optional<ClientTls>> ClientTlsIfNeeded(const ServerConfig& c
 
 }  // namespace
 
-Server::Server(const ServerConfig& config, replication::RaftEngineFactory* raft)
-    : config_(config), raft_factory_(raft) {}
+Server::Server(const ServerConfig& config, replication::RaftEngineFactory* raft,
+               std::shared_ptr<storage::FileSystem> file_system)
+    : config_(config), raft_factory_(raft), file_system_(std::move(file_system)) {}
 
 struct Server::ReadyWait {
   util::Mutex mu;
@@ -137,9 +138,10 @@ struct Server::ReadyWait {
 
 Server::~Server() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config,
-                                                     replication::RaftEngineFactory* raft) {
-  auto server = Open(config, raft);
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerConfig& config, replication::RaftEngineFactory* raft,
+    std::shared_ptr<storage::FileSystem> file_system) {
+  auto server = Open(config, raft, std::move(file_system));
   if (!server.ok()) return server.status();
   if (auto s = (*server)->Serve(); !s.ok()) {
     (*server)->Shutdown();
@@ -148,9 +150,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   return server;
 }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Open(const ServerConfig& config,
-                                                    replication::RaftEngineFactory* raft) {
-  std::unique_ptr<Server> server(new Server(config, raft));
+absl::StatusOr<std::unique_ptr<Server>> Server::Open(
+    const ServerConfig& config, replication::RaftEngineFactory* raft,
+    std::shared_ptr<storage::FileSystem> file_system) {
+  std::unique_ptr<Server> server(new Server(config, raft, std::move(file_system)));
   if (auto s = server->Init(); !s.ok()) {
     server->Shutdown();
     return s;
@@ -199,6 +202,7 @@ absl::Status Server::OpenStore() {
   // the groups it holds instead of the log (replication/replicator.h).
   backend_options.sync = !config_.unsafe_no_fsync;
   backend_options.block_cache_bytes = static_cast<size_t>(config_.backend_cache_bytes);
+  backend_options.file_system = file_system_;
   auto backend = storage::Backend::Open(backend_options);
   if (!backend.ok()) return backend.status();
 
@@ -359,6 +363,7 @@ absl::Status Server::StartReplication() {
   replication::RaftLogOptions log_options;
   log_options.dir = storage::RaftLogDir(config_.data_dir);
   log_options.sync = !config_.unsafe_no_fsync;
+  log_options.file_system = file_system_;
   auto log = replication::RaftLog::Open(log_options);
   if (!log.ok()) return log.status();
 

@@ -53,6 +53,7 @@ class Transport;
 
 namespace capstan::storage {
 class Backend;
+class FileSystem;
 }  // namespace capstan::storage
 
 namespace capstan::server {
@@ -77,15 +78,20 @@ class Server {
   // more than one member): the `capstan` binary passes etcd's Raft (Go),
   // which libcapstan never links. Without it such a config is refused; a
   // single member never needs it. It must outlive the server.
+  //
+  // file_system: where the store and the Raft log do their I/O; null for the
+  // operating system's (a fault-injecting one in tests).
   static absl::StatusOr<std::unique_ptr<Server>> Start(
-      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr);
+      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr,
+      std::shared_ptr<storage::FileSystem> file_system = nullptr);
 
   // Embedding (libcapstan): Open does what Start does except listening, so
   // the caller can use the store directly; Serve then starts the gRPC and
   // HTTP listeners of config on the same store (at most once). Start is
   // Open followed by Serve.
   static absl::StatusOr<std::unique_ptr<Server>> Open(
-      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr);
+      const ServerConfig& config, replication::RaftEngineFactory* raft = nullptr,
+      std::shared_ptr<storage::FileSystem> file_system = nullptr);
   absl::Status Serve();
   // Owned by the Server; valid until Shutdown. cache() is null when no
   // watch cache prefix is configured.
@@ -106,7 +112,8 @@ class Server {
   // What Serve's phases hand on to one another (server.cc).
   struct Listening;
 
-  Server(const ServerConfig& config, replication::RaftEngineFactory* raft);
+  Server(const ServerConfig& config, replication::RaftEngineFactory* raft,
+         std::shared_ptr<storage::FileSystem> file_system);
 
   // Open: OpenStore, StartWatchHubAndCache, BuildServices, then
   // StartAutoCompaction. On failure the caller calls Shutdown.
@@ -180,6 +187,8 @@ class Server {
   replication::RaftEngineFactory* const raft_factory_;
   // Whether this member's writes go through Raft (OpenStore decides).
   bool replicated_ = false;
+  // Where the store and the Raft log do their I/O (null: the system's).
+  const std::shared_ptr<storage::FileSystem> file_system_;
   std::unique_ptr<membership::MemberInfo> member_;
   auth::AuthStore* auth_store_ = nullptr;  // owned by the auth service
   std::unique_ptr<mvcc::KvStore> store_;

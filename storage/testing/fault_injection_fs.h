@@ -1,8 +1,9 @@
 // FaultInjectionFs: a storage::FileSystem over the operating system's that
 // fails writes, fsyncs or fills the disk on demand and can drop the data a
 // crash would lose (RocksDB's FaultInjectionTestFS, reduced to what Capstan's
-// reliability tests need). Test-only, but built into capstan_storage so tests
-// need no RocksDB headers.
+// reliability tests need). Test-only (capstan_storage_testing, which the
+// capstan binary links for its disk-fault test hook, cmd/disk_fault_switch.h);
+// its users need no RocksDB headers.
 //
 // It keeps, for every file written through it, the size the file had at its
 // last sync: DropUnsyncedData() cuts each file back to that size, which is

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -43,6 +44,7 @@ constexpr FaultInfo kFaults[] = {
     {Fault::kOneWayToLeader, "one-way-to-leader"},
     {Fault::kFlappingLink, "flapping-link"},
     {Fault::kSlowFollower, "slow-follower"},
+    {Fault::kDiskFailure, "disk-failure"},
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -70,6 +72,13 @@ class Campaign {
   int Leader();
   int OtherThan(int member);
   milliseconds DrawHold();
+  // The file member i's disk faults follow (Capstan's test hook).
+  std::string DiskFaultFile(int i) const {
+    return absl::StrCat(dir_, "/m", i, ".disk-fault");
+  }
+  void SetDiskFault(int i, const std::string& fault) {
+    std::ofstream(DiskFaultFile(i), std::ios::trunc) << fault << "\n";
+  }
   void Check();
   void Violation(const std::string& checker, const std::string& what) {
     result_.violations.push_back(absl::StrCat(checker, ": ", what));
@@ -83,6 +92,8 @@ class Campaign {
   std::mt19937_64 rng_;
   CampaignResult result_;
   Clock::time_point start_ = Clock::now();
+  TempDir dir_holder_{"capstan-campaign"};
+  const std::string dir_ = dir_holder_.path();
   FaultProxy proxy_;
   std::unique_ptr<Cluster> cluster_;
   History history_;
@@ -97,6 +108,11 @@ bool Campaign::StartCluster() {
                                                        : ClusterOptions::Capstan(o_.members);
   co.heartbeat_interval_ms = o_.heartbeat_interval_ms;
   co.election_timeout_ms = o_.election_timeout_ms;
+  if (o_.flavor == ServerFlavor::kCapstan) {
+    co.member_env = [this](const Cluster& c, int i) {
+      return std::vector<std::string>{absl::StrCat("CAPSTAN_TEST_DISK_FAULT_FILE=", DiskFaultFile(i))};
+    };
+  }
   if (o_.proxy) {
     co.peer_front = [this](const Cluster& c, int i, int port) {
       return proxy_.Front(i, c.data_dir(i), port);
@@ -259,6 +275,31 @@ void Campaign::Inject(Fault f) {
       proxy_.HealAll();
       break;
     }
+    case Fault::kDiskFailure: {
+      const int victim = random_member;
+      const char* kind = rng_() % 2 == 0 ? "sync-error" : "no-space";
+      rec.member = victim;
+      Log(absl::StrCat(FaultName(f), " ", cluster_->name(victim), ": ", kind));
+      SetDiskFault(victim, kind);
+      std::this_thread::sleep_for(hold);
+      SetDiskFault(victim, "none");
+      // A member whose disk failed has stopped (its Raft log could not be
+      // written) or refuses writes until restarted (its store fails stop):
+      // a supervisor restarts it.
+      if (cluster_->running(victim)) {
+        cluster_->Kill(victim);
+      } else {
+        Log(absl::StrCat(cluster_->name(victim), " had stopped: ",
+                         cluster_->exit_info(victim).ToString()));
+      }
+      absl::Status st = cluster_->Restart(victim);
+      if (!st.ok()) {
+        result_.error = absl::StrCat(cluster_->name(victim), " did not restart after its disk "
+                                     "failed: ", st.ToString());
+        return;
+      }
+      break;
+    }
     case Fault::kSlowFollower: {
       rec.member = follower;
       Log(absl::StrCat(FaultName(f), " ", cluster_->name(follower)));
@@ -357,6 +398,10 @@ CampaignResult Campaign::Run() {
   for (Fault f : o_.faults.empty() ? AllFaults() : o_.faults) {
     const bool on_process = f == Fault::kKillMember || f == Fault::kKillLeader ||
                             f == Fault::kPauseMember || f == Fault::kPauseLeader;
+    if (f == Fault::kDiskFailure) {
+      if (o_.flavor == ServerFlavor::kCapstan) faults.push_back(f);
+      continue;
+    }
     if (o_.proxy || on_process) faults.push_back(f);
   }
   if (faults.empty()) {

@@ -52,6 +52,9 @@ enum class Fault {
   kOneWayToLeader,   // what the others send to the leader is lost
   kFlappingLink,     // the link between the leader and a follower up and down every ~200 ms
   kSlowFollower,     // a follower's links delayed by 150 ms each way
+  kDiskFailure,      // a random member's fsyncs fail (EIO) or its disk is full (ENOSPC), then
+                     // it is restarted on a working disk; Capstan only (its test hook,
+                     // cmd/disk_fault_switch.h), skipped for etcd
 };
 const char* FaultName(Fault f);
 // Parses a FaultName; false if unknown.

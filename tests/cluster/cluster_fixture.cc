@@ -186,7 +186,12 @@ absl::Status Cluster::Spawn(int i, const std::vector<std::string>& flags) {
   Member& m = members_[i];
   m.argv = BuildArgv(i);
   m.argv.insert(m.argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<pid_t> pid = SpawnChild(m.argv, log_path(i), m.env);
+  std::vector<std::string> env = m.env;
+  if (options_.member_env) {
+    std::vector<std::string> more = options_.member_env(*this, i);
+    env.insert(env.end(), more.begin(), more.end());
+  }
+  absl::StatusOr<pid_t> pid = SpawnChild(m.argv, log_path(i), env);
   if (!pid.ok()) return pid.status();
   m.pid = *pid;
   m.paused = false;

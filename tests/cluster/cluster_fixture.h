@@ -75,6 +75,9 @@ struct ClusterOptions {
   // peer URL and the others dial (a FaultProxy's front, fault_proxy.h).
   std::function<absl::StatusOr<int>(const class Cluster& cluster, int i, int listen_peer_port)>
       peer_front;
+  // When set, "NAME=value" entries added to member i's environment at every
+  // start (a test hook's variable).
+  std::function<std::vector<std::string>(const class Cluster& cluster, int i)> member_env;
   // "https" for peer URLs over TLS (the peer TLS flags go in extra_args).
   std::string peer_scheme = "http";
   // Start and Restart give up after this long.
