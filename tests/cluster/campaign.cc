@@ -16,6 +16,7 @@
 #include "cluster/fault_proxy.h"
 #include "cluster/history.h"
 #include "cluster/kv_client.h"
+#include "cluster/lease_client.h"
 #include "cluster/watch_checker.h"
 #include "cluster/watch_client.h"
 
@@ -101,6 +102,7 @@ class Campaign {
   std::vector<std::unique_ptr<KvClient>> clients_;
   std::vector<std::thread> threads_;
   std::vector<std::unique_ptr<WatchClient>> watchers_;
+  std::vector<std::unique_ptr<LeaseClient>> lease_clients_;
 };
 
 bool Campaign::StartCluster() {
@@ -141,6 +143,12 @@ void Campaign::StartTraffic() {
       threads_.emplace_back(RunKubernetesTraffic, clients_[c].get(),
                             absl::StrCat(kPrefix, "pods/"), o_.keys, seed, &stop_);
     }
+  }
+  for (int l = 0; l < o_.lease_clients; ++l) {
+    lease_clients_.push_back(std::make_unique<LeaseClient>(
+        l, cluster_->endpoints(), l + 1, "/campaign-leases/",
+        static_cast<uint32_t>(o_.seed * 1000 + 500 + l)));
+    threads_.emplace_back([c = lease_clients_.back().get(), this] { c->Run(&stop_); });
   }
   for (int w = 0; w < o_.watchers; ++w) {
     watchers_.push_back(std::make_unique<WatchClient>(w, cluster_->endpoints(), w, kPrefix,
@@ -185,6 +193,7 @@ void Campaign::Inject(Fault f) {
   InjectedFault rec;
   rec.fault = f;
   rec.at_seconds = SecondsSince(start_);
+  rec.start_ns = NowNs();
   const int leader = Leader();
   if (leader < 0) {
     result_.error = absl::StrCat("no leader before ", FaultName(f));
@@ -311,6 +320,7 @@ void Campaign::Inject(Fault f) {
   }
   rec.held_seconds = SecondsSince(began);
   rec.recovered_seconds = WaitForProgress(20, o_.recovery_timeout);
+  rec.end_ns = NowNs();
   if (rec.recovered_seconds < 0) {
     Violation("progress", absl::StrFormat("no 20 operations acknowledged within %.1f s after "
                                           "healing %s at %.1f s",
@@ -370,7 +380,37 @@ void Campaign::Check() {
     }
   }
 
+  // Leases: each fault that overlaps a lease's window may have changed the
+  // leader, and a new leader gives every lease its TTL again (plus an
+  // election); expiry is checked every 500 ms.
+  std::vector<LeaseRecord> leases;
+  for (auto& c : lease_clients_) {
+    std::vector<LeaseRecord> r = c->Records();
+    leases.insert(leases.end(), r.begin(), r.end());
+  }
+  const int64_t election_ns = int64_t{o_.election_timeout_ms} * 1000000;
+  const auto allowance = [this, election_ns](int64_t from, int64_t to) {
+    int64_t allowed = 1500000000 + election_ns;
+    for (int pass = 0; pass < 2; ++pass) {
+      int64_t extra = 0;
+      for (const InjectedFault& f : result_.faults) {
+        if (f.start_ns <= to + allowed && f.end_ns >= from) {
+          extra += 3000000000 + (f.end_ns - f.start_ns) + 2 * election_ns;
+        }
+      }
+      allowed = 1500000000 + election_ns + extra;
+    }
+    return allowed;
+  };
+  LeaseCheckResult lr = CheckLeases(leases, allowance);
+  result_.leases = lr.leases;
+  result_.leases_expired = lr.expired;
+  for (const auto& v : lr.violations) {
+    Violation("lease", absl::StrCat(LeaseRuleName(v.rule), ": ", v.message));
+  }
+
   if (o_.keep_history) {
+    result_.lease_records = std::move(leases);
     result_.history = std::move(ops);
     result_.log = std::move(*events);
   }
@@ -454,10 +494,11 @@ std::vector<Fault> AllFaults() {
 std::string CampaignResult::Report() const {
   std::string out = absl::StrFormat(
       "%s seed %d: %.1f s, %d operations (%d ok, %d unknown), %d faults, final revision %d\n"
-      "  watch: %d events, %d progress notifications, %d reconnections; "
-      "peer connections: %d (%d not from a member)\n",
+      "  watch: %d events, %d progress notifications, %d reconnections; leases: %d (%d seen to "
+      "expire); peer connections: %d (%d not from a member)\n",
       flavor, seed, seconds, operations, ok, unknown, faults.size(), final_revision, watch_events,
-      watch_progress, watch_reconnects, peer_connections, peer_unattributed);
+      watch_progress, watch_reconnects, leases, leases_expired, peer_connections,
+      peer_unattributed);
   for (const InjectedFault& f : faults) {
     absl::StrAppendFormat(&out, "  %6.1f s  %-20s member %2d  held %.1f s, serving %.2f s later\n",
                           f.at_seconds, FaultName(f.fault), f.member, f.held_seconds,

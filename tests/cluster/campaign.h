@@ -7,6 +7,8 @@
 // history:
 //   - linearizability of the KV operations (checker.h);
 //   - watch correctness of every watcher (watch_checker.h);
+//   - leases (lease_checker.h): none revoked before its TTL ran out, none
+//     outliving its expiry by more than leader changes allow;
 //   - every member's HashKV equal at the final revision;
 //   - progress: after each heal the cluster acknowledges writes again
 //     within `recovery_timeout`.
@@ -35,6 +37,7 @@
 
 #include "cluster/checker.h"
 #include "cluster/history.h"
+#include "cluster/lease_checker.h"
 #include "cluster/watch_checker.h"
 #include "process_fixture.h"
 
@@ -79,6 +82,9 @@ struct CampaignOptions {
   int kubernetes_clients = 4;
   int keys = 8;
   int watchers = 3;
+  // Lease clients (lease_client.h): a lease at a time each, kept alive, then
+  // revoked or left to expire, under /campaign-leases/.
+  int lease_clients = 2;
   int heartbeat_interval_ms = 100;
   int election_timeout_ms = 1000;
   // Print each fault as it is injected and healed.
@@ -96,6 +102,9 @@ struct InjectedFault {
   double at_seconds = 0;
   double held_seconds = 0;
   double recovered_seconds = 0;  // from the heal to the next acknowledged writes
+  // On NowNs()'s clock (history.h): injected, and serving again after it.
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
 };
 
 struct CampaignResult {
@@ -108,6 +117,8 @@ struct CampaignResult {
   int64_t watch_events = 0;
   int64_t watch_progress = 0;
   int64_t watch_reconnects = 0;
+  int64_t leases = 0;
+  int64_t leases_expired = 0;
   int64_t final_revision = 0;
   // Peer connections through the proxy, and those not from a member.
   int64_t peer_connections = 0;
@@ -124,6 +135,7 @@ struct CampaignResult {
   std::vector<Operation> history;
   std::vector<Event> log;
   std::vector<std::vector<WatchRecord>> watch_records;
+  std::vector<LeaseRecord> lease_records;
 
   bool passed() const { return error.empty() && violations.empty(); }
   // Totals, the faults with their recovery times, and the violations.

@@ -1,6 +1,8 @@
 #include "cluster/kv_client.h"
 
+#include <atomic>
 #include <random>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -182,16 +184,37 @@ absl::StatusOr<std::vector<Event>> ReadEventLog(const std::string& endpoint,
   if (!stream->Write(req)) {
     return absl::UnavailableError(absl::StrCat("watch at ", endpoint, ": cannot send create"));
   }
+  // Revisions made outside the prefix (a lease's key expiring) bring no
+  // event: a progress notification, asked for every 100 ms, tells that
+  // every event up to its revision has been sent.
+  std::atomic<bool> done{false};
+  std::thread progress([&] {
+    etcdserverpb::WatchRequest ask;
+    ask.mutable_progress_request();
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!done.load() && !stream->Write(ask)) return;
+    }
+  });
   std::vector<Event> events;
   int64_t seen = 0;
   etcdserverpb::WatchResponse resp;
   while (seen < last_revision && stream->Read(&resp)) {
+    if (resp.events_size() == 0 && !resp.created() && !resp.canceled() &&
+        resp.compact_revision() == 0) {
+      seen = std::max(seen, resp.header().revision());
+      continue;
+    }
     if (resp.compact_revision() != 0) {
+      done = true;
       ctx.TryCancel();
+      progress.join();
       return absl::OutOfRangeError(absl::StrCat("watch compacted at ", resp.compact_revision()));
     }
     if (resp.canceled()) {
+      done = true;
       ctx.TryCancel();
+      progress.join();
       return absl::AbortedError(absl::StrCat("watch canceled: ", resp.cancel_reason()));
     }
     for (const auto& e : resp.events()) {
@@ -204,7 +227,9 @@ absl::StatusOr<std::vector<Event>> ReadEventLog(const std::string& endpoint,
       events.push_back(std::move(ev));
     }
   }
+  done = true;
   ctx.TryCancel();
+  progress.join();
   grpc::Status st = stream->Finish();
   if (seen < last_revision) {
     return absl::DeadlineExceededError(absl::StrCat(

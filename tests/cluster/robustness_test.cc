@@ -42,6 +42,7 @@ TEST_P(RobustnessTest, ThreeMembersEveryFault) {
   EXPECT_GE(r.faults.size(), 4u);
   EXPECT_GT(r.ok, 500);
   EXPECT_GT(r.watch_events, 0);
+  EXPECT_GT(r.leases_expired, 0);
 }
 
 TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
@@ -56,8 +57,9 @@ TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
 
 // A real campaign's record, then the bugs the checkers exist for, each put
 // into a copy of it: a write answered that never committed, a read answered
-// from a stale state, a watch event dropped, one delivered twice, one with
-// the wrong prev_kv, and a progress notification sent ahead of an event.
+// from a stale state, a lease revoked early, a lease's key outliving it, a
+// watch event dropped, one delivered twice, one with the wrong prev_kv, and
+// a progress notification sent ahead of an event.
 TEST_P(RobustnessTest, InjectedBugsAreCaught) {
   CampaignOptions o = Options(3, 3);
   o.duration = seconds(8);
@@ -101,6 +103,48 @@ TEST_P(RobustnessTest, InjectedBugsAreCaught) {
     }
     CheckResult c = CheckHistory(ops, r.log);
     EXPECT_FALSE(c.ok()) << "a stale read went unnoticed";
+  }
+  // A lease revoked early: a read made while the lease was still kept
+  // alive reports its key gone.
+  {
+    ASSERT_FALSE(r.lease_records.empty());
+    EXPECT_TRUE(CheckLeases(r.lease_records, [](int64_t, int64_t) {
+                  return int64_t{60} * 1000000000;
+                }).ok());
+    std::vector<LeaseRecord> leases = r.lease_records;
+    bool injected = false;
+    for (LeaseRecord& l : leases) {
+      for (LeaseRecord::Read& read : l.reads) {
+        if (!injected && !l.keepalives.empty() && read.found &&
+            read.invoke_ns > l.put_complete_ns &&
+            read.complete_ns < l.keepalives.back().invoke_ns) {
+          read.found = false;
+          injected = true;
+        }
+      }
+    }
+    ASSERT_TRUE(injected) << "no lease was kept alive while its key was read";
+    EXPECT_GT(CheckLeases(leases, [](int64_t, int64_t) { return int64_t{0}; })
+                  .Count(LeaseRule::kRevokedEarly),
+              0u);
+  }
+  // A lease that outlived its expiry: its key read a minute after its last
+  // keep-alive.
+  {
+    std::vector<LeaseRecord> leases = r.lease_records;
+    LeaseRecord& l = leases.front();
+    LeaseRecord::Read late;
+    late.invoke_ns = l.grant.complete_ns + int64_t{60} * 1000000000;
+    for (const auto& k : l.keepalives) {
+      late.invoke_ns = std::max(late.invoke_ns, k.complete_ns + int64_t{60} * 1000000000);
+    }
+    late.complete_ns = late.invoke_ns + 1000000;
+    late.found = true;
+    l.reads.push_back(late);
+    l.revoke_invoke_ns = l.revoke_complete_ns = 0;
+    EXPECT_GT(CheckLeases(leases, [](int64_t, int64_t) { return int64_t{5} * 1000000000; })
+                  .Count(LeaseRule::kOutlived),
+              0u);
   }
   const std::vector<WatchRecord>& clean = r.watch_records[0];
   ASSERT_TRUE(CheckWatch(clean, 1, "/campaign/", r.log).ok());
