@@ -13,6 +13,7 @@ namespace {
 constexpr std::string_view kClusterIdKey = "capstan/clusterID";
 constexpr std::string_view kMemberIdKey = "capstan/memberID";
 constexpr std::string_view kTermKey = "capstan/raftTerm";
+constexpr std::string_view kJoinedMembersKey = "capstan/joinedMembers";
 
 // The first 8 bytes of the SHA-1 of data, big-endian: how etcd turns what
 // names a member or a cluster into its id.
@@ -105,6 +106,27 @@ absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint6
   batch.Put(storage::Cf::kMeta, kClusterIdKey, U64Bytes(cluster_id));
   batch.Put(storage::Cf::kMeta, kMemberIdKey, U64Bytes(member_id));
   return backend->Write(&batch);
+}
+
+absl::Status StoreJoinedMembers(storage::Backend* backend,
+                                const std::vector<ClusterMember>& members) {
+  etcdserverpb::MemberListResponse list;
+  for (const ClusterMember& m : members) ToProto(m, list.add_members());
+  storage::WriteBatch batch;
+  batch.Put(storage::Cf::kMeta, kJoinedMembersKey, list.SerializeAsString());
+  return backend->Write(&batch);
+}
+
+absl::StatusOr<std::vector<ClusterMember>> LoadJoinedMembers(storage::Backend* backend) {
+  std::string value;
+  auto s = backend->Get(storage::Cf::kMeta, kJoinedMembersKey, &value);
+  if (absl::IsNotFound(s)) return std::vector<ClusterMember>{};
+  if (!s.ok()) return s;
+  etcdserverpb::MemberListResponse list;
+  if (!list.ParseFromString(value)) return absl::DataLossError("the joined members record is corrupt");
+  std::vector<ClusterMember> members;
+  for (const auto& m : list.members()) members.push_back(FromProto(m));
+  return members;
 }
 
 std::vector<ClusterMember> MembersOf(const MemberInfo& member) {

@@ -131,6 +131,15 @@ absl::StatusOr<MemberInfo> LoadOrCreateMember(storage::Backend* backend, const s
 // that member's store) is made this member's before it is installed.
 absl::Status StampIdentity(storage::Backend* backend, uint64_t cluster_id, uint64_t member_id);
 
+// A member that joined a running cluster keeps the members the cluster
+// listed when it joined: until it has applied the log's membership entries
+// its own table is empty, and a restart before then must know its peers by
+// the IDs the cluster gave them, not by IDs computed from --initial-cluster.
+absl::Status StoreJoinedMembers(storage::Backend* backend,
+                                const std::vector<ClusterMember>& members);
+// The members StoreJoinedMembers kept; empty when it never ran.
+absl::StatusOr<std::vector<ClusterMember>> LoadJoinedMembers(storage::Backend* backend);
+
 // The members this member knows: its Raft view's, or itself alone.
 std::vector<ClusterMember> MembersOf(const MemberInfo& member);
 

@@ -215,6 +215,12 @@ absl::Status Server::OpenStore() {
   if (config_.initial_cluster_state == ClusterState::kExisting && member_->created &&
       initial.size() > 1) {
     if (auto s = JoinExistingCluster(backend->get()); !s.ok()) return s;
+  } else if (!member_->created) {
+    // A member that joined keeps the table it was given (until its store
+    // holds one of its own, which then rules).
+    auto joined = membership::LoadJoinedMembers(backend->get());
+    if (!joined.ok()) return joined.status();
+    if (!joined->empty()) member_->initial_members = *std::move(joined);
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -275,6 +281,7 @@ absl::Status Server::JoinExistingCluster(storage::Backend* backend) {
   }
   const uint64_t cluster_id = fetched->header().cluster_id();
   if (auto s = membership::StampIdentity(backend, cluster_id, own_id); !s.ok()) return s;
+  if (auto s = membership::StoreJoinedMembers(backend, members); !s.ok()) return s;
   member_->member_id = own_id;
   member_->cluster_id = cluster_id;
   member_->initial_members = std::move(members);

@@ -9,8 +9,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cluster/checker.h"
 #include "cluster/cluster_fixture.h"
 #include "cluster/fault_proxy.h"
@@ -46,6 +48,7 @@ constexpr FaultInfo kFaults[] = {
     {Fault::kFlappingLink, "flapping-link"},
     {Fault::kSlowFollower, "slow-follower"},
     {Fault::kDiskFailure, "disk-failure"},
+    {Fault::kLaggingLearner, "lagging-learner"},
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -73,6 +76,8 @@ class Campaign {
   int Leader();
   int OtherThan(int member);
   milliseconds DrawHold();
+  bool AddLaggingLearner(int leader, milliseconds hold, InjectedFault* rec);
+  absl::StatusOr<std::string> Etcdctl(int via, const std::vector<std::string>& args);
   // The file member i's disk faults follow (Capstan's test hook).
   std::string DiskFaultFile(int i) const {
     return absl::StrCat(dir_, "/m", i, ".disk-fault");
@@ -110,6 +115,10 @@ bool Campaign::StartCluster() {
                                                        : ClusterOptions::Capstan(o_.members);
   co.heartbeat_interval_ms = o_.heartbeat_interval_ms;
   co.election_timeout_ms = o_.election_timeout_ms;
+  co.snapshot_count = o_.snapshot_count;
+  if (o_.flavor == ServerFlavor::kCapstan) {
+    co.extra_args.push_back("--experimental-snapshot-catchup-entries=500");
+  }
   if (o_.flavor == ServerFlavor::kCapstan) {
     co.member_env = [this](const Cluster& c, int i) {
       return std::vector<std::string>{absl::StrCat("CAPSTAN_TEST_DISK_FAULT_FILE=", DiskFaultFile(i))};
@@ -179,7 +188,7 @@ int Campaign::Leader() {
 }
 
 int Campaign::OtherThan(int member) {
-  const int n = cluster_->size();
+  const int n = o_.members;  // the voters; learners come and go above them
   const int pick = static_cast<int>(rng_() % (n - 1));
   return pick >= member ? pick + 1 : pick;
 }
@@ -187,6 +196,91 @@ int Campaign::OtherThan(int member) {
 milliseconds Campaign::DrawHold() {
   const int64_t lo = o_.hold_min.count(), hi = std::max(o_.hold_max.count(), lo);
   return milliseconds(lo + static_cast<int64_t>(rng_() % (hi - lo + 1)));
+}
+
+absl::StatusOr<std::string> Campaign::Etcdctl(int via, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {EtcdctlBinary(), "--endpoints=" + cluster_->endpoint(via),
+                                   "--command-timeout=10s"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CommandResult r = RunCommand(argv, "", seconds(30));
+  if (!r.exit.exited || r.exit.exit_code != 0) {
+    return absl::UnavailableError(absl::StrCat("etcdctl ", absl::StrJoin(args, " "), ": ",
+                                               r.exit.ToString(), ": ", r.err));
+  }
+  return r.out;
+}
+
+bool Campaign::AddLaggingLearner(int leader, milliseconds hold, InjectedFault* rec) {
+  auto reserved = cluster_->ReserveMember();
+  if (!reserved.ok()) {
+    result_.error = absl::StrCat("reserving a learner: ", reserved.status().ToString());
+    return false;
+  }
+  const int l = *reserved;
+  rec->member = l;
+  Log(absl::StrCat(FaultName(rec->fault), " ", cluster_->name(l), ", links slowed by 100 ms"));
+  proxy_.Delay(l, milliseconds(100));
+  // A cluster whose members have not all been up for 5 s refuses to grow
+  // ("unhealthy cluster", --strict-reconfig-check): retried until they have.
+  absl::StatusOr<std::string> added = absl::UnavailableError("not tried");
+  const auto add_deadline = Clock::now() + seconds(20);
+  while (Clock::now() < add_deadline) {
+    added = Etcdctl(leader, {"member", "add", cluster_->name(l), "--learner",
+                             "--peer-urls=" + cluster_->peer_url(l)});
+    if (added.ok() || !absl::StrContains(added.status().message(), "unhealthy cluster")) break;
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+  absl::StatusOr<MemberAdded> parsed =
+      added.ok() ? ParseMemberAdd(*added) : absl::StatusOr<MemberAdded>(added.status());
+  if (!parsed.ok()) {
+    result_.error = absl::StrCat("adding a learner: ", parsed.status().ToString());
+    return false;
+  }
+  if (absl::Status s = cluster_->StartJoining(l, parsed->env); !s.ok()) {
+    result_.error = absl::StrCat("starting learner ", cluster_->name(l), ": ", s.ToString());
+    return false;
+  }
+  // SIGKILLed once while it catches up, then restarted on its data.
+  std::this_thread::sleep_for(hold / 2);
+  Log(absl::StrCat("killing learner ", cluster_->name(l), " while it catches up"));
+  cluster_->Kill(l);
+  if (absl::Status s = cluster_->Restart(l); !s.ok()) {
+    result_.error = absl::StrCat("restarting learner ", cluster_->name(l), ": ", s.ToString());
+    return false;
+  }
+  std::this_thread::sleep_for(hold / 2);
+  proxy_.HealAll();
+  // Caught up: it has applied what the leader had committed by now.
+  const int now_leader = Leader();
+  auto target = now_leader >= 0 ? cluster_->Status(now_leader, seconds(5))
+                                : absl::StatusOr<etcdserverpb::StatusResponse>(
+                                      absl::UnavailableError("no leader"));
+  bool caught_up = false;
+  const auto deadline = Clock::now() + o_.recovery_timeout;
+  while (target.ok() && Clock::now() < deadline) {
+    auto st = cluster_->Status(l, seconds(2));
+    if (st.ok() && st->raftappliedindex() >= target->raftindex()) {
+      caught_up = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  if (!caught_up) {
+    Violation("learner", absl::StrFormat("%s did not catch up within %.0f s of its links healing",
+                                         cluster_->name(l), o_.recovery_timeout.count() / 1000.0));
+  }
+  const uint64_t id = parsed->id;
+  auto removed = Etcdctl(now_leader >= 0 ? now_leader : leader,
+                         {"member", "remove", absl::StrFormat("%x", id)});
+  if (!removed.ok()) {
+    result_.error = absl::StrCat("removing learner ", cluster_->name(l), ": ",
+                                 removed.status().ToString());
+    return false;
+  }
+  // A removed member stops by itself.
+  auto exited = cluster_->WaitForExit(l, seconds(20));
+  if (!exited.ok()) cluster_->Kill(l);
+  return true;
 }
 
 void Campaign::Inject(Fault f) {
@@ -199,7 +293,7 @@ void Campaign::Inject(Fault f) {
     result_.error = absl::StrCat("no leader before ", FaultName(f));
     return;
   }
-  const int n = cluster_->size();
+  const int n = o_.members;
   // Drawn whether used or not, so that a seed's faults hit the same roles.
   const int random_member = static_cast<int>(rng_() % n);
   const int follower = OtherThan(leader);
@@ -309,6 +403,10 @@ void Campaign::Inject(Fault f) {
       }
       break;
     }
+    case Fault::kLaggingLearner: {
+      if (!AddLaggingLearner(leader, hold, &rec)) return;
+      break;
+    }
     case Fault::kSlowFollower: {
       rec.member = follower;
       Log(absl::StrCat(FaultName(f), " ", cluster_->name(follower)));
@@ -416,7 +514,7 @@ void Campaign::Check() {
   }
 
   std::vector<uint32_t> hashes;
-  for (int i = 0; i < cluster_->size(); ++i) {
+  for (int i = 0; i < o_.members; ++i) {
     auto h = cluster_->HashKV(i, *rev);
     if (!h.ok()) {
       Violation("hashkv", absl::StrCat(cluster_->name(i), ": ", h.status().ToString()));
@@ -452,7 +550,8 @@ CampaignResult Campaign::Run() {
     result_.error = "no 100 operations acknowledged in the first 30 s";
   }
   while (result_.error.empty() && Clock::now() - start_ < o_.duration) {
-    Inject(faults[rng_() % faults.size()]);
+    const size_t pick = rng_() % faults.size();
+    Inject(faults[o_.cycle_faults ? result_.faults.size() % faults.size() : pick]);
     std::this_thread::sleep_for(milliseconds(300 + rng_() % 500));
   }
   StopTraffic();

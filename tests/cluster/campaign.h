@@ -58,6 +58,9 @@ enum class Fault {
   kDiskFailure,      // a random member's fsyncs fail (EIO) or its disk is full (ENOSPC), then
                      // it is restarted on a working disk; Capstan only (its test hook,
                      // cmd/disk_fault_switch.h), skipped for etcd
+  kLaggingLearner,   // a learner joins over slow links and catches up (by snapshot once the
+                     // log is compacted), is SIGKILLed once while it does and restarted, and
+                     // is removed once it has caught up
 };
 const char* FaultName(Fault f);
 // Parses a FaultName; false if unknown.
@@ -72,6 +75,8 @@ struct CampaignOptions {
   std::chrono::milliseconds duration{20000};
   // The faults drawn from (uniformly), in seed order. Empty: AllFaults().
   std::vector<Fault> faults;
+  // Take the faults in their order, round and round, instead of drawing.
+  bool cycle_faults = false;
   // How long each fault is held: drawn between these.
   std::chrono::milliseconds hold_min{1500};
   std::chrono::milliseconds hold_max{3500};
@@ -85,6 +90,10 @@ struct CampaignOptions {
   // Lease clients (lease_client.h): a lease at a time each, kept alive, then
   // revoked or left to expire, under /campaign-leases/.
   int lease_clients = 2;
+  // --snapshot-count: low, so that the leader compacts its log and a
+  // lagging learner catches up by snapshot. Capstan also keeps only 500
+  // entries after a compaction (etcd 3.5 keeps 5000, fixed).
+  int64_t snapshot_count = 2000;
   int heartbeat_interval_ms = 100;
   int election_timeout_ms = 1000;
   // Print each fault as it is injected and healed.

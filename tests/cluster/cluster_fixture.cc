@@ -12,8 +12,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -72,6 +76,36 @@ Cluster::~Cluster() {
   } else {
     RemoveTree(dir_);
   }
+}
+
+absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out) {
+  MemberAdded added;
+  bool have_id = false;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    if (absl::StartsWith(line, "Member ")) {
+      std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (words.size() < 2 || !absl::SimpleHexAtoi(words[1], &added.id)) {
+        return absl::InvalidArgumentError(absl::StrCat("no member ID in \"", line, "\""));
+      }
+      have_id = true;
+      continue;
+    }
+    if (!absl::StartsWith(line, "ETCD_")) continue;
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("no '=' in \"", line, "\""));
+    }
+    absl::string_view key = line.substr(0, eq);
+    absl::string_view value = line.substr(eq + 1);
+    if (!absl::ConsumePrefix(&value, "\"") || !absl::ConsumeSuffix(&value, "\"") ||
+        absl::StrContains(value, "\\")) {
+      return absl::InvalidArgumentError(absl::StrCat("not a plain quoted value: \"", line, "\""));
+    }
+    added.env.push_back(absl::StrCat(key, "=", value));
+    added.vars[std::string(key)] = std::string(value);
+  }
+  if (!have_id) return absl::InvalidArgumentError("no \"Member <id> added\" line");
+  return added;
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) {

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,23 @@ namespace capstan::testing::cluster {
 // connection (no subchannel shared with other channels), no message size
 // limits, and reconnects within 250 ms while a member restarts.
 std::shared_ptr<grpc::Channel> NewMemberChannel(const std::string& endpoint);
+
+// What `etcdctl member add` printed: the new member's ID and the environment
+// to start it with ("NAME=value", in etcdctl's order; StartJoining takes it).
+struct MemberAdded {
+  uint64_t id = 0;
+  std::vector<std::string> env;
+  std::map<std::string, std::string> vars;
+};
+
+// Parses etcdctl's simple output of `member add`:
+//   Member 8e9e05c52164694d added as learner to cluster cdf818194e3a8c32
+//
+//   ETCD_NAME="m1"
+//   ETCD_INITIAL_CLUSTER="m0=http://127.0.0.1:1,m1=http://127.0.0.1:2"
+//   ETCD_INITIAL_ADVERTISE_PEER_URLS="http://127.0.0.1:2"
+//   ETCD_INITIAL_CLUSTER_STATE="existing"
+absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out);
 
 struct ClusterOptions {
   ServerFlavor flavor = ServerFlavor::kEtcd;

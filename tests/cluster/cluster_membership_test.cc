@@ -86,53 +86,6 @@ std::string Describe(const CommandResult& r) {
 }
 bool Succeeded(const CommandResult& r) { return r.exit.exited && r.exit.exit_code == 0; }
 
-// What `etcdctl member add` printed: the new member's ID and the environment
-// to start it with ("NAME=value"), in etcdctl's order.
-struct MemberAdded {
-  uint64_t id = 0;
-  std::vector<std::string> env;
-  std::map<std::string, std::string> vars;
-};
-
-// Parses etcdctl's simple output:
-//   Member 8e9e05c52164694d added as learner to cluster cdf818194e3a8c32
-//
-//   ETCD_NAME="m1"
-//   ETCD_INITIAL_CLUSTER="m0=http://127.0.0.1:1,m1=http://127.0.0.1:2"
-//   ETCD_INITIAL_ADVERTISE_PEER_URLS="http://127.0.0.1:2"
-//   ETCD_INITIAL_CLUSTER_STATE="existing"
-// (the ID is printed with %16x: padded with spaces; the values with Go's %q,
-// which leaves URLs and names as they are).
-absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out) {
-  MemberAdded added;
-  bool have_id = false;
-  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
-    if (absl::StartsWith(line, "Member ")) {
-      std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (words.size() < 2 || !absl::SimpleHexAtoi(words[1], &added.id)) {
-        return absl::InvalidArgumentError(absl::StrCat("no member ID in \"", line, "\""));
-      }
-      have_id = true;
-      continue;
-    }
-    if (!absl::StartsWith(line, "ETCD_")) continue;
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("no '=' in \"", line, "\""));
-    }
-    absl::string_view key = line.substr(0, eq);
-    absl::string_view value = line.substr(eq + 1);
-    if (!absl::ConsumePrefix(&value, "\"") || !absl::ConsumeSuffix(&value, "\"") ||
-        absl::StrContains(value, "\\")) {
-      return absl::InvalidArgumentError(absl::StrCat("not a plain quoted value: \"", line, "\""));
-    }
-    added.env.push_back(absl::StrCat(key, "=", value));
-    added.vars[std::string(key)] = std::string(value);
-  }
-  if (!have_id) return absl::InvalidArgumentError("no \"Member <id> added\" line");
-  return added;
-}
-
 // One member as a MemberList answer shows it (client URLs left out: a member
 // publishes them after it starts).
 struct MemberView {

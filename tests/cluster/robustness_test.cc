@@ -55,6 +55,21 @@ TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
   EXPECT_GE(r.faults.size(), 4u);
 }
 
+// A learner joining over slow links, SIGKILLed while it catches up (by
+// snapshot: the leader compacts its log), then removed; and, on Capstan,
+// members whose disk fails.
+TEST_P(RobustnessTest, LaggingLearnerAndFailingDisks) {
+  CampaignOptions o = Options(4, 3);
+  o.faults = {Fault::kLaggingLearner, Fault::kDiskFailure};
+  o.cycle_faults = true;
+  CampaignResult r = RunCampaign(o);
+  std::printf("%s", r.Report().c_str());
+  EXPECT_TRUE(r.passed()) << r.Report();
+  EXPECT_TRUE(std::any_of(r.faults.begin(), r.faults.end(), [](const InjectedFault& f) {
+    return f.fault == Fault::kLaggingLearner;
+  })) << "no learner was added";
+}
+
 // A real campaign's record, then the bugs the checkers exist for, each put
 // into a copy of it: a write answered that never committed, a read answered
 // from a stale state, a lease revoked early, a lease's key outliving it, a
