@@ -298,6 +298,10 @@ void Campaign::Inject(Fault f) {
   const int random_member = static_cast<int>(rng_() % n);
   const int follower = OtherThan(leader);
   milliseconds hold = DrawHold();
+  if (f == Fault::kDiskFailure && o_.flavor != ServerFlavor::kCapstan) {
+    Log(absl::StrCat(FaultName(f), ": skipped (etcd has no disk fault hook)"));
+    return;
+  }
   const auto began = Clock::now();
   switch (f) {
     case Fault::kKillMember:
@@ -536,11 +540,9 @@ CampaignResult Campaign::Run() {
   for (Fault f : o_.faults.empty() ? AllFaults() : o_.faults) {
     const bool on_process = f == Fault::kKillMember || f == Fault::kKillLeader ||
                             f == Fault::kPauseMember || f == Fault::kPauseLeader;
-    if (f == Fault::kDiskFailure) {
-      if (o_.flavor == ServerFlavor::kCapstan) faults.push_back(f);
-      continue;
-    }
-    if (o_.proxy || on_process) faults.push_back(f);
+    // A disk failure stays in etcd's list (skipped when drawn), so that a
+    // seed draws the same faults for both servers.
+    if (o_.proxy || on_process || f == Fault::kDiskFailure) faults.push_back(f);
   }
   if (faults.empty()) {
     result_.error = "no fault to inject without the proxy";

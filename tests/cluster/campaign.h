@@ -57,7 +57,7 @@ enum class Fault {
   kSlowFollower,     // a follower's links delayed by 150 ms each way
   kDiskFailure,      // a random member's fsyncs fail (EIO) or its disk is full (ENOSPC), then
                      // it is restarted on a working disk; Capstan only (its test hook,
-                     // cmd/disk_fault_switch.h), skipped for etcd
+                     // cmd/disk_fault_switch.h); on etcd drawn but skipped
   kLaggingLearner,   // a learner joins over slow links and catches up (by snapshot once the
                      // log is compacted), is SIGKILLed once while it does and restarted, and
                      // is removed once it has caught up
