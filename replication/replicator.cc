@@ -326,13 +326,22 @@ TransportHandler Replicator::handler() {
     };
   }
   h.on_lease_renew = [this](const etcdserverpb::LeaseKeepAliveRequest& request,
-                            etcdserverpb::LeaseKeepAliveResponse* response) -> absl::Status {
-    if (!Leads()) return MakeError(Error::kNoLeader);
-    std::optional<int64_t> ttl = store_->lessor()->Renew(request.id());
-    if (!ttl) return MakeError(Error::kLeaseNotFound);
-    response->set_id(request.id());
-    response->set_ttl(*ttl);
-    return absl::OkStatus();
+                            etcdserverpb::LeaseKeepAliveResponse* response,
+                            absl::AnyInvocable<void(absl::Status)> done) {
+    if (!Leads()) {
+      done(MakeError(Error::kNoLeader));
+      return;
+    }
+    const int64_t id = request.id();
+    RenewAsLeader(id, [id, response, done = std::move(done)](absl::StatusOr<int64_t> ttl) mutable {
+      if (!ttl.ok()) {
+        done(ttl.status());
+        return;
+      }
+      response->set_id(id);
+      response->set_ttl(*ttl);
+      done(absl::OkStatus());
+    });
   };
   h.on_members = [this] { return Members(); };
   h.on_member_promote = [this](uint64_t id, MembersDone done) {
@@ -467,14 +476,25 @@ void Replicator::SyncPeers() {
   }
 }
 
+void Replicator::RenewAsLeader(int64_t id,
+                               absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+  auto renew = [this, id](absl::Status confirmed) -> absl::StatusOr<int64_t> {
+    if (!confirmed.ok()) return confirmed;
+    if (!Leads()) return MakeError(Error::kNotLeader);
+    std::optional<int64_t> ttl = store_->lessor()->Renew(id);
+    if (!ttl) return MakeError(Error::kLeaseNotFound);
+    return *ttl;
+  };
+  if (sole_voter_.load(std::memory_order_acquire)) {
+    done(renew(absl::OkStatus()));  // nobody else can lead
+    return;
+  }
+  ReadBarrier([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
+}
+
 void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
   if (Leads()) {
-    std::optional<int64_t> ttl = store_->lessor()->Renew(id);
-    if (!ttl) {
-      done(MakeError(Error::kLeaseNotFound));
-    } else {
-      done(*ttl);
-    }
+    RenewAsLeader(id, std::move(done));
     return;
   }
   const uint64_t leader = Leader();

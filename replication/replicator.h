@@ -228,6 +228,13 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // forwarding thread). Answers the TTL, or etcd's lease errors, or "no
   // leader".
   void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
+  // The leader's renewal, as etcd's LeaseRenew with ensureLeadership: only
+  // once a ReadIndex round confirms this member still leads (and has
+  // applied what it committed). A leader that was paused or cut off may not
+  // know it has been replaced: a renewal it answered would be one the new
+  // leader never saw, and the lease would expire before the TTL the client
+  // was given. Answers "not leader" when it no longer leads.
+  void RenewAsLeader(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done);
   // The lease's TTLs here on the leader, else from the leader through the
   // transport (on a forwarding thread), as etcd forwards LeaseTimeToLive.
   void LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,

@@ -44,9 +44,13 @@ struct TransportHandler {
   std::function<absl::Status(uint64_t from, std::string message)> on_snapshot;
   // A lease keep-alive forwarded by a follower to this member, the leader:
   // renews the lease and answers its new TTL (etcd's leader-side
-  // LeaseRenew). Errors are etcd's lease errors.
-  std::function<absl::Status(const etcdserverpb::LeaseKeepAliveRequest& request,
-                             etcdserverpb::LeaseKeepAliveResponse* response)>
+  // LeaseRenew). Errors are etcd's lease errors. Must not block: it may
+  // answer later, from another thread.
+  // It answers through `done` (once it has confirmed that it leads), filling
+  // `response` first; `response` lives until then.
+  std::function<void(const etcdserverpb::LeaseKeepAliveRequest& request,
+                     etcdserverpb::LeaseKeepAliveResponse* response,
+                     absl::AnyInvocable<void(absl::Status)> done)>
       on_lease_renew;
   // A LeaseTimeToLive forwarded to the leader, which alone knows the
   // remaining TTL.

@@ -6,6 +6,7 @@
 #include "replication/replicator.h"
 
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -96,8 +97,8 @@ class MemoryNetwork {
     util::MutexLock l(&mu_);
     return snapshots_;
   }
-  std::function<absl::Status(const etcdserverpb::LeaseKeepAliveRequest&,
-                             etcdserverpb::LeaseKeepAliveResponse*)>
+  std::function<void(const etcdserverpb::LeaseKeepAliveRequest&,
+                     etcdserverpb::LeaseKeepAliveResponse*, absl::AnyInvocable<void(absl::Status)>)>
   RenewAt(uint64_t id) {
     util::MutexLock l(&mu_);
     return handlers_[id].on_lease_renew;
@@ -133,7 +134,11 @@ class MemoryTransport final : public Transport {
                           etcdserverpb::LeaseKeepAliveResponse* response, int64_t) override {
     auto renew = net_->RenewAt(leader);
     if (!renew) return absl::UnavailableError("leader unreachable");
-    return renew(request, response);
+    // A forwarding thread waits for the leader's answer, as over the wire.
+    std::promise<absl::Status> answered;
+    std::future<absl::Status> status = answered.get_future();
+    renew(request, response, [&answered](absl::Status s) { answered.set_value(std::move(s)); });
+    return status.get();
   }
   absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
                             int64_t) override {

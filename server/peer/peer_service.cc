@@ -230,12 +230,15 @@ grpc::ServerUnaryReactor* PeerService::LeaseRenew(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   uint64_t from = 0;
   grpc::Status s = Admit(*context, &from);
-  if (s.ok()) {
-    // The leader answers from its lessor at once (replication/replicator.cc).
-    s = handler_->on_lease_renew ? ToGrpc(handler_->on_lease_renew(*request, response))
-                                 : grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
+  if (s.ok() && !handler_->on_lease_renew) s = grpc::Status(grpc::UNIMPLEMENTED, "no lease handler");
+  if (!s.ok()) {
+    reactor->Finish(s);
+    return reactor;
   }
-  reactor->Finish(s);
+  // The leader answers from its lessor once a ReadIndex round has confirmed
+  // that it leads (replication/replicator.cc).
+  handler_->on_lease_renew(*request, response,
+                           [reactor](absl::Status st) { reactor->Finish(ToGrpc(st)); });
   return reactor;
 }
 

@@ -16,7 +16,8 @@
 // services, so that its server keeps no polling threads of its own (a
 // synchronous server's pollers share the process's epoll set and wake up
 // for client traffic too). A Raft stream reads its next batch once the
-// previous one was handed to the handler; the lease calls answer at once.
+// previous one was handed to the handler; the lease calls answer when the
+// handler calls back (a renewal once the leader has confirmed it leads).
 // Both run on gRPC's callback threads, which call on_message,
 // on_lease_renew and on_lease_time_to_live, under no lock: those must not
 // block (replication/transport.h). A snapshot is received on the service's

@@ -296,11 +296,15 @@ TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
   leader->transport = std::make_unique<PeerTransport>(o);
   replication::TransportHandler h = leader->recorder.Handler();
   h.on_lease_renew = [](const etcdserverpb::LeaseKeepAliveRequest& request,
-                        etcdserverpb::LeaseKeepAliveResponse* response) {
-    if (request.id() == 404) return absl::NotFoundError("etcdserver: requested lease not found");
+                        etcdserverpb::LeaseKeepAliveResponse* response,
+                        absl::AnyInvocable<void(absl::Status)> done) {
+    if (request.id() == 404) {
+      done(absl::NotFoundError("etcdserver: requested lease not found"));
+      return;
+    }
     response->set_id(request.id());
     response->set_ttl(42);
-    return absl::OkStatus();
+    done(absl::OkStatus());
   };
   h.on_lease_time_to_live = [](const etcdserverpb::LeaseTimeToLiveRequest& request,
                                etcdserverpb::LeaseTimeToLiveResponse* response) {

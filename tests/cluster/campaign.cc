@@ -98,6 +98,7 @@ class Campaign {
   std::mt19937_64 rng_;
   CampaignResult result_;
   Clock::time_point start_ = Clock::now();
+  int64_t start_ns_ = NowNs();  // start_ on NowNs()'s clock
   TempDir dir_holder_{"capstan-campaign"};
   const std::string dir_ = dir_holder_.path();
   FaultProxy proxy_;
@@ -287,7 +288,6 @@ void Campaign::Inject(Fault f) {
   InjectedFault rec;
   rec.fault = f;
   rec.at_seconds = SecondsSince(start_);
-  rec.start_ns = NowNs();
   const int leader = Leader();
   if (leader < 0) {
     result_.error = absl::StrCat("no leader before ", FaultName(f));
@@ -303,6 +303,7 @@ void Campaign::Inject(Fault f) {
     return;
   }
   const auto began = Clock::now();
+  rec.start_ns = NowNs();
   switch (f) {
     case Fault::kKillMember:
     case Fault::kKillLeader: {
@@ -456,6 +457,16 @@ void Campaign::Check() {
   }
 
   std::vector<Operation> ops = history_.Operations();
+  for (InjectedFault& f : result_.faults) {
+    int64_t first = 0;
+    for (const Operation& op : ops) {
+      if (op.IsWrite() && op.outcome == Outcome::kOk && op.invoke_ns >= f.start_ns &&
+          (first == 0 || op.complete_ns < first)) {
+        first = op.complete_ns;
+      }
+    }
+    if (first != 0) f.first_write_seconds = static_cast<double>(first - f.start_ns) / 1e9;
+  }
   CheckResult lin = CheckHistory(ops, *events);
   result_.operations = lin.stats.operations;
   result_.ok = lin.stats.ok;
@@ -504,7 +515,7 @@ void Campaign::Check() {
     }
     return allowed;
   };
-  LeaseCheckResult lr = CheckLeases(leases, allowance);
+  LeaseCheckResult lr = CheckLeases(leases, allowance, start_ns_);
   result_.leases = lr.leases;
   result_.leases_expired = lr.expired;
   for (const auto& v : lr.violations) {
@@ -534,6 +545,7 @@ void Campaign::Check() {
 
 CampaignResult Campaign::Run() {
   start_ = Clock::now();
+  start_ns_ = NowNs();
   if (!StartCluster()) return result_;
   StartTraffic();
   std::vector<Fault> faults;
@@ -601,9 +613,11 @@ std::string CampaignResult::Report() const {
       watch_progress, watch_reconnects, leases, leases_expired, peer_connections,
       peer_unattributed);
   for (const InjectedFault& f : faults) {
-    absl::StrAppendFormat(&out, "  %6.1f s  %-20s member %2d  held %.1f s, serving %.2f s later\n",
-                          f.at_seconds, FaultName(f.fault), f.member, f.held_seconds,
-                          f.recovered_seconds);
+    absl::StrAppendFormat(&out,
+                          "  %6.1f s  %-20s member %2d  first write %.3f s after; held %.1f s, "
+                          "serving %.2f s after the heal\n",
+                          f.at_seconds, FaultName(f.fault), f.member, f.first_write_seconds,
+                          f.held_seconds, f.recovered_seconds);
   }
   if (!error.empty()) absl::StrAppend(&out, "  ERROR: ", error, "\n");
   absl::StrAppend(&out, "  violations: ", violations.size(), "\n");

@@ -114,6 +114,9 @@ struct InjectedFault {
   // On NowNs()'s clock (history.h): injected, and serving again after it.
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  // From the injection to the first write invoked after it that was
+  // acknowledged (on the majority's side, for a partition); -1 if none.
+  double first_write_seconds = -1;
 };
 
 struct CampaignResult {

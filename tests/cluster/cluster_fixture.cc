@@ -78,6 +78,18 @@ Cluster::~Cluster() {
   }
 }
 
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
 absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out) {
   MemberAdded added;
   bool have_id = false;

@@ -73,6 +73,9 @@ struct MemberAdded {
 //   ETCD_INITIAL_CLUSTER_STATE="existing"
 absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out);
 
+// The range_end of the keys starting with `prefix` (etcd's prefix end).
+std::string PrefixEnd(const std::string& prefix);
+
 struct ClusterOptions {
   ServerFlavor flavor = ServerFlavor::kEtcd;
   // Empty: EtcdBinary() or CapstanBinary() by flavor.

@@ -128,9 +128,13 @@ FaultProxy::~FaultProxy() {
     threads.swap(threads_);
   }
   for (auto& t : threads) t.join();
+  std::list<std::unique_ptr<Connection>> connections;
+  {
+    util::MutexLock l(&mu_);
+    connections.swap(connections_);
+  }
+  for (auto& c : connections) c->thread.join();
   util::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &connection_threads_));
   for (auto& listener : listeners_) {
     if (listener && listener->fd >= 0) close(listener->fd);
   }
@@ -188,12 +192,21 @@ void FaultProxy::AcceptLoop(Listener* l) {
       close(c);
       return;
     }
-    ++connection_threads_;
-    std::thread([this, c, to = l->member, target] {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->done) {
+        (*it)->thread.join();
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto conn = std::make_unique<Connection>();
+    Connection* raw = conn.get();
+    raw->thread = std::thread([this, c, to = l->member, target, raw] {
       Serve(c, to, target);
-      util::MutexLock done(&mu_);
-      --connection_threads_;
-    }).detach();
+      raw->done = true;
+    });
+    connections_.push_back(std::move(conn));
   }
 }
 

@@ -23,7 +23,7 @@
 //
 // Thread safety: every method may be called from any thread. Each connection
 // is served by two threads of its own (one per direction), each listener by
-// one; all stop in the destructor, which waits for them.
+// one; all stop in the destructor, which joins them.
 
 #ifndef CAPSTAN_TESTS_CLUSTER_FAULT_PROXY_H_
 #define CAPSTAN_TESTS_CLUSTER_FAULT_PROXY_H_
@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -94,9 +95,13 @@ class FaultProxy {
   std::vector<std::vector<bool>> held_ ABSL_GUARDED_BY(mu_);
   std::vector<int> delay_ms_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Listener>> listeners_ ABSL_GUARDED_BY(mu_);
-  // The listeners' threads; connections' threads are detached and counted.
+  // The listeners' threads, and each connection's (joined once done).
+  struct Connection {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  int connection_threads_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -17,18 +17,6 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-std::string PrefixEnd(const std::string& prefix) {
-  std::string end = prefix;
-  while (!end.empty()) {
-    if (static_cast<unsigned char>(end.back()) < 0xff) {
-      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::string(1, '\0');
-}
-
 }  // namespace
 
 KvClient::KvClient(int id, std::vector<std::string> endpoints, int first, History* history,

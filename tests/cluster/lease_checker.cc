@@ -40,8 +40,9 @@ std::string LeaseCheckResult::Report(size_t max_violations) const {
 
 LeaseCheckResult CheckLeases(
     const std::vector<LeaseRecord>& records,
-    const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance) {
+    const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance, int64_t origin_ns) {
   LeaseCheckResult result;
+  const auto at = [origin_ns](int64_t ns) { return Seconds(ns - origin_ns); };
   for (const LeaseRecord& r : records) {
     ++result.leases;
     result.keepalives += static_cast<int64_t>(r.keepalives.size());
@@ -52,10 +53,15 @@ LeaseCheckResult CheckLeases(
       if (k.ttl > 0) calls.push_back(k);
     }
     int64_t alive_until = 0;  // the lease was alive at least until then
+    std::string alive_by;     // the call that showed it
     int64_t last_complete = r.grant.complete_ns;
     int64_t last_ttl = r.grant.ttl;
     for (const auto& c : calls) {
-      alive_until = std::max(alive_until, c.invoke_ns + c.ttl * kNsPerSecond);
+      if (c.invoke_ns + c.ttl * kNsPerSecond > alive_until) {
+        alive_until = c.invoke_ns + c.ttl * kNsPerSecond;
+        alive_by = absl::StrFormat("a call invoked at %.3f s and answered at %.3f s by %s with TTL %d",
+                                   at(c.invoke_ns), at(c.complete_ns), c.endpoint, c.ttl);
+      }
       if (c.complete_ns >= last_complete) {
         last_complete = c.complete_ns;
         last_ttl = c.ttl;
@@ -72,27 +78,26 @@ LeaseCheckResult CheckLeases(
       if (!read.found && !revoked_before && read.complete_ns < alive_until) {
         result.violations.push_back(
             {LeaseRule::kRevokedEarly,
-             absl::StrFormat("lease %x (%s, TTL %d s): a read completed at %.3f s found the key "
-                             "gone, but the lease was alive until at least %.3f s",
-                             r.lease, r.key, r.grant.ttl, Seconds(read.complete_ns),
-                             Seconds(alive_until))});
+             absl::StrFormat("lease %x (%s, TTL %d s): a read invoked at %.3f s, answered at "
+                             "%.3f s by %s, found the key gone, but the lease was alive until at "
+                             "least %.3f s (%s)",
+                             r.lease, r.key, r.grant.ttl, at(read.invoke_ns), at(read.complete_ns),
+                             read.endpoint, at(alive_until), alive_by)});
       }
       if (read.found && r.revoke_complete_ns != 0 && read.invoke_ns > r.revoke_complete_ns) {
         result.violations.push_back(
             {LeaseRule::kOutlived,
              absl::StrFormat("lease %x (%s): a read invoked at %.3f s found the key after the "
                              "lease was revoked at %.3f s",
-                             r.lease, r.key, Seconds(read.invoke_ns),
-                             Seconds(r.revoke_complete_ns))});
+                             r.lease, r.key, at(read.invoke_ns), at(r.revoke_complete_ns))});
       } else if (read.found && r.revoke_invoke_ns == 0 && read.invoke_ns > must_be_gone) {
         result.violations.push_back(
             {LeaseRule::kOutlived,
              absl::StrFormat("lease %x (%s, TTL %d s): a read invoked at %.3f s found the key; "
                              "its last keep-alive completed at %.3f s, so it had to be gone by "
                              "%.3f s (%.3f s allowed beyond its TTL)",
-                             r.lease, r.key, last_ttl, Seconds(read.invoke_ns),
-                             Seconds(last_complete), Seconds(must_be_gone),
-                             Seconds(must_be_gone - nominal_end))});
+                             r.lease, r.key, last_ttl, at(read.invoke_ns), at(last_complete),
+                             at(must_be_gone), Seconds(must_be_gone - nominal_end))});
       }
     }
     if (seen_gone && r.revoke_invoke_ns == 0) ++result.expired;

@@ -38,11 +38,13 @@ struct LeaseRecord {
     int64_t invoke_ns = 0;
     int64_t complete_ns = 0;
     int64_t ttl = 0;  // seconds answered; 0 or less: the lease was not found
+    std::string endpoint;  // the member asked
   };
   struct Read {
     int64_t invoke_ns = 0;
     int64_t complete_ns = 0;
     bool found = false;
+    std::string endpoint;
   };
   int64_t lease = 0;
   std::string key;
@@ -77,8 +79,10 @@ struct LeaseCheckResult {
 // `allowance(from_ns, to_ns)`: how long after `to_ns` (the latest time the
 // lease could expire if nothing extended it, its window starting at
 // `from_ns`) the key may still be read, in nanoseconds.
+// Times in messages are seconds since `origin_ns`.
 LeaseCheckResult CheckLeases(const std::vector<LeaseRecord>& records,
-                             const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance);
+                             const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance,
+                             int64_t origin_ns = 0);
 
 }  // namespace capstan::testing::cluster
 

@@ -31,7 +31,7 @@ void SleepUntilNs(int64_t ns) {
 
 LeaseClient::LeaseClient(int id, std::vector<std::string> endpoints, int first,
                          std::string prefix, uint32_t seed)
-    : id_(id), prefix_(std::move(prefix)), rng_(seed) {
+    : id_(id), prefix_(std::move(prefix)), endpoints_(endpoints), rng_(seed) {
   for (const std::string& e : endpoints) {
     auto channel = NewMemberChannel(e);
     stubs_.push_back({etcdserverpb::Lease::NewStub(channel), etcdserverpb::KV::NewStub(channel)});
@@ -56,6 +56,7 @@ bool LeaseClient::Grant(int64_t ttl, LeaseRecord* r) {
   grpc::ClientContext ctx;
   Deadline(&ctx);
   r->grant.invoke_ns = NowNs();
+  r->grant.endpoint = endpoints_[current_];
   const grpc::Status st = stubs_[current_].lease->LeaseGrant(&ctx, req, &resp);
   r->grant.complete_ns = NowNs();
   if (!st.ok() || !resp.error().empty()) {
@@ -71,6 +72,7 @@ bool LeaseClient::KeepAlive(int64_t lease, LeaseRecord::Call* call) {
   grpc::ClientContext ctx;
   Deadline(&ctx);
   call->invoke_ns = NowNs();
+  call->endpoint = endpoints_[current_];
   auto stream = stubs_[current_].lease->LeaseKeepAlive(&ctx);
   etcdserverpb::LeaseKeepAliveRequest req;
   req.set_id(lease);
@@ -95,6 +97,7 @@ bool LeaseClient::Read(const std::string& key, LeaseRecord::Read* read) {
   grpc::ClientContext ctx;
   Deadline(&ctx);
   read->invoke_ns = NowNs();
+  read->endpoint = endpoints_[current_];
   const grpc::Status st = stubs_[current_].kv->Range(&ctx, req, &resp);
   read->complete_ns = NowNs();
   if (!st.ok()) {

@@ -57,6 +57,7 @@ class LeaseClient {
 
   const int id_;
   const std::string prefix_;
+  const std::vector<std::string> endpoints_;
   std::vector<Stubs> stubs_;
   int current_ = 0;
   int64_t seq_ = 0;

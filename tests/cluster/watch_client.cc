@@ -22,19 +22,6 @@ constexpr absl::Duration kProgressInterval = absl::Milliseconds(200);
 // The pause after a stream that received nothing.
 constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
 
-// The end of the range of keys starting with `prefix`.
-std::string PrefixEnd(const std::string& prefix) {
-  std::string end = prefix;
-  while (!end.empty()) {
-    if (static_cast<unsigned char>(end.back()) < 0xff) {
-      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::string(1, '\0');
-}
-
 }  // namespace
 
 // One Watch stream. The reading thread creates it, reads from it and
