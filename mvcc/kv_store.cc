@@ -455,6 +455,18 @@ void KvStore::LeaseExpiryLoop() {
     if (log == nullptr && options_.requires_write_log) continue;
     if (log == nullptr) log = this;
     if (!log->Leads()) continue;
+    std::vector<int64_t> expired = lessor_.Expired(per_check);
+    if (expired.empty()) continue;
+    // Only a member that still leads revokes (etcd's ensureLeadership): a
+    // leader that was paused or cut off finds its leases expired by its own
+    // clock, while the new leader has kept them alive; its revocation,
+    // forwarded once it follows, would take a lease the client was told it
+    // holds. A ReadIndex round confirms the leadership; the leases are read
+    // again after it, since a renewal may have come meanwhile.
+    std::promise<absl::Status> confirmed;
+    std::future<absl::Status> leads = confirmed.get_future();
+    log->ReadBarrier([&confirmed](absl::Status s) { confirmed.set_value(std::move(s)); });
+    if (!leads.get().ok() || !log->Leads()) continue;
     for (int64_t id : lessor_.Expired(per_check)) {
       auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
       req->set_id(id);
