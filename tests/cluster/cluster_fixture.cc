@@ -90,6 +90,25 @@ std::string PrefixEnd(const std::string& prefix) {
   return std::string(1, '\0');
 }
 
+absl::Status Cluster::SameHashKV(const std::vector<int>& members, int64_t revision) const {
+  std::vector<std::string> hashes;
+  bool differ = false;
+  uint32_t first = 0;
+  for (size_t k = 0; k < members.size(); ++k) {
+    auto h = HashKV(members[k], revision);
+    if (!h.ok()) {
+      return absl::Status(h.status().code(),
+                          absl::StrCat(name(members[k]), ": ", h.status().message()));
+    }
+    if (k == 0) first = h->hash();
+    differ = differ || h->hash() != first;
+    hashes.push_back(absl::StrCat(name(members[k]), " ", h->hash()));
+  }
+  if (!differ) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("HashKV at revision ", revision, " differs: ",
+                                          absl::StrJoin(hashes, ", ")));
+}
+
 absl::StatusOr<MemberAdded> ParseMemberAdd(const std::string& out) {
   MemberAdded added;
   bool have_id = false;

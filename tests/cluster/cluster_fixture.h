@@ -212,6 +212,11 @@ class Cluster {
   absl::StatusOr<etcdserverpb::HashKVResponse> HashKV(
       int i, int64_t revision, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
+  // Ok when every member in `members` answers HashKV at `revision` with the
+  // same hash; otherwise the error of the first that cannot, or every
+  // member's hash, named.
+  absl::Status SameHashKV(const std::vector<int>& members, int64_t revision) const;
+
   // Polls until every running, unpaused member answers Status naming the same
   // leader, and that leader is one of them; returns the leader's index.
   absl::StatusOr<int> WaitForLeader(std::chrono::milliseconds timeout) const;

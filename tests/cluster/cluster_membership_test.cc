@@ -646,13 +646,8 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   }
   auto converged = cluster_->WaitForConvergence(last, seconds(10));
   ASSERT_TRUE(converged.ok()) << converged.status();
-  auto h0 = cluster_->HashKV(0, *converged);
-  ASSERT_TRUE(h0.ok()) << h0.status();
-  for (int i = 1; i < 3; ++i) {
-    auto h = cluster_->HashKV(i, *converged);
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i) << " at revision " << *converged;
-  }
+  absl::Status same = cluster_->SameHashKV({0, 1, 2}, *converged);
+  EXPECT_TRUE(same.ok()) << same;
 }
 
 // --strict-reconfig-check's health rules (etcd's mayAddMember and
@@ -831,13 +826,8 @@ TEST_P(MembershipTest, RollingReplacement) {
 
   auto revision = cluster_->WaitForConvergence(0, seconds(10));
   ASSERT_TRUE(revision.ok()) << revision.status();
-  auto h0 = cluster_->HashKV(voters[0], *revision);
-  ASSERT_TRUE(h0.ok()) << h0.status();
-  for (int i : voters) {
-    auto h = cluster_->HashKV(i, *revision);
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i) << " at revision " << *revision;
-  }
+  absl::Status same = cluster_->SameHashKV(voters, *revision);
+  EXPECT_TRUE(same.ok()) << same;
   // Every put the cluster acknowledged, on every final member.
   std::vector<std::string> acked;
   for (const auto& op : probe.ops()) {
@@ -921,13 +911,8 @@ TEST_P(MembershipTest, RestoreANewClusterFromOneSnapshot) {
     ASSERT_TRUE(status.ok()) << status.status();
     auto converged = cluster_->WaitForConvergence(status->header().revision(), seconds(10));
     ASSERT_TRUE(converged.ok()) << converged.status();
-    auto h0 = cluster_->HashKV(0, *converged);
-    ASSERT_TRUE(h0.ok()) << h0.status();
-    for (int i = 1; i < 3; ++i) {
-      auto h = cluster_->HashKV(i, *converged);
-      ASSERT_TRUE(h.ok()) << h.status();
-      EXPECT_EQ(h->hash(), h0->hash()) << cluster_->name(i);
-    }
+    absl::Status same = cluster_->SameHashKV({0, 1, 2}, *converged);
+    EXPECT_TRUE(same.ok()) << same;
   };
   ASSERT_NO_FATAL_FAILURE(restore_into(GetParam()));
   if (capstan()) {
