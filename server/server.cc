@@ -515,9 +515,15 @@ absl::Status Server::Serve() {
   if (auto s = BindClientUrls(l); !s.ok()) return s;
   ConfigureGrpc(l);
   if (auto s = BindClientHttpUrls(l); !s.ok()) return s;
+  // The metrics URLs are bound before gRPC answers anything, as etcd binds
+  // every listener before it serves: a taken port fails the start before a
+  // client (or a supervisor's readiness probe) could take the member for up.
+  http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
+                                          Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
+                                          metrics_.get());
+  if (auto s = ListenOnMetricsUrls(l); !s.ok()) return s;
   if (auto s = StartGrpc(l); !s.ok()) return s;
   StartClientHttp(l);
-  if (auto s = ListenOnMetricsUrls(l); !s.ok()) return s;
   if (replicator_) {
     ready_wait_ = std::make_unique<ReadyWait>();
     ready_logger_ = std::thread([this] { LogReadyWhenPublished(); });
@@ -634,9 +640,6 @@ absl::Status Server::StartGrpc(Listening& l) {
 }
 
 void Server::StartClientHttp(const Listening& l) {
-  http_ = std::make_unique<HttpEndpoints>(store_.get(), member_.get(),
-                                          Versions{kEtcdApiVersion, kEtcdClusterVersion, kCapstanVersion},
-                                          metrics_.get());
   if (config_.enable_grpc_gateway) json_gateway_ = std::make_unique<JsonGateway>(grpc_server_.get());
   ClientHttpOptions http_options;
   http_options.cors = config_.cors;

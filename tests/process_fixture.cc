@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -205,6 +206,27 @@ std::pair<int, int> PortsAboveEphemeralRange() {
   return {hi + 1, 65535};
 }
 
+// Reserves port for this process among the processes that call
+// PickFreePort: an exclusive flock on a file named after it, held (its
+// descriptor left open) until the process exits, when the kernel drops it.
+// False if another live process holds it.
+bool ReservePortForProcess(int port) {
+  static const std::string dir = [] {
+    const std::string d = "/tmp/capstan-test-ports";
+    mkdir(d.c_str(), 01777);
+    chmod(d.c_str(), 01777);  // whoever made it, every user's tests share it
+    return d;
+  }();
+  const std::string path = absl::StrCat(dir, "/", port);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return true;  // no reservations possible: bind alone decides
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return false;
+  }
+  return true;  // fd stays open: the lock lasts as long as this process
+}
+
 }  // namespace
 
 int PickFreePort() {
@@ -222,8 +244,14 @@ int PickFreePort() {
       want = std::uniform_int_distribution<int>(range.first, range.second)(rng);
       if (handed_out.count(want) != 0) continue;
     }
-    const int port = TryBind(want);
-    if (port > 0 && handed_out.insert(port).second) return port;
+    // With no range, the kernel picks a free port (reserved, then tried again).
+    const int port = want != 0 ? want : TryBind(0);
+    if (port <= 0 || handed_out.count(port) != 0) continue;
+    // Reserved before the bind test: a port another test process reserved,
+    // whose server is down for a restart, is free but not to be taken.
+    if (!ReservePortForProcess(port)) continue;
+    handed_out.insert(port);
+    if (TryBind(port) == port) return port;
   }
   std::fprintf(stderr, "capstan-test: no free loopback port\n");
   std::abort();

@@ -57,8 +57,12 @@ namespace capstan::testing {
 // A TCP port on 127.0.0.1 that was free when this was called and has not
 // been returned before by this process, chosen at random above the kernel's
 // range for outgoing connections, so that no client connection takes it
-// while a server is stopped for a Restart on the same ports. (Another test
-// process may still take it before the server binds it; ServerProcess::Start
+// while a server is stopped for a Restart on the same ports. The port stays
+// reserved for this process until it exits: an flock on
+// /tmp/capstan-test-ports/PORT, which every test process's PickFreePort
+// respects, so tests that run side by side (ctest -j) never pick the same
+// port, even while one of them has stopped its server for a restart.
+// (A process that does not use PickFreePort may still take it; ServerProcess::Start
 // retries on that.)
 int PickFreePort();
 

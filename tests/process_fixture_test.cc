@@ -4,9 +4,13 @@
 
 #include "process_fixture.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "gtest/gtest.h"
 
@@ -64,6 +69,25 @@ std::string Get(ServerProcess& s, const std::string& k) {
 TEST(PickFreePortTest, DistinctPorts) {
   std::set<int> ports;
   for (int i = 0; i < 50; ++i) EXPECT_TRUE(ports.insert(PickFreePort()).second);
+}
+
+// A port one test process picked is reserved from every other one until
+// it exits: another process cannot take its lock, so its PickFreePort skips
+// the port even while nothing listens on it.
+TEST(PickFreePortTest, ReservedFromOtherProcessesUntilExit) {
+  const int port = PickFreePort();
+  const std::string path = absl::StrCat("/tmp/capstan-test-ports/", port);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // flock locks belong to the open file: this open is another one.
+    const int fd = open(path.c_str(), O_RDWR);
+    _exit(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "another process could take the reservation of port " << port;
 }
 
 TEST(RunCommandTest, CapturesOutputAndExitCode) {

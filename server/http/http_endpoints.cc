@@ -266,6 +266,13 @@ absl::Status HttpEndpoints::Listen(const std::string& host, int port, const Clie
     server = std::make_unique<httplib::Server>();
   }
   Install(server.get());
+  // httplib sets SO_REUSEPORT, which would let a second server bind this
+  // port and take half of its connections; a taken port fails here instead,
+  // as etcd's metrics listener does.
+  server->set_socket_options([](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   if (!server->bind_to_port(host, port)) {
     const int err = errno;
     // Worded like Go's net.Listen error that etcd prints.

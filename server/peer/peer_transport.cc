@@ -1,7 +1,13 @@
 #include "server/peer/peer_transport.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +52,38 @@ absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
                                                " unreachable: ", status.error_message()));
   }
   return FromGrpc(status);
+}
+
+// Why an http peer URL ("127.0.0.1:2380") cannot be listened on, worded
+// like the Go net.Listen error etcd prints ("listen tcp 127.0.0.1:2380:
+// bind: address already in use"); OK if a plain bind succeeds. gRPC only
+// says that it failed.
+absl::Status ProbePeerListen(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return absl::OkStatus();
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), host_port.substr(colon + 1).c_str(),
+                  &hints, &found) != 0 || found == nullptr) {
+    return absl::OkStatus();
+  }
+  absl::Status status;
+  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  const int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    const int err = errno;
+    status = absl::UnavailableError(absl::StrCat(
+        "listen tcp ", host_port, ": bind: ",
+        err == EADDRINUSE ? "address already in use" : std::strerror(err)));
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return status;
 }
 
 }  // namespace
@@ -106,6 +144,9 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Without this gRPC sets SO_REUSEPORT, and a second member started on the
+  // same peer URL would bind it too and receive half of the Raft traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // http URLs are gRPC's own; https ones are PeerTlsListeners that make
   // the handshake themselves and hand gRPC the plaintext.
   std::vector<int> ports(options_.listen_peer_urls.size(), 0);
@@ -134,7 +175,13 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     server_contexts.push_back(*std::move(ctx));
   }
   auto server = builder.BuildAndStart();
-  if (!server) return absl::UnavailableError("cannot serve the peer URLs");
+  if (!server) {
+    for (const Url& url : options_.listen_peer_urls) {
+      if (url.scheme != "http") continue;
+      if (auto s = ProbePeerListen(url.host); !s.ok()) return s;
+    }
+    return absl::UnavailableError("cannot serve the peer URLs");
+  }
   std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners;
   auto fail = [&](absl::Status s) {
     for (auto& l : listeners) l->Stop();
