@@ -101,7 +101,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-endpoint() { echo "127.0.0.1:$((PORT + $1))"; }
 
 # start_member BINARY LABEL I: member mI in the background, its pid in PIDS[I]; the same command
 # line starts it the first time and restarts it on its data dir.

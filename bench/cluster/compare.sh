@@ -67,44 +67,7 @@ done
 
 PIDS=()
 WORK=$(mktemp -d /tmp/capstan-cluster-data.XXXXXX)
-stop_cluster() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill -9 "${pid}" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "${pid}" 2>/dev/null || true; done
-  PIDS=()
-}
-cleanup() { stop_cluster; rm -rf "${WORK}"; }
 trap cleanup EXIT
-
-endpoints() { echo "127.0.0.1:${PORT},127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2))"; }
-
-# start_cluster BINARY LABEL: three members m0..m2 with fresh data dirs; returns once every
-# member answers Status and one of them is the leader. Their pids are in PIDS (in endpoint order).
-start_cluster() {
-  local bin=$1 label=$2 i peers=""
-  rm -rf "${WORK:?}"/*
-  for i in 0 1 2; do
-    peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"
-  done
-  for i in 0 1 2; do
-    start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
-      "${OUT}/${label}-m${i}.log" \
-      --heartbeat-interval "${HEARTBEAT}" --election-timeout "${ELECTION}"
-  done
-  local deadline=$((SECONDS + 60))
-  while (( SECONDS < deadline )); do
-    if [[ -n "$(leader_index)" ]]; then return 0; fi
-    sleep 0.2
-  done
-  echo "compare.sh: ${label} cluster did not elect a leader; logs in ${OUT}/${label}-m*.log" >&2
-  exit 1
-}
-
-# leader_index: the endpoint index (0-2) of the member every member names as leader, or nothing.
-leader_index() {
-  "${ETCDCTL}" --endpoints "$(endpoints)" --command-timeout 2s endpoint status -w json 2>/dev/null |
-    leader_of_status
-}
 
 # cluster_cpu_ticks: user + system clock ticks of the three members, so far.
 cluster_cpu_ticks() {

@@ -15,6 +15,18 @@
 #                              member m<INDEX> in the background (its pid appended to PIDS), client
 #                              URL 127.0.0.1:PORT+INDEX, peer URL 127.0.0.1:PORT+10+INDEX,
 #                              --initial-cluster PEERS, state new, output to LOG
+#
+# and, for scripts that set PORT, WORK (a data dir they own), OUT, HEARTBEAT, ELECTION, ETCDCTL and
+# PIDS=(), a 3-member cluster at a time:
+#
+#   start_cluster BINARY LABEL [FLAGS...]
+#                              members m0..m2 on fresh data dirs under WORK, logs OUT/LABEL-m*.log;
+#                              returns once all three name one leader (exits 1 after 60 s)
+#   stop_cluster               kill -9 of every member in PIDS
+#   cleanup                    stop_cluster and remove WORK (for `trap cleanup EXIT`)
+#   endpoints                  the three client endpoints, comma-separated
+#   endpoint I                 member I's client endpoint
+#   leader_index               the index (0-2) of the member all three name as leader, or nothing
 
 TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
 
@@ -98,4 +110,41 @@ ids = [s["Status"]["header"].get("member_id", 0) for s in st]
 if len(leaders) == 1 and next(iter(leaders)) in ids:
     print(ids.index(next(iter(leaders))))
 '
+}
+
+endpoint() { echo "127.0.0.1:$((PORT + $1))"; }
+endpoints() { echo "$(endpoint 0),$(endpoint 1),$(endpoint 2)"; }
+
+stop_cluster() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -9 "${pid}" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "${pid}" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() { stop_cluster; rm -rf "${WORK}"; }
+
+start_cluster() {
+  local bin=$1 label=$2 i peers=""
+  shift 2
+  rm -rf "${WORK:?}"/*
+  for i in 0 1 2; do
+    peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"
+  done
+  for i in 0 1 2; do
+    start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
+      "${OUT}/${label}-m${i}.log" \
+      --heartbeat-interval "${HEARTBEAT}" --election-timeout "${ELECTION}" "$@"
+  done
+  local deadline=$((SECONDS + 60))
+  while (( SECONDS < deadline )); do
+    if [[ -n "$(leader_index)" ]]; then return 0; fi
+    sleep 0.2
+  done
+  echo "${0##*/}: ${label} cluster did not elect a leader; logs in ${OUT}/${label}-m*.log" >&2
+  exit 1
+}
+
+leader_index() {
+  "${ETCDCTL}" --endpoints "$(endpoints)" --command-timeout 2s endpoint status -w json 2>/dev/null |
+    leader_of_status
 }

@@ -169,9 +169,14 @@ K8sCluster::WriteDone K8sCluster::Track(OpStats& op, bool pod_write) {
   issued_.fetch_add(1);
   const auto start = Clock::now();
   DeliveryTracker* pod_delivery = pod_write ? pod_delivery_ : nullptr;
-  return [this, &op, start, pod_delivery](const grpc::Status& s, int64_t rev) {
+  Timeline* const timeline = write_timeline_;
+  return [this, &op, start, pod_delivery, timeline](const grpc::Status& s, int64_t rev) {
     if (s.ok()) {
-      op.latency.Record(Since(start));
+      const auto now = Clock::now();
+      const auto ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count());
+      op.latency.Record(ns);
+      if (timeline != nullptr) timeline->Record(now, ns);
       if (delivery_ != nullptr) delivery_->WriteCommitted(rev, start, 1);
       if (pod_delivery != nullptr) pod_delivery->WriteCommitted(rev, start, 1);
     } else {

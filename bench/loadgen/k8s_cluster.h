@@ -95,6 +95,9 @@ class K8sCluster {
   // (which expects one event per write: the pod's node watch). Call before
   // the steady state, from the scheduler thread.
   void SetPodDelivery(DeliveryTracker* delivery) { pod_delivery_ = delivery; }
+  // Every write acknowledged from now on is also recorded in timeline (at
+  // its completion), which must outlive the writes. Before the writes.
+  void SetWriteTimeline(Timeline* timeline) { write_timeline_ = timeline; }
 
   // Steady-state operations.
   void RenewNodeLease();     // the next node, round-robin (a kubelet every 10 s)
@@ -159,6 +162,7 @@ class K8sCluster {
   ConnectionPool* const pool_;
   const int clients_;
   DeliveryTracker* const delivery_;
+  Timeline* write_timeline_ = nullptr;
   DeliveryTracker* pod_delivery_ = nullptr;
   Stats stats_;
   std::vector<Node> nodes_;

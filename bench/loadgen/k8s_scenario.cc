@@ -313,6 +313,10 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   ProcessSampler self_sampler(getpid());
   const auto start = Clock::now();
   const auto end = start + absl::ToChronoNanoseconds(duration_);
+  // Writes, relists and watch events second by second, for figures over time.
+  Timeline write_timeline(start), relist_timeline(start), delivery_timeline(start);
+  cluster.SetWriteTimeline(&write_timeline);
+  delivery.SetTimeline(&delivery_timeline);
   OpStats relist("relist (full)"), page("relist page"), node_list("list by node");
   std::atomic<bool> stop_relist{false};
   std::thread node_lister;
@@ -346,7 +350,9 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
       const auto t = Clock::now();
       ListResult lr = CountPrefix(ctx.pool->Channel(i++), kPodsPrefix, page_limit_, &page.latency);
       if (lr.status.ok()) {
-        relist.latency.Record(Since(t));
+        const uint64_t ns = Since(t);
+        relist.latency.Record(ns);
+        relist_timeline.Record(Clock::now(), ns);
       } else {
         relist.errors.Add(lr.status);
       }
@@ -411,8 +417,13 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
     r.phases.push_back(op->ToPhase(seconds));
     mutating.latency.Merge(op->latency);
   }
-  r.phases.push_back(mutating.ToPhase(seconds));
-  r.phases.push_back(relist.ToPhase(seconds, false));
+  auto with_timeline = [](PhaseResult p, const Timeline& timeline, bool counts) {
+    if (counts) p.per_second = timeline.Counts();
+    p.p99_ms_per_second = timeline.PercentileMs(99);
+    return p;
+  };
+  r.phases.push_back(with_timeline(mutating.ToPhase(seconds), write_timeline, true));
+  r.phases.push_back(with_timeline(relist.ToPhase(seconds, false), relist_timeline, false));
   r.phases.push_back(page.ToPhase(seconds, false));
   if (node_list.latency.Count() > 0 || node_list.errors.Total() > 0) {
     r.phases.push_back(node_list.ToPhase(seconds, false));
@@ -421,7 +432,9 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
     r.phases.push_back(
         DeliveryPhase("node watch delivery", node_delivery_latency, node_watch_errors, seconds));
   }
-  r.phases.push_back(DeliveryPhase("watch delivery", delivery_latency, watch_errors, seconds));
+  r.phases.push_back(with_timeline(
+      DeliveryPhase("watch delivery", delivery_latency, watch_errors, seconds), delivery_timeline,
+      false));
 
   if (sampler && sampler->valid()) {
     r.extras.push_back({"server CPU (steady state)", sampler->CpuCores(), "cores", false});

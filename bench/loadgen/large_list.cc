@@ -3,7 +3,10 @@
 // kube-apiserver-style paginated lists (limit 500, continuing from the last
 // key + "\0" at the first page's revision), several lists at once, and the
 // latency of small writes while those lists run, against the same writes
-// with no list running.
+// with no list running. With --list-endpoints the lists go to other
+// members than the writes: a cluster's follower lists while its leader takes
+// the puts, so the puts' latency shows what a follower's lists cost the
+// leader.
 
 #include <atomic>
 #include <random>
@@ -11,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/loadgen/async_call.h"
+#include "bench/loadgen/connection_pool.h"
 #include "bench/loadgen/k8s_objects.h"
 #include "bench/loadgen/keys.h"
 #include "bench/loadgen/list_util.h"
@@ -67,6 +72,9 @@ class LargeListWorkload final : public Workload {
     f.Int("concurrent-lists", &concurrent_, "Full lists running at once in the concurrent phase");
     f.Double("put-rate", &put_rate_, "Puts per second in the put phases");
     f.Duration("put-idle-duration", &idle_, "Length of the put phase with no list running");
+    f.String("list-endpoints", &list_endpoints_,
+             "Endpoints the lists go to (comma-separated; default: --endpoints), e.g. a "
+             "follower's while --endpoints names the leader");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (objects_ < 1 || min_size_ < 1 || max_size_ < min_size_ || namespaces_ < 1 || lists_ < 1 ||
@@ -95,6 +103,17 @@ class LargeListWorkload final : public Workload {
       p.seed = i;
       return k8s::EncodePod(p);
     };
+
+    // Where the lists go: a pool of their own on --list-endpoints.
+    std::unique_ptr<ConnectionPool> list_pool;
+    if (!list_endpoints_.empty()) {
+      auto dialed = ConnectionPool::Dial(absl::StrSplit(list_endpoints_, ',', absl::SkipEmpty()),
+                                         concurrent_, ctx.global->dial_timeout,
+                                         ctx.global->security);
+      if (!dialed.ok()) return dialed.status();
+      list_pool = *std::move(dialed);
+    }
+    ConnectionPool& lists = list_pool ? *list_pool : *ctx.pool;
 
     // Load.
     std::atomic<uint64_t> stored_bytes{0};
@@ -151,7 +170,7 @@ class LargeListWorkload final : public Workload {
       uint64_t bytes = 0;
       for (int i = 0; i < lists_; ++i) {
         const auto t = std::chrono::steady_clock::now();
-        ListResult lr = CountPrefix(ctx.pool->Channel(i), prefix_, 0, nullptr);
+        ListResult lr = CountPrefix(lists.Channel(i), prefix_, 0, nullptr);
         if (check(list_errors, lr)) p.latency.Record(SinceNs(t));
         bytes = lr.bytes;
       }
@@ -175,7 +194,7 @@ class LargeListWorkload final : public Workload {
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < lists_; ++i) {
         const auto t = std::chrono::steady_clock::now();
-        ListResult lr = CountPrefix(ctx.pool->Channel(i), prefix_, page_limit_, &page.latency);
+        ListResult lr = CountPrefix(lists.Channel(i), prefix_, page_limit_, &page.latency);
         if (check(list_errors, lr)) walk.latency.Record(SinceNs(t));
       }
       progress.Stop();
@@ -206,7 +225,7 @@ class LargeListWorkload final : public Workload {
         listers.emplace_back([&, t] {
           for (int i = 0; i < lists_; ++i) {
             const auto s = std::chrono::steady_clock::now();
-            ListResult lr = CountPrefix(ctx.pool->Channel(t), prefix_, 0, nullptr);
+            ListResult lr = CountPrefix(lists.Channel(t), prefix_, 0, nullptr);
             if (check(list_errors, lr)) p.latency.Record(SinceNs(s));
           }
         });
@@ -234,6 +253,7 @@ class LargeListWorkload final : public Workload {
   int concurrent_ = 4;
   double put_rate_ = 50;
   absl::Duration idle_ = absl::Seconds(3);
+  std::string list_endpoints_;
 };
 
 }  // namespace

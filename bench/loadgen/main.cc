@@ -129,6 +129,12 @@ int RunSingle(const GlobalOptions& global, Workload& workload, const std::string
                                     {{p.name, p.per_second}})
                   << "\n";
       }
+      if (p.p99_ms_per_second.size() >= 2) {
+        std::cerr << PlotOverTime(global.plot_dir, Slug(name + "-" + p.name + "-p99-over-time"),
+                                  absl::StrCat(name, ": ", p.name, " p99 per second"), "p99 (ms)",
+                                  {{p.name, p.p99_ms_per_second}}, /*sparse=*/true)
+                  << "\n";
+      }
     }
   }
   const uint64_t errors = report->TotalErrors();

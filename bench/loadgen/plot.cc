@@ -117,19 +117,28 @@ std::string PlotPercentiles(const std::string& dir, const std::string& stem,
 std::string PlotThroughput(const std::string& dir, const std::string& stem,
                            const std::string& title,
                            const std::vector<std::pair<std::string, std::vector<double>>>& series) {
+  return PlotOverTime(dir, stem, title, "requests completed per second", series);
+}
+
+std::string PlotOverTime(const std::string& dir, const std::string& stem, const std::string& title,
+                         const std::string& ylabel,
+                         const std::vector<std::pair<std::string, std::vector<double>>>& series,
+                         bool sparse) {
   std::filesystem::create_directories(dir);
   const std::string dat = dir + "/" + stem + ".dat";
   std::ofstream out(dat);
   for (const auto& [label, values] : series) {
     out << "# " << label << "\n";
-    for (size_t t = 0; t < values.size(); ++t) out << (t + 1) << " " << values[t] << "\n";
+    for (size_t t = 0; t < values.size(); ++t) {
+      if (!sparse || values[t] != 0) out << (t + 1) << " " << values[t] << "\n";
+    }
     out << "\n\n";
   }
   out.close();
   std::string script = kHeader;
   absl::StrAppend(&script, "set output ", Quote(dir + "/" + stem + ".png"), "\n",
                   "set title ", Quote(title), "\n",
-                  "set xlabel \"second\"\nset ylabel \"requests completed per second\"\n"
+                  "set xlabel \"second\"\nset ylabel ", Quote(ylabel), "\n",
                   "set yrange [0:*]\nplot ");
   for (size_t i = 0; i < series.size(); ++i) {
     absl::StrAppend(&script, i ? ", " : "", Quote(dat), " index ", i,

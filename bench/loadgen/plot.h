@@ -28,6 +28,14 @@ std::string PlotThroughput(const std::string& dir, const std::string& stem,
                            const std::string& title,
                            const std::vector<std::pair<std::string, std::vector<double>>>& series);
 
+// A value per second over time (x: second 1, 2, ...), one line per series;
+// ylabel names the value. sparse: a 0 is a second without a sample, left
+// out (a p99 per second), rather than a value.
+std::string PlotOverTime(const std::string& dir, const std::string& stem, const std::string& title,
+                         const std::string& ylabel,
+                         const std::vector<std::pair<std::string, std::vector<double>>>& series,
+                         bool sparse = false);
+
 // A file name stem from free text: "watch event" -> "watch-event".
 std::string Slug(const std::string& s);
 

@@ -274,6 +274,11 @@ void WriteJson(const RunReport& r, JsonWriter& w) {
       for (double v : p.per_second) w.Value(v);
       w.EndArray();
     }
+    if (!p.p99_ms_per_second.empty()) {
+      w.Key("p99_ms_per_second").BeginArray();
+      for (double v : p.p99_ms_per_second) w.Value(v);
+      w.EndArray();
+    }
     w.EndObject();
   }
   w.EndArray();

@@ -44,6 +44,7 @@ struct PhaseResult {
   double seconds = 0;               // wall time of the phase
   bool has_throughput = true;       // false when samples are not paced by the load (e.g. watch events)
   std::vector<double> per_second;   // completions in each second of the phase
+  std::vector<double> p99_ms_per_second;  // the p99 of each second's samples (empty: not kept)
 
   double Throughput() const { return seconds > 0 ? latency.Count() / seconds : 0; }
 };

@@ -67,8 +67,10 @@ void DeliveryTracker::WriteCommitted(int64_t revision, SteadyClock::time_point s
   int remaining = expected_events;
   if (auto it = early_.find(revision); it != early_.end()) {
     for (auto received : it->second) {
-      latency_->Record(static_cast<uint64_t>(
-          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - started).count())));
+      const auto ns = static_cast<uint64_t>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::nanoseconds>(received - started).count()));
+      latency_->Record(ns);
+      if (timeline_ != nullptr) timeline_->Record(received, ns);
       if (after_completion_ != nullptr) after_completion_->Record(0);
       ++matched_;
       --remaining;
@@ -110,6 +112,9 @@ void DeliveryTracker::EventsReceived(absl::Span<const int64_t> revisions,
     if (--it->second.remaining <= 0) pending_.erase(it);
   }
   latency_->RecordAll(latencies.data(), latencies.size());
+  if (timeline_ != nullptr) {
+    for (uint64_t ns : latencies) timeline_->Record(received, ns);
+  }
   if (after_completion_ != nullptr) {
     after_completion_->RecordAll(after_completion.data(), after_completion.size());
   }

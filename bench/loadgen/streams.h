@@ -23,6 +23,7 @@
 #include "absl/types/span.h"
 #include "bench/loadgen/histogram.h"
 #include "bench/loadgen/response_summary.h"
+#include "bench/loadgen/timeline.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -213,6 +214,10 @@ class DeliveryTracker {
   // all of them.
   void EventsReceived(absl::Span<const int64_t> revisions, SteadyClock::time_point received);
 
+  // Also records each event's latency, at the time it was received, in
+  // timeline (which must outlive the tracker); before the events it is for.
+  void SetTimeline(Timeline* timeline) { timeline_ = timeline; }
+
   uint64_t Matched() const;
   // Events still expected from committed writes.
   uint64_t Outstanding() const;
@@ -226,6 +231,7 @@ class DeliveryTracker {
   };
   Histogram* const latency_;
   Histogram* const after_completion_;
+  Timeline* timeline_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<int64_t, Pending> pending_;                              // guarded by mu_
