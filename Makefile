@@ -12,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Paths relative to the checkout, so every clone shares one compiler cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build run test e2e bench bench-cluster bench-catchup sanitize sanitize-thread sanitize-address fuzz soak robustness clean
+.PHONY: all deps configure build run test e2e bench bench-cluster bench-catchup bench-scale sanitize sanitize-thread sanitize-address fuzz soak robustness clean
 
 all: build
 
@@ -68,6 +68,12 @@ bench-cluster: build
 # RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 6 x SIZE of free disk.
 bench-catchup: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/catchup.sh $(BUILD_DIR)/bench-results/catchup
+
+# 3-member etcd 3.5 against 3-member Capstan at scale: puts while a follower serves 4 full lists,
+# the k8s scenario at 10,000 nodes with figures over time, and a leader's isolation to the first
+# write (docs/BENCHMARKS.md). About 45 minutes; ROUNDS and PARTS shorten it (bench/cluster/scale.sh).
+bench-scale: build
+	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/scale.sh $(BUILD_DIR)/bench-results/scale
 
 # Fault campaigns (docs/RELIABILITY.md): seeds ROBUSTNESS_SEEDS of ROBUSTNESS_SECONDS each, on 3 and
 # on 5 members, etcd 3.5 first (which keeps the checkers honest), then Capstan. The totals are the

@@ -183,10 +183,7 @@ failover_round() {  # SERVER BINARY ROUND
 
 : > "${OUT}/runs.tsv"
 {
-  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "machine: $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "etcd: $("${ETCD}" --version | head -1)"
-  echo "capstan: ${CAPSTAN} ($(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  describe_run
   echo "rounds: ${ROUNDS}, failover repetitions per round: ${FAILOVER_REPS}," \
     "--heartbeat-interval ${HEARTBEAT} --election-timeout ${ELECTION}"
 } > "${OUT}/env.txt"

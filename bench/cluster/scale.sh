@@ -9,13 +9,17 @@
 # ones), each part on a fresh cluster:
 #
 #   lists   capstan-bench large-list with the writes on the leader and the lists on a follower
-#           (--list-endpoints): LIST_OBJECTS objects of 4 KiB, then puts at 50/s with no list
-#           running, one full and one paginated list, and 4 full lists at once with the puts
-#           running. The figure is the put p99 during the 4 lists over the idle put p99.
+#           (--list-endpoints), received by a process of their own (--list-process: in the
+#           writer's process they would hold up the puts' answers): LIST_OBJECTS objects of
+#           4 KiB, then puts at 50/s with no list running, one full and one paginated list, and
+#           4 full lists at once with the puts running. The figure is the put p99 during the
+#           4 lists over the idle put p99.
 #   k8s     capstan-bench k8s --nodes K8S_NODES --pods K8S_PODS --duration K8S_DURATION over all
-#           three endpoints: load, initial list, steady state (write throughput, relist and watch
-#           latencies), with the steady state's writes per second and the p99 per second of the
-#           writes, the relists and the watch events (figures over time: OUT_DIR/plots).
+#           three endpoints with --watch-cache off, so that both servers take the same traffic
+#           (Capstan's kubelet lists and watches through its watch cache are not in it): load,
+#           initial list, steady state (write throughput, relist and watch latencies), with the
+#           steady state's writes per second and the p99 per second of the writes, the relists
+#           and the watch events (figures over time: OUT_DIR/plots).
 #
 # Then, once per server, the isolation of a leader: capstan-robustness with only the
 # isolate-leader fault (held ISOLATION_HOLD ms, long enough for an election) over
@@ -26,9 +30,10 @@
 # (OUT_DIR/SERVER-rROUND-PART.json), the servers' logs, and the over-time plots (gnuplot, when
 # installed) into OUT_DIR, default a new /tmp/capstan-scale-bench.* directory, kept.
 #
-# Settings (environment): ROUNDS (2), PARTS ("lists k8s isolation"), LIST_OBJECTS (100000),
+# Settings (environment): ROUNDS (2), PARTS ("lists k8s isolation"), SERVERS ("etcd capstan": the
+#   servers to run; a rerun of one adds its files to OUT_DIR beside the other's), LIST_OBJECTS (100000),
 #   K8S_NODES (10000), K8S_PODS (150000), K8S_DURATION (60s), K8S_RELIST (30s), ISOLATION_SEEDS
-#   (1-4), ISOLATION_HOLD (5000), HEARTBEAT (100), ELECTION (1000), PORT (24300),
+#   (1-8), ISOLATION_HOLD (5000), HEARTBEAT (100), ELECTION (1000), PORT (24300),
 #   CAPSTAN (build/release/capstan), BENCH (capstan-bench beside it), ROBUSTNESS
 #   (build/release/tests/cluster/capstan-robustness), ETCD and ETCDCTL (etcd 3.5.16 under
 #   /root/.cache/capstan/etcd-3.5/usr/bin).
@@ -39,12 +44,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "${here}/../.." && pwd)
 ROUNDS=${ROUNDS:-2}
 PARTS=${PARTS:-lists k8s isolation}
+SERVERS=${SERVERS:-etcd capstan}
 LIST_OBJECTS=${LIST_OBJECTS:-100000}
 K8S_NODES=${K8S_NODES:-10000}
 K8S_PODS=${K8S_PODS:-150000}
 K8S_DURATION=${K8S_DURATION:-60s}
 K8S_RELIST=${K8S_RELIST:-30s}
-ISOLATION_SEEDS=${ISOLATION_SEEDS:-1-4}
+ISOLATION_SEEDS=${ISOLATION_SEEDS:-1-8}
 ISOLATION_HOLD=${ISOLATION_HOLD:-5000}
 HEARTBEAT=${HEARTBEAT:-100}
 ELECTION=${ELECTION:-1000}
@@ -87,7 +93,7 @@ lists_round() {  # SERVER BINARY ROUND
   leader=$(leader_index)
   follower=$(( (leader + 1) % 3 ))
   bench "${server}" "${round}" lists --endpoints "$(endpoint "${leader}")" --conns 10 --clients 100 \
-    large-list --list-endpoints "$(endpoint "${follower}")" --objects "${LIST_OBJECTS}" \
+    large-list --list-endpoints "$(endpoint "${follower}")" --list-process --objects "${LIST_OBJECTS}" \
     --min-size 4096 --max-size 4096 --lists 1 --concurrent-lists 4 --put-rate 50 \
     --put-idle-duration 10s
   stop_cluster
@@ -98,7 +104,7 @@ k8s_round() {  # SERVER BINARY ROUND
   start_cluster "${bin}" "${server}-r${round}-k8s" "${QUOTA[@]}"
   bench "${server}" "${round}" k8s --endpoints "$(endpoints)" --conns 8 --clients 64 \
     k8s --nodes "${K8S_NODES}" --pods "${K8S_PODS}" --duration "${K8S_DURATION}" \
-    --relist-interval "${K8S_RELIST}" --etcd-node-lists 2
+    --relist-interval "${K8S_RELIST}" --etcd-node-lists 2 --watch-cache off
   stop_cluster
 }
 
@@ -115,10 +121,7 @@ isolation_runs() {  # SERVER
 }
 
 {
-  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "machine: $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "etcd: $("${ETCD}" --version | head -1)"
-  echo "capstan: ${CAPSTAN} ($(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  describe_run
   echo "rounds: ${ROUNDS}; parts: ${PARTS}; --heartbeat-interval ${HEARTBEAT} --election-timeout ${ELECTION}"
   echo "lists: ${LIST_OBJECTS} x 4 KiB; k8s: ${K8S_NODES} nodes, ${K8S_PODS} pods, ${K8S_DURATION}," \
     "relist every ${K8S_RELIST}; isolation: seeds ${ISOLATION_SEEDS}, held ${ISOLATION_HOLD} ms"
@@ -128,6 +131,7 @@ cat "${OUT}/env.txt" >&2
 for round in $(seq 1 "${ROUNDS}"); do
   if (( round % 2 == 1 )); then order=(etcd capstan); else order=(capstan etcd); fi
   for server in "${order[@]}"; do
+    [[ " ${SERVERS} " == *" ${server} "* ]] || continue
     if [[ "${server}" == etcd ]]; then bin=${ETCD}; else bin=${CAPSTAN}; fi
     for part in ${PARTS}; do
       case "${part}" in
@@ -138,7 +142,7 @@ for round in $(seq 1 "${ROUNDS}"); do
   done
 done
 if [[ " ${PARTS} " == *" isolation "* ]]; then
-  for server in etcd capstan; do
+  for server in ${SERVERS}; do
     echo "== isolation: ${server}" >&2
     isolation_runs "${server}"
   done

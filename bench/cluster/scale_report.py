@@ -157,7 +157,7 @@ def plots(out, found):
     series = [
         ("mutating (all)", "per_second", "writes acknowledged per second", "k8s-writes-per-second"),
         ("mutating (all)", "p99_ms_per_second", "write p99 per second (ms)", "k8s-write-p99"),
-        ("relist (full)", "p99_ms_per_second", "paginated relist of all pods (ms)", "k8s-relist"),
+        ("relist page", "p99_ms_per_second", "relist page p99 per second (ms)", "k8s-relist-page-p99"),
         ("watch delivery", "p99_ms_per_second", "watch event delivery p99 per second (ms)",
          "k8s-watch-delivery-p99"),
     ]

@@ -27,6 +27,8 @@
 #   endpoints                  the three client endpoints, comma-separated
 #   endpoint I                 member I's client endpoint
 #   leader_index               the index (0-2) of the member all three name as leader, or nothing
+#   describe_run               the date, the machine, its load and the two servers' versions, a
+#                              line each (the head of a run's env.txt; uses ETCD, CAPSTAN, repo)
 
 TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
 
@@ -147,4 +149,11 @@ start_cluster() {
 leader_index() {
   "${ETCDCTL}" --endpoints "$(endpoints)" --command-timeout 2s endpoint status -w json 2>/dev/null |
     leader_of_status
+}
+
+describe_run() {
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "machine: $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "etcd: $("${ETCD}" --version | head -1)"
+  echo "capstan: ${CAPSTAN} ($(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 }

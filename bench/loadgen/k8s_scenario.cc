@@ -314,7 +314,7 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
   const auto start = Clock::now();
   const auto end = start + absl::ToChronoNanoseconds(duration_);
   // Writes, relists and watch events second by second, for figures over time.
-  Timeline write_timeline(start), relist_timeline(start), delivery_timeline(start);
+  Timeline write_timeline(start), page_timeline(start), delivery_timeline(start);
   cluster.SetWriteTimeline(&write_timeline);
   delivery.SetTimeline(&delivery_timeline);
   OpStats relist("relist (full)"), page("relist page"), node_list("list by node");
@@ -348,11 +348,10 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
       }
       next += absl::ToChronoNanoseconds(relist_interval_);
       const auto t = Clock::now();
-      ListResult lr = CountPrefix(ctx.pool->Channel(i++), kPodsPrefix, page_limit_, &page.latency);
+      ListResult lr = CountPrefix(ctx.pool->Channel(i++), kPodsPrefix, page_limit_, &page.latency,
+                                  &page_timeline);
       if (lr.status.ok()) {
-        const uint64_t ns = Since(t);
-        relist.latency.Record(ns);
-        relist_timeline.Record(Clock::now(), ns);
+        relist.latency.Record(Since(t));
       } else {
         relist.errors.Add(lr.status);
       }
@@ -423,8 +422,8 @@ absl::StatusOr<RunReport> K8sWorkload::Run(BenchContext& ctx) {
     return p;
   };
   r.phases.push_back(with_timeline(mutating.ToPhase(seconds), write_timeline, true));
-  r.phases.push_back(with_timeline(relist.ToPhase(seconds, false), relist_timeline, false));
-  r.phases.push_back(page.ToPhase(seconds, false));
+  r.phases.push_back(relist.ToPhase(seconds, false));
+  r.phases.push_back(with_timeline(page.ToPhase(seconds, false), page_timeline, false));
   if (node_list.latency.Count() > 0 || node_list.errors.Total() > 0) {
     r.phases.push_back(node_list.ToPhase(seconds, false));
   }

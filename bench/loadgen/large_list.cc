@@ -6,14 +6,29 @@
 // with no list running. With --list-endpoints the lists go to other
 // members than the writes: a cluster's follower lists while its leader takes
 // the puts, so the puts' latency shows what a follower's lists cost the
-// leader.
+// leader. With --list-process the lists run in a child capstan-bench of
+// their own: receiving hundreds of megabytes takes the client's gRPC
+// threads, which in one process would also have to read the puts' answers,
+// so the puts' latency would measure the client more than the servers.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/connection_pool.h"
@@ -59,6 +74,71 @@ class RssGrowth {
   std::unique_ptr<ProcessSampler> sampler_;
 };
 
+extern "C" char** environ;
+
+// The lists of one phase: each list's latency (ns) and result, and the
+// latencies of the pages of the paginated ones.
+struct PhaseLists {
+  std::vector<std::pair<uint64_t, ListResult>> lists;
+  Histogram pages;
+};
+
+// This binary, to run again as a list process.
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("capstan-bench");
+}
+
+// Runs argv (this binary as a list process) and parses what it prints:
+// "list NS OBJECTS BYTES", "pages NS COUNT" (COUNT pages of about NS) or
+// "error MESSAGE" lines.
+absl::StatusOr<PhaseLists> RunListProcess(const std::vector<std::string>& argv) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    return absl::InternalError(absl::StrCat("cannot start the list process: ", std::strerror(rc)));
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("the list process failed (status ", status, "): ", text));
+  }
+  PhaseLists out_lists;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    uint64_t ns = 0;
+    ListResult lr;
+    if (f.size() == 4 && f[0] == "list" && absl::SimpleAtoi(f[1], &ns) &&
+        absl::SimpleAtoi(f[2], &lr.objects) && absl::SimpleAtoi(f[3], &lr.bytes)) {
+      out_lists.lists.emplace_back(ns, lr);
+    } else if (uint64_t count = 0; f.size() == 3 && f[0] == "pages" &&
+                                   absl::SimpleAtoi(f[1], &ns) && absl::SimpleAtoi(f[2], &count)) {
+      out_lists.pages.RecordN(ns, count);
+    } else if (absl::StartsWith(line, "error ")) {
+      lr.status =
+          grpc::Status(grpc::StatusCode::UNKNOWN, std::string(line.substr(sizeof("error ") - 1)));
+      out_lists.lists.emplace_back(0, lr);
+    }
+  }
+  return out_lists;
+}
+
 class LargeListWorkload final : public Workload {
  public:
   void RegisterFlags(FlagSet& f) override {
@@ -75,6 +155,12 @@ class LargeListWorkload final : public Workload {
     f.String("list-endpoints", &list_endpoints_,
              "Endpoints the lists go to (comma-separated; default: --endpoints), e.g. a "
              "follower's while --endpoints names the leader");
+    f.Bool("list-process", &list_process_,
+           "Run the lists in a child capstan-bench, so that receiving them does not hold up the "
+           "puts' answers in this process");
+    f.String("list-worker", &list_worker_,
+             "Internal (--list-process): only run the lists of one phase (full, paginated, "
+             "concurrent), printing a line per list");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (objects_ < 1 || min_size_ < 1 || max_size_ < min_size_ || namespaces_ < 1 || lists_ < 1 ||
@@ -85,6 +171,7 @@ class LargeListWorkload final : public Workload {
   }
 
   absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
+    if (!list_worker_.empty()) return RunWorker(ctx);
     RunReport r;
     r.workload = "large-list";
     r.target = ctx.target;
@@ -114,6 +201,23 @@ class LargeListWorkload final : public Workload {
       list_pool = *std::move(dialed);
     }
     ConnectionPool& lists = list_pool ? *list_pool : *ctx.pool;
+    // The lists of a phase ("full", "paginated", "concurrent"), here or in a
+    // list process.
+    auto run_lists = [&](const std::string& kind) -> PhaseLists {
+      if (!list_process_) return ListsOf(kind, lists);
+      auto child = RunListProcess(
+          {SelfPath(), "--no-progress", "--endpoints",
+           list_endpoints_.empty() ? absl::StrJoin(ctx.global->endpoints, ",") : list_endpoints_,
+           "--conns", absl::StrCat(concurrent_), "large-list", "--list-worker", kind,
+           "--prefix", prefix_, "--page-limit", absl::StrCat(page_limit_),
+           "--lists", absl::StrCat(lists_), "--concurrent-lists", absl::StrCat(concurrent_)});
+      if (child.ok()) return *std::move(child);
+      PhaseLists failed;
+      failed.lists.emplace_back(0, ListResult{});
+      failed.lists.back().second.status =
+          grpc::Status(grpc::StatusCode::INTERNAL, std::string(child.status().message()));
+      return failed;
+    };
 
     // Load.
     std::atomic<uint64_t> stored_bytes{0};
@@ -164,17 +268,12 @@ class LargeListWorkload final : public Workload {
       ErrorCounter list_errors;
       PhaseResult p;
       p.name = "full list";
-      ProgressMonitor progress(p.name, lists_, [&] { return p.latency.Count(); },
-                               [&] { return list_errors.Total(); });
       const auto start = std::chrono::steady_clock::now();
       uint64_t bytes = 0;
-      for (int i = 0; i < lists_; ++i) {
-        const auto t = std::chrono::steady_clock::now();
-        ListResult lr = CountPrefix(lists.Channel(i), prefix_, 0, nullptr);
-        if (check(list_errors, lr)) p.latency.Record(SinceNs(t));
+      for (const auto& [ns, lr] : run_lists("full").lists) {
+        if (check(list_errors, lr)) p.latency.Record(ns);
         bytes = lr.bytes;
       }
-      progress.Stop();
       finish(p, start, list_errors);
       r.extras.push_back({"listed MiB", bytes / 1048576.0, "MiB", false});
       r.extras.push_back({"full list MiB/s",
@@ -189,15 +288,12 @@ class LargeListWorkload final : public Workload {
       PhaseResult walk, page;
       walk.name = absl::StrCat("paginated list (limit ", page_limit_, ")");
       page.name = "list page";
-      ProgressMonitor progress(walk.name, lists_, [&] { return walk.latency.Count(); },
-                               [&] { return list_errors.Total(); });
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < lists_; ++i) {
-        const auto t = std::chrono::steady_clock::now();
-        ListResult lr = CountPrefix(lists.Channel(i), prefix_, page_limit_, &page.latency);
-        if (check(list_errors, lr)) walk.latency.Record(SinceNs(t));
+      const PhaseLists done = run_lists("paginated");
+      for (const auto& [ns, lr] : done.lists) {
+        if (check(list_errors, lr)) walk.latency.Record(ns);
       }
-      progress.Stop();
+      page.latency.Merge(done.pages);
       finish(walk, start, list_errors);
       page.seconds = walk.seconds;
       page.has_throughput = false;
@@ -220,17 +316,9 @@ class LargeListWorkload final : public Workload {
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       const auto start = std::chrono::steady_clock::now();
-      std::vector<std::thread> listers;
-      for (int t = 0; t < concurrent_; ++t) {
-        listers.emplace_back([&, t] {
-          for (int i = 0; i < lists_; ++i) {
-            const auto s = std::chrono::steady_clock::now();
-            ListResult lr = CountPrefix(lists.Channel(t), prefix_, 0, nullptr);
-            if (check(list_errors, lr)) p.latency.Record(SinceNs(s));
-          }
-        });
+      for (const auto& [ns, lr] : run_lists("concurrent").lists) {
+        if (check(list_errors, lr)) p.latency.Record(ns);
       }
-      for (auto& t : listers) t.join();
       finish(p, start, list_errors);
       stop_puts = true;
       writer.join();
@@ -243,6 +331,60 @@ class LargeListWorkload final : public Workload {
   }
 
  private:
+  // The lists of one phase, run here on pool: `lists_` full lists one after
+  // the other ("full"), paginated ("paginated"), or on each of
+  // `concurrent_` threads at once ("concurrent").
+  PhaseLists ListsOf(const std::string& kind, ConnectionPool& pool) const {
+    PhaseLists out;
+    std::mutex mu;
+    auto one = [&](size_t channel, int64_t limit) {
+      const auto t = std::chrono::steady_clock::now();
+      ListResult lr = CountPrefix(pool.Channel(channel), prefix_, limit, limit ? &out.pages : nullptr);
+      const uint64_t ns = SinceNs(t);
+      std::lock_guard<std::mutex> lock(mu);
+      out.lists.emplace_back(ns, std::move(lr));
+    };
+    if (kind == "concurrent") {
+      std::vector<std::thread> threads;
+      for (int t = 0; t < concurrent_; ++t) {
+        threads.emplace_back([&, t] {
+          for (int i = 0; i < lists_; ++i) one(static_cast<size_t>(t), 0);
+        });
+      }
+      for (auto& t : threads) t.join();
+    } else {
+      for (int i = 0; i < lists_; ++i) one(static_cast<size_t>(i), kind == "paginated" ? page_limit_ : 0);
+    }
+    return out;
+  }
+
+  // --list-worker: the lists of one phase, printed for the parent.
+  absl::StatusOr<RunReport> RunWorker(BenchContext& ctx) {
+    if (list_worker_ != "full" && list_worker_ != "paginated" && list_worker_ != "concurrent") {
+      return absl::InvalidArgumentError(absl::StrCat("large-list: unknown --list-worker ", list_worker_));
+    }
+    const PhaseLists done = ListsOf(list_worker_, *ctx.pool);
+    for (const auto& [ns, lr] : done.lists) {
+      if (lr.status.ok()) {
+        std::printf("list %llu %llu %llu\n", static_cast<unsigned long long>(ns),
+                    static_cast<unsigned long long>(lr.objects),
+                    static_cast<unsigned long long>(lr.bytes));
+      } else {
+        std::printf("error %s\n", lr.status.error_message().c_str());
+      }
+    }
+    // The pages as their buckets: value and count, enough for percentiles.
+    double below = 0;
+    for (const auto& [value, fraction] : done.pages.Cdf()) {
+      const auto count = static_cast<unsigned long long>(
+          std::llround((fraction - below) * static_cast<double>(done.pages.Count())));
+      below = fraction;
+      if (count > 0) std::printf("pages %llu %llu\n", static_cast<unsigned long long>(value), count);
+    }
+    std::fflush(stdout);
+    std::_Exit(0);  // nothing else to report: the parent reads the lines above
+  }
+
   int64_t objects_ = 10000;
   int min_size_ = 2048;
   int max_size_ = 8192;
@@ -254,6 +396,8 @@ class LargeListWorkload final : public Workload {
   double put_rate_ = 50;
   absl::Duration idle_ = absl::Seconds(3);
   std::string list_endpoints_;
+  bool list_process_ = false;
+  std::string list_worker_;
 };
 
 }  // namespace

@@ -22,7 +22,7 @@ struct Page {
 // The pagination loop; fetch(request, &page) makes the Range call.
 template <typename Fetch>
 ListResult Paginate(const std::string& prefix, int64_t limit, Histogram* page_latency,
-                    Fetch fetch) {
+                    Timeline* page_timeline, Fetch fetch) {
   ListResult out;
   const std::string end = PrefixEnd(prefix);
   std::string key = prefix;
@@ -35,10 +35,12 @@ ListResult Paginate(const std::string& prefix, int64_t limit, Histogram* page_la
     Page page;
     const auto start = std::chrono::steady_clock::now();
     out.status = fetch(req, &page);
-    if (page_latency != nullptr && out.status.ok()) {
-      page_latency->Record(static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-              .count()));
+    if (out.status.ok()) {
+      const auto now = std::chrono::steady_clock::now();
+      const auto ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count());
+      if (page_latency != nullptr) page_latency->Record(ns);
+      if (page_timeline != nullptr) page_timeline->Record(now, ns);
     }
     if (!out.status.ok()) return out;
     ++out.pages;
@@ -56,7 +58,8 @@ ListResult Paginate(const std::string& prefix, int64_t limit, Histogram* page_la
 ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int64_t limit,
                       Histogram* page_latency,
                       const std::function<void(const mvccpb::KeyValue&)>& each_object) {
-  return Paginate(prefix, limit, page_latency, [&](const etcdserverpb::RangeRequest& req, Page* page) {
+  return Paginate(prefix, limit, page_latency, nullptr,
+                  [&](const etcdserverpb::RangeRequest& req, Page* page) {
     etcdserverpb::RangeResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
@@ -75,8 +78,9 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
 }
 
 ListResult CountPrefix(const std::shared_ptr<grpc::Channel>& channel, const std::string& prefix,
-                       int64_t limit, Histogram* page_latency) {
-  return Paginate(prefix, limit, page_latency, [&](const etcdserverpb::RangeRequest& req, Page* page) {
+                       int64_t limit, Histogram* page_latency, Timeline* page_timeline) {
+  return Paginate(prefix, limit, page_latency, page_timeline,
+                  [&](const etcdserverpb::RangeRequest& req, Page* page) {
     std::promise<grpc::Status> done;
     AsyncRangeSummary(channel, req, [&](const grpc::Status& s, RangeResponseSummary& resp) {
       page->revision = resp.revision;

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "bench/loadgen/histogram.h"
+#include "bench/loadgen/timeline.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 
 namespace capstan::bench {
@@ -34,9 +35,10 @@ ListResult ListPrefix(etcdserverpb::KV::Stub& kv, const std::string& prefix, int
 
 // The same list when only the counts are wanted: each page is read as a
 // RangeResponseSummary (response_summary.h), whose values are skipped on
-// the wire instead of being copied into a RangeResponse.
+// the wire instead of being copied into a RangeResponse. Each page's latency
+// also goes to page_timeline if set.
 ListResult CountPrefix(const std::shared_ptr<grpc::Channel>& channel, const std::string& prefix,
-                       int64_t limit, Histogram* page_latency);
+                       int64_t limit, Histogram* page_latency, Timeline* page_timeline = nullptr);
 
 }  // namespace capstan::bench
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "cluster/checker.h"
 #include "cluster/cluster_fixture.h"
 #include "cluster/fault_proxy.h"
@@ -90,7 +91,12 @@ class Campaign {
     result_.violations.push_back(absl::StrCat(checker, ": ", what));
   }
   void Log(const std::string& line) {
-    if (o_.verbose) std::printf("[%6.1f s] %s\n", SecondsSince(start_), line.c_str());
+    // The wall clock too, to match the members' logs (UTC timestamps).
+    if (o_.verbose) {
+      std::printf("[%6.1f s %s] %s\n", SecondsSince(start_),
+                  absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone()).c_str(),
+                  line.c_str());
+    }
     std::fflush(stdout);
   }
 
