@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ClientListener>> BindClientListener(const Url& ur
   return ClientListener::Bind(url.Hostname(), port, reuse_port);
 }
 
-// Why a TCP client URL cannot be listened on, worded like the Go net.Listen
+// Why a TCP client or peer URL cannot be listened on, worded like the Go net.Listen
 // error etcd prints ("listen tcp 127.0.0.1:2379: bind: address already in
 // use"); OK if a plain bind succeeds. gRPC only says that it failed.
 absl::Status ProbeListen(const Url& url) {
@@ -432,7 +432,14 @@ absl::Status Server::StartReplication() {
   // it destroys the replicator.
   auth_store_->SetCommittedIndex(
       [replicator = replicator_.get()] { return replicator->CommittedIndex(); });
-  if (auto s = transport->Start(replicator_->handler()); !s.ok()) return s;
+  if (auto s = transport->Start(replicator_->handler()); !s.ok()) {
+    // gRPC does not say why it could not serve a peer URL; the usual cause
+    // is a port another process listens on, said in etcd's words.
+    for (const auto& url : config_.listen_peer_urls) {
+      if (auto probe = ProbeListen(url); !probe.ok()) return probe;
+    }
+    return s;
+  }
   // The members of the table the store holds (or, until its first entries,
   // those the member was started with).
   for (const auto& m : replicator_->Members()) {

@@ -183,9 +183,8 @@ namespace {
 
 // `name` in the directory of capstan-bench, or in its server/ subdirectory.
 std::string BesideSelf(const std::string& name) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return name;
+  const std::filesystem::path self = SelfPath();
+  if (!self.has_parent_path()) return name;
   const auto dir = self.parent_path();
   for (const auto& candidate : {dir / "server" / name, dir / name}) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate.string();

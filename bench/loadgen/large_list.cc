@@ -83,13 +83,6 @@ struct PhaseLists {
   Histogram pages;
 };
 
-// This binary, to run again as a list process.
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("capstan-bench");
-}
-
 // Runs argv (this binary as a list process) and parses what it prints:
 // "list NS OBJECTS BYTES", "pages NS COUNT" (COUNT pages of about NS) or
 // "error MESSAGE" lines.

@@ -1,5 +1,7 @@
 #include "bench/loadgen/workload.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "bench/loadgen/async_call.h"
 
@@ -23,6 +25,12 @@ void GlobalOptions::Register(FlagSet& f) {
   f.String("cert", &security.cert_file, "identify secure client using this TLS certificate file");
   f.String("key", &security.key_file, "identify secure client using this TLS key file");
   f.String("user", &security.user, "username:password: authenticate (etcd auth) and send the token with every request");
+}
+
+std::string SelfPath() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("capstan-bench") : self.string();
 }
 
 absl::StatusOr<std::vector<int64_t>> GrantClientLeases(BenchContext& ctx, int clients,

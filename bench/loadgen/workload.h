@@ -46,6 +46,10 @@ struct BenchContext {
   std::string target;    // "capstan", "etcd" or the endpoint
 };
 
+// The path of this capstan-bench binary (/proc/self/exe), or
+// "capstan-bench" if it cannot be read: for running it again as a child.
+std::string SelfPath();
+
 // One lease of ttl seconds per client, each granted on that client's
 // connection; the first failure ends it with the error.
 absl::StatusOr<std::vector<int64_t>> GrantClientLeases(BenchContext& ctx, int clients,

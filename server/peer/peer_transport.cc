@@ -1,13 +1,7 @@
 #include "server/peer/peer_transport.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,38 +46,6 @@ absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
                                                " unreachable: ", status.error_message()));
   }
   return FromGrpc(status);
-}
-
-// Why an http peer URL ("127.0.0.1:2380") cannot be listened on, worded
-// like the Go net.Listen error etcd prints ("listen tcp 127.0.0.1:2380:
-// bind: address already in use"); OK if a plain bind succeeds. gRPC only
-// says that it failed.
-absl::Status ProbePeerListen(const std::string& host_port) {
-  const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return absl::OkStatus();
-  std::string host = host_port.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), host_port.substr(colon + 1).c_str(),
-                  &hints, &found) != 0 || found == nullptr) {
-    return absl::OkStatus();
-  }
-  absl::Status status;
-  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
-  const int one = 1;
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
-    const int err = errno;
-    status = absl::UnavailableError(absl::StrCat(
-        "listen tcp ", host_port, ": bind: ",
-        err == EADDRINUSE ? "address already in use" : std::strerror(err)));
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(found);
-  return status;
 }
 
 }  // namespace
@@ -175,13 +137,7 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     server_contexts.push_back(*std::move(ctx));
   }
   auto server = builder.BuildAndStart();
-  if (!server) {
-    for (const Url& url : options_.listen_peer_urls) {
-      if (url.scheme != "http") continue;
-      if (auto s = ProbePeerListen(url.host); !s.ok()) return s;
-    }
-    return absl::UnavailableError("cannot serve the peer URLs");
-  }
+  if (!server) return absl::UnavailableError("cannot serve the peer URLs");
   std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners;
   auto fail = [&](absl::Status s) {
     for (auto& l : listeners) l->Stop();
