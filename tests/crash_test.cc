@@ -328,6 +328,14 @@ TEST(CrashTest, AcknowledgedWritesSurviveSigkill) {
   {
     // A single member is a one-voter Raft group: every start is an election
     // (term 2 at the first, one more at each restart), and it leads.
+    // The entry the new term starts with commits before it is applied, and
+    // Status reports both indexes as they are: a linearizable read first
+    // waits until everything committed so far is applied.
+    auto kv = KV::NewStub(server->NewChannel());
+    etcdserverpb::RangeRequest read;
+    read.set_key("a");
+    etcdserverpb::RangeResponse read_resp;
+    ASSERT_TRUE(kv->Range(Deadline().get(), read, &read_resp).ok());
     auto maintenance = Maintenance::NewStub(server->NewChannel());
     etcdserverpb::StatusResponse status;
     ASSERT_TRUE(maintenance->Status(Deadline().get(), etcdserverpb::StatusRequest(), &status).ok());
