@@ -87,6 +87,8 @@ class Campaign {
     std::ofstream(DiskFaultFile(i), std::ios::trunc) << fault << "\n";
   }
   void Check();
+  // The log recorder's events up to `revision`.
+  absl::StatusOr<std::vector<Event>> RecordedLog(int64_t revision);
   void Violation(const std::string& checker, const std::string& what) {
     result_.violations.push_back(absl::StrCat(checker, ": ", what));
   }
@@ -114,6 +116,9 @@ class Campaign {
   std::vector<std::unique_ptr<KvClient>> clients_;
   std::vector<std::thread> threads_;
   std::vector<std::unique_ptr<WatchClient>> watchers_;
+  // With compaction: the event log, recorded from revision 1 as it happens.
+  std::unique_ptr<WatchClient> log_recorder_;
+  std::atomic<int64_t> compactions_{0};
   std::vector<std::unique_ptr<LeaseClient>> lease_clients_;
 };
 
@@ -157,7 +162,8 @@ void Campaign::StartTraffic() {
                             o_.keys, seed, &stop_);
     } else {
       threads_.emplace_back(RunKubernetesTraffic, clients_[c].get(),
-                            absl::StrCat(kPrefix, "pods/"), o_.keys, seed, &stop_);
+                            absl::StrCat(kPrefix, "pods/"), o_.keys, seed, &stop_,
+                            o_.list_page);
     }
   }
   for (int l = 0; l < o_.lease_clients; ++l) {
@@ -170,6 +176,20 @@ void Campaign::StartTraffic() {
     watchers_.push_back(std::make_unique<WatchClient>(w, cluster_->endpoints(), w, kPrefix,
                                                       /*start_revision=*/1));
     watchers_.back()->Start();
+  }
+  if (o_.compaction_interval.count() > 0) {
+    log_recorder_ = std::make_unique<WatchClient>(o_.watchers, cluster_->endpoints(), 0, kPrefix,
+                                                  /*start_revision=*/1);
+    log_recorder_->Start();
+    // Nothing at or above the lowest revision a watcher or the log has
+    // reached is compacted: each resumes above it.
+    auto safe = [this] {
+      int64_t low = log_recorder_->last_revision();
+      for (const auto& w : watchers_) low = std::min(low, w->last_revision());
+      return low;
+    };
+    threads_.emplace_back(RunCompactor, cluster_->endpoints(), o_.compaction_interval, safe,
+                          &stop_, &compactions_);
   }
 }
 
@@ -456,7 +476,9 @@ void Campaign::Check() {
     return;
   }
   result_.final_revision = *rev;
-  auto events = ReadEventLog(cluster_->endpoint(0), kPrefix, *rev, seconds(30));
+  absl::StatusOr<std::vector<Event>> events =
+      log_recorder_ == nullptr ? ReadEventLog(cluster_->endpoint(0), kPrefix, *rev, seconds(30))
+                               : RecordedLog(*rev);
   if (!events.ok()) {
     result_.error = absl::StrCat("reading the event log: ", events.status().ToString());
     return;
@@ -474,6 +496,10 @@ void Campaign::Check() {
     if (first != 0) f.first_write_seconds = static_cast<double>(first - f.start_ns) / 1e9;
   }
   CheckResult lin = CheckHistory(ops, *events);
+  result_.compactions = compactions_.load();
+  for (const Operation& op : ops) {
+    result_.list_pages += op.kind == OpKind::kList && op.outcome == Outcome::kOk;
+  }
   result_.operations = lin.stats.operations;
   result_.ok = lin.stats.ok;
   result_.unknown = lin.stats.unknown;
@@ -541,6 +567,24 @@ void Campaign::Check() {
   }
 }
 
+absl::StatusOr<std::vector<Event>> Campaign::RecordedLog(int64_t revision) {
+  if (!log_recorder_->WaitUntil(revision, seconds(30))) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the log recorder reached revision ", log_recorder_->last_revision(), " of ", revision,
+        log_recorder_->failed() ? " and failed" : ""));
+  }
+  log_recorder_->Stop();
+  std::vector<Event> events;
+  for (const WatchRecord& r : log_recorder_->Records()) {
+    if (r.kind == WatchRecord::kError) {
+      return absl::DataLossError(absl::StrCat("the log recorder failed: ", r.ToString()));
+    }
+    if (r.kind != WatchRecord::kEvent) continue;
+    events.push_back(Event{r.revision, r.key, r.is_delete, r.value});
+  }
+  return events;
+}
+
 CampaignResult Campaign::Run() {
   start_ = Clock::now();
   start_ns_ = NowNs();
@@ -570,6 +614,7 @@ CampaignResult Campaign::Run() {
   proxy_.HealAll();
   if (result_.error.empty()) Check();
   for (auto& w : watchers_) w->Stop();
+  if (log_recorder_ != nullptr) log_recorder_->Stop();
   const FaultProxy::Stats proxy = proxy_.stats();
   result_.peer_connections = proxy.connections;
   result_.peer_unattributed = proxy.unattributed;
@@ -606,10 +651,10 @@ std::string CampaignResult::Report() const {
   std::string out = absl::StrFormat(
       "%s seed %d: %.1f s, %d operations (%d ok, %d unknown), %d faults, final revision %d\n"
       "  watch: %d events, %d progress notifications, %d reconnections; leases: %d (%d seen to "
-      "expire); peer connections: %d (%d not from a member)\n",
+      "expire); list pages: %d; compactions: %d; peer connections: %d (%d not from a member)\n",
       flavor, seed, seconds, operations, ok, unknown, faults.size(), final_revision, watch_events,
-      watch_progress, watch_reconnects, leases, leases_expired, peer_connections,
-      peer_unattributed);
+      watch_progress, watch_reconnects, leases, leases_expired, list_pages, compactions,
+      peer_connections, peer_unattributed);
   for (const InjectedFault& f : faults) {
     absl::StrAppendFormat(&out,
                           "  %6.1f s  %-20s member %2d  first write %.3f s after; held %.1f s, "

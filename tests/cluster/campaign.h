@@ -12,6 +12,10 @@
 //   - every member's HashKV equal at the final revision;
 //   - progress: after each heal the cluster acknowledges writes again
 //     within `recovery_timeout`.
+// The Kubernetes-shaped clients also list in pages at a revision, and a
+// compactor compacts as the apiserver's does (through compact_rev_key), so
+// the event log the checkers read is recorded as the campaign runs, by a
+// watch from revision 1 that the compactor never overtakes.
 //
 //   CampaignOptions o;
 //   o.flavor = ServerFlavor::kCapstan;
@@ -86,6 +90,11 @@ struct CampaignOptions {
   int etcd_clients = 4;
   int kubernetes_clients = 4;
   int keys = 8;
+  // The Kubernetes clients' list page size (keys per page).
+  int list_page = 3;
+  // The apiserver's compaction interval (--etcd-compaction-interval, 5 min
+  // by default there); 0: no compaction.
+  std::chrono::milliseconds compaction_interval{3000};
   int watchers = 3;
   // Lease clients (lease_client.h): a lease at a time each, kept alive, then
   // revoked or left to expire, under /campaign-leases/.
@@ -131,6 +140,9 @@ struct CampaignResult {
   int64_t watch_reconnects = 0;
   int64_t leases = 0;
   int64_t leases_expired = 0;
+  // List pages answered, and compactions made.
+  int64_t list_pages = 0;
+  int64_t compactions = 0;
   int64_t final_revision = 0;
   // Peer connections through the proxy, and those not from a member.
   int64_t peer_connections = 0;

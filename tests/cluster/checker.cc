@@ -68,6 +68,12 @@ std::string DescribeState(const KeyState& s) {
   return absl::StrCat("=", *s.value, " (mod_rev ", s.mod_revision, ")");
 }
 
+// Whether a CAS's compare holds on the key's state `s`.
+bool CompareHolds(const Operation& op, const KeyState& s) {
+  if (op.compare_mod_revision) return (s.found ? s.mod_revision : 0) == op.expected_mod_revision;
+  return op.expect_absent ? !s.found : (s.found && *s.value == op.expected);
+}
+
 class Checker {
  public:
   Checker(const std::vector<Operation>& ops, const std::vector<Event>& events)
@@ -126,6 +132,9 @@ class Checker {
       }
       log.push_back(KeyEvent{e.revision, e.is_delete, &e.value});
     }
+    keys_.reserve(by_key_.size());
+    for (const auto& [key, log] : by_key_) keys_.push_back(key);
+    std::sort(keys_.begin(), keys_.end());
   }
 
   KeyState StateAt(const std::string& key, int64_t revision) const {
@@ -201,9 +210,7 @@ class Checker {
       if (op.kind == OpKind::kCas) {
         // The compare must have held just before.
         const KeyState before = StateAt(op.key, e.revision - 1);
-        const bool held =
-            op.expect_absent ? !before.found : (before.found && *before.value == op.expected);
-        if (!held) {
+        if (!CompareHolds(op, before)) {
           Add(Rule::kLostWrite,
               absl::StrCat("CAS applied at revision ", e.revision, " but its compare did not ",
                            "hold: the key was ", DescribeState(before), ": ", Op(i)),
@@ -229,9 +236,7 @@ class Checker {
             CheckAckedPut(i, false, "");
           } else {
             const KeyState at = StateAt(op.key, r.revision);
-            const bool held =
-                op.expect_absent ? !at.found : (at.found && *at.value == op.expected);
-            if (held) {
+            if (CompareHolds(op, at)) {
               Add(Rule::kWrongRead,
                   absl::StrCat("CAS answered compare-failed but at its revision the key was ",
                                DescribeState(at), ": ", Op(i)),
@@ -242,6 +247,9 @@ class Checker {
           break;
         case OpKind::kGet:
           CheckRead(i);
+          break;
+        case OpKind::kList:
+          CheckList(i);
           break;
         case OpKind::kDelete:
           if (r.deleted > 0) {
@@ -318,6 +326,51 @@ class Checker {
                                                  : std::string("absent"),
                        " but at revision ", r.revision, " the log has the key ",
                        DescribeState(at), ": ", Op(i)),
+          {i});
+    }
+  }
+
+  // A page of a list: the keys of its range that exist at the revision it
+  // read, in key order, the first `limit` of them, and `more` when others
+  // follow.
+  void CheckList(int64_t i) {
+    const Operation& op = ops_[i];
+    const Response& r = op.response;
+    ++result_.stats.reads_checked;
+    const int64_t at = op.list_revision != 0 ? op.list_revision : r.revision;
+    if (r.revision < at) {
+      Add(Rule::kWrongRead,
+          absl::StrCat("list at revision ", at, " answered with header revision ", r.revision,
+                       " (a future revision must be refused): ", Op(i)),
+          {i});
+      return;
+    }
+    std::vector<Response::Kv> want;
+    bool more = false;
+    for (auto it = std::lower_bound(keys_.begin(), keys_.end(), op.key);
+         it != keys_.end() && *it < op.range_end; ++it) {
+      const KeyState s = StateAt(*it, at);
+      if (!s.found) continue;
+      if (op.limit > 0 && static_cast<int64_t>(want.size()) == op.limit) {
+        more = true;
+        break;
+      }
+      want.push_back(Response::Kv{*it, *s.value, s.mod_revision});
+    }
+    bool same = want.size() == r.kvs.size() && more == r.more;
+    for (size_t k = 0; same && k < want.size(); ++k) {
+      same = want[k].key == r.kvs[k].key && want[k].value == r.kvs[k].value &&
+             want[k].mod_revision == r.kvs[k].mod_revision;
+    }
+    if (!same) {
+      std::string expected;
+      for (const Response::Kv& kv : want) {
+        absl::StrAppend(&expected, expected.empty() ? "" : " ", kv.key, "=", kv.value, "@",
+                        kv.mod_revision);
+      }
+      Add(Rule::kWrongRead,
+          absl::StrCat("at revision ", at, " the log has [", expected, "]", more ? " more" : "",
+                       ": ", Op(i)),
           {i});
     }
   }
@@ -407,6 +460,7 @@ class Checker {
   const std::vector<Operation>& ops_;
   const std::vector<Event>& events_;
   std::unordered_map<std::string, std::vector<KeyEvent>> by_key_;
+  std::vector<std::string> keys_;  // by_key_'s keys, sorted
   std::unordered_map<std::string, int64_t> writer_;
   std::vector<int64_t> applied_rev_;  // by op index; 0: not in the log
   std::vector<std::pair<std::string, int64_t>> claimed_deletes_;

@@ -15,7 +15,10 @@
 //                    operation that completed before the read was invoked.
 //   kWrongRead       a read's answer is not the key's state at its header
 //                    revision according to the log (gets, a failed CAS's
-//                    else-branch Range, a delete that deleted nothing).
+//                    else-branch Range, a delete that deleted nothing), or a
+//                    list's page is not the range's keys at the revision it
+//                    read (its own, or the header revision), limit and
+//                    `more` included.
 //   kDuplicateWrite  a written value appears more than once in the log.
 //   kPhantomWrite    the log holds a change nobody asked for: a value never
 //                    written, a key's deletion with no delete to account for it.
@@ -25,10 +28,12 @@
 //
 // Requirements on the history: each put/CAS writes a value unique in the
 // history (the checker identifies writes by value); the key space is written
-// only by the recorded clients; the log starts at revision 1 and is not
-// compacted.
+// only by the recorded clients; the log holds every change to the key space
+// from revision 1 (a store compacted while the history was recorded needs a
+// log recorded as it ran, by a watch that was never compacted away).
 //
-// Cost: O((n + e) log(n + e)) for n operations and e events.
+// Cost: O((n + e) log(n + e)) for n operations and e events, plus for each
+// list page the keys its range ever held.
 //
 // Thread safety: CheckHistory is a pure function.
 

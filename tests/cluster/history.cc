@@ -15,6 +15,7 @@ const char* OpKindName(OpKind k) {
     case OpKind::kGet: return "get";
     case OpKind::kDelete: return "delete";
     case OpKind::kCas: return "cas";
+    case OpKind::kList: return "list";
   }
   return "?";
 }
@@ -36,6 +37,7 @@ bool Operation::MadeRevision() const {
     case OpKind::kGet: return false;
     case OpKind::kDelete: return response.deleted > 0;
     case OpKind::kCas: return response.succeeded;
+    case OpKind::kList: return false;
   }
   return false;
 }
@@ -47,8 +49,16 @@ std::string Operation::ToString() const {
     case OpKind::kGet: if (serializable) absl::StrAppend(&s, " (serializable)"); break;
     case OpKind::kDelete: break;
     case OpKind::kCas:
-      absl::StrAppend(&s, expect_absent ? " if absent" : absl::StrCat(" if ==", expected),
-                      " then =", value);
+      if (compare_mod_revision) {
+        absl::StrAppend(&s, " if mod_rev==", expected_mod_revision);
+      } else {
+        absl::StrAppend(&s, expect_absent ? " if absent" : absl::StrCat(" if ==", expected));
+      }
+      absl::StrAppend(&s, " then =", value);
+      break;
+    case OpKind::kList:
+      absl::StrAppend(&s, "..", range_end, " limit ", limit);
+      if (list_revision != 0) absl::StrAppend(&s, " at rev ", list_revision);
       break;
   }
   absl::StrAppend(&s, absl::StrFormat(" [%.6fs..", invoke_ns / 1e9));
@@ -67,6 +77,14 @@ std::string Operation::ToString() const {
       }
     }
     if (kind == OpKind::kCas) absl::StrAppend(&s, response.succeeded ? " succeeded" : " failed");
+    if (kind == OpKind::kList) {
+      absl::StrAppend(&s, " [");
+      for (size_t i = 0; i < response.kvs.size(); ++i) {
+        const Response::Kv& kv = response.kvs[i];
+        absl::StrAppend(&s, i == 0 ? "" : " ", kv.key, "=", kv.value, "@", kv.mod_revision);
+      }
+      absl::StrAppend(&s, "]", response.more ? " more" : "");
+    }
     if (kind == OpKind::kDelete) absl::StrAppend(&s, " deleted=", response.deleted);
     if (response.has_prev) absl::StrAppend(&s, " prev=", response.prev_value);
   } else if (!error.empty()) {
@@ -113,6 +131,30 @@ Operation Operation::Cas(int client, std::string key, std::string expected, bool
   op.expected = std::move(expected);
   op.expect_absent = expect_absent;
   op.value = std::move(value);
+  return op;
+}
+
+Operation Operation::CasModRevision(int client, std::string key, int64_t expected_mod_revision,
+                                    std::string value) {
+  Operation op;
+  op.client = client;
+  op.kind = OpKind::kCas;
+  op.key = std::move(key);
+  op.compare_mod_revision = true;
+  op.expected_mod_revision = expected_mod_revision;
+  op.value = std::move(value);
+  return op;
+}
+
+Operation Operation::List(int client, std::string key, std::string range_end, int64_t limit,
+                          int64_t list_revision) {
+  Operation op;
+  op.client = client;
+  op.kind = OpKind::kList;
+  op.key = std::move(key);
+  op.range_end = std::move(range_end);
+  op.limit = limit;
+  op.list_revision = list_revision;
   return op;
 }
 

@@ -42,7 +42,11 @@ enum class OpKind {
   kGet,     // Range of one key (linearizable, or serializable when recorded so)
   kDelete,  // DeleteRange of one key, optionally with prev_kv
   kCas,     // Txn: compare value(key) == expected (or create_revision == 0 when
-            // expect_absent) then Put(key, value) else Range(key)
+            // expect_absent; or, with compare_mod_revision, mod_revision(key) ==
+            // expected_mod_revision, as the Kubernetes apiserver compares) then
+            // Put(key, value) else Range(key)
+  kList,    // Range [key, range_end) with a limit, at list_revision (0: the
+            // current revision): one page of a paginated list
 };
 
 enum class Outcome { kPending, kOk, kFailed, kUnknown };
@@ -64,6 +68,14 @@ struct Response {
   bool succeeded = false;
   // kDelete: how many keys were deleted (0 or 1).
   int64_t deleted = 0;
+  // kList: the page's keys in key order, and whether more keys follow.
+  struct Kv {
+    std::string key;
+    std::string value;
+    int64_t mod_revision = 0;
+  };
+  std::vector<Kv> kvs;
+  bool more = false;
   // kPut / kDelete with prev_kv: the key's previous value, when there was one.
   bool has_prev = false;
   std::string prev_value;
@@ -76,9 +88,18 @@ struct Operation {
   std::string key;
   // kPut, kCas: the value written (unique in the history).
   std::string value;
-  // kCas: the compared value, or expect_absent.
+  // kCas: the compared value, or expect_absent, or (compare_mod_revision)
+  // the compared mod_revision, 0 for an absent key.
   std::string expected;
   bool expect_absent = false;
+  bool compare_mod_revision = false;
+  int64_t expected_mod_revision = 0;
+  // kList: the range's end (key is its start), the page size (0: no limit)
+  // and the revision read (0: the current one, which the answer's header
+  // revision tells).
+  std::string range_end;
+  int64_t limit = 0;
+  int64_t list_revision = 0;
   // kPut / kDelete: asked for prev_kv.
   bool prev_kv = false;
   // kGet: a serializable read (a member's local state; the checker holds it
@@ -95,7 +116,7 @@ struct Operation {
   std::string error;  // kFailed / kUnknown: the error text
 
   // True for the kinds that may change the key (put, delete, cas).
-  bool IsWrite() const { return kind != OpKind::kGet; }
+  bool IsWrite() const { return kind != OpKind::kGet && kind != OpKind::kList; }
   // True when this ok operation changed the store (made a revision): a put,
   // a delete that deleted, a cas whose compare held.
   bool MadeRevision() const;
@@ -107,6 +128,10 @@ struct Operation {
   static Operation Delete(int client, std::string key, bool prev_kv = false);
   static Operation Cas(int client, std::string key, std::string expected, bool expect_absent,
                        std::string value);
+  static Operation CasModRevision(int client, std::string key, int64_t expected_mod_revision,
+                                  std::string value);
+  static Operation List(int client, std::string key, std::string range_end, int64_t limit,
+                        int64_t list_revision);
 };
 
 // Nanoseconds since an arbitrary epoch on std::chrono::steady_clock.

@@ -1,5 +1,6 @@
 #include "cluster/kv_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -119,8 +120,6 @@ Operation KvClient::Delete(const std::string& key, bool prev_kv) {
 
 Operation KvClient::Cas(const std::string& key, const std::string& expected, bool expect_absent,
                         const std::string& value) {
-  Operation op = Operation::Cas(id_, key, expected, expect_absent, value);
-  op.endpoint = endpoints_[current_];
   etcdserverpb::TxnRequest req;
   auto* cmp = req.add_compare();
   cmp->set_key(key);
@@ -132,15 +131,32 @@ Operation KvClient::Cas(const std::string& key, const std::string& expected, boo
     cmp->set_target(etcdserverpb::Compare::VALUE);
     cmp->set_value(expected);
   }
+  return Txn(Operation::Cas(id_, key, expected, expect_absent, value), req);
+}
+
+Operation KvClient::CasModRevision(const std::string& key, int64_t mod_revision,
+                                   const std::string& value) {
+  etcdserverpb::TxnRequest req;
+  auto* cmp = req.add_compare();
+  cmp->set_key(key);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_target(etcdserverpb::Compare::MOD);
+  cmp->set_mod_revision(mod_revision);
+  return Txn(Operation::CasModRevision(id_, key, mod_revision, value), req);
+}
+
+Operation KvClient::Txn(Operation op, const etcdserverpb::TxnRequest& compare) {
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::TxnRequest req = compare;
   auto* put = req.add_success()->mutable_request_put();
-  put->set_key(key);
-  put->set_value(value);
-  req.add_failure()->mutable_request_range()->set_key(key);
+  put->set_key(op.key);
+  put->set_value(op.value);
+  req.add_failure()->mutable_request_range()->set_key(op.key);
   etcdserverpb::TxnResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout_);
   auto* stub = Stub();
-  const int64_t id = history_->Invoke(op);
+  const int64_t id = history_->Invoke(std::move(op));
   grpc::Status st = stub->Txn(&ctx, req, &resp);
   Response r;
   r.revision = resp.header().revision();
@@ -153,6 +169,31 @@ Operation KvClient::Cas(const std::string& key, const std::string& expected, boo
     r.mod_revision = kv.mod_revision();
   }
   Finish(id, st, r, true);
+  return history_->At(id);
+}
+
+Operation KvClient::List(const std::string& key, const std::string& range_end, int64_t limit,
+                         int64_t revision) {
+  Operation op = Operation::List(id_, key, range_end, limit, revision);
+  op.endpoint = endpoints_[current_];
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  req.set_range_end(range_end);
+  req.set_limit(limit);
+  req.set_revision(revision);
+  etcdserverpb::RangeResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(std::move(op));
+  grpc::Status st = stub->Range(&ctx, req, &resp);
+  Response r;
+  r.revision = resp.header().revision();
+  r.more = resp.more();
+  for (const auto& kv : resp.kvs()) {
+    r.kvs.push_back(Response::Kv{kv.key(), kv.value(), kv.mod_revision()});
+  }
+  Finish(id, st, r, false);
   return history_->At(id);
 }
 
@@ -256,28 +297,100 @@ void RunEtcdTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t s
 }
 
 void RunKubernetesTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
-                          const std::atomic<bool>* stop) {
+                          const std::atomic<bool>* stop, int page) {
   std::mt19937 rng(seed);
   while (!stop->load(std::memory_order_relaxed)) {
-    const std::string key = absl::StrCat(prefix, "k", rng() % keys);
     const unsigned dice = rng() % 100;
-    // Every path starts as the apiserver's does: from the current state.
+    if (dice < 5) {
+      // A LIST: the first page at the current revision, the others at its
+      // revision, each starting just above the last key of the previous.
+      Operation first = c->List(prefix, PrefixEnd(prefix), page, 0);
+      if (first.outcome != Outcome::kOk) continue;
+      const int64_t at = first.response.revision;
+      Response last = first.response;
+      while (last.more && !last.kvs.empty() && !stop->load(std::memory_order_relaxed)) {
+        Operation next = c->List(last.kvs.back().key + '\0', PrefixEnd(prefix), page, at);
+        if (next.outcome != Outcome::kOk) break;
+        last = next.response;
+      }
+      continue;
+    }
+    const std::string key = absl::StrCat(prefix, "k", rng() % keys);
+    // Every other path starts as the apiserver's does: from the current state.
     Operation read = c->Get(key);
     if (read.outcome != Outcome::kOk || dice < 30) continue;  // a GET
-    const bool exists = read.response.found;
-    if (!exists) {
-      c->Cas(key, "", /*expect_absent=*/true, c->NextValue());  // a create
+    if (!read.response.found) {
+      c->CasModRevision(key, 0, c->NextValue());  // a create
     } else if (dice < 90) {
-      // An update: compare-and-swap on the state read; on a conflict the
-      // failed compare's range is the new state, retried up to 3 times.
-      std::string current = read.response.value;
+      // An update: compare-and-swap on the mod_revision read; on a conflict
+      // the failed compare's range is the new state, retried up to 3 times.
+      int64_t current = read.response.mod_revision;
       for (int attempt = 0; attempt < 3; ++attempt) {
-        Operation cas = c->Cas(key, current, /*expect_absent=*/false, c->NextValue());
+        Operation cas = c->CasModRevision(key, current, c->NextValue());
         if (cas.outcome != Outcome::kOk || cas.response.succeeded || !cas.response.found) break;
-        current = cas.response.value;
+        current = cas.response.mod_revision;
       }
     } else {
       c->Delete(key, /*prev_kv=*/true);
+    }
+  }
+}
+
+void RunCompactor(const std::vector<std::string>& endpoints, std::chrono::milliseconds interval,
+                  const std::function<int64_t()>& safe, const std::atomic<bool>* stop,
+                  std::atomic<int64_t>* compactions) {
+  constexpr char kCompactRevKey[] = "compact_rev_key";
+  std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> stubs;
+  for (const std::string& e : endpoints) {
+    stubs.push_back(etcdserverpb::KV::NewStub(NewMemberChannel(e)));
+  }
+  size_t current = 0;
+  int64_t version = 0;  // compact_rev_key's version this compactor last saw
+  int64_t rev = 0;      // the revision the previous round read
+  auto next_round = std::chrono::steady_clock::now() + interval;
+  while (!stop->load(std::memory_order_relaxed)) {
+    if (std::chrono::steady_clock::now() < next_round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    next_round += interval;
+    etcdserverpb::TxnRequest req;
+    auto* cmp = req.add_compare();
+    cmp->set_key(kCompactRevKey);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_target(etcdserverpb::Compare::VERSION);
+    cmp->set_version(version);
+    auto* put = req.add_success()->mutable_request_put();
+    put->set_key(kCompactRevKey);
+    put->set_value(absl::StrCat(rev));
+    req.add_failure()->mutable_request_range()->set_key(kCompactRevKey);
+    etcdserverpb::TxnResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::milliseconds(2000));
+    if (!stubs[current]->Txn(&ctx, req, &resp).ok()) {
+      current = (current + 1) % stubs.size();
+      continue;
+    }
+    const int64_t previous = rev;
+    rev = resp.header().revision();
+    if (!resp.succeeded()) {
+      // Another compactor won this round: take its version.
+      const auto& range = resp.responses(0).response_range();
+      version = range.kvs_size() > 0 ? range.kvs(0).version() : 0;
+      continue;
+    }
+    ++version;
+    const int64_t target = std::min(previous, safe());
+    if (target <= 0) continue;
+    etcdserverpb::CompactionRequest compact;
+    compact.set_revision(target);
+    etcdserverpb::CompactionResponse compacted;
+    grpc::ClientContext compact_ctx;
+    SetDeadline(&compact_ctx, std::chrono::milliseconds(5000));
+    if (stubs[current]->Compact(&compact_ctx, compact, &compacted).ok()) {
+      compactions->fetch_add(1);
+    } else {
+      current = (current + 1) % stubs.size();
     }
   }
 }

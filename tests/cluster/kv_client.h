@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,10 +59,20 @@ class KvClient {
   // expect_absent) then put key=value else range key.
   Operation Cas(const std::string& key, const std::string& expected, bool expect_absent,
                 const std::string& value);
+  // Txn as the Kubernetes apiserver writes: if mod_revision(key) ==
+  // `mod_revision` (0: the key is absent) then put key=value else range key.
+  Operation CasModRevision(const std::string& key, int64_t mod_revision,
+                           const std::string& value);
+  // One page: Range [key, range_end) with `limit` at `revision` (0: the
+  // current revision).
+  Operation List(const std::string& key, const std::string& range_end, int64_t limit,
+                 int64_t revision);
 
  private:
   etcdserverpb::KV::Stub* Stub();
   void Failed(const grpc::Status& st);
+  // Sends a Txn recorded as `op` (a CAS: its else-branch is a Range of the key).
+  Operation Txn(Operation op, const etcdserverpb::TxnRequest& req);
   void Finish(int64_t id, const grpc::Status& st, const Response& r, bool write);
 
   const int id_;
@@ -81,12 +92,28 @@ void RunEtcdTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t s
                     const std::atomic<bool>* stop);
 
 // Traffic shaped like the Kubernetes apiserver's: until `stop`, objects
-// created only when absent, updated by a read of the current state followed
-// by a compare-and-swap on it (a conflict re-reads and retries, as
-// GuaranteedUpdate does), read, and deleted, on prefix+"k0" ..
-// prefix+"k<keys-1>".
+// created only when absent (mod_revision == 0), updated by a read of the
+// current state followed by a compare-and-swap on its mod_revision (a
+// conflict takes the failed compare's read as the new state and retries, as
+// GuaranteedUpdate does), read, deleted, and listed in pages of `page`
+// keys, every page after the first at the first page's revision (a page
+// refused as compacted ends that list, as the apiserver answers 410 and its
+// client lists again), on prefix+"k0" .. prefix+"k<keys-1>".
 void RunKubernetesTraffic(KvClient* c, const std::string& prefix, int keys, uint32_t seed,
-                          const std::atomic<bool>* stop);
+                          const std::atomic<bool>* stop, int page = 3);
+
+// The Kubernetes apiserver's compactor (its storage/etcd3 compact loop):
+// every `interval`, a Txn "if version(compact_rev_key) == t then put
+// compact_rev_key else get it" (t: the version this compactor last saw),
+// and when it won the round, a Compact at the revision the previous round
+// read. `safe` bounds the revision compacted (the lowest revision that the
+// campaign's watchers and event log have reached), so that nothing the
+// checkers still need is compacted away. Runs until `stop`; counts the
+// compactions made in *compactions.
+void RunCompactor(const std::vector<std::string>& endpoints,
+                  std::chrono::milliseconds interval,
+                  const std::function<int64_t()>& safe, const std::atomic<bool>* stop,
+                  std::atomic<int64_t>* compactions);
 
 // Every event under `prefix` from revision 1 up to `last_revision`, by a
 // Watch at the member `endpoint` (its own channel). Fails if the watch ends,

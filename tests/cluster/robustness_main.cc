@@ -30,6 +30,8 @@ const char kUsage[] =
     "  --faults=a,b,...        the faults to draw from (default: all):\n"
     "                          %s\n"
     "  --hold=MIN-MAXms        how long each fault is held (default 1500-3500ms)\n"
+    "  --compaction-interval=Nms  the apiserver-style compactor's interval (default\n"
+    "                          3000ms; 0: no compaction)\n"
     "  --no-proxy              members talk directly (only kill and pause faults then)\n"
     "  --quiet                 no line per fault while it runs\n";
 
@@ -74,6 +76,11 @@ int Main(int argc, char** argv) {
       good = ParseRange(v, &lo, &hi) && lo > 0;
       o.hold_min = std::chrono::milliseconds(lo);
       o.hold_max = std::chrono::milliseconds(hi);
+    } else if (name == "--compaction-interval") {
+      std::string v = value;
+      if (absl::EndsWith(v, "ms")) v.resize(v.size() - 2);
+      good = absl::SimpleAtoi(v, &lo) && lo >= 0;
+      o.compaction_interval = std::chrono::milliseconds(lo);
     } else if (name == "--faults") {
       for (absl::string_view f : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         Fault parsed;

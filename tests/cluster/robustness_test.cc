@@ -43,6 +43,8 @@ TEST_P(RobustnessTest, ThreeMembersEveryFault) {
   EXPECT_GT(r.ok, 500);
   EXPECT_GT(r.watch_events, 0);
   EXPECT_GT(r.leases_expired, 0);
+  EXPECT_GT(r.list_pages, 0);
+  EXPECT_GT(r.compactions, 0);
 }
 
 TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
@@ -74,7 +76,8 @@ TEST_P(RobustnessTest, LaggingLearnerAndFailingDisks) {
 // into a copy of it: a write answered that never committed, a read answered
 // from a stale state, a lease revoked early, a lease's key outliving it, a
 // watch event dropped, one delivered twice, one with the wrong prev_kv, and
-// a progress notification sent ahead of an event.
+// a progress notification sent ahead of an event, a list page that misses
+// a key.
 TEST_P(RobustnessTest, InjectedBugsAreCaught) {
   CampaignOptions o = Options(3, 3);
   o.duration = seconds(8);
@@ -118,6 +121,18 @@ TEST_P(RobustnessTest, InjectedBugsAreCaught) {
     }
     CheckResult c = CheckHistory(ops, r.log);
     EXPECT_FALSE(c.ok()) << "a stale read went unnoticed";
+  }
+  // A list page at a revision that misses one of its keys.
+  {
+    std::vector<Operation> ops = r.history;
+    auto it = std::find_if(ops.begin(), ops.end(), [](const Operation& op) {
+      return op.kind == OpKind::kList && op.outcome == Outcome::kOk && op.list_revision != 0 &&
+             !op.response.kvs.empty();
+    });
+    ASSERT_NE(it, ops.end()) << "no page was read at a revision";
+    it->response.kvs.erase(it->response.kvs.begin());
+    CheckResult c = CheckHistory(ops, r.log);
+    EXPECT_GT(c.Count(Rule::kWrongRead), 0u) << c.Report(3);
   }
   // A lease revoked early: a read made while the lease was still kept
   // alive reports its key gone.
