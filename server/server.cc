@@ -35,6 +35,7 @@
 #include "server/api/election_service.h"
 #include "server/api/health_service.h"
 #include "server/api/kv_service.h"
+#include "server/api/completion_queues.h"
 #include "server/api/lease_service.h"
 #include "server/api/lock_service.h"
 #include "server/api/maintenance_service.h"
@@ -354,7 +355,9 @@ absl::Status Server::BuildServices() {
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
-  services_.push_back(std::make_unique<LeaseService>(store_.get(), member_.get(), gate));
+  auto lease = std::make_unique<LeaseService>(store_.get(), member_.get(), gate);
+  lease_service_ = lease.get();
+  services_.push_back(std::move(lease));
   recipes_ = std::make_unique<Recipes>(store_.get(), hub_.get(), member_.get(), gate);
   services_.push_back(std::make_unique<LockService>(recipes_.get()));
   services_.push_back(std::make_unique<ElectionService>(recipes_.get()));
@@ -578,6 +581,9 @@ absl::Status Server::BindClientUrls(Listening& l) {
 void Server::ConfigureGrpc(Listening& l) {
   grpc::ServerBuilder& builder = l.builder;
   for (auto& s : services_) builder.RegisterService(s.get());
+  // A queue per core for the methods on the completion-queue model.
+  completion_queues_ = std::make_unique<CompletionQueues>(
+      &builder, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
@@ -625,7 +631,10 @@ absl::Status Server::BindClientHttpUrls(Listening& l) {
 
 absl::Status Server::StartGrpc(Listening& l) {
   grpc_server_ = l.builder.BuildAndStart();
-  if (!grpc_server_) {
+  if (grpc_server_) {
+    completion_queues_->Start();
+    lease_service_->ServeKeepAlives(completion_queues_.get(), kKeepAlivesArmed);
+  } else {
     for (const auto& url : config_.listen_client_urls) {
       if (auto s = ProbeListen(url); !s.ok()) return s;
     }
@@ -762,9 +771,14 @@ void Server::Shutdown() {
     }
     // HTTP clients' calls run through the gRPC server: end them first.
     if (client_http_) client_http_->Stop();
+    if (completion_queues_) completion_queues_->BeginStop();
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
   }
+  // Every call on the queues has failed or ended; what the calls still wait
+  // for (a renewal forwarded to the leader) was answered by the
+  // replicator's Stop.
+  if (completion_queues_) completion_queues_->Stop();
   client_http_.reset();
   https_context_.reset();
   json_gateway_.reset();
@@ -773,6 +787,7 @@ void Server::Shutdown() {
   recipes_.reset();
   auto_compactor_.reset();
   grpc_server_.reset();
+  completion_queues_.reset();  // after the server that polled them
   bulk_reads_.reset();
   // Responses in flight referenced cached objects: the cache goes after the
   // gRPC server, and before the hub its feeds watch.

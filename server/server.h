@@ -63,6 +63,8 @@ class BulkReads;
 class ClientHttp;
 class ClientListener;
 class JsonGateway;
+class CompletionQueues;
+class LeaseService;
 class CacheRange;
 class GrpcMetrics;
 class Metrics;
@@ -202,6 +204,12 @@ class Server {
   // another holds the lock).
   std::unique_ptr<Recipes> recipes_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
+  LeaseService* lease_service_ = nullptr;  // in services_
+  // The methods on gRPC's completion-queue model; built with the server,
+  // destroyed after it.
+  std::unique_ptr<CompletionQueues> completion_queues_;
+  // Keep-alive streams accepted ahead on each queue.
+  static constexpr int kKeepAlivesArmed = 32;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;

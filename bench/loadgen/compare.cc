@@ -46,6 +46,7 @@ double Median(std::vector<double> v) {
 std::string Display(const std::string& target) {
   if (target == "capstan") return "Capstan";
   if (target == "floor") return "gRPC floor";
+  if (target == "floor-async") return "gRPC floor (async)";
   return target;
 }
 
@@ -65,8 +66,9 @@ Run RunOnce(const CompareOptions& o, const GlobalOptions& global, Workload& work
   if (target == "capstan") {
     so.binary = o.capstan_binary;
     so.extra_flags = SplitFlags(o.capstan_flags);
-  } else if (target == "floor") {
+  } else if (target == "floor" || target == "floor-async") {
     so.binary = o.floor_binary;
+    if (target == "floor-async") so.extra_flags = {"--model=async"};
   } else {
     so.binary = o.etcd_binary;
     so.extra_flags = SplitFlags(o.etcd_flags);
@@ -171,8 +173,9 @@ void CompareOptions::Register(FlagSet& f) {
   f.String("floor-binary", &floor_binary,
            "capstan-grpc-floor binary, for the target floor (default: next to capstan-bench)");
   f.String("targets", &targets,
-           "comma-separated targets to run, of capstan, etcd and floor (gRPC alone, no storage); "
-           "ratios are to the last");
+           "comma-separated targets to run, of capstan, etcd, floor (gRPC alone, no storage, on "
+           "gRPC's callback API as Capstan) and floor-async (the same on the completion-queue "
+           "API, a thread per core); ratios are to the last");
   f.Bool("keep-data", &keep_data, "keep each server's data dir and log under /tmp");
   f.Duration("ready-timeout", &ready_timeout, "how long a server may take to start serving");
   f.Duration("run-timeout", &run_timeout,

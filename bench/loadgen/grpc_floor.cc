@@ -3,8 +3,12 @@
 // kernel's rather than the server's own.
 //
 // It serves KV.Put, KV.Txn (of puts), KV.Range, Lease.LeaseGrant and
-// Lease.LeaseKeepAlive on gRPC's callback API with Capstan's channel
-// settings, and does nothing else: a put encodes its KeyValue once into an
+// Lease.LeaseKeepAlive with Capstan's channel settings, on one of gRPC C++'s
+// two server models (--model): the callback API that Capstan's services use
+// (gRPC's own threads run each call's reactions), or the asynchronous
+// completion-queue API, with one queue per core and one thread polling each
+// (--queues), every step of a call run by the thread that took it from its
+// queue. It does nothing else: a put encodes its KeyValue once into an
 // ordered map in memory (nothing is written to disk, nothing is versioned),
 // a range answers with those encodings as they are, sharing their bytes
 // (no copy, no encoding per response), a lease is a number, and every
@@ -26,6 +30,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -39,6 +45,8 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
@@ -322,6 +330,276 @@ class FloorLease final : public etcdserverpb::Lease::CallbackService {
   std::atomic<int64_t> next_id_{0x7000};
 };
 
+// ---- The completion-queue model ----------------------------------------
+
+// A call in progress; it is its own tag on its queue.
+class AsyncCall {
+ public:
+  virtual ~AsyncCall() = default;
+  // One of the call's operations completed (ok: it succeeded).
+  virtual void Proceed(bool ok) = 0;
+};
+
+// Set once the server shuts down: no call is armed any more.
+std::atomic<bool> g_async_stopping{false};
+
+// A unary call: armed by `arm`, answered by `handle` on the thread that
+// takes the request from the queue, which arms the next call of its method
+// first.
+template <typename Request, typename Response>
+class AsyncUnary final : public AsyncCall {
+ public:
+  using Writer = grpc::ServerAsyncResponseWriter<Response>;
+  using Arm = std::function<void(grpc::ServerContext*, Request*, Writer*, void*)>;
+  using Handle = std::function<grpc::Status(const Request&, Response*)>;
+
+  // `arm` and `handle` outlive every call.
+  static void Start(const Arm* arm, const Handle* handle) {
+    if (!g_async_stopping.load()) new AsyncUnary(arm, handle);
+  }
+
+  void Proceed(bool ok) override {
+    if (answered_ || !ok) {
+      delete this;
+      return;
+    }
+    Start(arm_, handle_);
+    const grpc::Status st = (*handle_)(request_, &response_);
+    answered_ = true;
+    writer_.Finish(response_, st, this);
+  }
+
+ private:
+  AsyncUnary(const Arm* arm, const Handle* handle) : arm_(arm), handle_(handle) {
+    (*arm_)(&ctx_, &request_, &writer_, this);
+  }
+
+  const Arm* const arm_;
+  const Handle* const handle_;
+  grpc::ServerContext ctx_;
+  Request request_;
+  Response response_;
+  Writer writer_{&ctx_};
+  bool answered_ = false;
+};
+
+using AsyncKvService = etcdserverpb::KV::WithRawMethod_Range<
+    etcdserverpb::KV::WithAsyncMethod_Put<etcdserverpb::KV::WithAsyncMethod_Txn<
+        etcdserverpb::KV::Service>>>;
+using AsyncLeaseService = etcdserverpb::Lease::WithAsyncMethod_LeaseGrant<
+    etcdserverpb::Lease::WithAsyncMethod_LeaseKeepAlive<etcdserverpb::Lease::Service>>;
+
+// A keep-alive stream: read a request, write its answer, read the next.
+class AsyncKeepAlive final : public AsyncCall {
+ public:
+  static void Start(AsyncLeaseService* service, grpc::ServerCompletionQueue* cq,
+                    const Memory* memory) {
+    if (!g_async_stopping.load()) new AsyncKeepAlive(service, cq, memory);
+  }
+
+  void Proceed(bool ok) override {
+    switch (state_) {
+      case State::kAccept:
+        if (!ok) break;
+        Start(service_, cq_, memory_);
+        Read();
+        return;
+      case State::kRead:
+        if (!ok) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        response_.Clear();
+        FillHeader(memory_->Rev(), response_.mutable_header());
+        response_.set_id(request_.id());
+        response_.set_ttl(100);
+        state_ = State::kWrite;
+        stream_.Write(response_, this);
+        return;
+      case State::kWrite:
+        if (!ok) {
+          Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
+          return;
+        }
+        Read();
+        return;
+      case State::kFinish:
+        break;
+    }
+    delete this;
+  }
+
+ private:
+  enum class State { kAccept, kRead, kWrite, kFinish };
+
+  AsyncKeepAlive(AsyncLeaseService* service, grpc::ServerCompletionQueue* cq,
+                 const Memory* memory)
+      : service_(service), cq_(cq), memory_(memory) {
+    service_->RequestLeaseKeepAlive(&ctx_, &stream_, cq_, cq_, this);
+  }
+  void Read() {
+    state_ = State::kRead;
+    stream_.Read(&request_, this);
+  }
+  void Finish(const grpc::Status& st) {
+    state_ = State::kFinish;
+    stream_.Finish(st, this);
+  }
+
+  AsyncLeaseService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  const Memory* const memory_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<etcdserverpb::LeaseKeepAliveResponse,
+                                etcdserverpb::LeaseKeepAliveRequest>
+      stream_{&ctx_};
+  etcdserverpb::LeaseKeepAliveRequest request_;
+  etcdserverpb::LeaseKeepAliveResponse response_;
+  State state_ = State::kAccept;
+};
+
+// The same answers as FloorKv and FloorLease, as handlers for AsyncUnary.
+grpc::Status AnswerPut(Memory* memory, const etcdserverpb::PutRequest& req,
+                       etcdserverpb::PutResponse* resp) {
+  FillHeader(memory->Put(req.key(), req.value()), resp->mutable_header());
+  return grpc::Status::OK;
+}
+
+grpc::Status AnswerTxn(Memory* memory, const etcdserverpb::TxnRequest& req,
+                       etcdserverpb::TxnResponse* resp) {
+  int64_t rev = 0;
+  for (const auto& op : req.success()) {
+    if (!op.has_request_put()) {
+      return grpc::Status(grpc::UNIMPLEMENTED, "the floor's txns hold puts only");
+    }
+    rev = memory->Put(op.request_put().key(), op.request_put().value());
+    resp->add_responses()->mutable_response_put();
+  }
+  FillHeader(rev != 0 ? rev : memory->Rev(), resp->mutable_header());
+  resp->set_succeeded(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status AnswerRange(const Memory* memory, const grpc::ByteBuffer& request,
+                         grpc::ByteBuffer* response) {
+  grpc::ByteBuffer in(request);
+  etcdserverpb::RangeRequest req;
+  if (!grpc::SerializationTraits<etcdserverpb::RangeRequest>::Deserialize(&in, &req).ok()) {
+    return grpc::Status(grpc::INTERNAL, "grpc: error unmarshalling request");
+  }
+  std::vector<grpc::Slice> slices(1);
+  bool more = false;
+  etcdserverpb::RangeResponse head;
+  FillHeader(memory->Scan(req.key(), req.range_end(), req.limit(), &slices, &more),
+             head.mutable_header());
+  head.set_more(more);
+  head.set_count(static_cast<int64_t>(slices.size() - 1) + (more ? 1 : 0));
+  slices[0] = grpc::Slice(head.SerializeAsString());
+  grpc::ByteBuffer out(slices.data(), slices.size());
+  response->Swap(&out);
+  return grpc::Status::OK;
+}
+
+std::atomic<int64_t> g_next_lease{0x7000};
+
+grpc::Status AnswerLeaseGrant(const Memory* memory, const etcdserverpb::LeaseGrantRequest& req,
+                              etcdserverpb::LeaseGrantResponse* resp) {
+  FillHeader(memory->Rev(), resp->mutable_header());
+  resp->set_id(req.id() != 0 ? req.id() : g_next_lease.fetch_add(1) + 1);
+  resp->set_ttl(req.ttl());
+  return grpc::Status::OK;
+}
+
+// The services, the queues and their threads.
+class AsyncFloor {
+ public:
+  explicit AsyncFloor(Memory* memory) : memory_(memory) {}
+
+  void Register(grpc::ServerBuilder* builder, int queues) {
+    builder->RegisterService(&kv_);
+    builder->RegisterService(&lease_);
+    for (int i = 0; i < queues; ++i) queues_.push_back(builder->AddCompletionQueue());
+  }
+
+  // After the server started: arms `armed` calls of each method on every
+  // queue and starts a thread per queue.
+  void Start(int armed) {
+    for (auto& q : queues_) {
+      grpc::ServerCompletionQueue* cq = q.get();
+      auto& h = handlers_.emplace_back(std::make_unique<Handlers>());
+      h->put_arm = [this, cq](grpc::ServerContext* c, etcdserverpb::PutRequest* r,
+                              AsyncUnary<etcdserverpb::PutRequest,
+                                         etcdserverpb::PutResponse>::Writer* w,
+                              void* tag) { kv_.RequestPut(c, r, w, cq, cq, tag); };
+      h->put = [this](const etcdserverpb::PutRequest& r, etcdserverpb::PutResponse* out) {
+        return AnswerPut(memory_, r, out);
+      };
+      h->txn_arm = [this, cq](grpc::ServerContext* c, etcdserverpb::TxnRequest* r,
+                              AsyncUnary<etcdserverpb::TxnRequest,
+                                         etcdserverpb::TxnResponse>::Writer* w,
+                              void* tag) { kv_.RequestTxn(c, r, w, cq, cq, tag); };
+      h->txn = [this](const etcdserverpb::TxnRequest& r, etcdserverpb::TxnResponse* out) {
+        return AnswerTxn(memory_, r, out);
+      };
+      h->range_arm = [this, cq](grpc::ServerContext* c, grpc::ByteBuffer* r,
+                                AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Writer* w,
+                                void* tag) { kv_.RequestRange(c, r, w, cq, cq, tag); };
+      h->range = [this](const grpc::ByteBuffer& r, grpc::ByteBuffer* out) {
+        return AnswerRange(memory_, r, out);
+      };
+      h->grant_arm = [this, cq](grpc::ServerContext* c, etcdserverpb::LeaseGrantRequest* r,
+                                AsyncUnary<etcdserverpb::LeaseGrantRequest,
+                                           etcdserverpb::LeaseGrantResponse>::Writer* w,
+                                void* tag) { lease_.RequestLeaseGrant(c, r, w, cq, cq, tag); };
+      h->grant = [this](const etcdserverpb::LeaseGrantRequest& r,
+                        etcdserverpb::LeaseGrantResponse* out) {
+        return AnswerLeaseGrant(memory_, r, out);
+      };
+      for (int i = 0; i < armed; ++i) {
+        AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Start(&h->put_arm,
+                                                                               &h->put);
+        AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Start(&h->txn_arm,
+                                                                               &h->txn);
+        AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Start(&h->range_arm, &h->range);
+        AsyncUnary<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>::Start(
+            &h->grant_arm, &h->grant);
+        AsyncKeepAlive::Start(&lease_, cq, memory_);
+      }
+      threads_.emplace_back([cq] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
+      });
+    }
+  }
+
+  // After the server shut down.
+  void Stop() {
+    g_async_stopping.store(true);
+    for (auto& q : queues_) q->Shutdown();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  struct Handlers {
+    AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Arm put_arm;
+    AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Handle put;
+    AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Arm txn_arm;
+    AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Handle txn;
+    AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Arm range_arm;
+    AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Handle range;
+    AsyncUnary<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>::Arm grant_arm;
+    AsyncUnary<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>::Handle grant;
+  };
+
+  Memory* const memory_;
+  AsyncKvService kv_;
+  AsyncLeaseService lease_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::unique_ptr<Handlers>> handlers_;
+  std::vector<std::thread> threads_;
+};
+
 std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
@@ -344,31 +622,74 @@ std::string ListenAddress(int argc, char** argv) {
   return "127.0.0.1:2379";
 }
 
+// The value of --NAME=V or --NAME V in argv, or `fallback`.
+std::string FlagValue(int argc, char** argv, const std::string& name,
+                      const std::string& fallback) {
+  const std::string eq = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (absl::StartsWith(arg, eq)) return arg.substr(eq.size());
+    if (arg == "--" + name && i + 1 < argc) return argv[i + 1];
+  }
+  return fallback;
+}
+
 int Main(int argc, char** argv) {
   bool answer_thread = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--answer-thread") answer_thread = true;
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--answer-thread] "
-                   "[other flags, ignored]\n\n"
+      std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--model=M] "
+                   "[--queues=N] [--answer-thread] [other flags, ignored]\n\n"
                    "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant and "
                    "Lease.LeaseKeepAlive\nfrom memory with no storage: the cost of gRPC alone, "
                    "for benchmarks.\nNot a server: nothing is durable or versioned.\n\n"
-                   "  --answer-thread  answer puts from one other thread, in batches\n";
+                   "  --model=callback|async  gRPC's callback API (default, as Capstan), or the\n"
+                   "                          completion-queue API with a thread per queue\n"
+                   "                          (also $CAPSTAN_GRPC_FLOOR_MODEL)\n"
+                   "  --queues=N              async: completion queues, one thread each\n"
+                   "                          (default: the number of cores; also\n"
+                   "                          $CAPSTAN_GRPC_FLOOR_QUEUES)\n"
+                   "  --answer-thread         callback: answer puts from one other thread, in "
+                   "batches\n";
       return 0;
     }
+  }
+  auto env = [](const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr && *v != '\0' ? v : fallback);
+  };
+  const std::string model =
+      FlagValue(argc, argv, "model", env("CAPSTAN_GRPC_FLOOR_MODEL", "callback"));
+  int queues = 0;
+  if (model != "callback" && model != "async") {
+    std::cerr << "capstan-grpc-floor: --model is callback or async, not " << model << "\n";
+    return 2;
+  }
+  if (!absl::SimpleAtoi(FlagValue(argc, argv, "queues",
+                                  env("CAPSTAN_GRPC_FLOOR_QUEUES",
+                                      std::to_string(std::thread::hardware_concurrency()).c_str())),
+                        &queues) ||
+      queues < 1) {
+    std::cerr << "capstan-grpc-floor: --queues is a number of queues, at least 1\n";
+    return 2;
   }
   Memory memory;
   std::unique_ptr<Answerer> answerer;
   if (answer_thread) answerer = std::make_unique<Answerer>();
   FloorKv kv(&memory, answerer.get());
   FloorLease lease(&memory);
+  AsyncFloor async(&memory);
   grpc::ServerBuilder builder;
   const std::string address = ListenAddress(argc, argv);
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&kv);
-  builder.RegisterService(&lease);
+  if (model == "async") {
+    async.Register(&builder, queues);
+  } else {
+    builder.RegisterService(&kv);
+    builder.RegisterService(&lease);
+  }
   // Capstan's settings that bear on a request's cost (server/server.cc),
   // with the default --max-request-bytes.
   builder.SetMaxReceiveMessageSize(1536 * 1024 + 512 * 1024);
@@ -381,11 +702,14 @@ int Main(int argc, char** argv) {
     std::cerr << "capstan-grpc-floor: cannot listen on " << address << "\n";
     return 1;
   }
-  std::cerr << "capstan-grpc-floor: serving on " << address << "\n";
+  if (model == "async") async.Start(/*armed=*/64);
+  std::cerr << "capstan-grpc-floor: serving on " << address << " (" << model
+            << (model == "async" ? absl::StrCat(", ", queues, " queues") : std::string()) << ")\n";
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (!g_stop.load()) usleep(50 * 1000);
   server->Shutdown(std::chrono::system_clock::now());
+  if (model == "async") async.Stop();
   return 0;
 }
 

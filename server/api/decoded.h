@@ -56,9 +56,12 @@ class RefusedBidi final : public grpc::ServerBidiReactor<Request, Response> {
 // A generated callback service (Grpc::CallbackService, e.g.
 // etcdserverpb::Lease::CallbackService) whose subclass may register its
 // methods to read Decoded requests. Registration is done in the subclass's
-// constructor and replaces what gRPC generated for the method.
-template <typename Grpc>
-class DecodingService : public Grpc::CallbackService {
+// constructor and replaces what gRPC generated for the method. `Base` is
+// the generated service class with the method types wanted: a method served
+// on the completion queues (completion_queues.h) is asynchronous there from
+// the start, since gRPC does not turn a callback method into an async one.
+template <typename Grpc, typename Base = typename Grpc::CallbackService>
+class DecodingService : public Base {
  protected:
   // The unary method `name` hands method the requests that decode and
   // answers any other with UnmarshalStatus.

@@ -12,28 +12,80 @@ namespace {
 using etcdserverpb::LeaseKeepAliveRequest;
 using etcdserverpb::LeaseKeepAliveResponse;
 
-// One keep-alive stream: each request renews one lease and is answered
-// with its TTL (0 if the lease does not exist), one at a time.
-class KeepAliveReactor final
-    : public grpc::ServerBidiReactor<Decoded<LeaseKeepAliveRequest>, LeaseKeepAliveResponse> {
+// One keep-alive stream on a completion queue: each request renews one
+// lease and is answered with its TTL (0 if the lease does not exist), one at
+// a time. A stream accepted arms the next one on its queue first.
+class KeepAliveCall final : public AsyncCall {
  public:
-  KeepAliveReactor(mvcc::KvStore* store, const membership::MemberInfo* member)
-      : store_(store), member_(member) {
-    StartRead(&request_);
+  // Arms a stream on `cq`, unless the queues are stopping.
+  static void Arm(LeaseService* service, CompletionQueues* queues,
+                  grpc::ServerCompletionQueue* cq, mvcc::KvStore* store,
+                  const membership::MemberInfo* member) {
+    if (!queues->Enter()) return;
+    new KeepAliveCall(service, queues, cq, store, member);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);
-      return;
+  ~KeepAliveCall() override { queues_->Leave(); }
+
+  void Proceed(bool ok) override {
+    switch (state_) {
+      case State::kAccept:
+        if (!ok) break;  // the server is shutting down
+        Arm(service_, queues_, cq_, store_, member_);
+        if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
+          Finish(ToGrpcStatus(s));
+          return;
+        }
+        Read();
+        return;
+      case State::kRead:
+        if (!ok) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        if (!request_.ok()) {
+          Finish(StreamUnmarshalStatus(request_.error));
+          return;
+        }
+        Renew();
+        return;
+      case State::kWrite:
+        if (!ok) {
+          Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
+          return;
+        }
+        Read();
+        return;
+      case State::kFinish:
+        break;
     }
-    if (!request_.ok()) {
-      Finish(StreamUnmarshalStatus(request_.error));
-      return;
-    }
+    delete this;
+  }
+
+ private:
+  enum class State { kAccept, kRead, kWrite, kFinish };
+
+  KeepAliveCall(LeaseService* service, CompletionQueues* queues,
+                grpc::ServerCompletionQueue* cq, mvcc::KvStore* store,
+                const membership::MemberInfo* member)
+      : service_(service), queues_(queues), cq_(cq), store_(store), member_(member) {
+    service_->RequestKeepAlive(&ctx_, &stream_, cq_, this);
+  }
+
+  void Read() {
+    state_ = State::kRead;
+    stream_.Read(&request_, this);
+  }
+
+  void Finish(const grpc::Status& st) {
+    state_ = State::kFinish;
+    stream_.Finish(st, this);
+  }
+
+  // Renewed here, or by the cluster's leader: the answer may come on
+  // another thread, and no operation of the stream is pending meanwhile.
+  void Renew() {
     const int64_t id = request_.message.id();
-    // Renewed here, or by the cluster's leader; the answer may come on
-    // another thread, and the next read waits for this write.
     store_->RenewLease(id, [this, id](absl::StatusOr<int64_t> ttl) {
       if (!ttl.ok() && !mvcc::Is(ttl.status(), mvcc::Error::kLeaseNotFound)) {
         Finish(ToGrpcStatus(ttl.status()));
@@ -44,25 +96,22 @@ class KeepAliveReactor final
       response_.mutable_header()->set_revision(store_->Rev());
       response_.set_id(id);
       response_.set_ttl(ttl.ok() ? *ttl : 0);  // 0: the lease does not exist
-      StartWrite(&response_);
+      state_ = State::kWrite;
+      stream_.Write(response_, this);
     });
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
+  LeaseService* const service_;
+  CompletionQueues* const queues_;
+  grpc::ServerCompletionQueue* const cq_;
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<LeaseKeepAliveResponse, Decoded<LeaseKeepAliveRequest>> stream_{
+      &ctx_};
   Decoded<LeaseKeepAliveRequest> request_;
   LeaseKeepAliveResponse response_;
+  State state_ = State::kAccept;
 };
 
 }  // namespace
@@ -74,9 +123,12 @@ LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* m
   DecodeUnary("LeaseRevoke", &LeaseService::LeaseRevoke);
   DecodeUnary("LeaseTimeToLive", &LeaseService::LeaseTimeToLive);
   DecodeUnary("LeaseLeases", &LeaseService::LeaseLeases);
-  DecodeBidi<LeaseKeepAliveRequest, LeaseKeepAliveResponse>(
-      "LeaseKeepAlive",
-      [this](grpc::CallbackServerContext*) { return new KeepAliveReactor(store_, member_); });
+}
+
+void LeaseService::ServeKeepAlives(CompletionQueues* queues, int per_queue) {
+  for (grpc::ServerCompletionQueue* cq : queues->queues()) {
+    for (int i = 0; i < per_queue; ++i) KeepAliveCall::Arm(this, queues, cq, store_, member_);
+  }
 }
 
 grpc::ServerUnaryReactor* LeaseService::LeaseGrant(grpc::CallbackServerContext* ctx,

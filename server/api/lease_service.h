@@ -1,11 +1,14 @@
-// etcdserverpb.Lease over the gRPC callback API. Grants and revokes are
-// writes through the KV store's committer; keep-alives and time-to-live
-// reads are answered from the in-memory lessor.
+// etcdserverpb.Lease. Grants and revokes are writes through the KV store's
+// committer; keep-alives and time-to-live reads are answered from the
+// in-memory lessor. The unary methods run on gRPC's callback API; the
+// keep-alive streams on the completion queues (completion_queues.h), where
+// a stream opened for each renewal, as etcd's clients do, costs less.
 
 #ifndef CAPSTAN_SERVER_API_LEASE_SERVICE_H_
 #define CAPSTAN_SERVER_API_LEASE_SERVICE_H_
 
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "server/api/completion_queues.h"
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/decoded.h"
@@ -16,8 +19,15 @@ class AuthGate;
 
 namespace capstan::server {
 
+using LeaseServiceBase = etcdserverpb::Lease::WithCallbackMethod_LeaseGrant<
+    etcdserverpb::Lease::WithCallbackMethod_LeaseRevoke<
+        etcdserverpb::Lease::WithAsyncMethod_LeaseKeepAlive<
+            etcdserverpb::Lease::WithCallbackMethod_LeaseTimeToLive<
+                etcdserverpb::Lease::WithCallbackMethod_LeaseLeases<
+                    etcdserverpb::Lease::Service>>>>>;
+
 // Thread-safe. store and member must outlive the service.
-class LeaseService final : public DecodingService<etcdserverpb::Lease> {
+class LeaseService final : public DecodingService<etcdserverpb::Lease, LeaseServiceBase> {
  public:
   // auth: permission checks (null: none); must outlive the service.
   LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member, const AuthGate* auth = nullptr);
@@ -35,7 +45,22 @@ class LeaseService final : public DecodingService<etcdserverpb::Lease> {
                                         const etcdserverpb::LeaseLeasesRequest* request,
                                         etcdserverpb::LeaseLeasesResponse* response) override;
 
+  // Serves keep-alive streams on `queues` (after the server started),
+  // `per_queue` accepted at a time on each queue. REQUIRES: called once;
+  // `queues` outlives the streams (CompletionQueues::Stop waits for them).
+  void ServeKeepAlives(CompletionQueues* queues, int per_queue);
+
+  // Arms one keep-alive stream (the stream's own use).
+  template <typename Stream>
+  void RequestKeepAlive(grpc::ServerContext* ctx, Stream* stream,
+                        grpc::ServerCompletionQueue* cq, void* tag) {
+    this->RequestAsyncBidiStreaming(kKeepAliveMethod, ctx, stream, cq, cq, tag);
+  }
+
  private:
+  // LeaseKeepAlive's index in etcdserverpb.Lease.
+  static constexpr int kKeepAliveMethod = 2;
+
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
   const AuthGate* const auth_;
