@@ -581,6 +581,21 @@ TEST_P(MembershipTest, LearnerServesOnlyWhatEtcdLets) {
     EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "MemberList: " << Describe(a);
     EXPECT_EQ(a.message, kNotForLearner);
   }
+  {
+    // A keep-alive stream (on Capstan's completion queues) is refused too.
+    auto lease = etcdserverpb::Lease::NewStub(cluster_->NewChannel(m));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    auto stream = lease->LeaseKeepAlive(&ctx);
+    etcdserverpb::LeaseKeepAliveRequest req;
+    req.set_id(1);
+    stream->Write(req);
+    etcdserverpb::LeaseKeepAliveResponse resp;
+    EXPECT_FALSE(stream->Read(&resp)) << resp.ShortDebugString();
+    Answer a = ToAnswer(stream->Finish());
+    EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "LeaseKeepAlive: " << Describe(a);
+    EXPECT_EQ(a.message, kNotForLearner);
+  }
   // The refused put changed nothing (HashKV is refused on a learner too:
   // its serializable read is what there is to compare).
   auto converged = cluster_->WaitForConvergence(0, seconds(10));
