@@ -32,6 +32,8 @@
 #
 # Settings (environment): ROUNDS (2), PARTS ("lists k8s isolation"), SERVERS ("etcd capstan": the
 #   servers to run; a rerun of one adds its files to OUT_DIR beside the other's), LIST_OBJECTS (100000),
+#   LIST_NICE (0: the list process's niceness; at 19 it takes only the CPU the members leave, as a
+#   list client on another machine would),
 #   K8S_NODES (10000), K8S_PODS (150000), K8S_DURATION (60s), K8S_RELIST (30s), ISOLATION_SEEDS
 #   (1-8), ISOLATION_HOLD (5000), HEARTBEAT (100), ELECTION (1000), PORT (24300),
 #   CAPSTAN (build/release/capstan), BENCH (capstan-bench beside it), ROBUSTNESS
@@ -46,6 +48,7 @@ ROUNDS=${ROUNDS:-2}
 PARTS=${PARTS:-lists k8s isolation}
 SERVERS=${SERVERS:-etcd capstan}
 LIST_OBJECTS=${LIST_OBJECTS:-100000}
+LIST_NICE=${LIST_NICE:-0}
 K8S_NODES=${K8S_NODES:-10000}
 K8S_PODS=${K8S_PODS:-150000}
 K8S_DURATION=${K8S_DURATION:-60s}
@@ -93,7 +96,8 @@ lists_round() {  # SERVER BINARY ROUND
   leader=$(leader_index)
   follower=$(( (leader + 1) % 3 ))
   bench "${server}" "${round}" lists --endpoints "$(endpoint "${leader}")" --conns 10 --clients 100 \
-    large-list --list-endpoints "$(endpoint "${follower}")" --list-process --objects "${LIST_OBJECTS}" \
+    large-list --list-endpoints "$(endpoint "${follower}")" --list-process --list-nice "${LIST_NICE}" \
+    --objects "${LIST_OBJECTS}" \
     --min-size 4096 --max-size 4096 --lists 1 --concurrent-lists 4 --put-rate 50 \
     --put-idle-duration 10s
   stop_cluster
@@ -123,7 +127,7 @@ isolation_runs() {  # SERVER
 {
   describe_run
   echo "rounds: ${ROUNDS}; parts: ${PARTS}; --heartbeat-interval ${HEARTBEAT} --election-timeout ${ELECTION}"
-  echo "lists: ${LIST_OBJECTS} x 4 KiB; k8s: ${K8S_NODES} nodes, ${K8S_PODS} pods, ${K8S_DURATION}," \
+  echo "lists: ${LIST_OBJECTS} x 4 KiB (list process at nice ${LIST_NICE}); k8s: ${K8S_NODES} nodes, ${K8S_PODS} pods, ${K8S_DURATION}," \
     "relist every ${K8S_RELIST}; isolation: seeds ${ISOLATION_SEEDS}, held ${ISOLATION_HOLD} ms"
 } > "${OUT}/env.txt"
 cat "${OUT}/env.txt" >&2

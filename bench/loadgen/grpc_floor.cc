@@ -190,6 +190,67 @@ class Answerer {
   std::thread thread_;
 };
 
+// The answers, for both server models.
+grpc::Status AnswerPut(Memory* memory, const etcdserverpb::PutRequest& req,
+                       etcdserverpb::PutResponse* resp) {
+  FillHeader(memory->Put(req.key(), req.value()), resp->mutable_header());
+  return grpc::Status::OK;
+}
+
+grpc::Status AnswerTxn(Memory* memory, const etcdserverpb::TxnRequest& req,
+                       etcdserverpb::TxnResponse* resp) {
+  int64_t rev = 0;
+  for (const auto& op : req.success()) {
+    if (!op.has_request_put()) {
+      return grpc::Status(grpc::UNIMPLEMENTED, "the floor's txns hold puts only");
+    }
+    rev = memory->Put(op.request_put().key(), op.request_put().value());
+    resp->add_responses()->mutable_response_put();
+  }
+  FillHeader(rev != 0 ? rev : memory->Rev(), resp->mutable_header());
+  resp->set_succeeded(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status AnswerRange(const Memory* memory, const grpc::ByteBuffer& request,
+                         grpc::ByteBuffer* response) {
+  grpc::ByteBuffer in(request);
+  etcdserverpb::RangeRequest req;
+  if (!grpc::SerializationTraits<etcdserverpb::RangeRequest>::Deserialize(&in, &req).ok()) {
+    return grpc::Status(grpc::INTERNAL, "grpc: error unmarshalling request");
+  }
+  std::vector<grpc::Slice> slices(1);
+  bool more = false;
+  etcdserverpb::RangeResponse head;
+  FillHeader(memory->Scan(req.key(), req.range_end(), req.limit(), &slices, &more),
+             head.mutable_header());
+  head.set_more(more);
+  head.set_count(static_cast<int64_t>(slices.size() - 1) + (more ? 1 : 0));
+  slices[0] = grpc::Slice(head.SerializeAsString());
+  grpc::ByteBuffer out(slices.data(), slices.size());
+  response->Swap(&out);
+  return grpc::Status::OK;
+}
+
+// Every lease is alive and keeps a TTL of 100.
+void AnswerKeepAlive(const Memory* memory, const etcdserverpb::LeaseKeepAliveRequest& req,
+                     etcdserverpb::LeaseKeepAliveResponse* resp) {
+  resp->Clear();
+  FillHeader(memory->Rev(), resp->mutable_header());
+  resp->set_id(req.id());
+  resp->set_ttl(100);
+}
+
+std::atomic<int64_t> g_next_lease{0x7000};
+
+grpc::Status AnswerLeaseGrant(const Memory* memory, const etcdserverpb::LeaseGrantRequest& req,
+                              etcdserverpb::LeaseGrantResponse* resp) {
+  FillHeader(memory->Rev(), resp->mutable_header());
+  resp->set_id(req.id() != 0 ? req.id() : g_next_lease.fetch_add(1) + 1);
+  resp->set_ttl(req.ttl());
+  return grpc::Status::OK;
+}
+
 using FloorKvBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
     etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_Txn<
         etcdserverpb::KV::Service>>>;
@@ -202,7 +263,7 @@ class FloorKv final : public FloorKvBase {
   grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
                                 const etcdserverpb::PutRequest* req,
                                 etcdserverpb::PutResponse* resp) override {
-    FillHeader(memory_->Put(req->key(), req->value()), resp->mutable_header());
+    AnswerPut(memory_, *req, resp);
     auto* reactor = ctx->DefaultReactor();
     if (answerer_ != nullptr) {
       answerer_->Hand(reactor);
@@ -218,18 +279,7 @@ class FloorKv final : public FloorKvBase {
                                 const etcdserverpb::TxnRequest* req,
                                 etcdserverpb::TxnResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    int64_t rev = 0;
-    for (const auto& op : req->success()) {
-      if (!op.has_request_put()) {
-        reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED, "the floor's txns hold puts only"));
-        return reactor;
-      }
-      rev = memory_->Put(op.request_put().key(), op.request_put().value());
-      resp->add_responses()->mutable_response_put();
-    }
-    FillHeader(rev != 0 ? rev : memory_->Rev(), resp->mutable_header());
-    resp->set_succeeded(true);
-    reactor->Finish(grpc::Status::OK);
+    reactor->Finish(AnswerTxn(memory_, *req, resp));
     return reactor;
   }
 
@@ -241,23 +291,7 @@ class FloorKv final : public FloorKvBase {
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override {
     auto* reactor = ctx->DefaultReactor();
-    grpc::ByteBuffer in(*request);
-    etcdserverpb::RangeRequest req;
-    if (!grpc::SerializationTraits<etcdserverpb::RangeRequest>::Deserialize(&in, &req).ok()) {
-      reactor->Finish(grpc::Status(grpc::INTERNAL, "grpc: error unmarshalling request"));
-      return reactor;
-    }
-    std::vector<grpc::Slice> slices(1);
-    bool more = false;
-    etcdserverpb::RangeResponse head;
-    FillHeader(memory_->Scan(req.key(), req.range_end(), req.limit(), &slices, &more),
-               head.mutable_header());
-    head.set_more(more);
-    head.set_count(static_cast<int64_t>(slices.size() - 1) + (more ? 1 : 0));
-    slices[0] = grpc::Slice(head.SerializeAsString());
-    grpc::ByteBuffer out(slices.data(), slices.size());
-    response->Swap(&out);
-    reactor->Finish(grpc::Status::OK);
+    reactor->Finish(AnswerRange(memory_, *request, response));
     return reactor;
   }
 
@@ -270,7 +304,7 @@ class KeepAliveReactor final
     : public grpc::ServerBidiReactor<etcdserverpb::LeaseKeepAliveRequest,
                                      etcdserverpb::LeaseKeepAliveResponse> {
  public:
-  KeepAliveReactor(const Memory* memory, int64_t ttl) : memory_(memory), ttl_(ttl) {
+  explicit KeepAliveReactor(const Memory* memory) : memory_(memory) {
     StartRead(&request_);
   }
 
@@ -279,10 +313,7 @@ class KeepAliveReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    response_.Clear();
-    FillHeader(memory_->Rev(), response_.mutable_header());
-    response_.set_id(request_.id());
-    response_.set_ttl(ttl_);
+    AnswerKeepAlive(memory_, request_, &response_);
     StartWrite(&response_);
   }
 
@@ -298,7 +329,6 @@ class KeepAliveReactor final
 
  private:
   const Memory* const memory_;
-  const int64_t ttl_;
   etcdserverpb::LeaseKeepAliveRequest request_;
   etcdserverpb::LeaseKeepAliveResponse response_;
 };
@@ -310,24 +340,19 @@ class FloorLease final : public etcdserverpb::Lease::CallbackService {
   grpc::ServerUnaryReactor* LeaseGrant(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::LeaseGrantRequest* req,
                                        etcdserverpb::LeaseGrantResponse* resp) override {
-    FillHeader(memory_->Rev(), resp->mutable_header());
-    resp->set_id(req->id() != 0 ? req->id() : next_id_.fetch_add(1) + 1);
-    resp->set_ttl(req->ttl());
     auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
+    reactor->Finish(AnswerLeaseGrant(memory_, *req, resp));
     return reactor;
   }
 
-  // Every lease is alive and keeps this TTL.
   grpc::ServerBidiReactor<etcdserverpb::LeaseKeepAliveRequest,
                           etcdserverpb::LeaseKeepAliveResponse>*
   LeaseKeepAlive(grpc::CallbackServerContext*) override {
-    return new KeepAliveReactor(memory_, 100);
+    return new KeepAliveReactor(memory_);
   }
 
  private:
   const Memory* const memory_;
-  std::atomic<int64_t> next_id_{0x7000};
 };
 
 // ---- The completion-queue model ----------------------------------------
@@ -409,10 +434,7 @@ class AsyncKeepAlive final : public AsyncCall {
           Finish(grpc::Status::OK);
           return;
         }
-        response_.Clear();
-        FillHeader(memory_->Rev(), response_.mutable_header());
-        response_.set_id(request_.id());
-        response_.set_ttl(100);
+        AnswerKeepAlive(memory_, request_, &response_);
         state_ = State::kWrite;
         stream_.Write(response_, this);
         return;
@@ -457,58 +479,6 @@ class AsyncKeepAlive final : public AsyncCall {
   etcdserverpb::LeaseKeepAliveResponse response_;
   State state_ = State::kAccept;
 };
-
-// The same answers as FloorKv and FloorLease, as handlers for AsyncUnary.
-grpc::Status AnswerPut(Memory* memory, const etcdserverpb::PutRequest& req,
-                       etcdserverpb::PutResponse* resp) {
-  FillHeader(memory->Put(req.key(), req.value()), resp->mutable_header());
-  return grpc::Status::OK;
-}
-
-grpc::Status AnswerTxn(Memory* memory, const etcdserverpb::TxnRequest& req,
-                       etcdserverpb::TxnResponse* resp) {
-  int64_t rev = 0;
-  for (const auto& op : req.success()) {
-    if (!op.has_request_put()) {
-      return grpc::Status(grpc::UNIMPLEMENTED, "the floor's txns hold puts only");
-    }
-    rev = memory->Put(op.request_put().key(), op.request_put().value());
-    resp->add_responses()->mutable_response_put();
-  }
-  FillHeader(rev != 0 ? rev : memory->Rev(), resp->mutable_header());
-  resp->set_succeeded(true);
-  return grpc::Status::OK;
-}
-
-grpc::Status AnswerRange(const Memory* memory, const grpc::ByteBuffer& request,
-                         grpc::ByteBuffer* response) {
-  grpc::ByteBuffer in(request);
-  etcdserverpb::RangeRequest req;
-  if (!grpc::SerializationTraits<etcdserverpb::RangeRequest>::Deserialize(&in, &req).ok()) {
-    return grpc::Status(grpc::INTERNAL, "grpc: error unmarshalling request");
-  }
-  std::vector<grpc::Slice> slices(1);
-  bool more = false;
-  etcdserverpb::RangeResponse head;
-  FillHeader(memory->Scan(req.key(), req.range_end(), req.limit(), &slices, &more),
-             head.mutable_header());
-  head.set_more(more);
-  head.set_count(static_cast<int64_t>(slices.size() - 1) + (more ? 1 : 0));
-  slices[0] = grpc::Slice(head.SerializeAsString());
-  grpc::ByteBuffer out(slices.data(), slices.size());
-  response->Swap(&out);
-  return grpc::Status::OK;
-}
-
-std::atomic<int64_t> g_next_lease{0x7000};
-
-grpc::Status AnswerLeaseGrant(const Memory* memory, const etcdserverpb::LeaseGrantRequest& req,
-                              etcdserverpb::LeaseGrantResponse* resp) {
-  FillHeader(memory->Rev(), resp->mutable_header());
-  resp->set_id(req.id() != 0 ? req.id() : g_next_lease.fetch_add(1) + 1);
-  resp->set_ttl(req.ttl());
-  return grpc::Status::OK;
-}
 
 // The services, the queues and their threads.
 class AsyncFloor {
@@ -600,6 +570,24 @@ class AsyncFloor {
   std::vector<std::thread> threads_;
 };
 
+// A server interceptor that only lets every batch proceed: what gRPC's
+// interception machinery costs a call (Capstan's gRPC metrics are such an
+// interceptor).
+class PassInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+};
+
+class PassInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo*) override {
+    return new PassInterceptor();
+  }
+};
+
 std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
@@ -636,8 +624,10 @@ std::string FlagValue(int argc, char** argv, const std::string& name,
 
 int Main(int argc, char** argv) {
   bool answer_thread = false;
+  bool interceptor = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--answer-thread") answer_thread = true;
+    if (std::string(argv[i]) == "--interceptor") interceptor = true;
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--model=M] "
                    "[--queues=N] [--answer-thread] [other flags, ignored]\n\n"
@@ -651,7 +641,9 @@ int Main(int argc, char** argv) {
                    "                          (default: the number of cores; also\n"
                    "                          $CAPSTAN_GRPC_FLOOR_QUEUES)\n"
                    "  --answer-thread         callback: answer puts from one other thread, in "
-                   "batches\n";
+                   "batches\n"
+                   "  --interceptor           run every call through a server interceptor that "
+                   "does nothing\n                          (also $CAPSTAN_GRPC_FLOOR_INTERCEPTOR=1)\n";
       return 0;
     }
   }
@@ -674,6 +666,7 @@ int Main(int argc, char** argv) {
     std::cerr << "capstan-grpc-floor: --queues is a number of queues, at least 1\n";
     return 2;
   }
+  interceptor = interceptor || env("CAPSTAN_GRPC_FLOOR_INTERCEPTOR", "0") == "1";
   Memory memory;
   std::unique_ptr<Answerer> answerer;
   if (answer_thread) answerer = std::make_unique<Answerer>();
@@ -697,6 +690,11 @@ int Main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              std::numeric_limits<int>::max());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (interceptor) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
+    factories.push_back(std::make_unique<PassInterceptorFactory>());
+    builder.experimental().SetInterceptorCreators(std::move(factories));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::cerr << "capstan-grpc-floor: cannot listen on " << address << "\n";

@@ -151,13 +151,17 @@ class LargeListWorkload final : public Workload {
     f.Bool("list-process", &list_process_,
            "Run the lists in a child capstan-bench, so that receiving them does not hold up the "
            "puts' answers in this process");
+    f.Int("list-nice", &list_nice_,
+          "With --list-process: the list process's niceness (0-19). Where the list client "
+          "shares the servers' cores, at 19 it takes only the CPU the servers leave, as a client "
+          "on another machine would");
     f.String("list-worker", &list_worker_,
              "Internal (--list-process): only run the lists of one phase (full, paginated, "
              "concurrent), printing a line per list");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (objects_ < 1 || min_size_ < 1 || max_size_ < min_size_ || namespaces_ < 1 || lists_ < 1 ||
-        concurrent_ < 1 || page_limit_ < 1) {
+        concurrent_ < 1 || page_limit_ < 1 || list_nice_ < 0 || list_nice_ > 19) {
       return absl::InvalidArgumentError("large-list: bad sizes or counts");
     }
     return absl::OkStatus();
@@ -198,12 +202,15 @@ class LargeListWorkload final : public Workload {
     // list process.
     auto run_lists = [&](const std::string& kind) -> PhaseLists {
       if (!list_process_) return ListsOf(kind, lists);
-      auto child = RunListProcess(
-          {SelfPath(), "--no-progress", "--endpoints",
+      std::vector<std::string> argv;
+      if (list_nice_ > 0) argv = {"/usr/bin/nice", "-n", absl::StrCat(list_nice_)};
+      std::vector<std::string> worker = {SelfPath(), "--no-progress", "--endpoints",
            list_endpoints_.empty() ? absl::StrJoin(ctx.global->endpoints, ",") : list_endpoints_,
            "--conns", absl::StrCat(concurrent_), "large-list", "--list-worker", kind,
            "--prefix", prefix_, "--page-limit", absl::StrCat(page_limit_),
-           "--lists", absl::StrCat(lists_), "--concurrent-lists", absl::StrCat(concurrent_)});
+           "--lists", absl::StrCat(lists_), "--concurrent-lists", absl::StrCat(concurrent_)};
+      argv.insert(argv.end(), worker.begin(), worker.end());
+      auto child = RunListProcess(argv);
       if (child.ok()) return *std::move(child);
       PhaseLists failed;
       failed.lists.emplace_back(0, ListResult{});
@@ -390,6 +397,7 @@ class LargeListWorkload final : public Workload {
   absl::Duration idle_ = absl::Seconds(3);
   std::string list_endpoints_;
   bool list_process_ = false;
+  int list_nice_ = 0;
   std::string list_worker_;
 };
 
