@@ -25,8 +25,6 @@ class KeepAliveCall final : public AsyncCall {
     new KeepAliveCall(service, queues, cq, store, member);
   }
 
-  ~KeepAliveCall() override { queues_->Leave(); }
-
   void Proceed(bool ok) override {
     switch (state_) {
       case State::kAccept:
@@ -68,7 +66,8 @@ class KeepAliveCall final : public AsyncCall {
   KeepAliveCall(LeaseService* service, CompletionQueues* queues,
                 grpc::ServerCompletionQueue* cq, mvcc::KvStore* store,
                 const membership::MemberInfo* member)
-      : service_(service), queues_(queues), cq_(cq), store_(store), member_(member) {
+      : registered_{queues}, service_(service), queues_(queues), cq_(cq), store_(store),
+        member_(member) {
     service_->RequestKeepAlive(&ctx_, &stream_, cq_, this);
   }
 
@@ -101,6 +100,12 @@ class KeepAliveCall final : public AsyncCall {
     });
   }
 
+  // Leaves the queues' count of calls when the call is destroyed, after
+  // every other member (the stream and its context) is gone.
+  struct Registered {
+    CompletionQueues* queues;
+    ~Registered() { queues->Leave(); }
+  } registered_;
   LeaseService* const service_;
   CompletionQueues* const queues_;
   grpc::ServerCompletionQueue* const cq_;
