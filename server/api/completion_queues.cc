@@ -46,11 +46,6 @@ void CompletionQueues::BeginStop() {
   stopping_ = true;
 }
 
-int64_t CompletionQueues::calls() const {
-  util::MutexLock l(&mu_);
-  return calls_;
-}
-
 void CompletionQueues::Stop(absl::Duration wait) {
   if (stopped_) return;
   stopped_ = true;

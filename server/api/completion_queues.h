@@ -74,9 +74,6 @@ class CompletionQueues {
   // server's Shutdown has returned. Idempotent.
   void Stop(absl::Duration wait = absl::Seconds(10));
 
-  // Calls registered and not yet left (for tests).
-  int64_t calls() const;
-
  private:
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<grpc::ServerCompletionQueue*> raw_;

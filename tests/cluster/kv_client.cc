@@ -51,71 +51,69 @@ void KvClient::Finish(int64_t id, const grpc::Status& st, const Response& r, boo
   }
 }
 
-Operation KvClient::Put(const std::string& key, const std::string& value, bool prev_kv) {
-  Operation op = Operation::Put(id_, key, value, prev_kv);
+template <typename Call>
+Operation KvClient::Record(Operation op, bool write, Call call) {
   op.endpoint = endpoints_[current_];
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  auto* stub = Stub();
+  const int64_t id = history_->Invoke(std::move(op));
+  Response r;
+  const grpc::Status st = call(stub, &ctx, &r);
+  Finish(id, st, r, write);
+  return history_->At(id);
+}
+
+Operation KvClient::Put(const std::string& key, const std::string& value, bool prev_kv) {
   etcdserverpb::PutRequest req;
   req.set_key(key);
   req.set_value(value);
   req.set_prev_kv(prev_kv);
-  etcdserverpb::PutResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  auto* stub = Stub();
-  const int64_t id = history_->Invoke(op);
-  grpc::Status st = stub->Put(&ctx, req, &resp);
-  Response r;
-  r.revision = resp.header().revision();
-  r.has_prev = resp.has_prev_kv();
-  if (r.has_prev) r.prev_value = resp.prev_kv().value();
-  Finish(id, st, r, true);
-  return history_->At(id);
+  return Record(Operation::Put(id_, key, value, prev_kv), true,
+                [&req](etcdserverpb::KV::Stub* stub, grpc::ClientContext* ctx, Response* r) {
+                  etcdserverpb::PutResponse resp;
+                  grpc::Status st = stub->Put(ctx, req, &resp);
+                  r->revision = resp.header().revision();
+                  r->has_prev = resp.has_prev_kv();
+                  if (r->has_prev) r->prev_value = resp.prev_kv().value();
+                  return st;
+                });
 }
 
 Operation KvClient::Get(const std::string& key, bool serializable) {
-  Operation op = Operation::Get(id_, key, serializable);
-  op.endpoint = endpoints_[current_];
   etcdserverpb::RangeRequest req;
   req.set_key(key);
   req.set_serializable(serializable);
-  etcdserverpb::RangeResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  auto* stub = Stub();
-  const int64_t id = history_->Invoke(op);
-  grpc::Status st = stub->Range(&ctx, req, &resp);
-  Response r;
-  r.revision = resp.header().revision();
-  if (resp.kvs_size() > 0) {
-    r.found = true;
-    r.value = resp.kvs(0).value();
-    r.mod_revision = resp.kvs(0).mod_revision();
-  }
-  Finish(id, st, r, false);
-  return history_->At(id);
+  return Record(Operation::Get(id_, key, serializable), false,
+                [&req](etcdserverpb::KV::Stub* stub, grpc::ClientContext* ctx, Response* r) {
+                  etcdserverpb::RangeResponse resp;
+                  grpc::Status st = stub->Range(ctx, req, &resp);
+                  r->revision = resp.header().revision();
+                  if (resp.kvs_size() > 0) {
+                    r->found = true;
+                    r->value = resp.kvs(0).value();
+                    r->mod_revision = resp.kvs(0).mod_revision();
+                  }
+                  return st;
+                });
 }
 
 Operation KvClient::Delete(const std::string& key, bool prev_kv) {
-  Operation op = Operation::Delete(id_, key, prev_kv);
-  op.endpoint = endpoints_[current_];
   etcdserverpb::DeleteRangeRequest req;
   req.set_key(key);
   req.set_prev_kv(prev_kv);
-  etcdserverpb::DeleteRangeResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  auto* stub = Stub();
-  const int64_t id = history_->Invoke(op);
-  grpc::Status st = stub->DeleteRange(&ctx, req, &resp);
-  Response r;
-  r.revision = resp.header().revision();
-  r.deleted = resp.deleted();
-  if (resp.prev_kvs_size() > 0) {
-    r.has_prev = true;
-    r.prev_value = resp.prev_kvs(0).value();
-  }
-  Finish(id, st, r, true);
-  return history_->At(id);
+  return Record(Operation::Delete(id_, key, prev_kv), true,
+                [&req](etcdserverpb::KV::Stub* stub, grpc::ClientContext* ctx, Response* r) {
+                  etcdserverpb::DeleteRangeResponse resp;
+                  grpc::Status st = stub->DeleteRange(ctx, req, &resp);
+                  r->revision = resp.header().revision();
+                  r->deleted = resp.deleted();
+                  if (resp.prev_kvs_size() > 0) {
+                    r->has_prev = true;
+                    r->prev_value = resp.prev_kvs(0).value();
+                  }
+                  return st;
+                });
 }
 
 Operation KvClient::Cas(const std::string& key, const std::string& expected, bool expect_absent,
@@ -146,55 +144,46 @@ Operation KvClient::CasModRevision(const std::string& key, int64_t mod_revision,
 }
 
 Operation KvClient::Txn(Operation op, const etcdserverpb::TxnRequest& compare) {
-  op.endpoint = endpoints_[current_];
   etcdserverpb::TxnRequest req = compare;
   auto* put = req.add_success()->mutable_request_put();
   put->set_key(op.key);
   put->set_value(op.value);
   req.add_failure()->mutable_request_range()->set_key(op.key);
-  etcdserverpb::TxnResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  auto* stub = Stub();
-  const int64_t id = history_->Invoke(std::move(op));
-  grpc::Status st = stub->Txn(&ctx, req, &resp);
-  Response r;
-  r.revision = resp.header().revision();
-  r.succeeded = resp.succeeded();
-  if (!resp.succeeded() && resp.responses_size() > 0 &&
-      resp.responses(0).response_range().kvs_size() > 0) {
-    const auto& kv = resp.responses(0).response_range().kvs(0);
-    r.found = true;
-    r.value = kv.value();
-    r.mod_revision = kv.mod_revision();
-  }
-  Finish(id, st, r, true);
-  return history_->At(id);
+  return Record(std::move(op), true,
+                [&req](etcdserverpb::KV::Stub* stub, grpc::ClientContext* ctx, Response* r) {
+                  etcdserverpb::TxnResponse resp;
+                  grpc::Status st = stub->Txn(ctx, req, &resp);
+                  r->revision = resp.header().revision();
+                  r->succeeded = resp.succeeded();
+                  if (!resp.succeeded() && resp.responses_size() > 0 &&
+                      resp.responses(0).response_range().kvs_size() > 0) {
+                    const auto& kv = resp.responses(0).response_range().kvs(0);
+                    r->found = true;
+                    r->value = kv.value();
+                    r->mod_revision = kv.mod_revision();
+                  }
+                  return st;
+                });
 }
 
 Operation KvClient::List(const std::string& key, const std::string& range_end, int64_t limit,
                          int64_t revision) {
-  Operation op = Operation::List(id_, key, range_end, limit, revision);
-  op.endpoint = endpoints_[current_];
   etcdserverpb::RangeRequest req;
   req.set_key(key);
   req.set_range_end(range_end);
   req.set_limit(limit);
   req.set_revision(revision);
-  etcdserverpb::RangeResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  auto* stub = Stub();
-  const int64_t id = history_->Invoke(std::move(op));
-  grpc::Status st = stub->Range(&ctx, req, &resp);
-  Response r;
-  r.revision = resp.header().revision();
-  r.more = resp.more();
-  for (const auto& kv : resp.kvs()) {
-    r.kvs.push_back(Response::Kv{kv.key(), kv.value(), kv.mod_revision()});
-  }
-  Finish(id, st, r, false);
-  return history_->At(id);
+  return Record(Operation::List(id_, key, range_end, limit, revision), false,
+                [&req](etcdserverpb::KV::Stub* stub, grpc::ClientContext* ctx, Response* r) {
+                  etcdserverpb::RangeResponse resp;
+                  grpc::Status st = stub->Range(ctx, req, &resp);
+                  r->revision = resp.header().revision();
+                  r->more = resp.more();
+                  for (const auto& kv : resp.kvs()) {
+                    r->kvs.push_back(Response::Kv{kv.key(), kv.value(), kv.mod_revision()});
+                  }
+                  return st;
+                });
 }
 
 absl::StatusOr<std::vector<Event>> ReadEventLog(const std::string& endpoint,

@@ -71,6 +71,12 @@ class KvClient {
  private:
   etcdserverpb::KV::Stub* Stub();
   void Failed(const grpc::Status& st);
+  // Records `op` as invoked at the current member, runs `call(stub, ctx,
+  // &response)` (which fills the response and returns the RPC's status)
+  // under the client's deadline, and completes the operation: an error of a
+  // `write` is unknown, of a read failed.
+  template <typename Call>
+  Operation Record(Operation op, bool write, Call call);
   // Sends a Txn recorded as `op` (a CAS: its else-branch is a Range of the key).
   Operation Txn(Operation op, const etcdserverpb::TxnRequest& req);
   void Finish(int64_t id, const grpc::Status& st, const Response& r, bool write);
