@@ -350,8 +350,11 @@ absl::Status Server::BuildServices() {
     cache_range_ = ranges.get();
     kv->ServeCachedRanges(std::move(ranges));
   }
+  kv_service_ = kv.get();
   services_.push_back(std::move(kv));
-  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
+  auto watch = std::make_unique<WatchService>(hub_.get(), member_.get(), gate);
+  watch_service_ = watch.get();
+  services_.push_back(std::move(watch));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
@@ -591,6 +594,11 @@ void Server::ConfigureGrpc(Listening& l) {
   grpc_metrics_ =
       std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive",
                                     metrics_->requests());
+  // The methods on the hot path count themselves; the interceptor counts
+  // the rest.
+  kv_service_->CountCalls(grpc_metrics_.get());
+  watch_service_->CountCalls(grpc_metrics_.get());
+  lease_service_->CountCalls(grpc_metrics_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(grpc_metrics_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

@@ -64,7 +64,9 @@ class ClientHttp;
 class ClientListener;
 class JsonGateway;
 class CompletionQueues;
+class KvService;
 class LeaseService;
+class WatchService;
 class CacheRange;
 class GrpcMetrics;
 class Metrics;
@@ -204,6 +206,8 @@ class Server {
   // another holds the lock).
   std::unique_ptr<Recipes> recipes_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
+  KvService* kv_service_ = nullptr;        // in services_
+  WatchService* watch_service_ = nullptr;  // in services_
   LeaseService* lease_service_ = nullptr;  // in services_
   // The methods on gRPC's completion-queue model; built with the server,
   // destroyed after it.

@@ -487,6 +487,31 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   grant.set_ttl(60);
   etcdserverpb::LeaseGrantResponse lease;
   ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &lease).ok());
+  // A keep-alive stream with one renewal, closed by the client, and a watch
+  // stream (the methods that count themselves rather than through the
+  // interceptor; a watch is handled only when it ends, after this scrape).
+  {
+    auto ctx = Deadline();
+    auto stream = s.lease->LeaseKeepAlive(ctx.get());
+    etcdserverpb::LeaseKeepAliveRequest renew;
+    renew.set_id(lease.id());
+    etcdserverpb::LeaseKeepAliveResponse renewed;
+    ASSERT_TRUE(stream->Write(renew));
+    ASSERT_TRUE(stream->Read(&renewed));
+    EXPECT_EQ(renewed.id(), lease.id());
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  auto watch_ctx = Deadline();
+  auto watch = s.watch->Watch(watch_ctx.get());
+  {
+    etcdserverpb::WatchRequest create;
+    create.mutable_create_request()->set_key("/m/");
+    etcdserverpb::WatchResponse created;
+    ASSERT_TRUE(watch->Write(create));
+    ASSERT_TRUE(watch->Read(&created));
+    EXPECT_TRUE(created.created());
+  }
 
   const Scrape after = ScrapeMetrics(**capstan);
   auto delta = [&](const std::string& sample) {
@@ -504,6 +529,24 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\","
                   "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
             1);
+  EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Range\","
+                  "grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}"),
+            1);
+  // Counted by the interceptor.
+  const std::string grant_labels =
+      "grpc_method=\"LeaseGrant\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"unary\"";
+  EXPECT_EQ(delta("grpc_server_started_total{" + grant_labels + "}"), 1);
+  EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OK\"," + grant_labels + "}"), 1);
+  const std::string keep_alive_labels =
+      "grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\","
+      "grpc_type=\"bidi_stream\"";
+  EXPECT_EQ(delta("grpc_server_started_total{" + keep_alive_labels + "}"), 1);
+  EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OK\"," + keep_alive_labels + "}"), 1);
+  EXPECT_EQ(delta("grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb."
+                  "Watch\",grpc_type=\"bidi_stream\"}"),
+            1);
+  watch_ctx->TryCancel();
+  watch->Finish().IgnoreError();
 
   // A Lock without a lease grants one for its session, and etcd's lessor
   // counts that grant too.

@@ -35,19 +35,28 @@ bool IsBulkRange(const mvcc::KvStore& store, const etcdserverpb::RangeRequest& r
 
 }  // namespace
 
+void KvService::CountCalls(CallCounter* counter) {
+  using Type = grpc::internal::RpcMethod::RpcType;
+  range_calls_.Count(counter, "/etcdserverpb.KV/Range", Type::NORMAL_RPC);
+  put_calls_.Count(counter, "/etcdserverpb.KV/Put", Type::NORMAL_RPC);
+  delete_range_calls_.Count(counter, "/etcdserverpb.KV/DeleteRange", Type::NORMAL_RPC);
+  txn_calls_.Count(counter, "/etcdserverpb.KV/Txn", Type::NORMAL_RPC);
+  compact_calls_.Count(counter, "/etcdserverpb.KV/Compact", Type::NORMAL_RPC);
+}
+
 grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) {
-  auto* reactor = ctx->DefaultReactor();
+  auto* reactor = new CountedUnary(range_calls_);
   auto req = std::make_shared<etcdserverpb::RangeRequest>();
   if (std::string error = DecodeAsEtcd(*request, req.get()); !error.empty()) {
     reactor->Finish(UnmarshalStatus(error));
-    return reactor;
+    return reactor->reactor();
   }
   if (!req->serializable()) {
     if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
       reactor->Finish(ToGrpcStatus(s));
-      return reactor;
+      return reactor->reactor();
     }
   }
   if (auth_ != nullptr) {
@@ -57,7 +66,7 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
     if (s.ok()) s = auth_->CheckRange(*ctx, *req);
     if (!s.ok()) {
       reactor->Finish(ToGrpcStatus(s));
-      return reactor;
+      return reactor->reactor();
     }
   }
   auto serve = [this, req, response, reactor](absl::Status barrier) {
@@ -84,11 +93,11 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
   } else {
     store_->ReadBarrier(std::move(serve));
   }
-  return reactor;
+  return reactor->reactor();
 }
 
 void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                           grpc::ServerUnaryReactor* reactor, bool big) {
+                           CountedUnary* reactor, bool big) {
   mvcc::RangeResult result;
   std::unique_ptr<mvcc::ByteSink> blocks;
   if (big) {
@@ -169,14 +178,15 @@ struct RawWriteCall {
 // committer with its response in one allocation.
 template <typename Op, typename Request, typename Response>
 grpc::ServerUnaryReactor* KvService::SubmitWrite(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+    const CountedMethod& counted, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out,
     std::type_identity_t<absl::Status (AuthGate::*)(const grpc::ServerContextBase&, const Request&)
                              const> check) {
-  auto* reactor = ctx->DefaultReactor();
+  auto* reactor = new CountedUnary(counted);
   auto call = std::make_unique<RawWriteCall<Request, Response>>();
   if (std::string error = DecodeAsEtcd(*in, &call->request); !error.empty()) {
     reactor->Finish(UnmarshalStatus(error));
-    return reactor;
+    return reactor->reactor();
   }
   // The committer need not check its shape again.
   absl::Status refused = LearnerRefusal(member_);
@@ -185,7 +195,7 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
   }
   if (!refused.ok()) {
     reactor->Finish(ToGrpcStatus(refused));
-    return reactor;
+    return reactor->reactor();
   }
   auto* c = call.release();
   mvcc::WriteRequest w;
@@ -202,32 +212,33 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     reactor->Finish(ToGrpcStatus(s));
   };
   store_->Submit(std::move(w));
-  return reactor;
+  return reactor->reactor();
 }
 
 grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
-  return SubmitWrite<mvcc::PutOp>(ctx, request, response, &AuthGate::CheckPut);
+  return SubmitWrite<mvcc::PutOp>(put_calls_, ctx, request, response, &AuthGate::CheckPut);
 }
 
 grpc::ServerUnaryReactor* KvService::DeleteRange(grpc::CallbackServerContext* ctx,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  return SubmitWrite<mvcc::DeleteRangeOp>(ctx, request, response, &AuthGate::CheckDeleteRange);
+  return SubmitWrite<mvcc::DeleteRangeOp>(delete_range_calls_, ctx, request, response,
+                                          &AuthGate::CheckDeleteRange);
 }
 
 grpc::ServerUnaryReactor* KvService::Txn(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
-  return SubmitWrite<mvcc::TxnOp>(ctx, request, response, &AuthGate::CheckTxn);
+  return SubmitWrite<mvcc::TxnOp>(txn_calls_, ctx, request, response, &AuthGate::CheckTxn);
 }
 
 grpc::ServerUnaryReactor* KvService::Compact(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* request,
                                              grpc::ByteBuffer* response) {
   // Compaction needs an authenticated user, no key permission.
-  return SubmitWrite<mvcc::CompactOp>(ctx, request, response, nullptr);
+  return SubmitWrite<mvcc::CompactOp>(compact_calls_, ctx, request, response, nullptr);
 }
 
 }  // namespace capstan::server

@@ -20,6 +20,7 @@
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/cache_range.h"
+#include "server/api/counted_call.h"
 
 namespace capstan::server {
 class AuthGate;
@@ -48,6 +49,11 @@ class KvService final : public KvServiceBase {
   // (server/api/cache_range.h). Call before serving.
   void ServeCachedRanges(std::unique_ptr<CacheRange> r) { cache_range_ = std::move(r); }
 
+  // Range, Put, DeleteRange, Txn and Compact count their calls into counter
+  // themselves (server/api/counted_call.h). Call before serving; counter
+  // must outlive the service.
+  void CountCalls(CallCounter* counter);
+
   grpc::ServerUnaryReactor* Range(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
   // etcd 3.7's streamed Range (server/api/range_stream.h): refused as etcd
@@ -71,7 +77,7 @@ class KvService final : public KvServiceBase {
   // Reads the range and finishes the RPC with its response. A big range
   // (on a bulk-read thread) is built into the bulk reads' reusable blocks.
   void ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                  grpc::ServerUnaryReactor* reactor, bool big);
+                  CountedUnary* reactor, bool big);
 
   // Decodes a write request, checks it with `check` (null: an authenticated
   // user is enough) when auth is on, submits it and finishes the RPC with the
@@ -81,7 +87,8 @@ class KvService final : public KvServiceBase {
             typename Request = std::remove_const_t<std::remove_pointer_t<decltype(Op::request)>>,
             typename Response = std::remove_pointer_t<decltype(Op::response)>>
   grpc::ServerUnaryReactor* SubmitWrite(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+      const CountedMethod& counted, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+      grpc::ByteBuffer* out,
       std::type_identity_t<absl::Status (AuthGate::*)(const grpc::ServerContextBase&,
                                                       const Request&) const> check);
 
@@ -90,6 +97,11 @@ class KvService final : public KvServiceBase {
   const AuthGate* const auth_;
   BulkReads* const bulk_;
   std::unique_ptr<CacheRange> cache_range_;
+  CountedMethod range_calls_;
+  CountedMethod put_calls_;
+  CountedMethod delete_range_calls_;
+  CountedMethod txn_calls_;
+  CountedMethod compact_calls_;
 };
 
 }  // namespace capstan::server

@@ -30,6 +30,7 @@ class KeepAliveCall final : public AsyncCall {
       case State::kAccept:
         if (!ok) break;  // the server is shutting down
         Arm(service_, queues_, cq_, store_, member_);
+        call_ = service_->keep_alive_calls().Start();
         if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
           Finish(ToGrpcStatus(s));
           return;
@@ -77,6 +78,7 @@ class KeepAliveCall final : public AsyncCall {
   }
 
   void Finish(const grpc::Status& st) {
+    call_.Ended(st.error_code());
     state_ = State::kFinish;
     stream_.Finish(st, this);
   }
@@ -117,6 +119,7 @@ class KeepAliveCall final : public AsyncCall {
   Decoded<LeaseKeepAliveRequest> request_;
   LeaseKeepAliveResponse response_;
   State state_ = State::kAccept;
+  CountedCall call_;  // from the stream's acceptance
 };
 
 }  // namespace

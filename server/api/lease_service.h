@@ -9,6 +9,7 @@
 
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "server/api/completion_queues.h"
+#include "server/api/counted_call.h"
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/decoded.h"
@@ -50,6 +51,15 @@ class LeaseService final : public DecodingService<etcdserverpb::Lease, LeaseServ
   // `queues` outlives the streams (CompletionQueues::Stop waits for them).
   void ServeKeepAlives(CompletionQueues* queues, int per_queue);
 
+  // LeaseKeepAlive counts its streams into counter itself
+  // (server/api/counted_call.h). Call before serving; counter must outlive
+  // the service.
+  void CountCalls(CallCounter* counter) {
+    keep_alive_calls_.Count(counter, "/etcdserverpb.Lease/LeaseKeepAlive",
+                            grpc::internal::RpcMethod::BIDI_STREAMING);
+  }
+  const CountedMethod& keep_alive_calls() const { return keep_alive_calls_; }
+
   // Arms one keep-alive stream (the stream's own use).
   template <typename Stream>
   void RequestKeepAlive(grpc::ServerContext* ctx, Stream* stream,
@@ -64,6 +74,7 @@ class LeaseService final : public DecodingService<etcdserverpb::Lease, LeaseServ
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
   const AuthGate* const auth_;
+  CountedMethod keep_alive_calls_;
 };
 
 }  // namespace capstan::server

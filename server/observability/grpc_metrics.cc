@@ -10,6 +10,23 @@
 #include "server/observability/request_metrics.h"
 
 namespace capstan::server {
+
+// gRPC's codes run from OK (0) to UNAUTHENTICATED (16).
+constexpr int kCodes = grpc::StatusCode::UNAUTHENTICATED + 1;
+
+class CallCounter::Method {
+ public:
+  prometheus::Labels labels;  // grpc_method, grpc_service, grpc_type
+  bool unary = false;
+  bool counts_itself = false;  // not intercepted; set before the server serves
+  prometheus::Counter* started = nullptr;
+  prometheus::Histogram* handling = nullptr;  // null unless extensive
+  int request_type = -1;  // RequestMetrics::RequestTypeOf; -1: not timed as a request
+  bool range = false;     // KV.Range: also timed as a range
+  // grpc_server_handled_total by code, each made on its first use.
+  std::array<std::atomic<prometheus::Counter*>, kCodes> handled{};
+};
+
 namespace {
 
 using RpcType = grpc::internal::RpcMethod::RpcType;
@@ -36,9 +53,10 @@ prometheus::Labels MethodLabels(const std::string& full, int type) {
 
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info)
+  MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info,
+                     GrpcMetrics::MethodSeries* series)
       : metrics_(metrics),
-        series_(metrics->ForMethod(info->method(), static_cast<RpcType>(info->type()))),
+        series_(series),
         unary_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY) {
     if (metrics_->TimesCalls(series_)) start_ = std::chrono::steady_clock::now();
     metrics_->Started(series_);
@@ -76,7 +94,10 @@ class MetricsInterceptorFactory final
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new MetricsInterceptor(metrics_, info);
+    GrpcMetrics::MethodSeries* series =
+        metrics_->ForMethod(info->method(), static_cast<RpcType>(info->type()));
+    if (series->counts_itself) return nullptr;
+    return new MetricsInterceptor(metrics_, info, series);
   }
 
  private:
@@ -110,20 +131,6 @@ GrpcMetrics::GrpcMetrics(prometheus::Registry* registry, bool handling_time,
                     : nullptr),
       requests_(requests) {}
 
-// gRPC's codes run from OK (0) to UNAUTHENTICATED (16).
-constexpr int kCodes = grpc::StatusCode::UNAUTHENTICATED + 1;
-
-class GrpcMetrics::MethodSeries {
- public:
-  prometheus::Labels labels;  // grpc_method, grpc_service, grpc_type
-  prometheus::Counter* started = nullptr;
-  prometheus::Histogram* handling = nullptr;  // null unless extensive
-  int request_type = -1;  // RequestMetrics::RequestTypeOf; -1: not timed as a request
-  bool range = false;     // KV.Range: also timed as a range
-  // grpc_server_handled_total by code, each made on its first use.
-  std::array<std::atomic<prometheus::Counter*>, kCodes> handled{};
-};
-
 GrpcMetrics::~GrpcMetrics() = default;
 
 GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType type) {
@@ -133,6 +140,7 @@ GrpcMetrics::MethodSeries* GrpcMetrics::ForMethod(const char* method, RpcType ty
   if (series == nullptr) {
     series = std::make_unique<MethodSeries>();
     series->labels = MethodLabels(std::string(name), static_cast<int>(type));
+    series->unary = type == RpcType::NORMAL_RPC;
     series->started = &started_.Add(series->labels);
     if (requests_ != nullptr) {
       series->request_type = RequestMetrics::RequestTypeOf(name);
@@ -153,6 +161,21 @@ bool GrpcMetrics::TimesCalls(const MethodSeries* series) const {
 }
 
 void GrpcMetrics::Started(MethodSeries* series) { series->started->Increment(); }
+
+GrpcMetrics::MethodSeries* GrpcMetrics::CountsItself(const char* method, RpcType type) {
+  MethodSeries* series = ForMethod(method, type);
+  series->counts_itself = true;  // before the server serves: no call reads it yet
+  return series;
+}
+
+void GrpcMetrics::CallStarted(MethodSeries* series) {
+  Started(series);
+  if (series->unary) UnaryBegan();
+}
+
+void GrpcMetrics::CallDone(MethodSeries* series) {
+  if (series->unary) UnaryEnded();
+}
 
 void GrpcMetrics::Handled(MethodSeries* series, grpc::StatusCode code, double seconds) {
   if (series->handling != nullptr) series->handling->Observe(seconds);

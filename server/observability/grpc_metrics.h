@@ -21,18 +21,21 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/api/counted_call.h"
 #include "util/mutex.h"
 
 namespace capstan::server {
 
 class RequestMetrics;
 
-// Counts RPCs into two counter families of a prometheus registry. Thread-safe.
-class GrpcMetrics {
+// Counts RPCs into two counter families of a prometheus registry: through
+// an interceptor, except the methods that count themselves
+// (server/api/counted_call.h). Thread-safe.
+class GrpcMetrics final : public CallCounter {
  public:
   // The series of one method. Its labels are built and looked up in the
   // families once, on the method's first call, not on every call.
-  class MethodSeries;
+  using MethodSeries = CallCounter::Method;
 
   // Registers the families in `registry`, which must outlive this object;
   // the handling-time histogram only with `handling_time`. With requests
@@ -40,10 +43,11 @@ class GrpcMetrics {
   // etcd_server_request_duration_seconds and _range_duration_seconds.
   GrpcMetrics(prometheus::Registry* registry, bool handling_time,
               RequestMetrics* requests = nullptr);
-  ~GrpcMetrics();
+  ~GrpcMetrics() override;
 
   // An interceptor factory to install with ServerBuilder; it records into
-  // this object, which must outlive the server.
+  // this object, which must outlive the server. It intercepts no method
+  // that counts itself.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
 
   // The series of `method`, gRPC's full name ("/etcdserverpb.KV/Range"),
@@ -52,10 +56,19 @@ class GrpcMetrics {
 
   // Whether Handled() uses the duration of series' calls (only then is it
   // measured).
-  bool TimesCalls(const MethodSeries* series) const;
+  bool TimesCalls(const MethodSeries* series) const override;
 
   void Started(MethodSeries* series);
   void Handled(MethodSeries* series, grpc::StatusCode code, double seconds);
+
+  // CallCounter: a method that counts itself also counts its unary calls in
+  // flight.
+  MethodSeries* CountsItself(const char* method, grpc::internal::RpcMethod::RpcType type) override;
+  void CallStarted(MethodSeries* series) override;
+  void CallEnded(MethodSeries* series, grpc::StatusCode code, double seconds) override {
+    Handled(series, code, seconds);
+  }
+  void CallDone(MethodSeries* series) override;
 
   // Unary RPCs started and not yet over (streams are not counted: they end
   // when the server stops).
