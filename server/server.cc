@@ -352,9 +352,7 @@ absl::Status Server::BuildServices() {
   }
   kv_service_ = kv.get();
   services_.push_back(std::move(kv));
-  auto watch = std::make_unique<WatchService>(hub_.get(), member_.get(), gate);
-  watch_service_ = watch.get();
-  services_.push_back(std::move(watch));
+  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
@@ -597,7 +595,6 @@ void Server::ConfigureGrpc(Listening& l) {
   // The methods on the hot path count themselves; the interceptor counts
   // the rest.
   kv_service_->CountCalls(grpc_metrics_.get());
-  watch_service_->CountCalls(grpc_metrics_.get());
   lease_service_->CountCalls(grpc_metrics_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(grpc_metrics_->NewInterceptorFactory());

@@ -66,7 +66,6 @@ class JsonGateway;
 class CompletionQueues;
 class KvService;
 class LeaseService;
-class WatchService;
 class CacheRange;
 class GrpcMetrics;
 class Metrics;
@@ -207,7 +206,6 @@ class Server {
   std::unique_ptr<Recipes> recipes_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   KvService* kv_service_ = nullptr;        // in services_
-  WatchService* watch_service_ = nullptr;  // in services_
   LeaseService* lease_service_ = nullptr;  // in services_
   // The methods on gRPC's completion-queue model; built with the server,
   // destroyed after it.

@@ -4,7 +4,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "server/api/auth_service.h"
@@ -23,9 +22,8 @@ namespace {
 class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header,
-               const grpc::CallbackServerContext* ctx, const AuthGate* auth, CountedCall call)
-      : stream_(hub->OpenStream(header)), header_(header), ctx_(ctx), auth_(auth),
-        call_(std::move(call)) {
+               const grpc::CallbackServerContext* ctx, const AuthGate* auth)
+      : stream_(hub->OpenStream(header)), header_(header), ctx_(ctx), auth_(auth) {
     // Runs under the stream's lock when the reader found the stream's queue
     // empty; never after stream_->Close().
     stream_->SetDeliver([this](std::string message) { Send(std::move(message)); });
@@ -134,10 +132,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   void End(const grpc::Status& status) {
     stream_->Close();
-    if (!finished_.exchange(true)) {
-      call_.Ended(status.error_code());
-      Finish(status);
-    }
+    if (!finished_.exchange(true)) Finish(status);
   }
 
   std::shared_ptr<mvcc::WatchStream> stream_;
@@ -152,21 +147,18 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;  // the write in flight
   std::atomic<bool> finished_{false};
-  CountedCall call_;  // ended by the one End that finishes the stream
 };
 
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch(
     grpc::CallbackServerContext* ctx) {
-  CountedCall call = watch_calls_.Start();
   if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
-    call.Ended(ToGrpcStatus(s).error_code());
     return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(ToGrpcStatus(s));
   }
   etcdserverpb::ResponseHeader header;
   membership::FillHeader(*member_, &header);
-  return new WatchReactor(hub_, header, ctx, auth_, std::move(call));
+  return new WatchReactor(hub_, header, ctx, auth_);
 }
 
 }  // namespace capstan::server

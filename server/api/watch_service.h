@@ -9,7 +9,6 @@
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "membership/member.h"
 #include "mvcc/watch_hub.h"
-#include "server/api/counted_call.h"
 
 namespace capstan::server {
 class AuthGate;
@@ -30,18 +29,10 @@ class WatchService final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx) override;
 
-  // Watch counts its streams into counter itself (server/api/counted_call.h).
-  // Call before serving; counter must outlive the service.
-  void CountCalls(CallCounter* counter) {
-    watch_calls_.Count(counter, "/etcdserverpb.Watch/Watch",
-                       grpc::internal::RpcMethod::BIDI_STREAMING);
-  }
-
  private:
   mvcc::WatchHub* const hub_;
   const membership::MemberInfo* const member_;
   const AuthGate* const auth_;
-  CountedMethod watch_calls_;
 };
 
 }  // namespace capstan::server
