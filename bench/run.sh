@@ -5,7 +5,8 @@
 #
 #   bench/run.sh BUILD_DIR
 #
-# Environment: ROUNDS (compare rounds, default 3), MIN_TIME (Google Benchmark --benchmark_min_time,
+# Environment: ROUNDS (compare rounds, default 5: this machine's noise needs medians of alternating
+# rounds), MIN_TIME (Google Benchmark --benchmark_min_time,
 # default 0.05), ETCD (etcd binary, default etcd 3.5 as scripts/deps.sh extracts it, else
 # /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1.
 # Exits non-zero if a benchmark failed or any request failed in a compare run.
@@ -14,7 +15,7 @@ set -uo pipefail
 build=${1:?usage: bench/run.sh BUILD_DIR}
 build=$(cd "$build" && pwd)
 out=$build/bench-results
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-5}
 min_time=${MIN_TIME:-0.05}
 etcd=${ETCD:-${CAPSTAN_ETCD_BINARY:-$HOME/.cache/capstan/etcd-3.5/usr/bin/etcd}}
 [ -x "$etcd" ] || etcd=/usr/bin/etcd
@@ -110,6 +111,8 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
     run_compare watch-1key --conns 10 --clients 10 \
       watch --streams 10 --watch-per-stream 100 --watched-key-total 1 --put-total 200
     run_compare watch-latency --conns 4 --clients 10 watch-latency --total 300 --put-rate 100
+    # etcd's benchmark as issue-sized: 100 watchers of one key, 200 puts/s.
+    run_compare watch-latency-100 --conns 10 --clients 100 watch-latency --total 1000 --put-rate 200
     run_compare watch-10k --conns 10 --clients 10 \
       watch --streams 100 --watch-per-stream 100 --watched-key-total 10000 --sequential-keys \
       --key-space-size 10000 --put-rate 1000 --put-total 3000
