@@ -13,10 +13,8 @@
 // put, 7 us less per keep-alive stream; A/B in docs/BENCHMARKS.md). Watch
 // stays intercepted: without the interceptor, a fan-out of one event to
 // 100 watch streams cost the server more CPU (2,970 against 2,750 us per
-// put in etcd's watch-latency workload). Why is not pinned down: with the
-// interceptor, each completed write takes one more step through gRPC
-// before OnWriteDone, which may let more of the dispatcher's writes to one
-// connection go out in one system call.
+// put in etcd's watch-latency workload, in two 7-round A/Bs). Why is not
+// pinned down: both make the same system calls per event.
 
 #ifndef CAPSTAN_SERVER_API_COUNTED_CALL_H_
 #define CAPSTAN_SERVER_API_COUNTED_CALL_H_
