@@ -2,7 +2,6 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -51,40 +50,23 @@ prometheus::Labels MethodLabels(const std::string& full, int type) {
           {"grpc_type", TypeName(type)}};
 }
 
+// Counts one intercepted call as a method that counts itself does: gRPC
+// destroys the interceptor when the call is over, however it ended.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(GrpcMetrics* metrics, grpc::experimental::ServerRpcInfo* info,
-                     GrpcMetrics::MethodSeries* series)
-      : metrics_(metrics),
-        series_(series),
-        unary_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY) {
-    if (metrics_->TimesCalls(series_)) start_ = std::chrono::steady_clock::now();
-    metrics_->Started(series_);
-    if (unary_) metrics_->UnaryBegan();
-  }
-
-  // gRPC destroys the interceptor when the call is over, however it ended.
-  ~MetricsInterceptor() override {
-    if (unary_) metrics_->UnaryEnded();
-  }
+  MetricsInterceptor(GrpcMetrics* metrics, GrpcMetrics::MethodSeries* series)
+      : call_(metrics, series) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      double seconds = 0;
-      if (metrics_->TimesCalls(series_)) {
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      }
-      metrics_->Handled(series_, methods->GetSendStatus().error_code(), seconds);
+      call_.Ended(methods->GetSendStatus().error_code());
     }
     methods->Proceed();
   }
 
  private:
-  GrpcMetrics* const metrics_;
-  GrpcMetrics::MethodSeries* const series_;
-  const bool unary_;
-  std::chrono::steady_clock::time_point start_;
+  CountedCall call_;
 };
 
 class MetricsInterceptorFactory final
@@ -97,7 +79,7 @@ class MetricsInterceptorFactory final
     GrpcMetrics::MethodSeries* series =
         metrics_->ForMethod(info->method(), static_cast<RpcType>(info->type()));
     if (series->counts_itself) return nullptr;
-    return new MetricsInterceptor(metrics_, info, series);
+    return new MetricsInterceptor(metrics_, series);
   }
 
  private:
@@ -160,8 +142,6 @@ bool GrpcMetrics::TimesCalls(const MethodSeries* series) const {
   return handling_ != nullptr || series->request_type >= 0;
 }
 
-void GrpcMetrics::Started(MethodSeries* series) { series->started->Increment(); }
-
 GrpcMetrics::MethodSeries* GrpcMetrics::CountsItself(const char* method, RpcType type) {
   MethodSeries* series = ForMethod(method, type);
   series->counts_itself = true;  // before the server serves: no call reads it yet
@@ -169,15 +149,15 @@ GrpcMetrics::MethodSeries* GrpcMetrics::CountsItself(const char* method, RpcType
 }
 
 void GrpcMetrics::CallStarted(MethodSeries* series) {
-  Started(series);
-  if (series->unary) UnaryBegan();
+  series->started->Increment();
+  if (series->unary) unary_in_flight_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void GrpcMetrics::CallDone(MethodSeries* series) {
-  if (series->unary) UnaryEnded();
+  if (series->unary) unary_in_flight_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void GrpcMetrics::Handled(MethodSeries* series, grpc::StatusCode code, double seconds) {
+void GrpcMetrics::CallEnded(MethodSeries* series, grpc::StatusCode code, double seconds) {
   if (series->handling != nullptr) series->handling->Observe(seconds);
   if (series->request_type >= 0) {
     // etcd times a request up to its answer or error, however it failed.

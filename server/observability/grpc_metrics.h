@@ -54,27 +54,17 @@ class GrpcMetrics final : public CallCounter {
   // made on first use and owned by this object.
   MethodSeries* ForMethod(const char* method, grpc::internal::RpcMethod::RpcType type);
 
-  // Whether Handled() uses the duration of series' calls (only then is it
-  // measured).
-  bool TimesCalls(const MethodSeries* series) const override;
-
-  void Started(MethodSeries* series);
-  void Handled(MethodSeries* series, grpc::StatusCode code, double seconds);
-
-  // CallCounter: a method that counts itself also counts its unary calls in
-  // flight.
+  // CallCounter. Every call is counted through these, by the interceptor
+  // or by the method itself; unary calls are also counted in flight.
   MethodSeries* CountsItself(const char* method, grpc::internal::RpcMethod::RpcType type) override;
+  bool TimesCalls(const MethodSeries* series) const override;
   void CallStarted(MethodSeries* series) override;
-  void CallEnded(MethodSeries* series, grpc::StatusCode code, double seconds) override {
-    Handled(series, code, seconds);
-  }
+  void CallEnded(MethodSeries* series, grpc::StatusCode code, double seconds) override;
   void CallDone(MethodSeries* series) override;
 
   // Unary RPCs started and not yet over (streams are not counted: they end
   // when the server stops).
   int64_t unary_in_flight() const { return unary_in_flight_.load(std::memory_order_relaxed); }
-  void UnaryBegan() { unary_in_flight_.fetch_add(1, std::memory_order_relaxed); }
-  void UnaryEnded() { unary_in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   std::atomic<int64_t> unary_in_flight_{0};
