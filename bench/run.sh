@@ -111,7 +111,7 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
     run_compare watch-1key --conns 10 --clients 10 \
       watch --streams 10 --watch-per-stream 100 --watched-key-total 1 --put-total 200
     run_compare watch-latency --conns 4 --clients 10 watch-latency --total 300 --put-rate 100
-    # etcd's benchmark as issue-sized: 100 watchers of one key, 200 puts/s.
+    # The shape of etcd's own watch-latency runs: 100 watchers of one key, 200 puts/s.
     run_compare watch-latency-100 --conns 10 --clients 100 watch-latency --total 1000 --put-rate 200
     run_compare watch-10k --conns 10 --clients 10 \
       watch --streams 100 --watch-per-stream 100 --watched-key-total 10000 --sequential-keys \
