@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <sstream>
 
@@ -25,6 +26,8 @@ namespace {
 
 constexpr int kPollMs = 100;
 constexpr size_t kChunk = 64 * 1024;
+// At most this much read and waiting out a delay, per direction.
+constexpr size_t kMaxPending = 64 << 20;
 
 // The inode of the socket whose local end is 127.0.0.1:`local_port` and
 // remote end 127.0.0.1:`remote_port`, from /proc/net/tcp, or from
@@ -277,16 +280,22 @@ std::chrono::milliseconds FaultProxy::DelayOf(int from, int to) const {
 }
 
 void FaultProxy::Pump(int src, int dst, int from, int to) {
-  std::vector<char> buf(kChunk);
+  // What was read and waits out its delay, in order; an empty chunk is the
+  // end of the stream (`reset`: a reset), passed on when its time comes.
+  struct Pending {
+    std::chrono::steady_clock::time_point due;
+    std::vector<char> data;
+    bool reset = false;
+  };
+  std::deque<Pending> pending;
+  size_t pending_bytes = 0;
+  bool ended = false;  // the end of the stream was read
+  const auto close_both = [&] {
+    shutdown(src, SHUT_RDWR);
+    shutdown(dst, SHUT_RDWR);
+  };
   while (!stop_) {
-    pollfd p{src, POLLIN, 0};
-    const int pr = poll(&p, 1, kPollMs);
-    if (pr == 0) continue;
-    if (pr < 0 && errno == EINTR) continue;
-    const ssize_t n = pr < 0 ? -1 : recv(src, buf.data(), buf.size(), 0);
-    if (n < 0 && errno == EINTR) continue;
-    const auto read_at = std::chrono::steady_clock::now();
-    // Hold the chunk (or the end of the stream) while the link is held.
+    // Nothing moves while the link is held.
     std::chrono::milliseconds delay{0};
     {
       util::MutexLock l(&mu_);
@@ -296,29 +305,61 @@ void FaultProxy::Pump(int src, int dst, int from, int to) {
                              absl::Milliseconds(20));
       }
       delay = DelayOf(from, to);
-      if (n > 0) stats_.bytes += n;
     }
     if (stop_) break;
-    if (delay.count() > 0) std::this_thread::sleep_until(read_at + delay);
-    if (n <= 0) {
-      // The end of the stream (or a reset): pass it on, and wake the other
-      // direction's pump on a reset.
-      if (n == 0) {
-        shutdown(dst, SHUT_WR);
-      } else {
-        shutdown(dst, SHUT_RDWR);
-        shutdown(src, SHUT_RDWR);
+    // Pass on what is due.
+    auto now = std::chrono::steady_clock::now();
+    while (!pending.empty() && pending.front().due <= now) {
+      Pending& p = pending.front();
+      if (p.data.empty()) {
+        if (p.reset) {
+          close_both();
+        } else {
+          shutdown(dst, SHUT_WR);
+        }
+        return;
       }
-      return;
+      if (!WriteAll(dst, p.data.data(), p.data.size())) {
+        close_both();
+        return;
+      }
+      pending_bytes -= p.data.size();
+      pending.pop_front();
+      now = std::chrono::steady_clock::now();
     }
-    if (!WriteAll(dst, buf.data(), static_cast<size_t>(n))) {
-      shutdown(src, SHUT_RDWR);
-      shutdown(dst, SHUT_RDWR);
-      return;
+    // Read on while less than kMaxPending waits, until the next is due.
+    int timeout_ms = kPollMs;
+    if (!pending.empty()) {
+      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(pending.front().due - now);
+      timeout_ms = std::min<int>(timeout_ms, static_cast<int>(wait.count()));
     }
+    const bool can_read = !ended && pending_bytes < kMaxPending;
+    if (!can_read) {
+      if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+      continue;
+    }
+    pollfd p{src, POLLIN, 0};
+    const int pr = poll(&p, 1, timeout_ms);
+    if (pr == 0) continue;
+    if (pr < 0 && errno == EINTR) continue;
+    std::vector<char> buf(kChunk);
+    const ssize_t n = pr < 0 ? -1 : recv(src, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    const auto read_at = std::chrono::steady_clock::now();
+    if (n <= 0) {
+      ended = true;
+      pending.push_back(Pending{read_at + delay, {}, n < 0});
+      continue;
+    }
+    buf.resize(static_cast<size_t>(n));
+    {
+      util::MutexLock l(&mu_);
+      stats_.bytes += n;
+    }
+    pending_bytes += buf.size();
+    pending.push_back(Pending{read_at + delay, std::move(buf), false});
   }
-  shutdown(src, SHUT_RDWR);
-  shutdown(dst, SHUT_RDWR);
+  close_both();
 }
 
 void FaultProxy::Hold(int from, int to, bool held) {

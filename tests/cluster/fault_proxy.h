@@ -17,8 +17,9 @@
 // what it already read waits; when the link heals the data flows on, as TCP
 // would retransmit it. Nothing is ever dropped from the middle of a stream,
 // so the peers' framing stays intact; the members' own timeouts decide when
-// to give up on a connection, as on a real network. A delay holds each chunk
-// for that long after it was read. Connections from processes that are not
+// to give up on a connection, as on a real network. A delay is latency, not
+// a bandwidth limit: each chunk is passed on that long after it was read,
+// while the chunks behind it are read on (up to 64 MiB per direction). Connections from processes that are not
 // members (a client, a probe) are forwarded without faults.
 //
 // Thread safety: every method may be called from any thread. Each connection
