@@ -579,6 +579,7 @@ bool Replicator::LoopOnce() {
   Inbox in;
   {
     util::MutexLock l(&inbox_mu_);
+    read_round_open_ = read_in_flight_.has_value();
     inbox_mu_.AwaitWithTimeout(absl::Condition(this, &Replicator::InboxReadyLocked),
                                std::min(next_tick_ - absl::Now(), kLongestWait));
     if (stopping_) return false;
@@ -621,6 +622,11 @@ bool Replicator::LoopOnce() {
   SendReadIndex(now);
   ExpireWaiters(now);
   DrainReady();
+  if (!read_in_flight_ && !pending_reads_.empty()) {
+    // A round ended in this pass: the reads that waited for it go at once.
+    SendReadIndex(now);
+    DrainReady();
+  }
   if (!incoming_snapshot_dir_.empty()) {
     // Raft did not take the snapshot (an older one than it has).
     std::error_code ec;

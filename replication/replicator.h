@@ -298,11 +298,12 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     std::optional<absl::StatusOr<uint64_t>> flushed;
     std::vector<LeaderTransfer> transfers;
     std::vector<PendingConfChange> conf_changes;
-    bool empty() const {
-      return messages.empty() && unreachable.empty() && writes.empty() && reads.empty() &&
-             snapshots.empty() && snapshot_reports.empty() && !flushed && transfers.empty() &&
-             conf_changes.empty();
+    // Holds nothing but reads (or nothing).
+    bool OnlyReads() const {
+      return messages.empty() && unreachable.empty() && writes.empty() && snapshots.empty() &&
+             snapshot_reports.empty() && !flushed && transfers.empty() && conf_changes.empty();
     }
+    bool empty() const { return OnlyReads() && reads.empty(); }
   };
 
   // The raft loop (on the factory's thread) and its steps.
@@ -397,8 +398,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
       ABSL_LOCKS_EXCLUDED(reads_mu_);
   // Runs released barriers on the read queue, in order.
   void RunReads(std::vector<absl::AnyInvocable<void(absl::Status)>> ready);
+  // Work for the loop. Reads that arrive while a ReadIndex round is in
+  // flight wait for the next round, which starts when the loop takes the
+  // round's answer: they do not wake the loop.
   bool InboxReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(inbox_mu_) {
-    return stopping_ || !inbox_.empty();
+    return stopping_ || !inbox_.OnlyReads() || (!inbox_.reads.empty() && !read_round_open_);
   }
   // etcd's idutil.Generator: the member id's low 16 bits, then 40 bits of
   // the start time in ms, then a counter.
@@ -470,6 +474,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   util::Mutex inbox_mu_;
   Inbox inbox_ ABSL_GUARDED_BY(inbox_mu_);
   bool stopping_ ABSL_GUARDED_BY(inbox_mu_) = false;
+  // The loop waits with a ReadIndex round in flight (read_in_flight_).
+  bool read_round_open_ ABSL_GUARDED_BY(inbox_mu_) = false;
 
   // Barriers waiting for the store to apply their read index.
   util::Mutex reads_mu_;

@@ -16,7 +16,8 @@
 #
 #   bench/cluster/threads.sh range /bench/range/key --consistency=l --total=20000
 #
-# Settings: SERVER, PORT (24200: clients PORT..PORT+2, peers PORT+10..PORT+12), ETCDCTL.
+# Settings: SERVER, MEMBERS (3; 1 gives a single member to compare with), PORT (24200: clients
+# PORT..PORT+2, peers PORT+10..PORT+12), ETCDCTL.
 # PROBES=1 also counts, with `perf probe`, Go's P hand-offs (runtime.handoffp) and sysmon's
 # sleeps (runtime.usleep, runtime.notetsleep) in SERVER during the run.
 set -euo pipefail
@@ -25,6 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "${here}/../.." && pwd)
 SERVER=${SERVER:-${repo}/build/release/capstan}
 PORT=${PORT:-24200}
+MEMBERS=${MEMBERS:-3}
 ETCDCTL=${ETCDCTL:-/root/.cache/capstan/etcd-3.5/usr/bin/etcdctl}
 source "${here}/tools.sh"
 BENCHMARK=$(etcd_benchmark_tool)
@@ -43,13 +45,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+last=$((MEMBERS - 1))
 peers=""
-for i in 0 1 2; do peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"; done
-for i in 0 1 2; do
+for i in $(seq 0 "${last}"); do peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"; done
+for i in $(seq 0 "${last}"); do
   start_member "${SERVER}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" threads-cluster \
     "${WORK}/m${i}.log"
 done
-endpoints="127.0.0.1:${PORT},127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2))"
+endpoints=""
+for i in $(seq 0 "${last}"); do endpoints+="${endpoints:+,}127.0.0.1:$((PORT + i))"; done
 deadline=$((SECONDS + 60))
 until "${ETCDCTL}" --endpoints "${endpoints}" put /bench/range/key \
     "$(head -c 256 /dev/zero | tr '\0' v)" > /dev/null 2>&1; do
