@@ -84,8 +84,12 @@ Run RunOnce(const CompareOptions& o, const GlobalOptions& global, Workload& work
     run.failure = std::string(pool.status().message());
     return run;
   }
+  // The workload sees the server under test as its endpoints too (a list
+  // process dials them).
+  GlobalOptions target_global = global;
+  target_global.endpoints = {(*server)->endpoint()};
   BenchContext ctx;
-  ctx.global = &global;
+  ctx.global = &target_global;
   ctx.pool = pool->get();
   ctx.server_pid = (*server)->pid();
   ctx.target = target;
