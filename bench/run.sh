@@ -84,6 +84,12 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       txn-put --key-size 8 --val-size 256 --total 10000 --key-space-size 100000
     run_compare large-list-small --targets capstan,floor,etcd --conns 4 --clients 32 \
       large-list --objects 5000 --lists 3 --concurrent-lists 4 --put-rate 50
+    # The issue-sized form: 100,000 objects of 4 KiB, the lists received by a
+    # process of their own at nice 19 (a list client on another machine
+    # takes none of the servers' CPU), so that the puts measure the server.
+    run_compare large-list-100k --conns 4 --clients 32 \
+      large-list --objects 100000 --min-size 4096 --max-size 4096 --lists 1 \
+      --concurrent-lists 4 --put-rate 50 --list-process --list-nice 19
     run_compare compaction-small --conns 4 --clients 16 \
       compaction --keys 100000 --rate 200
     echo "== restart time" >&2

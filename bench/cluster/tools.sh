@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the bench/cluster scripts: builds, once, the two Go programs it runs, and prints
+# Sourced by the bench scripts: builds, once, the Go programs they run, and prints
 # their paths. Both build with Debian's Go and Debian's etcd 3.4 Go sources
 # (golang-go, golang-etcd-server-dev; installed with apt-get when missing), GOPATH mode.
 #
@@ -7,6 +7,7 @@
 #                              (ETCD_BENCHMARK overrides; an existing build in
 #                              /var/tmp/etcd-benchmark/bin is reused)
 #   failover_tool MAIN_GO      bench/cluster/failover, rebuilt when MAIN_GO changes
+#   go_tool NAME MAIN_GO       any one-file Go program (bench/golist), the same way
 
 #
 # and starts cluster members the same way for every script:
@@ -81,19 +82,23 @@ etcd_benchmark_tool() {
   echo "${bin}"
 }
 
-failover_tool() {
-  local main_go=$1 bin=${TOOLS_DIR}/failover
-  local pkg=${TOOLS_DIR}/gopath/src/capstanbench/failover
+# go_tool NAME MAIN_GO: builds the one-file Go program MAIN_GO as TOOLS_DIR/NAME (again when
+# MAIN_GO changes) and prints its path.
+go_tool() {
+  local name=$1 main_go=$2 bin=${TOOLS_DIR}/$1
+  local pkg=${TOOLS_DIR}/gopath/src/capstanbench/$1
   if [[ ! -x "${bin}" ]] || ! cmp -s "${main_go}" "${pkg}/main.go"; then
-    echo "tools.sh: building the failover client into ${TOOLS_DIR}" >&2
+    echo "tools.sh: building ${name} into ${TOOLS_DIR}" >&2
     go_deps
     mkdir -p "${pkg}"
     cp "${main_go}" "${pkg}/main.go"
     GO111MODULE=off GOPATH="${TOOLS_DIR}/gopath:/usr/share/gocode" \
-      GOCACHE="${TOOLS_DIR}/gocache" go build -o "${bin}" capstanbench/failover >&2
+      GOCACHE="${TOOLS_DIR}/gocache" go build -o "${bin}" "capstanbench/${name}" >&2
   fi
   echo "${bin}"
 }
+
+failover_tool() { go_tool failover "$1"; }
 
 # leader_of_status: reads `etcdctl endpoint status -w json` of three
 # members on stdin and prints the index (0-2) of the member all three name
