@@ -227,7 +227,9 @@ TEST_F(DiffHttpTest, Errors) {
        }) {
     auto p = Both(path, body);
     EXPECT_TRUE(Same(p)) << path << " " << body;
-    if (p.etcd.status != 200) EXPECT_EQ(p.capstan.body, p.etcd.body) << path << " " << body;
+    if (p.etcd.status != 200) {
+      EXPECT_EQ(p.capstan.body, p.etcd.body) << path << " " << body;
+    }
   }
   // FailedPrecondition is 400 in grpc-gateway v2 (412 in v1).
   auto failed = Both("/v3/auth/user/get", R"({"name":"nobody"})");

@@ -1,18 +1,22 @@
 // Command golist measures full lists of a large prefix the way kube-apiserver
-// makes them: Go's clientv3 (etcd 3.4's, from Debian), which decodes every
-// response into its messages, and puts from the same process on a client of
-// their own while the lists run.
+// makes them, through Go's clientv3 (etcd 3.4's, from Debian), which decodes
+// every response into its messages, with puts going on. It runs as one of
+// two roles, in two processes, so that the lists can be niced without the
+// puts:
 //
-//	golist --endpoint=127.0.0.1:23790 --prefix=/large/ [--concurrent=4] [--put-rate=50]
+//	golist --role=puts --endpoint=127.0.0.1:23790 [--put-rate=50]
+//	golist --role=lists --endpoint=127.0.0.1:23790 --prefix=/large/ [--concurrent=4]
 //
-// One round: puts alone for --idle, then one full list, then --concurrent
-// full lists at once with the puts going on. It prints one line:
+// The puts role puts at --put-rate (open loop: a slow put does not delay
+// the next) until it gets SIGTERM, and prints a line per put:
+// "put START_UNIX_NS LATENCY_NS". The lists role waits --idle, makes one full
+// list, then --concurrent full lists at once, and prints
 //
-//	idle_put_p99_ms=A full_list_ms=B concurrent_list_ms=C put_p99_ms=D puts=N objects=M
+//	full_start=NS full_end=NS concurrent_start=NS concurrent_end=NS full_list_ms=A concurrent_list_ms=B objects=N
 //
-// where C is the median of the concurrent lists' times and D the p99 of the
-// puts issued while they ran. Every list must return the same number of
-// objects; the tool exits 1 on any error.
+// where B is the median of the concurrent lists' times (wall-clock ns since
+// the Unix epoch, to match the puts'). Every list must return the same
+// number of objects; either role exits 1 on any error.
 package main
 
 import (
@@ -20,89 +24,92 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
 )
 
 func main() {
+	role := flag.String("role", "", "puts or lists")
 	endpoint := flag.String("endpoint", "127.0.0.1:2379", "the server's client endpoint")
 	prefix := flag.String("prefix", "/large/", "the prefix to list")
 	concurrent := flag.Int("concurrent", 4, "full lists at once")
 	putRate := flag.Int("put-rate", 50, "puts per second")
-	idle := flag.Duration("idle", 3*time.Second, "puts alone before the lists")
+	idle := flag.Duration("idle", 3*time.Second, "time before the first list")
 	flag.Parse()
 
-	dial := func() *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:          []string{*endpoint},
-			DialTimeout:        10 * time.Second,
-			MaxCallRecvMsgSize: 1<<31 - 1,
-		})
-		if err != nil {
-			fail("dial: %v", err)
-		}
-		return c
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:          []string{*endpoint},
+		DialTimeout:        10 * time.Second,
+		MaxCallRecvMsgSize: 1<<31 - 1,
+	})
+	if err != nil {
+		fail("dial: %v", err)
 	}
-	lists, writes := dial(), dial()
-	defer lists.Close()
-	defer writes.Close()
-	ctx := context.Background()
+	defer client.Close()
+	switch *role {
+	case "puts":
+		puts(client, *putRate)
+	case "lists":
+		lists(client, *prefix, *concurrent, *idle)
+	default:
+		fail("--role must be puts or lists")
+	}
+}
 
-	// The puts: one every 1/put-rate seconds (open loop), each timed.
+func puts(client *clientv3.Client, rate int) {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	var mu sync.Mutex
-	var latencies []time.Duration
-	stop := make(chan struct{})
-	var putters sync.WaitGroup
-	putters.Add(1)
-	go func() {
-		defer putters.Done()
-		tick := time.NewTicker(time.Second / time.Duration(*putRate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
+	out := make([]string, 0, 1<<12)
+	var inflight sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			inflight.Wait()
+			for _, line := range out {
+				fmt.Println(line)
 			}
-			putters.Add(1)
-			go func(i int) {
-				defer putters.Done()
-				start := time.Now()
-				if _, err := writes.Put(ctx, fmt.Sprintf("/golist/put/%d", i%1000), "v"); err != nil {
-					fail("put: %v", err)
-				}
-				mu.Lock()
-				latencies = append(latencies, time.Since(start))
-				mu.Unlock()
-			}(i)
+			return
+		case <-tick.C:
 		}
-	}()
-	take := func() []time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		out := latencies
-		latencies = nil
-		return out
+		inflight.Add(1)
+		go func(i int) {
+			defer inflight.Done()
+			start := time.Now()
+			if _, err := client.Put(context.Background(), fmt.Sprintf("/golist/put/%d", i%1000), "v"); err != nil {
+				fail("put: %v", err)
+			}
+			line := fmt.Sprintf("put %d %d", start.UnixNano(), time.Since(start).Nanoseconds())
+			mu.Lock()
+			out = append(out, line)
+			mu.Unlock()
+		}(i)
 	}
+}
 
+func lists(client *clientv3.Client, prefix string, concurrent int, idle time.Duration) {
 	list := func() (time.Duration, int) {
 		start := time.Now()
-		resp, err := lists.Get(ctx, *prefix, clientv3.WithPrefix())
+		resp, err := client.Get(context.Background(), prefix, clientv3.WithPrefix())
 		if err != nil {
 			fail("list: %v", err)
 		}
 		return time.Since(start), len(resp.Kvs)
 	}
-
-	time.Sleep(*idle)
-	idlePuts := take()
+	time.Sleep(idle)
+	fullStart := time.Now()
 	full, objects := list()
-	take()
-	times := make([]time.Duration, *concurrent)
+	fullEnd := time.Now()
+	times := make([]time.Duration, concurrent)
 	var listers sync.WaitGroup
+	concurrentStart := time.Now()
 	for i := range times {
 		listers.Add(1)
 		go func(i int) {
@@ -115,21 +122,11 @@ func main() {
 		}(i)
 	}
 	listers.Wait()
-	during := take()
-	close(stop)
-	putters.Wait()
-
+	concurrentEnd := time.Now()
 	sort.Slice(times, func(a, b int) bool { return times[a] < times[b] })
-	fmt.Printf("idle_put_p99_ms=%.2f full_list_ms=%.0f concurrent_list_ms=%.0f put_p99_ms=%.2f puts=%d objects=%d\n",
-		p99(idlePuts), ms(full), ms(times[len(times)/2]), p99(during), len(during), objects)
-}
-
-func p99(d []time.Duration) float64 {
-	if len(d) == 0 {
-		return 0
-	}
-	sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
-	return ms(d[(len(d)*99+99)/100-1])
+	fmt.Printf("full_start=%d full_end=%d concurrent_start=%d concurrent_end=%d full_list_ms=%.0f concurrent_list_ms=%.0f objects=%d\n",
+		fullStart.UnixNano(), fullEnd.UnixNano(), concurrentStart.UnixNano(), concurrentEnd.UnixNano(),
+		ms(full), ms(times[len(times)/2]), objects)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
