@@ -289,6 +289,7 @@ void FaultProxy::Pump(int src, int dst, int from, int to) {
   };
   std::deque<Pending> pending;
   size_t pending_bytes = 0;
+  std::vector<char> buf(kChunk);  // each read's bytes are copied out at their size
   bool ended = false;  // the end of the stream was read
   const auto close_both = [&] {
     shutdown(src, SHUT_RDWR);
@@ -342,7 +343,6 @@ void FaultProxy::Pump(int src, int dst, int from, int to) {
     const int pr = poll(&p, 1, timeout_ms);
     if (pr == 0) continue;
     if (pr < 0 && errno == EINTR) continue;
-    std::vector<char> buf(kChunk);
     const ssize_t n = pr < 0 ? -1 : recv(src, buf.data(), buf.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     const auto read_at = std::chrono::steady_clock::now();
@@ -351,13 +351,12 @@ void FaultProxy::Pump(int src, int dst, int from, int to) {
       pending.push_back(Pending{read_at + delay, {}, n < 0});
       continue;
     }
-    buf.resize(static_cast<size_t>(n));
     {
       util::MutexLock l(&mu_);
       stats_.bytes += n;
     }
-    pending_bytes += buf.size();
-    pending.push_back(Pending{read_at + delay, std::move(buf), false});
+    pending_bytes += static_cast<size_t>(n);
+    pending.push_back(Pending{read_at + delay, std::vector<char>(buf.data(), buf.data() + n), false});
   }
   close_both();
 }
