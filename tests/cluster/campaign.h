@@ -140,6 +140,10 @@ struct CampaignResult {
   int64_t watch_reconnects = 0;
   int64_t leases = 0;
   int64_t leases_expired = 0;
+  // Early revocations excused (etcd only: after a paused leader resumes),
+  // with a few of them described.
+  int64_t leases_revoked_early_excused = 0;
+  std::vector<std::string> excused;
   // List pages answered, and compactions made.
   int64_t list_pages = 0;
   int64_t compactions = 0;

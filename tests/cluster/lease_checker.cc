@@ -29,8 +29,10 @@ size_t LeaseCheckResult::Count(LeaseRule r) const {
 
 std::string LeaseCheckResult::Report(size_t max_violations) const {
   std::string out = absl::StrFormat(
-      "%d leases, %d keep-alives, %d reads checked, %d seen to expire; %d violations\n", leases,
-      keepalives, reads_checked, expired, violations.size());
+      "%d leases, %d keep-alives, %d reads checked, %d seen to expire; %d violations; %d "
+      "early revocations excused\n",
+      leases, keepalives, reads_checked, expired, violations.size(), excused);
+  for (const std::string& e : excused_examples) absl::StrAppend(&out, "  excused: ", e, "\n");
   for (size_t i = 0; i < violations.size() && i < max_violations; ++i) {
     absl::StrAppend(&out, "  ", LeaseRuleName(violations[i].rule), ": ", violations[i].message,
                     "\n");
@@ -40,7 +42,8 @@ std::string LeaseCheckResult::Report(size_t max_violations) const {
 
 LeaseCheckResult CheckLeases(
     const std::vector<LeaseRecord>& records,
-    const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance, int64_t origin_ns) {
+    const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance, int64_t origin_ns,
+    const std::vector<ExcusedWindow>& excused_early) {
   LeaseCheckResult result;
   const auto at = [origin_ns](int64_t ns) { return Seconds(ns - origin_ns); };
   for (const LeaseRecord& r : records) {
@@ -76,6 +79,26 @@ LeaseCheckResult CheckLeases(
       const bool revoked_before = r.revoke_invoke_ns != 0 && read.complete_ns >= r.revoke_invoke_ns;
       if (!read.found && !revoked_before) seen_gone = true;
       if (!read.found && !revoked_before && read.complete_ns < alive_until) {
+        // The key went between the last read that found it and this one.
+        int64_t gone_after = r.grant.invoke_ns;
+        for (const auto& other : r.reads) {
+          if (other.found && other.invoke_ns < read.complete_ns) {
+            gone_after = std::max(gone_after, other.invoke_ns);
+          }
+        }
+        const auto excuse = std::find_if(
+            excused_early.begin(), excused_early.end(), [&](const ExcusedWindow& w) {
+              return w.from_ns <= read.complete_ns && w.to_ns >= gone_after;
+            });
+        if (excuse != excused_early.end()) {
+          if (result.excused++ < 3) {
+            result.excused_examples.push_back(absl::StrFormat(
+                "lease %x (%s): gone between %.3f s and %.3f s, alive until at least %.3f s; %s",
+                r.lease, r.key, at(gone_after), at(read.complete_ns), at(alive_until),
+                excuse->why));
+          }
+          continue;
+        }
         result.violations.push_back(
             {LeaseRule::kRevokedEarly,
              absl::StrFormat("lease %x (%s, TTL %d s): a read invoked at %.3f s, answered at "

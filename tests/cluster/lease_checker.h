@@ -70,6 +70,8 @@ struct LeaseCheckResult {
   int64_t keepalives = 0;
   int64_t reads_checked = 0;
   int64_t expired = 0;  // leases seen to expire (a read found the key gone, not revoked)
+  int64_t excused = 0;  // revoked-early findings inside an excused window
+  std::vector<std::string> excused_examples;  // a few of them, for the report
 
   bool ok() const { return violations.empty(); }
   size_t Count(LeaseRule r) const;
@@ -80,9 +82,15 @@ struct LeaseCheckResult {
 // lease could expire if nothing extended it, its window starting at
 // `from_ns`) the key may still be read, in nanoseconds.
 // Times in messages are seconds since `origin_ns`.
+struct ExcusedWindow {
+  int64_t from_ns = 0;
+  int64_t to_ns = 0;
+  std::string why;
+};
 LeaseCheckResult CheckLeases(const std::vector<LeaseRecord>& records,
                              const std::function<int64_t(int64_t from_ns, int64_t to_ns)>& allowance,
-                             int64_t origin_ns = 0);
+                             int64_t origin_ns = 0,
+                             const std::vector<ExcusedWindow>& excused_early = {});
 
 }  // namespace capstan::testing::cluster
 
