@@ -585,7 +585,7 @@ void Server::ConfigureGrpc(Listening& l) {
   // A queue per core for the methods on the completion-queue model.
   completion_queues_ = std::make_unique<CompletionQueues>(
       &builder, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
-  metrics_ = std::make_unique<Metrics>(store_.get(), kEtcdApiVersion);
+  metrics_ = std::make_unique<Metrics>(store_.get(), member_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
   metrics_->AddFeatureGates(config_.feature_gates);

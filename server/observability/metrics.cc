@@ -61,8 +61,9 @@ MetricFamily Histogram(std::string name, std::string help, const util::LatencyHi
 // as GaugeFuncs over the backend and the mvcc store).
 class StoreMetrics final : public prometheus::Collectable {
  public:
-  StoreMetrics(mvcc::KvStore* store, std::string server_version)
-      : store_(store), server_version_(std::move(server_version)) {}
+  StoreMetrics(mvcc::KvStore* store, const membership::MemberInfo* member,
+               std::string server_version)
+      : store_(store), member_(member), server_version_(std::move(server_version)) {}
 
   std::vector<MetricFamily> Collect() const override {
     const auto stats = store_->GetStats();
@@ -70,10 +71,14 @@ class StoreMetrics final : public prometheus::Collectable {
     auto d = [](auto v) { return static_cast<double>(v); };
     std::vector<MetricFamily> out;
     // A single member always has a leader: itself.
+    const membership::RaftView* raft = member_ != nullptr ? member_->raft : nullptr;
+    const uint64_t leader = raft != nullptr ? raft->Leader() : 0;
     out.push_back(Single("etcd_server_has_leader", MetricType::Gauge,
-                         "Whether or not a leader exists. 1 is existence, 0 is not.", 1));
+                         "Whether or not a leader exists. 1 is existence, 0 is not.",
+                         raft == nullptr || leader != 0 ? 1 : 0));
     out.push_back(Single("etcd_server_is_leader", MetricType::Gauge,
-                         "Whether or not this member is a leader. 1 if is, 0 otherwise.", 1));
+                         "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+                         raft == nullptr || leader == member_->member_id ? 1 : 0));
     out.push_back(Single("etcd_server_version", MetricType::Gauge,
                          "Which version is running. 1 for 'server_version' label with current "
                          "version.",
@@ -143,6 +148,7 @@ class StoreMetrics final : public prometheus::Collectable {
 
  private:
   mvcc::KvStore* const store_;
+  const membership::MemberInfo* const member_;
   const std::string server_version_;
 };
 
@@ -281,10 +287,11 @@ void Metrics::AddFeatureGates(const FeatureGates& gates) {
   scraped_.push_back(std::make_unique<FixedMetrics>(std::vector<MetricFamily>{std::move(family)}));
 }
 
-Metrics::Metrics(mvcc::KvStore* store, std::string server_version)
+Metrics::Metrics(mvcc::KvStore* store, const membership::MemberInfo* member,
+                 std::string server_version)
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(std::make_unique<RequestMetrics>()) {
-  scraped_.push_back(std::make_unique<StoreMetrics>(store, std::move(server_version)));
+  scraped_.push_back(std::make_unique<StoreMetrics>(store, member, std::move(server_version)));
 }
 
 Metrics::~Metrics() = default;

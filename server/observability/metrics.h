@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "membership/member.h"
 #include "mvcc/kv_store.h"
 
 namespace prometheus {
@@ -36,10 +37,13 @@ class FeatureGates;
 class Recipes;
 class RequestMetrics;
 
-// Thread-safe. `store` must outlive the Metrics.
+// Thread-safe. `store` and `member` must outlive the Metrics.
 class Metrics {
  public:
-  Metrics(mvcc::KvStore* store, std::string server_version);
+  // etcd_server_has_leader and etcd_server_is_leader come from
+  // member->raft, read at each scrape (a single member, without one, always
+  // leads).
+  Metrics(mvcc::KvStore* store, const membership::MemberInfo* member, std::string server_version);
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;

@@ -133,6 +133,14 @@ class MoveLeaderTest : public ::testing::TestWithParam<ServerFlavor> {
   // How many Put calls member i has started (its grpc_server_started_total),
   // or -1 when its /metrics does not answer.
   int64_t PutsStarted(int i) const {
+    return Metric(i, "grpc_server_started_total{", "grpc_method=\"Put\"", 0);
+  }
+
+  // The value on the first line of member i's /metrics that starts with
+  // `prefix` and holds `label`: `missing` when there is none, -1 when its
+  // /metrics does not answer.
+  int64_t Metric(int i, absl::string_view prefix, absl::string_view label,
+                 int64_t missing) const {
     const std::string endpoint = cluster_->endpoint(i);
     int port = 0;
     if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) return -1;
@@ -140,14 +148,11 @@ class MoveLeaderTest : public ::testing::TestWithParam<ServerFlavor> {
     HttpAnswer answer = http.Request("GET", "/metrics", "", {}, seconds(5));
     if (answer.status != 200) return -1;
     for (absl::string_view line : absl::StrSplit(answer.body, '\n')) {
-      if (!absl::StartsWith(line, "grpc_server_started_total{") ||
-          !absl::StrContains(line, "grpc_method=\"Put\"")) {
-        continue;
-      }
+      if (!absl::StartsWith(line, prefix) || !absl::StrContains(line, label)) continue;
       double n = 0;
       if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &n)) return static_cast<int64_t>(n);
     }
-    return 0;
+    return missing;
   }
 
   uint64_t id(int i) const { return cluster_->member_id(i); }
@@ -174,6 +179,10 @@ TEST_P(MoveLeaderTest, EtcdctlMovesTheLeadershipToTheTransferee) {
     auto status = cluster_->Status(i);
     ASSERT_TRUE(status.ok()) << status.status();
     EXPECT_EQ(status->leader(), id(transferee_)) << "member " << i;
+    // The metrics operators alert on say the same.
+    EXPECT_EQ(Metric(i, "etcd_server_has_leader ", "", -2), 1) << "member " << i;
+    EXPECT_EQ(Metric(i, "etcd_server_is_leader ", "", -2), i == transferee_ ? 1 : 0)
+        << "member " << i;
   }
 
   // Given every endpoint, etcdctl finds the new leader; moving the
