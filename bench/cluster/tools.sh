@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the bench scripts: builds, once, the Go programs they run, and prints
-# their paths. Both build with Debian's Go and Debian's etcd 3.4 Go sources
+# their paths. Each builds with Debian's Go and Debian's etcd 3.4 Go sources
 # (golang-go, golang-etcd-server-dev; installed with apt-get when missing), GOPATH mode.
 #
 #   etcd_benchmark_tool        etcd's own tools/benchmark, from Debian's etcd source package
@@ -8,7 +8,6 @@
 #                              /var/tmp/etcd-benchmark/bin is reused)
 #   failover_tool MAIN_GO      bench/cluster/failover, rebuilt when MAIN_GO changes
 #   go_tool NAME MAIN_GO       any one-file Go program (bench/golist), the same way
-
 #
 # and starts cluster members the same way for every script:
 #
