@@ -463,15 +463,20 @@ void KvStore::LeaseExpiryLoop() {
     // forwarded once it follows, would take a lease the client was told it
     // holds. A ReadIndex round confirms the leadership; the leases are read
     // again after it, since a renewal may have come meanwhile.
+    // The revocations are proposed only by the leader of the term confirmed
+    // (WriteRequest::leader_term), never forwarded.
+    const uint64_t term = log->LeaderTerm();
     std::promise<absl::Status> confirmed;
     std::future<absl::Status> leads = confirmed.get_future();
     log->ReadBarrier([&confirmed](absl::Status s) { confirmed.set_value(std::move(s)); });
-    if (!leads.get().ok() || !log->Leads()) continue;
+    if (!leads.get().ok() || !log->Leads() || log->LeaderTerm() != term) continue;
     for (int64_t id : lessor_.Expired(per_check)) {
       auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
       req->set_id(id);
       auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
-      log->Submit({LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}});
+      WriteRequest w{LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}};
+      w.leader_term = term;
+      log->Submit(std::move(w));
     }
   }
 }

@@ -103,7 +103,9 @@ TEST_P(KvStoreRestoreTest, TheRestoredStoreIsTheCheckpointsStore) {
   for (; reader->Valid(); reader->Next()) ++old_records;
   EXPECT_TRUE(reader->status().ok());
   // With the swap the reader finishes on the data it began on.
-  if (swap) EXPECT_EQ(old_records, 20);
+  if (swap) {
+    EXPECT_EQ(old_records, 20);
+  }
   reader.reset();
 
   EXPECT_EQ(follower->Rev(), rev);

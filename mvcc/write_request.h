@@ -112,6 +112,13 @@ struct WriteRequest {
   // write is applied, as etcd's authApplierV3 does. Unset: a write of the
   // server's own (lease expiry) or one made while auth was off.
   std::optional<Caller> caller;
+  // Nonzero: a write of this member's own that only the leader of this term
+  // may make (the revocation of a lease its clock saw expire, decided once a
+  // ReadIndex round confirmed the leadership in this term). A write log
+  // that no longer leads in that term refuses it (kNotLeader) instead of
+  // forwarding it: forwarded to a new leader, which has kept the lease
+  // alive, it would revoke a lease a client was told it holds.
+  uint64_t leader_term = 0;
 };
 
 // Re-checks a client write as the committer applies it (etcd's
@@ -144,6 +151,9 @@ class WriteLog {
   // leases, automatic compaction): always on a single member, on the leader
   // in a cluster.
   virtual bool Leads() const { return true; }
+  // The term in which Leads() holds (WriteRequest::leader_term); 0 on a
+  // single member, which has no terms to lose.
+  virtual uint64_t LeaderTerm() const { return 0; }
   // Calls ready (on any thread; it must not block) once every write
   // committed before the call is applied on this member, so that a read
   // served then is linearizable (etcd's ReadIndex), or with the error that

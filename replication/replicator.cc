@@ -681,6 +681,13 @@ void Replicator::Propose() {
   int64_t bytes = 0;
   while (!pending_.empty()) {
     PendingWrite& p = pending_.front();
+    if (p.w.leader_term != 0 && (!Leads() || Term() != p.w.leader_term)) {
+      // Decided by the leader of a term that is over (mvcc::WriteRequest::
+      // leader_term): raft would forward it to the new leader.
+      p.w.done(MakeError(Error::kNotLeader));
+      pending_.pop_front();
+      continue;
+    }
     etcdserverpb::InternalRaftRequest r;
     if (!mvcc::ToInternalRaftRequest(p.w.op, &r)) {
       if (p.w.raft_request == nullptr) {

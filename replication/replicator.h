@@ -188,6 +188,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // --- mvcc::WriteLog
   void Submit(mvcc::WriteRequest w) override ABSL_LOCKS_EXCLUDED(inbox_mu_);
   bool Leads() const override;
+  uint64_t LeaderTerm() const override { return Leads() ? Term() : 0; }
   void ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) override
       ABSL_LOCKS_EXCLUDED(inbox_mu_);
   // Releases the read barriers the store's applied index satisfies.

@@ -388,6 +388,51 @@ TEST_F(ReplicatorTest, LeaseIdsAndKeepAlivesAreTheCluster) {
   EXPECT_FALSE(nodes_[follower].store->Leads());
 }
 
+// A revocation decided by the leader of a term (a lease its clock saw
+// expire) is proposed only while that member leads in that term: at a
+// follower, or after the term changed, it is refused, not forwarded to the
+// leader, which may have kept the lease alive.
+TEST_F(ReplicatorTest, ALeaderOnlyWriteIsRefusedOutsideItsTermNotForwarded) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 1) % kMembers;
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[leader].store->LeaseGrant(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  const uint64_t term = nodes_[leader].replicator->LeaderTerm();
+  ASSERT_NE(term, 0u);
+  EXPECT_EQ(nodes_[follower].replicator->LeaderTerm(), 0u);
+
+  auto revoke = [&](int member, uint64_t leader_term) {
+    auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
+    req->set_id(granted->id());
+    auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
+    absl::Notification done;
+    absl::Status status;
+    mvcc::WriteRequest w{mvcc::LeaseRevokeOp{req.get(), resp.get()}, [&, req, resp](absl::Status s) {
+                           status = s;
+                           done.Notify();
+                         }};
+    w.leader_term = leader_term;
+    nodes_[member].replicator->Submit(std::move(w));
+    done.WaitForNotification();
+    return status;
+  };
+  absl::Status at_follower = revoke(follower, term);
+  EXPECT_TRUE(mvcc::Is(at_follower, mvcc::Error::kNotLeader)) << at_follower;
+  absl::Status stale = revoke(leader, term - 1);
+  EXPECT_TRUE(mvcc::Is(stale, mvcc::Error::kNotLeader)) << stale;
+  WaitApplied(ClusterCommit());
+  for (auto& m : nodes_) EXPECT_TRUE(m.store->lessor()->Exists(granted->id()));
+
+  // The leader of the term revokes it, on every member.
+  absl::Status own = revoke(leader, term);
+  EXPECT_TRUE(own.ok()) << own;
+  WaitApplied(ClusterCommit());
+  for (auto& m : nodes_) EXPECT_FALSE(m.store->lessor()->Exists(granted->id()));
+}
+
 TEST_F(ReplicatorTest, ALeaderCutOffIsReplacedAndNoAcknowledgedWriteIsLost) {
   const int old_leader = WaitForLeader();
   ASSERT_GE(old_leader, 0);
