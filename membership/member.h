@@ -57,6 +57,13 @@ class RaftView {
   virtual uint64_t CommittedIndex() const = 0;
   virtual uint64_t AppliedIndex() const = 0;
   virtual bool IsLearner() const { return false; }
+  // etcd's consensus counters (etcd_server_leader_changes_seen_total,
+  // etcd_server_proposals_pending, etcd_server_proposals_failed_total): the
+  // changes to a new known leader seen, the proposals waiting to be
+  // applied, those that failed (refused or timed out).
+  virtual uint64_t LeaderChanges() const { return 0; }
+  virtual int64_t ProposalsPending() const { return 0; }
+  virtual uint64_t ProposalsFailed() const { return 0; }
   // The members as this member's applied log knows them, with the client
   // URLs each published.
   virtual std::vector<ClusterMember> Members() const = 0;

@@ -627,6 +627,7 @@ bool Replicator::LoopOnce() {
     SendReadIndex(now);
     DrainReady();
   }
+  proposals_pending_.store(static_cast<int64_t>(waiters_.size()), std::memory_order_relaxed);
   if (!incoming_snapshot_dir_.empty()) {
     // Raft did not take the snapshot (an older one than it has).
     std::error_code ec;
@@ -686,6 +687,7 @@ void Replicator::Propose() {
       // leader_term): raft would forward it to the new leader.
       p.w.done(MakeError(Error::kNotLeader));
       pending_.pop_front();
+      proposals_failed_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     etcdserverpb::InternalRaftRequest r;
@@ -774,6 +776,7 @@ void Replicator::ExpireWaiters(absl::Time now) {
   while (!pending_.empty() && pending_.front().deadline <= now) {
     pending_.front().w.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
     pending_.pop_front();
+    proposals_failed_.fetch_add(1, std::memory_order_relaxed);
   }
   // Proposed writes wait seconds: a walk over them once per tick answers
   // each within a tick of its deadline, rather than a walk per pass.
@@ -783,6 +786,7 @@ void Replicator::ExpireWaiters(absl::Time now) {
     if (it->second.deadline <= now) {
       it->second.done(MakeError(Error::kTimeout));
       waiters_.erase(it++);
+      proposals_failed_.fetch_add(1, std::memory_order_relaxed);
     } else {
       ++it;
     }
@@ -801,6 +805,9 @@ void Replicator::HandleReady(Ready rd) {
   if (rd.soft_state) {
     const uint64_t old_lead = lead_.load(std::memory_order_relaxed);
     lead_.store(rd.soft_state->lead, std::memory_order_release);
+    if (rd.soft_state->lead != 0 && rd.soft_state->lead != old_lead) {
+      leader_changes_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (rd.soft_state->lead != 0 && rd.soft_state->lead != old_lead && read_in_flight_) {
       // etcd's linearizable read loop: a new leader fails the read index in
       // flight with a retryable error rather than waiting for its retry.

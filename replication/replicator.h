@@ -196,6 +196,15 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   // --- membership::RaftView
   uint64_t Leader() const override { return lead_.load(std::memory_order_acquire); }
+  uint64_t LeaderChanges() const override {
+    return leader_changes_.load(std::memory_order_relaxed);
+  }
+  int64_t ProposalsPending() const override {
+    return proposals_pending_.load(std::memory_order_relaxed);
+  }
+  uint64_t ProposalsFailed() const override {
+    return proposals_failed_.load(std::memory_order_relaxed);
+  }
   uint64_t Term() const override { return term_.load(std::memory_order_acquire); }
   uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }
   uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
@@ -420,6 +429,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   std::atomic<uint64_t> lead_{0}, term_{0}, commit_{0}, applied_{0};
   std::atomic<bool> leader_{false};
+  // For the metrics (RaftView): written by the raft loop only.
+  std::atomic<uint64_t> leader_changes_{0}, proposals_failed_{0};
+  std::atomic<int64_t> proposals_pending_{0};
   // This member is a learner in its applied member table.
   std::atomic<bool> learner_{false};
   // This member is the group's only voter (a single member): reads need no

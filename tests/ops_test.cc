@@ -438,6 +438,9 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
         "etcd_debugging_mvcc_keys_total", "etcd_mvcc_put_total", "etcd_mvcc_delete_total",
         "etcd_mvcc_range_total", "etcd_mvcc_txn_total", "etcd_debugging_mvcc_current_revision",
         "etcd_debugging_mvcc_compact_revision", "etcd_server_proposals_applied_total",
+        "etcd_server_proposals_committed_total", "etcd_server_proposals_pending",
+        "etcd_server_proposals_failed_total", "etcd_server_leader_changes_seen_total",
+        "etcd_server_is_learner", "etcd_server_id",
         "etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds",
         "etcd_server_quota_backend_bytes", "etcd_debugging_lease_granted_total",
         "grpc_server_started_total", "grpc_server_handled_total",
@@ -470,6 +473,17 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(before.types.count("grpc_server_handling_seconds"), 0u);
   EXPECT_EQ(etcd_metrics.types.count("grpc_server_handling_seconds"), 0u);
   EXPECT_EQ(before.Value("etcd_server_has_leader"), 1);
+  // A single member saw one leader, itself, and committed what it applied,
+  // as etcd's does.
+  for (const Scrape* m : {&before, &etcd_metrics}) {
+    EXPECT_EQ(m->Value("etcd_server_is_leader"), 1);
+    EXPECT_EQ(m->Value("etcd_server_leader_changes_seen_total"), 1);
+    EXPECT_EQ(m->Value("etcd_server_is_learner"), 0);
+    EXPECT_EQ(m->Value("etcd_server_proposals_pending"), 0);
+    EXPECT_EQ(m->Value("etcd_server_proposals_failed_total"), 0);
+    EXPECT_EQ(m->Value("etcd_server_proposals_committed_total"),
+              m->Value("etcd_server_proposals_applied_total"));
+  }
   EXPECT_EQ(before.Value(absl::StrCat("etcd_server_version{server_version=\"", CAPSTAN_ETCD_API_VERSION, "\"}")), 1);
   EXPECT_GT(before.Value("etcd_mvcc_db_total_size_in_bytes"), 0);
   // Every gate as etcd 3.6 exports it (stage "" for GA), at its default.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
@@ -106,6 +107,29 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Single("etcd_server_proposals_applied_total", MetricType::Gauge,
                          "The total number of consensus proposals applied.",
                          d(store_->AppliedIndex())));
+    if (member_ != nullptr) {
+      out.push_back(Single("etcd_server_id", MetricType::Gauge,
+                           "Server or member ID in hexadecimal format. 1 for 'server_id' label "
+                           "with current ID.",
+                           1, {{"server_id", absl::StrFormat("%x", member_->member_id)}}));
+    }
+    // A single member is the one voter of its group: it committed what it
+    // applied, and it saw one leader, itself, as etcd's does.
+    out.push_back(Single("etcd_server_is_learner", MetricType::Gauge,
+                         "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+                         raft != nullptr && raft->IsLearner() ? 1 : 0));
+    out.push_back(Single("etcd_server_leader_changes_seen_total", MetricType::Counter,
+                         "The number of leader changes seen.",
+                         raft != nullptr ? d(raft->LeaderChanges()) : 1));
+    out.push_back(Single("etcd_server_proposals_committed_total", MetricType::Gauge,
+                         "The total number of consensus proposals committed.",
+                         raft != nullptr ? d(raft->CommittedIndex()) : d(store_->AppliedIndex())));
+    out.push_back(Single("etcd_server_proposals_pending", MetricType::Gauge,
+                         "The current number of pending proposals to commit.",
+                         raft != nullptr ? d(raft->ProposalsPending()) : 0));
+    out.push_back(Single("etcd_server_proposals_failed_total", MetricType::Counter,
+                         "The total number of failed proposals seen.",
+                         raft != nullptr ? d(raft->ProposalsFailed()) : 0));
     out.push_back(Single("capstan_commit_groups_total", MetricType::Counter,
                          "Group commits written to the backend.", d(stats.groups)));
     out.push_back(Single("capstan_commit_group_requests_total", MetricType::Counter,

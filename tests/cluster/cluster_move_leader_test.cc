@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cluster/cluster_fixture.h"
@@ -182,6 +183,10 @@ TEST_P(MoveLeaderTest, EtcdctlMovesTheLeadershipToTheTransferee) {
     // The metrics operators alert on say the same.
     EXPECT_EQ(Metric(i, "etcd_server_has_leader ", "", -2), 1) << "member " << i;
     EXPECT_EQ(Metric(i, "etcd_server_is_leader ", "", -2), i == transferee_ ? 1 : 0)
+        << "member " << i;
+    // Each member saw the first leader and the transferee.
+    EXPECT_GE(Metric(i, "etcd_server_leader_changes_seen_total ", "", -2), 2) << "member " << i;
+    EXPECT_EQ(Metric(i, "etcd_server_id{", absl::StrFormat("\"%x\"", id(i)), -2), 1)
         << "member " << i;
   }
 
