@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "util/latency_histogram.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "storage/backend.h"
 
@@ -64,6 +65,10 @@ class RaftView {
   virtual uint64_t LeaderChanges() const { return 0; }
   virtual int64_t ProposalsPending() const { return 0; }
   virtual uint64_t ProposalsFailed() const { return 0; }
+  // The latencies of the synced writes of the Raft log (etcd's WAL fsync),
+  // or null while the log has synced nothing (a sole voter's store makes
+  // its groups durable itself).
+  virtual const util::LatencyHistogram* LogSyncLatency() const { return nullptr; }
   // The members as this member's applied log knows them, with the client
   // URLs each published.
   virtual std::vector<ClusterMember> Members() const = 0;

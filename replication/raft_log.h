@@ -77,6 +77,7 @@ class RaftLog final : public RaftStorage {
  public:
   // Opens (or creates) the log in options.dir and verifies it (above).
   static absl::StatusOr<std::unique_ptr<RaftLog>> Open(const RaftLogOptions& options);
+  const RaftLogOptions& options() const { return options_; }
 
   ~RaftLog() override;
   RaftLog(const RaftLog&) = delete;

@@ -849,7 +849,11 @@ void Replicator::HandleReady(Ready rd) {
     if (!store_holds_) StartHoldingInStore();
   } else if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
     if (store_holds_) StopHoldingInStore();
+    const absl::Time started = absl::Now();
     absl::Status s = log_->Save(rd.hard_state, rd.entries, rd.snapshot, rd.must_sync);
+    if (rd.must_sync && log_->options().sync) {
+      log_sync_latency_.Record(absl::ToDoubleSeconds(absl::Now() - started));
+    }
     // A log that cannot be written loses the member's promises: stop, as
     // etcd's WAL does.
     CHECK(s.ok()) << "the raft log write failed: " << s.ToString();

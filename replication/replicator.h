@@ -205,6 +205,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t ProposalsFailed() const override {
     return proposals_failed_.load(std::memory_order_relaxed);
   }
+  const util::LatencyHistogram* LogSyncLatency() const override {
+    return log_sync_latency_.Cumulative(util::LatencyHistogram::kBuckets) > 0 ? &log_sync_latency_
+                                                                              : nullptr;
+  }
   uint64_t Term() const override { return term_.load(std::memory_order_acquire); }
   uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }
   uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
@@ -432,6 +436,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // For the metrics (RaftView): written by the raft loop only.
   std::atomic<uint64_t> leader_changes_{0}, proposals_failed_{0};
   std::atomic<int64_t> proposals_pending_{0};
+  util::LatencyHistogram log_sync_latency_;  // the synced Saves of Ready
   // This member is a learner in its applied member table.
   std::atomic<bool> learner_{false};
   // This member is the group's only voter (a single member): reads need no

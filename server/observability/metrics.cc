@@ -134,13 +134,16 @@ class StoreMetrics final : public prometheus::Collectable {
                          "Group commits written to the backend.", d(stats.groups)));
     out.push_back(Single("capstan_commit_group_requests_total", MetricType::Counter,
                          "Write requests carried by group commits.", d(stats.group_writes)));
-    // etcd's backend commit and WAL fsync are one synced RocksDB write here
-    // (the group commit), so both families report its latency.
-    for (const char* name :
-         {"etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds"}) {
-      out.push_back(Histogram(name, "The latency distributions of durable group commits.",
-                              store_->commit_latency()));
-    }
+    // etcd's backend commit is the store's group commit. Its WAL fsync is
+    // the Raft log's synced write in a cluster; on a single member the
+    // group commit is the one synced write, and both report it.
+    const util::LatencyHistogram* log_sync = raft != nullptr ? raft->LogSyncLatency() : nullptr;
+    out.push_back(Histogram("etcd_disk_backend_commit_duration_seconds",
+                            "The latency distributions of commit called by backend.",
+                            store_->commit_latency()));
+    out.push_back(Histogram("etcd_disk_wal_fsync_duration_seconds",
+                            "The latency distributions of fsync called by WAL.",
+                            log_sync != nullptr ? *log_sync : store_->commit_latency()));
     out.push_back(Single("etcd_server_quota_backend_bytes", MetricType::Gauge,
                          "Current backend storage quota size in bytes.",
                          d(store_->options().quota_bytes)));

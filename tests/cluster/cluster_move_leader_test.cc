@@ -188,6 +188,9 @@ TEST_P(MoveLeaderTest, EtcdctlMovesTheLeadershipToTheTransferee) {
     EXPECT_GE(Metric(i, "etcd_server_leader_changes_seen_total ", "", -2), 2) << "member " << i;
     EXPECT_EQ(Metric(i, "etcd_server_id{", absl::StrFormat("\"%x\"", id(i)), -2), 1)
         << "member " << i;
+    // Every member synced its log (the WAL) for the entries it took.
+    EXPECT_GT(Metric(i, "etcd_disk_wal_fsync_duration_seconds_count", "", -2), 0)
+        << "member " << i;
   }
 
   // Given every endpoint, etcdctl finds the new leader; moving the
