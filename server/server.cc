@@ -588,6 +588,17 @@ void Server::ConfigureGrpc(Listening& l) {
   metrics_ = std::make_unique<Metrics>(store_.get(), member_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
+  if (peer_transport_) {
+    // The server makes its transport a PeerTransport (StartReplication).
+    metrics_->AddPeers(member_->member_id, [transport = static_cast<const PeerTransport*>(
+                                                peer_transport_.get())] {
+      std::vector<Metrics::PeerCounters> peers;
+      for (const PeerTransport::PeerStats& p : transport->Stats()) {
+        peers.push_back({p.id, p.active, p.sent_bytes, p.sent_failures, p.received_bytes});
+      }
+      return peers;
+    });
+  }
   metrics_->AddFeatureGates(config_.feature_gates);
   grpc_metrics_ =
       std::make_unique<GrpcMetrics>(metrics_->registry(), config_.metrics == "extensive",

@@ -255,6 +255,52 @@ class WatchCacheMetrics final : public prometheus::Collectable {
   const CacheRange* const ranges_;
 };
 
+// The peers' traffic (server/peer/peer_transport.h), as etcd's rafthttp
+// counts it.
+class PeerMetrics final : public prometheus::Collectable {
+ public:
+  PeerMetrics(uint64_t local_id, std::function<std::vector<Metrics::PeerCounters>()> peers)
+      : local_(absl::StrFormat("%x", local_id)), peers_(std::move(peers)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const std::vector<Metrics::PeerCounters> peers = peers_();
+    MetricFamily sent{"etcd_network_peer_sent_bytes_total", "The total number of bytes sent to peers.",
+                      MetricType::Counter, {}};
+    MetricFamily received{"etcd_network_peer_received_bytes_total",
+                          "The total number of bytes received from peers.", MetricType::Counter, {}};
+    MetricFamily failures{"etcd_network_peer_sent_failures_total",
+                          "The total number of send failures from peers.", MetricType::Counter, {}};
+    MetricFamily active{"etcd_network_active_peers", "The current number of active peer connections.",
+                        MetricType::Gauge, {}};
+    auto counter = [](MetricFamily& f, const char* label, const std::string& id, uint64_t v) {
+      if (v == 0) return;
+      ClientMetric m;
+      m.label = {{label, id}};
+      m.counter.value = static_cast<double>(v);
+      f.metric.push_back(std::move(m));
+    };
+    for (const auto& p : peers) {
+      const std::string id = absl::StrFormat("%x", p.id);
+      counter(sent, "To", id, p.sent_bytes);
+      counter(received, "From", id, p.received_bytes);
+      counter(failures, "To", id, p.sent_failures);
+      ClientMetric m;
+      m.label = {{"Local", local_}, {"Remote", id}};
+      m.gauge.value = p.active ? 1 : 0;
+      active.metric.push_back(std::move(m));
+    }
+    std::vector<MetricFamily> out;
+    for (MetricFamily* f : {&active, &sent, &received, &failures}) {
+      if (!f->metric.empty()) out.push_back(std::move(*f));
+    }
+    return out;
+  }
+
+ private:
+  const std::string local_;
+  const std::function<std::vector<Metrics::PeerCounters>()> peers_;
+};
+
 // The Lock and Election services' calls (server/api/recipes.h).
 class RecipesMetrics final : public prometheus::Collectable {
  public:
@@ -279,6 +325,10 @@ class RecipesMetrics final : public prometheus::Collectable {
 
 void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges) {
   scraped_.push_back(std::make_unique<WatchCacheMetrics>(cache, ranges));
+}
+
+void Metrics::AddPeers(uint64_t local_id, std::function<std::vector<PeerCounters>()> peers) {
+  scraped_.push_back(std::make_unique<PeerMetrics>(local_id, std::move(peers)));
 }
 
 void Metrics::AddRecipes(const Recipes* recipes) {

@@ -14,6 +14,7 @@
 #ifndef CAPSTAN_SERVER_OBSERVABILITY_METRICS_H_
 #define CAPSTAN_SERVER_OBSERVABILITY_METRICS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,20 @@ class Metrics {
   // pauses (capstan_lock_election_*), read at each scrape. Call before the
   // first Render; recipes must stay valid while Render may be called.
   void AddRecipes(const Recipes* recipes);
+
+  // Adds etcd's peer metrics, read at each scrape from `peers`:
+  // etcd_network_peer_sent_bytes_total{To}, _received_bytes_total{From} and
+  // _sent_failures_total{To} (a series once it is not zero, as etcd's appear
+  // on first use) and etcd_network_active_peers{Local,Remote}. Call before
+  // the first Render; peers must stay callable while Render may be called.
+  struct PeerCounters {
+    uint64_t id = 0;
+    bool active = false;
+    uint64_t sent_bytes = 0;
+    uint64_t sent_failures = 0;
+    uint64_t received_bytes = 0;
+  };
+  void AddPeers(uint64_t local_id, std::function<std::vector<PeerCounters>()> peers);
 
   // Adds etcd 3.6's etcd_server_feature_enabled{name,stage}: 1 for each
   // gate of `gates` that is enabled, 0 for the others (AllAlpha and AllBeta

@@ -83,7 +83,10 @@ size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
     // No stream: the newest messages replace the oldest.
     const size_t cap = std::max<size_t>(options_.disconnected_queue_capacity, 1);
     for (std::string& m : *messages) {
-      if (queue_.size() >= cap) queue_.pop_front();
+      if (queue_.size() >= cap) {
+        queue_.pop_front();
+        sent_failures_.fetch_add(1, std::memory_order_relaxed);
+      }
       queue_.push_back(std::move(m));
       ++n;
     }
@@ -94,6 +97,7 @@ size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
     queue_.push_back(std::move(m));
     ++n;
   }
+  sent_failures_.fetch_add(messages->size() - n, std::memory_order_relaxed);
   return n;
 }
 
@@ -165,6 +169,7 @@ void PeerSender::Run() {
       // What was queued for the failed stream is stale by the next attempt.
       dropped = queue_.size();
       queue_.clear();
+      sent_failures_.fetch_add(dropped, std::memory_order_relaxed);
       url_index_ = (url_index_ + 1) % options_.urls.size();
     }
     if (accepted) {
@@ -263,6 +268,7 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
     capstan::v1::RaftBatch batch;
     while (true) {
       batch.Clear();
+      size_t bytes = 0;
       {
         util::MutexLock l(&mu_);
         auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -270,7 +276,6 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
         };
         mu_.Await(absl::Condition(&ready));
         if (stopping_) break;
-        size_t bytes = 0;
         while (!queue_.empty() &&
                (batch.messages_size() == 0 || bytes + queue_.front().size() <= options_.max_batch_bytes)) {
           bytes += queue_.front().size();
@@ -280,7 +285,12 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
       }
       // MsgSnap (type 7) goes in the batch like any message for now; the
       // streamed snapshot will have an RPC of its own (peer.proto).
-      if (!writer->Write(batch)) break;
+      if (!writer->Write(batch)) {
+        sent_failures_.fetch_add(static_cast<uint64_t>(batch.messages_size()),
+                                 std::memory_order_relaxed);
+        break;
+      }
+      sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     }
   }
   const grpc::Status finish = writer->Finish();

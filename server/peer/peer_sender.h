@@ -20,6 +20,7 @@
 #define CAPSTAN_SERVER_PEER_PEER_SENDER_H_
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -98,6 +99,11 @@ class PeerSender {
   // Since when the current stream has been open, accepted by the peer;
   // absl::InfiniteFuture() while there is none.
   absl::Time ActiveSince() const ABSL_LOCKS_EXCLUDED(mu_);
+  // etcd's etcd_network_peer_sent_bytes_total and _sent_failures_total: the
+  // bytes of the messages the peer's stream took, and the messages that were
+  // not sent (dropped from a full queue, or queued for a stream that failed).
+  uint64_t sent_bytes() const { return sent_bytes_.load(std::memory_order_relaxed); }
+  uint64_t sent_failures() const { return sent_failures_.load(std::memory_order_relaxed); }
 
  private:
   void Run();
@@ -111,6 +117,7 @@ class PeerSender {
   std::string Probe(const std::string& url);
 
   const PeerSenderOptions options_;
+  std::atomic<uint64_t> sent_bytes_{0}, sent_failures_{0};
   std::thread thread_;  // written by Start, joined by Stop (one caller each)
   // The sender's thread only: since when probes fail, when that was last logged.
   absl::Time unhealthy_since_ = absl::InfiniteFuture();

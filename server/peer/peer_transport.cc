@@ -82,6 +82,16 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     if (started_ || stopped_) return absl::FailedPreconditionError("peer transport already started");
   }
   handler_ = std::move(handler);
+  if (handler_.on_message) {
+    handler_.on_message = [this, deliver = std::move(handler_.on_message)](uint64_t from,
+                                                                           std::string message) {
+      {
+        util::MutexLock l(&received_mu_);
+        received_bytes_[from] += message.size();
+      }
+      deliver(from, std::move(message));
+    };
+  }
   if (options_.tls) {
     auto credentials = PeerChannelCredentials(*options_.tls);
     if (!credentials.ok()) return credentials.status();
@@ -314,6 +324,34 @@ void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
   }
   util::MutexLock l(&mu_);
   --active_sends_;
+}
+
+std::vector<PeerTransport::PeerStats> PeerTransport::Stats() const {
+  std::vector<std::shared_ptr<peer::PeerSender>> senders;
+  {
+    util::MutexLock l(&mu_);
+    for (const auto& [id, sender] : senders_) senders.push_back(sender);
+  }
+  std::vector<PeerStats> stats;
+  for (const auto& sender : senders) {
+    PeerStats p;
+    p.id = sender->peer_id();
+    p.active = sender->ActiveSince() != absl::InfiniteFuture();
+    p.sent_bytes = sender->sent_bytes();
+    p.sent_failures = sender->sent_failures();
+    stats.push_back(p);
+  }
+  util::MutexLock l(&received_mu_);
+  for (const auto& [from, bytes] : received_bytes_) {
+    auto it = std::find_if(stats.begin(), stats.end(),
+                           [from = from](const PeerStats& p) { return p.id == from; });
+    if (it == stats.end()) {
+      stats.push_back({from});
+      it = stats.end() - 1;
+    }
+    it->received_bytes = bytes;
+  }
+  return stats;
 }
 
 absl::Time PeerTransport::ActiveSince(uint64_t id) const {

@@ -23,6 +23,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "http_client.h"
 
 namespace capstan::testing::cluster {
 namespace {
@@ -88,6 +89,22 @@ std::string PrefixEnd(const std::string& prefix) {
     end.pop_back();
   }
   return std::string(1, '\0');
+}
+
+int64_t Cluster::Metric(int i, absl::string_view prefix, absl::string_view label,
+                        int64_t missing) const {
+  const std::string ep = endpoint(i);
+  int port = 0;
+  if (!absl::SimpleAtoi(ep.substr(ep.rfind(':') + 1), &port)) return -1;
+  HttpClient http(port);
+  HttpAnswer answer = http.Request("GET", "/metrics", "", {}, std::chrono::seconds(5));
+  if (answer.status != 200) return -1;
+  for (absl::string_view line : absl::StrSplit(answer.body, '\n')) {
+    if (!absl::StartsWith(line, prefix) || !absl::StrContains(line, label)) continue;
+    double n = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &n)) return static_cast<int64_t>(n);
+  }
+  return missing;
 }
 
 absl::Status Cluster::SameHashKV(const std::vector<int>& members, int64_t revision) const {

@@ -45,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "grpcpp/channel.h"
 #include "process_fixture.h"
@@ -211,6 +212,11 @@ class Cluster {
   // member has not reached `revision` yet (etcd's "future revision" answer).
   absl::StatusOr<etcdserverpb::HashKVResponse> HashKV(
       int i, int64_t revision, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+  // The value on the first line of member i's /metrics (on its client URL)
+  // that starts with `prefix` and holds `label`: `missing` when there is
+  // none, -1 when /metrics does not answer.
+  int64_t Metric(int i, absl::string_view prefix, absl::string_view label, int64_t missing) const;
 
   // Ok when every member in `members` answers HashKV at `revision` with the
   // same hash; otherwise the error of the first that cannot, or every

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cluster/checker.h"
 #include "cluster/cluster_fixture.h"
 #include "cluster/history.h"
@@ -148,6 +149,10 @@ TEST_P(ClusterTest, HistoryUnderLeaderAndFollowerCrashesIsLinearizable) {
               std::chrono::duration<double>(Clock::now() - start).count());
   cluster.Kill(follower);
   ASSERT_TRUE(WaitForProgress(history, history.ok_count(), 300, seconds(20)));
+  // What the leader could not send to the member down is counted, as
+  // etcd's alert on unreachable members reads it.
+  const std::string down = absl::StrFormat("To=\"%x\"", cluster.member_id(follower));
+  EXPECT_GT(cluster.Metric(*now_leader, "etcd_network_peer_sent_failures_total{", down, 0), 0);
   ASSERT_TRUE(cluster.Restart(follower).ok());
 
   run_until(kRunFor);

@@ -30,7 +30,6 @@
 #include "cluster/cluster_fixture.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "http_client.h"
 #include "process_fixture.h"
 #include "reference.h"
 
@@ -136,24 +135,9 @@ class MoveLeaderTest : public ::testing::TestWithParam<ServerFlavor> {
   int64_t PutsStarted(int i) const {
     return Metric(i, "grpc_server_started_total{", "grpc_method=\"Put\"", 0);
   }
-
-  // The value on the first line of member i's /metrics that starts with
-  // `prefix` and holds `label`: `missing` when there is none, -1 when its
-  // /metrics does not answer.
   int64_t Metric(int i, absl::string_view prefix, absl::string_view label,
                  int64_t missing) const {
-    const std::string endpoint = cluster_->endpoint(i);
-    int port = 0;
-    if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) return -1;
-    HttpClient http(port);
-    HttpAnswer answer = http.Request("GET", "/metrics", "", {}, seconds(5));
-    if (answer.status != 200) return -1;
-    for (absl::string_view line : absl::StrSplit(answer.body, '\n')) {
-      if (!absl::StartsWith(line, prefix) || !absl::StrContains(line, label)) continue;
-      double n = 0;
-      if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &n)) return static_cast<int64_t>(n);
-    }
-    return missing;
+    return cluster_->Metric(i, prefix, label, missing);
   }
 
   uint64_t id(int i) const { return cluster_->member_id(i); }
@@ -191,6 +175,18 @@ TEST_P(MoveLeaderTest, EtcdctlMovesTheLeadershipToTheTransferee) {
     // Every member synced its log (the WAL) for the entries it took.
     EXPECT_GT(Metric(i, "etcd_disk_wal_fsync_duration_seconds_count", "", -2), 0)
         << "member " << i;
+    // The new leader and each follower talk, over an open connection.
+    if (i != transferee_) {
+      const std::string follower = absl::StrFormat("\"%x\"", id(i));
+      const std::string leader = absl::StrFormat("\"%x\"", id(transferee_));
+      EXPECT_GT(Metric(i, "etcd_network_peer_sent_bytes_total{", leader, 0), 0) << "member " << i;
+      EXPECT_GT(Metric(i, "etcd_network_peer_received_bytes_total{", leader, 0), 0)
+          << "member " << i;
+      EXPECT_GT(Metric(transferee_, "etcd_network_peer_sent_bytes_total{", follower, 0), 0)
+          << "member " << i;
+      EXPECT_EQ(Metric(transferee_, "etcd_network_active_peers{", "Remote=" + follower, 0), 1)
+          << "member " << i;
+    }
   }
 
   // Given every endpoint, etcdctl finds the new leader; moving the
