@@ -291,13 +291,24 @@ absl::Status Server::JoinExistingCluster(storage::Backend* backend) {
   return absl::OkStatus();
 }
 
-void Server::OnRemoved() {
+void Server::OnRemoved(absl::Duration delay) {
   if (removed_.exchange(true)) return;
   // etcd's server error; the process then stops as on SIGTERM.
-  SPDLOG_WARN("server error: {}",
-              std::string(membership::MakeError(membership::Error::kMemberRemoved).message()));
-  SPDLOG_WARN("data-dir used by this member must be removed");
-  kill(getpid(), SIGTERM);
+  auto stop = [] {
+    SPDLOG_WARN("server error: {}",
+                std::string(membership::MakeError(membership::Error::kMemberRemoved).message()));
+    SPDLOG_WARN("data-dir used by this member must be removed");
+    kill(getpid(), SIGTERM);
+  };
+  if (delay <= absl::ZeroDuration()) {
+    stop();
+    return;
+  }
+  util::MutexLock l(&removed_mu_);
+  if (shutting_down_.HasBeenNotified()) return;  // stopping already
+  removed_stopper_ = std::thread([this, delay, stop] {
+    if (!shutting_down_.WaitForNotificationWithTimeout(delay)) stop();
+  });
 }
 
 absl::Status Server::StartWatchHubAndCache() {
@@ -407,7 +418,7 @@ absl::Status Server::StartReplication() {
   options.strict_reconfig_check = config_.strict_reconfig_check;
   options.join_existing = config_.initial_cluster_state == ClusterState::kExisting;
   options.force_new_cluster = config_.force_new_cluster;
-  options.on_removed = [this] { OnRemoved(); };
+  options.on_removed = [this] { OnRemoved(absl::Seconds(1)); };
   {
     auth::AuthStore* auth = auth_store_;
     options.on_restored = [auth]() { return auth->Reload(); };
@@ -761,6 +772,13 @@ void Server::LogReadyWhenPublished() {
 void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  std::thread removed_stopper;
+  {
+    util::MutexLock l(&removed_mu_);
+    if (!shutting_down_.HasBeenNotified()) shutting_down_.Notify();
+    removed_stopper = std::move(removed_stopper_);
+  }
+  if (removed_stopper.joinable()) removed_stopper.join();
   if (ready_logger_.joinable()) {
     {
       util::MutexLock l(&ready_wait_->mu);

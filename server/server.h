@@ -14,9 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "server/config/config.h"
 #include "server/config/version.h"
+#include "util/mutex.h"
 
 struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
@@ -146,8 +149,11 @@ class Server {
   absl::Status JoinExistingCluster(storage::Backend* backend);
   // This member learned that it was removed from the cluster: logs etcd's
   // messages and stops the process as SIGTERM does (exit status 0, as
-  // etcd). Once; any thread; does not block.
-  void OnRemoved();
+  // etcd), after `delay` (etcd's stopWithDelay: a leader that applied its
+  // own removal goes on sending the commit index for a second, so that the
+  // others apply the removal and answer its client before they elect a new
+  // leader). Once; any thread; does not block.
+  void OnRemoved(absl::Duration delay = absl::ZeroDuration());
 
   // Serve's phases, in this order. On failure the caller calls Shutdown,
   // which stops whatever the earlier phases started.
@@ -234,6 +240,11 @@ class Server {
   std::unique_ptr<replication::Transport> peer_transport_;
   // This member was removed from its cluster (OnRemoved ran).
   std::atomic<bool> removed_{false};
+  // Sends the SIGTERM of a delayed OnRemoved; Shutdown ends its wait and
+  // joins it.
+  util::Mutex removed_mu_;
+  std::thread removed_stopper_ ABSL_GUARDED_BY(removed_mu_);
+  absl::Notification shutting_down_;
   std::unique_ptr<replication::Replicator> replicator_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;
