@@ -152,6 +152,8 @@ class Cluster {
   std::string initial_cluster() const;
   // The member's log, or its last `max_bytes`.
   std::string ReadLog(int i, size_t max_bytes = 0) const;
+  // The last bytes_each bytes of every member's log, each headed by its name.
+  std::string LogTails(size_t bytes_each) const;
   // The command line member i was (last) started with.
   const std::vector<std::string>& argv(int i) const;
   // A new insecure channel to member i (its own connection, quick reconnects).
@@ -264,7 +266,6 @@ class Cluster {
   bool Reap(int i, bool block);
   ExitInfo SignalAndWait(int i, int sig, std::chrono::milliseconds timeout);
   absl::Status WaitMemberReady(int i, std::chrono::milliseconds timeout);
-  std::string LogTails(size_t bytes_each) const;
 
   ClusterOptions options_;
   std::string dir_;

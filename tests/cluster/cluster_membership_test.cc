@@ -830,7 +830,7 @@ TEST_P(MembershipTest, RollingReplacement) {
     probe.SetEndpoints(endpoints(next));
     CommandResult remove =
         EtcdctlWhenHealthy(next, {"member", "remove", IdText(cluster_->member_id(old))});
-    ASSERT_TRUE(Succeeded(remove)) << Describe(remove);
+    ASSERT_TRUE(Succeeded(remove)) << Describe(remove) << cluster_->LogTails(4000);
     auto exited = cluster_->WaitForExit(old, seconds(10));
     ASSERT_TRUE(exited.ok()) << exited.status();
     voters = next;
