@@ -46,6 +46,17 @@ struct MemberChange {
   bool is_promote = false;  // kAddNode of a learner already in the table
 };
 
+// What this member exchanged with one peer, as etcd's rafthttp counts it
+// (etcd_network_peer_*_bytes_total, _sent_failures_total and
+// etcd_network_active_peers): the transport keeps it, the metrics read it.
+struct PeerTraffic {
+  uint64_t id = 0;
+  bool active = false;  // the Raft stream to it is open
+  uint64_t sent_bytes = 0;
+  uint64_t sent_failures = 0;  // messages dropped from a full queue or a failed stream
+  uint64_t received_bytes = 0;
+};
+
 // What the services report of this member's Raft state (Status, headers),
 // kept by the replication layer, and the one thing they ask of Raft (a
 // leadership transfer). Thread safety: every method may be called from any

@@ -103,6 +103,8 @@ class Transport {
   // Transport.ActiveSince); absl::InfiniteFuture() when it is down or the
   // peer is unknown.
   virtual absl::Time ActiveSince(uint64_t id) const = 0;
+  // What this member exchanged with each peer it sends to or heard from.
+  virtual std::vector<membership::PeerTraffic> Traffic() const { return {}; }
   virtual absl::Status LeaseTimeToLive(uint64_t leader,
                                        const etcdserverpb::LeaseTimeToLiveRequest& request,
                                        etcdserverpb::LeaseTimeToLiveResponse* response,

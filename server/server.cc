@@ -600,15 +600,8 @@ void Server::ConfigureGrpc(Listening& l) {
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
   metrics_->AddRecipes(recipes_.get());
   if (peer_transport_) {
-    // The server makes its transport a PeerTransport (StartReplication).
-    metrics_->AddPeers(member_->member_id, [transport = static_cast<const PeerTransport*>(
-                                                peer_transport_.get())] {
-      std::vector<Metrics::PeerCounters> peers;
-      for (const PeerTransport::PeerStats& p : transport->Stats()) {
-        peers.push_back({p.id, p.active, p.sent_bytes, p.sent_failures, p.received_bytes});
-      }
-      return peers;
-    });
+    metrics_->AddPeers(member_->member_id,
+                       [transport = peer_transport_.get()] { return transport->Traffic(); });
   }
   metrics_->AddFeatureGates(config_.feature_gates);
   grpc_metrics_ =

@@ -255,15 +255,15 @@ class WatchCacheMetrics final : public prometheus::Collectable {
   const CacheRange* const ranges_;
 };
 
-// The peers' traffic (server/peer/peer_transport.h), as etcd's rafthttp
+// The peers' traffic (replication::Transport::Traffic), as etcd's rafthttp
 // counts it.
 class PeerMetrics final : public prometheus::Collectable {
  public:
-  PeerMetrics(uint64_t local_id, std::function<std::vector<Metrics::PeerCounters>()> peers)
+  PeerMetrics(uint64_t local_id, std::function<std::vector<membership::PeerTraffic>()> peers)
       : local_(absl::StrFormat("%x", local_id)), peers_(std::move(peers)) {}
 
   std::vector<MetricFamily> Collect() const override {
-    const std::vector<Metrics::PeerCounters> peers = peers_();
+    const std::vector<membership::PeerTraffic> peers = peers_();
     MetricFamily sent{"etcd_network_peer_sent_bytes_total", "The total number of bytes sent to peers.",
                       MetricType::Counter, {}};
     MetricFamily received{"etcd_network_peer_received_bytes_total",
@@ -298,7 +298,7 @@ class PeerMetrics final : public prometheus::Collectable {
 
  private:
   const std::string local_;
-  const std::function<std::vector<Metrics::PeerCounters>()> peers_;
+  const std::function<std::vector<membership::PeerTraffic>()> peers_;
 };
 
 // The Lock and Election services' calls (server/api/recipes.h).
@@ -327,7 +327,8 @@ void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ra
   scraped_.push_back(std::make_unique<WatchCacheMetrics>(cache, ranges));
 }
 
-void Metrics::AddPeers(uint64_t local_id, std::function<std::vector<PeerCounters>()> peers) {
+void Metrics::AddPeers(uint64_t local_id,
+                       std::function<std::vector<membership::PeerTraffic>()> peers) {
   scraped_.push_back(std::make_unique<PeerMetrics>(local_id, std::move(peers)));
 }
 

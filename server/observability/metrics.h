@@ -73,14 +73,8 @@ class Metrics {
   // _sent_failures_total{To} (a series once it is not zero, as etcd's appear
   // on first use) and etcd_network_active_peers{Local,Remote}. Call before
   // the first Render; peers must stay callable while Render may be called.
-  struct PeerCounters {
-    uint64_t id = 0;
-    bool active = false;
-    uint64_t sent_bytes = 0;
-    uint64_t sent_failures = 0;
-    uint64_t received_bytes = 0;
-  };
-  void AddPeers(uint64_t local_id, std::function<std::vector<PeerCounters>()> peers);
+  void AddPeers(uint64_t local_id,
+                std::function<std::vector<membership::PeerTraffic>()> peers);
 
   // Adds etcd 3.6's etcd_server_feature_enabled{name,stage}: 1 for each
   // gate of `gates` that is enabled, 0 for the others (AllAlpha and AllBeta

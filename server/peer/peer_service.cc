@@ -87,7 +87,24 @@ grpc::Status PeerService::Admit(const grpc::ServerContextBase& context, uint64_t
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch) const {
+std::atomic<uint64_t>* PeerService::ReceivedCounter(uint64_t from) const {
+  util::MutexLock l(&received_mu_);
+  auto& counter = received_[from];
+  if (!counter) counter = std::make_unique<std::atomic<uint64_t>>(0);
+  return counter.get();
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> PeerService::ReceivedBytes() const {
+  std::vector<std::pair<uint64_t, uint64_t>> bytes;
+  util::MutexLock l(&received_mu_);
+  for (const auto& [from, counter] : received_) {
+    bytes.emplace_back(from, counter->load(std::memory_order_relaxed));
+  }
+  return bytes;
+}
+
+grpc::Status PeerService::HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch,
+                                      std::atomic<uint64_t>* received) const {
   if (is_removed_(from)) return grpc::Status(grpc::PERMISSION_DENIED, kMemberRemoved);
   for (std::string& message : *batch->mutable_messages()) {
     uint64_t to = 0, message_from = 0;
@@ -97,6 +114,8 @@ grpc::Status PeerService::HandleBatch(uint64_t from, capstan::v1::RaftBatch* bat
     if (to != local_id_ || message_from != from) {
       return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
     }
+    // Counted as etcd counts them: each message handed on, once.
+    received->fetch_add(message.size(), std::memory_order_relaxed);
     if (handler_->on_message) handler_->on_message(from, std::move(message));
   }
   return grpc::Status::OK;
@@ -113,6 +132,7 @@ class PeerService::RaftReactor final : public grpc::ServerReadReactor<capstan::v
       return;
     }
     // Accepted: say so at once (the sender waits for this before it writes).
+    received_ = service->ReceivedCounter(from_);
     context->AddInitialMetadata(kClusterIdKey, IdText(service->cluster_id_));
     StartSendInitialMetadata();
     StartRead(&batch_);
@@ -124,7 +144,7 @@ class PeerService::RaftReactor final : public grpc::ServerReadReactor<capstan::v
       Finish(grpc::Status::OK);
       return;
     }
-    if (grpc::Status s = service_->HandleBatch(from_, &batch_); !s.ok()) {
+    if (grpc::Status s = service_->HandleBatch(from_, &batch_, received_); !s.ok()) {
       Finish(s);
       return;
     }
@@ -136,6 +156,7 @@ class PeerService::RaftReactor final : public grpc::ServerReadReactor<capstan::v
  private:
   const PeerService* const service_;
   uint64_t from_ = 0;
+  std::atomic<uint64_t>* received_ = nullptr;  // set once admitted
   capstan::v1::RaftBatch batch_;
 };
 

@@ -32,11 +32,18 @@
 #ifndef CAPSTAN_SERVER_PEER_PEER_SERVICE_H_
 #define CAPSTAN_SERVER_PEER_PEER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "capstan/v1/peer.grpc.pb.h"
 #include "replication/transport.h"
+#include "util/mutex.h"
 #include "util/work_queue.h"
 
 namespace capstan::server::peer {
@@ -72,6 +79,9 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   grpc::ServerReadReactor<capstan::v1::SnapshotChunk>* Snapshot(
       grpc::CallbackServerContext* context, capstan::v1::SnapshotEnd* response) override;
 
+  // The bytes of the Raft messages received from each peer so far.
+  std::vector<std::pair<uint64_t, uint64_t>> ReceivedBytes() const ABSL_LOCKS_EXCLUDED(received_mu_);
+
  private:
   class RaftReactor;
   class SnapshotReactor;
@@ -81,13 +91,23 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   // The status of a Raft batch from `from`, whose messages went to the
   // handler unless it is not OK (a removed sender, a bad message: the
   // messages before the bad one were handed over).
-  grpc::Status HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch) const;
+  grpc::Status HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch,
+                           std::atomic<uint64_t>* received) const;
+  // The counter of the bytes received from peer `from`, which a Raft
+  // stream takes once when it is admitted and adds each batch to. Stable
+  // for the service's life.
+  std::atomic<uint64_t>* ReceivedCounter(uint64_t from) const ABSL_LOCKS_EXCLUDED(received_mu_);
 
   const uint64_t local_id_;
   const uint64_t cluster_id_;
   const replication::TransportHandler* const handler_;
   const std::function<bool(uint64_t)> is_removed_;
   const bool check_client_san_;
+  // A leaf: taken when a Raft stream is admitted and at each scrape, never
+  // per message.
+  mutable util::Mutex received_mu_;
+  mutable std::map<uint64_t, std::unique_ptr<std::atomic<uint64_t>>> received_
+      ABSL_GUARDED_BY(received_mu_);
   // One thread: receives the snapshots, one at a time, in the order their
   // streams were admitted. Last member: destroyed (and joined) first.
   util::WorkQueue snapshots_;

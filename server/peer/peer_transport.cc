@@ -82,16 +82,6 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     if (started_ || stopped_) return absl::FailedPreconditionError("peer transport already started");
   }
   handler_ = std::move(handler);
-  if (handler_.on_message) {
-    handler_.on_message = [this, deliver = std::move(handler_.on_message)](uint64_t from,
-                                                                           std::string message) {
-      {
-        util::MutexLock l(&received_mu_);
-        received_bytes_[from] += message.size();
-      }
-      deliver(from, std::move(message));
-    };
-  }
   if (options_.tls) {
     auto credentials = PeerChannelCredentials(*options_.tls);
     if (!credentials.ok()) return credentials.status();
@@ -326,32 +316,35 @@ void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
   --active_sends_;
 }
 
-std::vector<PeerTransport::PeerStats> PeerTransport::Stats() const {
+std::vector<membership::PeerTraffic> PeerTransport::Traffic() const {
   std::vector<std::shared_ptr<peer::PeerSender>> senders;
+  peer::PeerService* service = nullptr;
   {
     util::MutexLock l(&mu_);
     for (const auto& [id, sender] : senders_) senders.push_back(sender);
+    // Made by Start before it set started_; kept until destruction.
+    if (started_) service = service_.get();
   }
-  std::vector<PeerStats> stats;
+  std::vector<membership::PeerTraffic> traffic;
   for (const auto& sender : senders) {
-    PeerStats p;
+    membership::PeerTraffic p;
     p.id = sender->peer_id();
     p.active = sender->ActiveSince() != absl::InfiniteFuture();
     p.sent_bytes = sender->sent_bytes();
     p.sent_failures = sender->sent_failures();
-    stats.push_back(p);
+    traffic.push_back(p);
   }
-  util::MutexLock l(&received_mu_);
-  for (const auto& [from, bytes] : received_bytes_) {
-    auto it = std::find_if(stats.begin(), stats.end(),
-                           [from = from](const PeerStats& p) { return p.id == from; });
-    if (it == stats.end()) {
-      stats.push_back({from});
-      it = stats.end() - 1;
+  if (service == nullptr) return traffic;
+  for (const auto& [from, bytes] : service->ReceivedBytes()) {
+    auto it = std::find_if(traffic.begin(), traffic.end(),
+                           [from = from](const membership::PeerTraffic& p) { return p.id == from; });
+    if (it == traffic.end()) {
+      traffic.push_back({from});
+      it = traffic.end() - 1;
     }
     it->received_bytes = bytes;
   }
-  return stats;
+  return traffic;
 }
 
 absl::Time PeerTransport::ActiveSince(uint64_t id) const {

@@ -145,17 +145,9 @@ class PeerTransport final : public replication::Transport {
   // The ports bound, in listen_peer_urls order. REQUIRES: Start succeeded.
   std::vector<int> BoundPorts() const;
 
-  // What this member exchanged with each peer (etcd's etcd_network_peer_*
-  // and etcd_network_active_peers): the peers it sends to, with their
-  // senders' counts, and the bytes of the messages received from each.
-  struct PeerStats {
-    uint64_t id = 0;
-    bool active = false;  // the Raft stream to it is open
-    uint64_t sent_bytes = 0;
-    uint64_t sent_failures = 0;
-    uint64_t received_bytes = 0;
-  };
-  std::vector<PeerStats> Stats() const ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+  // The senders' counts for each peer it sends to, and the bytes of the
+  // messages received from each.
+  std::vector<membership::PeerTraffic> Traffic() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Makes, registers and starts the sender of a peer, replacing any.
@@ -191,9 +183,6 @@ class PeerTransport final : public replication::Transport {
   std::map<uint64_t, std::vector<std::string>> peer_urls_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> removed_ ABSL_GUARDED_BY(mu_);
-  // Bytes received per peer, counted as each message is handed on. A leaf.
-  mutable util::Mutex received_mu_;
-  std::map<uint64_t, uint64_t> received_bytes_ ABSL_GUARDED_BY(received_mu_);
 };
 
 }  // namespace capstan::server
