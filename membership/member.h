@@ -6,6 +6,7 @@
 #define CAPSTAN_MEMBERSHIP_MEMBER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,14 +48,18 @@ struct MemberChange {
 };
 
 // What this member exchanged with one peer, as etcd's rafthttp counts it
-// (etcd_network_peer_*_bytes_total, _sent_failures_total and
-// etcd_network_active_peers): the transport keeps it, the metrics read it.
+// (etcd_network_peer_*_bytes_total, _sent_failures_total,
+// _round_trip_time_seconds and etcd_network_active_peers): the transport keeps it, the metrics read it.
 struct PeerTraffic {
   uint64_t id = 0;
   bool active = false;  // the Raft stream to it is open
   uint64_t sent_bytes = 0;
   uint64_t sent_failures = 0;  // messages dropped from a full queue or a failed stream
   uint64_t received_bytes = 0;
+  // The smoothed round trips observed by the prober
+  // (etcd_network_peer_round_trip_time_seconds); null before it knows the
+  // peer.
+  std::shared_ptr<const util::LatencyHistogram> round_trips;
 };
 
 // What the services report of this member's Raft state (Status, headers),

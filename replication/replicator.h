@@ -206,7 +206,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     return proposals_failed_.load(std::memory_order_relaxed);
   }
   const util::LatencyHistogram* LogSyncLatency() const override {
-    return log_sync_latency_.Cumulative(util::LatencyHistogram::kBuckets) > 0 ? &log_sync_latency_
+    return log_sync_latency_.Count() > 0 ? &log_sync_latency_
                                                                               : nullptr;
   }
   uint64_t Term() const override { return term_.load(std::memory_order_acquire); }

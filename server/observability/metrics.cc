@@ -46,16 +46,20 @@ MetricFamily Single(std::string name, MetricType type, std::string help, double 
   return MetricFamily{std::move(name), std::move(help), type, {std::move(m)}};
 }
 
-MetricFamily Histogram(std::string name, std::string help, const util::LatencyHistogram& h) {
+ClientMetric HistogramMetric(const util::LatencyHistogram& h) {
   ClientMetric m;
-  for (int i = 0; i < util::LatencyHistogram::kBuckets; ++i) {
-    m.histogram.bucket.push_back({h.Cumulative(i), util::LatencyHistogram::UpperBound(i)});
+  for (int i = 0; i < h.buckets(); ++i) {
+    m.histogram.bucket.push_back({h.Cumulative(i), h.UpperBound(i)});
   }
-  const uint64_t total = h.Cumulative(util::LatencyHistogram::kBuckets);
+  const uint64_t total = h.Count();
   m.histogram.bucket.push_back({total, std::numeric_limits<double>::infinity()});
   m.histogram.sample_count = total;
   m.histogram.sample_sum = h.Sum();
-  return MetricFamily{std::move(name), std::move(help), MetricType::Histogram, {std::move(m)}};
+  return m;
+}
+
+MetricFamily Histogram(std::string name, std::string help, const util::LatencyHistogram& h) {
+  return MetricFamily{std::move(name), std::move(help), MetricType::Histogram, {HistogramMetric(h)}};
 }
 
 // The store's state, read at collection time (etcd registers most of these
@@ -272,6 +276,8 @@ class PeerMetrics final : public prometheus::Collectable {
                           "The total number of send failures from peers.", MetricType::Counter, {}};
     MetricFamily active{"etcd_network_active_peers", "The current number of active peer connections.",
                         MetricType::Gauge, {}};
+    MetricFamily round_trips{"etcd_network_peer_round_trip_time_seconds",
+                             "Round-Trip-Time histogram between peers", MetricType::Histogram, {}};
     auto counter = [](MetricFamily& f, const char* label, const std::string& id, uint64_t v) {
       if (v == 0) return;
       ClientMetric m;
@@ -284,13 +290,19 @@ class PeerMetrics final : public prometheus::Collectable {
       counter(sent, "To", id, p.sent_bytes);
       counter(received, "From", id, p.received_bytes);
       counter(failures, "To", id, p.sent_failures);
+      // A series once the prober observed the peer, as etcd's appears.
+      if (p.round_trips != nullptr && p.round_trips->Count() > 0) {
+        ClientMetric m = HistogramMetric(*p.round_trips);
+        m.label = {{"To", id}};
+        round_trips.metric.push_back(std::move(m));
+      }
       ClientMetric m;
       m.label = {{"Local", local_}, {"Remote", id}};
       m.gauge.value = p.active ? 1 : 0;
       active.metric.push_back(std::move(m));
     }
     std::vector<MetricFamily> out;
-    for (MetricFamily* f : {&active, &sent, &received, &failures}) {
+    for (MetricFamily* f : {&active, &sent, &received, &failures, &round_trips}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
     }
     return out;

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "server/peer/peer_protocol.h"
 #include "server/peer/peer_snapshot.h"
 #include "server/peer/peer_tls.h"
@@ -313,6 +314,15 @@ grpc::ServerUnaryReactor* PeerService::Members(grpc::CallbackServerContext* cont
   if (handler_->on_members) {
     for (const auto& m : handler_->on_members()) membership::ToProto(m, response->add_members());
   }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerService::Probe(grpc::CallbackServerContext* context,
+                                             const capstan::v1::ProbeRequest*,
+                                             capstan::v1::ProbeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  response->set_unix_nanos(absl::ToUnixNanos(absl::Now()));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -175,7 +175,8 @@ struct Member {
 // Starts member `id` on 127.0.0.1:port (0: any).
 inline std::unique_ptr<Member> StartMember(uint64_t id, uint64_t cluster = kCluster, int port = 0,
                                     std::optional<PeerTls> tls = std::nullopt,
-                                    size_t queue_capacity = 4096) {
+                                    size_t queue_capacity = 4096,
+                                    peer::PeerProberOptions probe = {}) {
   auto m = std::make_unique<Member>();
   m->id = id;
   PeerTransportOptions o;
@@ -185,6 +186,7 @@ inline std::unique_ptr<Member> StartMember(uint64_t id, uint64_t cluster = kClus
   o.listen_peer_urls = {{scheme, absl::StrCat("127.0.0.1:", port)}};
   o.tls = std::move(tls);
   o.queue_capacity = queue_capacity;
+  o.probe = probe;
   o.initial_backoff = absl::Milliseconds(20);
   o.max_backoff = absl::Milliseconds(200);
   o.on_peer_error = m->errors.Callback();

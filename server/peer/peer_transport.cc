@@ -90,6 +90,13 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
     if (!probe.ok()) return probe.status();
     probe_tls_ = std::shared_ptr<SSL_CTX>(probe->release(), SSL_CTX_free);
   }
+  {
+    peer::PeerProberOptions probe = options_.probe;
+    // With a TLS probe the sender logs an unreachable peer itself.
+    probe.log_unhealthy = probe.log_unhealthy && probe_tls_ == nullptr;
+    prober_ = std::make_unique<peer::PeerProber>(probe);
+    prober_->Start();
+  }
   service_ = std::make_unique<peer::PeerService>(
       options_.member_id, options_.cluster_id, &handler_,
       [this](uint64_t id) { return IsRemoved(id); },
@@ -186,6 +193,7 @@ void PeerTransport::Stop() {
     started = started_;
     senders.swap(senders_);
   }
+  if (prober_) prober_->Stop();
   for (auto& [id, sender] : senders) sender->Stop();
   {
     // A Send that got past its check still reports to the handler.
@@ -243,6 +251,11 @@ void PeerTransport::AddPeerSender(uint64_t id, const std::vector<std::string>& p
     auto it = senders_.find(id);
     if (it != senders_.end()) replaced = std::move(it->second);
     senders_[id] = added;
+    // Under the lock, so that a RemovePeer cannot come in between.
+    prober_->AddPeer(id, [sender = std::weak_ptr<peer::PeerSender>(added)] {
+      auto s = sender.lock();
+      return s ? s->Channel() : nullptr;
+    });
   }
   if (replaced) replaced->Stop();
   added->Start();
@@ -259,6 +272,7 @@ void PeerTransport::RemovePeer(uint64_t id) {
       sender = std::move(it->second);
       senders_.erase(it);
     }
+    if (prober_) prober_->RemovePeer(id);
   }
   if (sender) sender->Stop();
 }
@@ -319,11 +333,15 @@ void PeerTransport::Send(std::vector<replication::RaftMessage> messages) {
 std::vector<membership::PeerTraffic> PeerTransport::Traffic() const {
   std::vector<std::shared_ptr<peer::PeerSender>> senders;
   peer::PeerService* service = nullptr;
+  peer::PeerProber* prober = nullptr;
   {
     util::MutexLock l(&mu_);
     for (const auto& [id, sender] : senders_) senders.push_back(sender);
     // Made by Start before it set started_; kept until destruction.
-    if (started_) service = service_.get();
+    if (started_) {
+      service = service_.get();
+      prober = prober_.get();
+    }
   }
   std::vector<membership::PeerTraffic> traffic;
   for (const auto& sender : senders) {
@@ -332,6 +350,7 @@ std::vector<membership::PeerTraffic> PeerTransport::Traffic() const {
     p.active = sender->ActiveSince() != absl::InfiniteFuture();
     p.sent_bytes = sender->sent_bytes();
     p.sent_failures = sender->sent_failures();
+    if (prober) p.round_trips = prober->RoundTrips(p.id);
     traffic.push_back(p);
   }
   if (service == nullptr) return traffic;

@@ -42,6 +42,7 @@
 #include "openssl/ssl.h"
 #include "replication/transport.h"
 #include "server/config/config.h"
+#include "server/peer/peer_prober.h"
 #include "server/peer/peer_tls.h"
 #include "util/mutex.h"
 
@@ -68,6 +69,10 @@ struct PeerTransportOptions {
   absl::Duration max_backoff = absl::Seconds(1);
   // The longest a snapshot stream to a peer may take.
   absl::Duration snapshot_timeout = absl::Minutes(30);
+  // The round-trip probes of the peers (etcd's prober timing by default;
+  // log_unhealthy is set by the transport: off where the TLS probe of
+  // peer_sender.h logs instead).
+  peer::PeerProberOptions probe;
   // Called (on a sender thread) with each failure of a stream to `peer`: a
   // refusal with the peer's status (FailedPrecondition "cluster ID
   // mismatch", PermissionDenied "the member has been permanently removed
@@ -145,8 +150,8 @@ class PeerTransport final : public replication::Transport {
   // The ports bound, in listen_peer_urls order. REQUIRES: Start succeeded.
   std::vector<int> BoundPorts() const;
 
-  // The senders' counts for each peer it sends to, and the bytes of the
-  // messages received from each.
+  // The senders' counts for each peer it sends to, the round trips the
+  // prober observed, and the bytes of the messages received from each.
   std::vector<membership::PeerTraffic> Traffic() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -169,13 +174,15 @@ class PeerTransport final : public replication::Transport {
   // afterwards (the callbacks read it without the lock).
   replication::TransportHandler handler_;
   std::unique_ptr<peer::PeerService> service_;
+  // Made by Start before started_ is set; stopped by Stop, first.
+  std::unique_ptr<peer::PeerProber> prober_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> ports_;
   // One per https listen URL, made by Start, stopped by Stop.
   std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners_;
 
-  // Lock order: mu_ before nothing: senders are started, stopped and fed
-  // outside it. Nothing blocks or calls out under it.
+  // Lock order: mu_ before the prober's (a leaf) and nothing else: senders
+  // are started, stopped and fed outside it. Nothing blocks under it.
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

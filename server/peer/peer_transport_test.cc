@@ -17,7 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "grpcpp/create_channel.h"
+#include "server/peer/peer_prober.h"
 #include "server/peer/peer_protocol.h"
+#include "server/peer/peer_sender.h"
 #include "server/peer/peer_testing.h"
 
 namespace capstan::server {
@@ -213,6 +216,98 @@ TEST(PeerTransportTest, PeerDownIsUnreachableThenMessagesFlowOnceItStarts) {
   std::vector<uint64_t> got = numbered();
   ASSERT_EQ(got.size(), 500u);
   for (size_t i = 0; i < 500; ++i) EXPECT_EQ(got[i], 100 + i);
+}
+
+// Probe timing short enough for a test (etcd's: 4 s, 5 s, 30 s).
+peer::PeerProberOptions FastProbes(absl::Duration timeout = absl::Seconds(2)) {
+  peer::PeerProberOptions o;
+  o.probe_interval = absl::Milliseconds(10);
+  o.probe_timeout = timeout;
+  o.report_first = absl::Milliseconds(30);
+  o.report_interval = absl::Milliseconds(30);
+  o.report_unhealthy_interval = absl::Milliseconds(30);
+  return o;
+}
+
+TEST(PeerProberTest, AnswersSmoothTheRoundTripAndFailuresMarkThePeerUnhealthy) {
+  auto b = StartMember(2);
+  ASSERT_NE(b, nullptr);
+  auto channel = grpc::CreateCustomChannel(peer::Target(b->url).first,
+                                           grpc::InsecureChannelCredentials(),
+                                           peer::PeerChannelArguments());
+  peer::PeerProber prober(FastProbes());
+  prober.AddPeer(2, [channel] { return channel; });
+  prober.Start();
+  ASSERT_TRUE(WaitFor([&] {
+    auto s = prober.StatusOf(2);
+    return s.healthy && s.probes >= 5;
+  }));
+  const auto healthy = prober.StatusOf(2);
+  EXPECT_GT(healthy.srtt, absl::ZeroDuration());
+  EXPECT_LT(healthy.srtt, absl::Seconds(1));
+  // The same clock on both ends: the difference is about nothing.
+  EXPECT_LT(absl::AbsDuration(healthy.clock_difference), absl::Milliseconds(500));
+  // The SRTT is observed into etcd's buckets: 0.1 ms doubling to 3.2768 s.
+  std::shared_ptr<const util::LatencyHistogram> round_trips = prober.RoundTrips(2);
+  ASSERT_NE(round_trips, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return round_trips->Count() >= 2; }));
+  EXPECT_EQ(round_trips->buckets(), 16);
+  EXPECT_DOUBLE_EQ(round_trips->UpperBound(0), 0.0001);
+  EXPECT_DOUBLE_EQ(round_trips->UpperBound(15), 3.2768);
+  EXPECT_GT(round_trips->Sum(), 0);
+
+  // The peer goes away: its probes fail, it is unhealthy, and the last SRTT
+  // is still observed (as etcd's prober does).
+  b->transport->Stop();
+  ASSERT_TRUE(WaitFor([&] { return !prober.StatusOf(2).healthy; }));
+  const uint64_t observed = round_trips->Count();
+  ASSERT_TRUE(WaitFor([&] { return round_trips->Count() >= observed + 2; }));
+
+  prober.RemovePeer(2);
+  EXPECT_EQ(prober.RoundTrips(2), nullptr);
+  EXPECT_EQ(prober.StatusOf(2).probes, 0u);
+  prober.Stop();
+}
+
+TEST(PeerProberTest, StopCancelsAProbeThePeerNeverAnswers) {
+  // A socket that accepts connections (the kernel's backlog) and never
+  // speaks: a probe waits for its deadline, a minute away.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)),
+                                           grpc::InsecureChannelCredentials(),
+                                           peer::PeerChannelArguments());
+  peer::PeerProber prober(FastProbes(absl::Minutes(1)));
+  prober.AddPeer(2, [channel] { return channel; });
+  prober.Start();
+  ASSERT_TRUE(WaitFor([&] { return prober.RoundTrips(2)->Count() >= 1; }));
+  EXPECT_EQ(prober.StatusOf(2).probes, 0u);  // none answered or failed yet
+  const absl::Time start = absl::Now();
+  prober.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  close(fd);
+}
+
+TEST(PeerTransportTest, TrafficHasTheProbedRoundTripsOfEachPeer) {
+  auto a = StartMember(1, kCluster, 0, std::nullopt, 4096, FastProbes());
+  auto b = StartMember(2, kCluster, 0, std::nullopt, 4096, FastProbes());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  auto observed = [&] {
+    for (const auto& p : a->transport->Traffic()) {
+      if (p.id == 2 && p.round_trips != nullptr && p.round_trips->Count() > 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(observed));
 }
 
 TEST(PeerTransportTest, FullQueueDropsWithoutBlocking) {

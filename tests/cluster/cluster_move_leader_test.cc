@@ -188,6 +188,26 @@ TEST_P(MoveLeaderTest, EtcdctlMovesTheLeadershipToTheTransferee) {
           << "member " << i;
     }
   }
+  // Each member's prober observes its first round trip to every peer 5 s
+  // after it added the peer (etcd's statusErrorInterval), into etcd's
+  // buckets; etcd's alert on slow member communication reads them.
+  for (int i = 0; i < cluster_->size(); ++i) {
+    for (int peer = 0; peer < cluster_->size(); ++peer) {
+      if (peer == i) continue;
+      const std::string to = absl::StrFormat("To=\"%x\"", id(peer));
+      const auto deadline = Clock::now() + seconds(15);
+      while (Metric(i, "etcd_network_peer_round_trip_time_seconds_count{", to, 0) == 0 &&
+             Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(100));  // polling a condition, with a deadline
+      }
+      EXPECT_GT(Metric(i, "etcd_network_peer_round_trip_time_seconds_count{", to, 0), 0)
+          << "member " << i << " to " << peer;
+      EXPECT_GE(Metric(i, "etcd_network_peer_round_trip_time_seconds_bucket{",
+                       to + ",le=\"3.2768\"", -1),
+                1)
+          << "member " << i << " to " << peer;
+    }
+  }
 
   // Given every endpoint, etcdctl finds the new leader; moving the
   // leadership to it is done at once.
