@@ -81,6 +81,14 @@ class RaftView {
   virtual uint64_t LeaderChanges() const { return 0; }
   virtual int64_t ProposalsPending() const { return 0; }
   virtual uint64_t ProposalsFailed() const { return 0; }
+  // etcd's read and heartbeat counters (etcd_server_slow_read_indexes_total,
+  // _read_indexes_failed_total, _heartbeat_send_failures_total): ReadIndex
+  // answers that were not this member's latest round's, or rounds that timed
+  // out; rounds failed by a leader change; heartbeats a leader sent to a
+  // peer more than two heartbeat intervals after the last one.
+  virtual uint64_t SlowReadIndexes() const { return 0; }
+  virtual uint64_t ReadIndexesFailed() const { return 0; }
+  virtual uint64_t HeartbeatSendFailures() const { return 0; }
   // The latencies of the synced writes of the Raft log (etcd's WAL fsync),
   // or null while the log has synced nothing (a sole voter's store makes
   // its groups durable itself).

@@ -73,7 +73,7 @@ struct SnapshotMeta {
 };
 
 // raftpb.MessageType values the member acts on itself.
-enum class MessageType : uint32_t { kSnapshot = 7 };
+enum class MessageType : uint32_t { kSnapshot = 7, kHeartbeat = 8 };
 
 // An outgoing raftpb.Message.
 struct RaftMessage {

@@ -751,8 +751,12 @@ void Replicator::Propose() {
 void Replicator::SendReadIndex(absl::Time now) {
   if (read_in_flight_) {
     if (now >= read_in_flight_->deadline) {
+      SPDLOG_WARN("timed out waiting for read index response (local node might have slow network) "
+                  "(timeout {})",
+                  absl::FormatDuration(options_.request_timeout));
       for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kTimeout));
       read_in_flight_.reset();
+      slow_read_indexes_.fetch_add(1, std::memory_order_relaxed);
     } else if (now - read_in_flight_->sent >= kReadIndexRetry && Leader() != 0) {
       engine_->ReadIndex(ReadContext(read_in_flight_->context));
       read_in_flight_->sent = now;
@@ -801,6 +805,29 @@ void Replicator::ExpireWaiters(absl::Time now) {
   }
 }
 
+void Replicator::ObserveHeartbeats(const std::vector<RaftMessage>& messages, absl::Time now) {
+  // etcd's raft loop: a heartbeat to a peer more than two heartbeat
+  // intervals after the last one means the loop was held up.
+  const absl::Duration max = 2 * options_.tick;
+  for (const RaftMessage& m : messages) {
+    if (m.type != static_cast<uint32_t>(MessageType::kHeartbeat)) continue;
+    auto [it, first] = heartbeat_sent_.emplace(m.to, now);
+    if (!first) {
+      const absl::Duration exceeded = now - it->second - max;
+      if (exceeded > absl::ZeroDuration()) {
+        heartbeat_send_failures_.fetch_add(1, std::memory_order_relaxed);
+        SPDLOG_WARN(
+            "leader failed to send out heartbeat on time; took too long, leader is overloaded "
+            "likely from slow disk (to {:x}, heartbeat-interval {}, expected-duration {}, "
+            "exceeded-duration {})",
+            m.to, absl::FormatDuration(options_.tick), absl::FormatDuration(max),
+            absl::FormatDuration(exceeded));
+      }
+      it->second = now;
+    }
+  }
+}
+
 void Replicator::HandleReady(Ready rd) {
   if (rd.soft_state) {
     const uint64_t old_lead = lead_.load(std::memory_order_relaxed);
@@ -813,11 +840,13 @@ void Replicator::HandleReady(Ready rd) {
       // flight with a retryable error rather than waiting for its retry.
       for (auto& r : read_in_flight_->waiters) r(MakeError(Error::kLeaderChanged));
       read_in_flight_.reset();
+      read_indexes_failed_.fetch_add(1, std::memory_order_relaxed);
     }
     const bool was_leader = role_ == RaftRole::kLeader;
     role_ = rd.soft_state->role;
     const bool leads = role_ == RaftRole::kLeader;
     if (leads && !was_leader) {
+      heartbeat_sent_.clear();  // etcd resets its timeout detector
       // etcd's Lessor.Promote: the followers never saw the old leader's
       // keep-alives, so every lease gets its TTL again (plus an election).
       store_->lessor()->Promote(std::chrono::milliseconds(
@@ -838,6 +867,7 @@ void Replicator::HandleReady(Ready rd) {
       ++it;
     }
   }
+  if (leads) ObserveHeartbeats(rd.messages, absl::Now());
   if (leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
   // A snapshot replaces the store first: were the member to crash before
   // the log takes it, the store is ahead of the log, which restarting
@@ -865,7 +895,12 @@ void Replicator::HandleReady(Ready rd) {
   if (rd.snapshot) log_first_.store(log_->snapshot_meta().index + 1, std::memory_order_release);
   if (!leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
   for (const ReadState& rs : rd.read_states) {
-    if (!read_in_flight_ || rs.context != ReadContext(read_in_flight_->context)) continue;
+    if (!read_in_flight_ || rs.context != ReadContext(read_in_flight_->context)) {
+      // The answer to a round given up on (timed out, or failed by a leader
+      // change): etcd counts it as a slow read index.
+      slow_read_indexes_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     ReleaseReads(rs.index, std::move(read_in_flight_->waiters));
     read_in_flight_.reset();
   }

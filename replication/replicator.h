@@ -202,6 +202,15 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   int64_t ProposalsPending() const override {
     return proposals_pending_.load(std::memory_order_relaxed);
   }
+  uint64_t SlowReadIndexes() const override {
+    return slow_read_indexes_.load(std::memory_order_relaxed);
+  }
+  uint64_t ReadIndexesFailed() const override {
+    return read_indexes_failed_.load(std::memory_order_relaxed);
+  }
+  uint64_t HeartbeatSendFailures() const override {
+    return heartbeat_send_failures_.load(std::memory_order_relaxed);
+  }
   uint64_t ProposalsFailed() const override {
     return proposals_failed_.load(std::memory_order_relaxed);
   }
@@ -330,6 +339,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void SendReadIndex(absl::Time now);
   void ExpireWaiters(absl::Time now);
   void HandleReady(Ready rd);
+  // Counts the heartbeats among a leader's messages that left late.
+  void ObserveHeartbeats(const std::vector<RaftMessage>& messages, absl::Time now);
   // Handles every Ready raft has; a sole voter that does not lead
   // campaigns.
   void DrainReady();
@@ -435,6 +446,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::atomic<bool> leader_{false};
   // For the metrics (RaftView): written by the raft loop only.
   std::atomic<uint64_t> leader_changes_{0}, proposals_failed_{0};
+  std::atomic<uint64_t> slow_read_indexes_{0}, read_indexes_failed_{0},
+      heartbeat_send_failures_{0};
+  // The raft loop's: when the leader last sent each peer a heartbeat
+  // (etcd's timeout detector), cleared when it becomes leader.
+  std::map<uint64_t, absl::Time> heartbeat_sent_;
   std::atomic<int64_t> proposals_pending_{0};
   util::LatencyHistogram log_sync_latency_;  // the synced Saves of Ready
   // This member is a learner in its applied member table.

@@ -134,6 +134,17 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Single("etcd_server_proposals_failed_total", MetricType::Counter,
                          "The total number of failed proposals seen.",
                          raft != nullptr ? d(raft->ProposalsFailed()) : 0));
+    out.push_back(Single("etcd_server_slow_read_indexes_total", MetricType::Counter,
+                         "The total number of pending read indexes not in sync with leader's or "
+                         "timed out read index requests.",
+                         raft != nullptr ? d(raft->SlowReadIndexes()) : 0));
+    out.push_back(Single("etcd_server_read_indexes_failed_total", MetricType::Counter,
+                         "The total number of failed read indexes seen.",
+                         raft != nullptr ? d(raft->ReadIndexesFailed()) : 0));
+    out.push_back(Single("etcd_server_heartbeat_send_failures_total", MetricType::Counter,
+                         "The total number of leader heartbeat send failures (likely overloaded "
+                         "from slow disk).",
+                         raft != nullptr ? d(raft->HeartbeatSendFailures()) : 0));
     out.push_back(Single("capstan_commit_groups_total", MetricType::Counter,
                          "Group commits written to the backend.", d(stats.groups)));
     out.push_back(Single("capstan_commit_group_requests_total", MetricType::Counter,

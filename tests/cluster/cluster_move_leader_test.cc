@@ -11,7 +11,10 @@
 //     client's deadline, the leader unchanged;
 //   - writes submitted to the leader while a transfer runs (its transferee
 //     paused until then) are answered once the new leader leads, on
-//     Capstan; etcd 3.5 refuses them at once ("raft proposal dropped").
+//     Capstan; etcd 3.5 refuses them at once ("raft proposal dropped");
+//   - a leader held up (SIGSTOP) for less than an election timeout keeps
+//     the leadership and counts its late heartbeats
+//     (etcd_server_heartbeat_send_failures_total) and logs etcd's warning.
 
 #include <chrono>
 #include <cstdint>
@@ -365,6 +368,44 @@ TEST_P(MoveLeaderTest, WritesSubmittedDuringATransferAreAnsweredOnceTheNewLeader
       }
     }
   }
+}
+
+TEST_P(MoveLeaderTest, ALeaderHeldUpCountsItsLateHeartbeats) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*election_timeout_ms=*/3000));
+  for (int i = 0; i < cluster_->size(); ++i) {
+    EXPECT_EQ(Metric(i, "etcd_server_heartbeat_send_failures_total ", "", -1), 0) << "member " << i;
+    EXPECT_EQ(Metric(i, "etcd_server_slow_read_indexes_total ", "", -1), 0) << "member " << i;
+    EXPECT_EQ(Metric(i, "etcd_server_read_indexes_failed_total ", "", -1), 0) << "member " << i;
+  }
+  // The new leader's detector times heartbeats from its first ones: wait
+  // until messages went to each follower after the first scrape (an idle
+  // leader sends only heartbeats).
+  for (int f : {transferee_, other_}) {
+    const std::string to = absl::StrFormat("\"%x\"", id(f));
+    const int64_t sent = Metric(leader_, "etcd_network_peer_sent_bytes_total{", to, 0);
+    const auto deadline = Clock::now() + seconds(10);
+    while (Metric(leader_, "etcd_network_peer_sent_bytes_total{", to, 0) <= sent &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(20));  // polling a condition, with a deadline
+    }
+  }
+  // Held for 5 heartbeat intervals, under a third of the election timeout:
+  // the followers keep it as leader, and its next heartbeats leave late.
+  ASSERT_TRUE(cluster_->Pause(leader_).ok());
+  std::this_thread::sleep_for(milliseconds(500));  // the fault's length, not a wait for an event
+  ASSERT_TRUE(cluster_->Resume(leader_).ok());
+  EXPECT_TRUE(WaitForLogLine(leader_, "leader failed to send out heartbeat on time", seconds(10)));
+  const auto deadline = Clock::now() + seconds(10);
+  while (Metric(leader_, "etcd_server_heartbeat_send_failures_total ", "", -1) < 1 &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(50));  // polling a condition, with a deadline
+  }
+  EXPECT_GE(Metric(leader_, "etcd_server_heartbeat_send_failures_total ", "", -1), 1);
+  auto now = cluster_->WaitForLeader(seconds(10));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(*now, leader_);
+  // A follower sends no heartbeats.
+  EXPECT_EQ(Metric(transferee_, "etcd_server_heartbeat_send_failures_total ", "", -1), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, MoveLeaderTest,
