@@ -102,8 +102,9 @@ void WatchHub::Stop() {
   if (dispatcher_.joinable()) dispatcher_.join();
 }
 
-std::shared_ptr<WatchStream> WatchHub::OpenStream(const etcdserverpb::ResponseHeader& header) {
-  std::shared_ptr<WatchStream> s(new WatchStream(this, header));
+std::shared_ptr<WatchStream> WatchHub::OpenStream(const etcdserverpb::ResponseHeader& header,
+                                                  StreamUse use) {
+  std::shared_ptr<WatchStream> s(new WatchStream(this, header, use == StreamUse::kInternal));
   util::MutexLock l(&mu_);
   streams_.emplace(s.get(), StreamWatchers());
   return s;
@@ -257,7 +258,7 @@ void WatchHub::DeliverLocked(Watcher* w, const std::vector<const WatchEvent*>& e
   util::MutexLock l(&s->mu_);
   s->PushEventsLocked(w->id, header_rev, fields, w->fragment,
                       static_cast<size_t>(options_.max_response_bytes));
-  events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
+  if (!s->internal_) events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
 }
 
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
@@ -647,10 +648,9 @@ bool WatchHub::SyncOnce() {
 WatchHub::Stats WatchHub::GetStats() const {
   util::MutexLock l(&mu_);
   Stats s;
-  s.unsynced = unsynced_.size();
-  s.synced = 0;
-  for (const auto& [w, owned] : watchers_) s.synced += w->synced ? 1 : 0;
-  s.streams = streams_.size();
+  for (const Watcher* w : unsynced_) s.unsynced += w->stream->internal_ ? 0 : 1;
+  for (const auto& [w, owned] : watchers_) s.synced += w->synced && !w->stream->internal_ ? 1 : 0;
+  for (const auto& [stream, watchers] : streams_) s.streams += stream->internal_ ? 0 : 1;
   s.events_sent = events_sent_.load(std::memory_order_relaxed);
   s.parked = parked_.load(std::memory_order_relaxed);
   s.dropped = dropped_.load(std::memory_order_relaxed);

@@ -115,8 +115,11 @@ class WatchHub {
   WatchHub& operator=(const WatchHub&) = delete;
 
   // A new stream; header holds the cluster_id, member_id and raft_term its
-  // responses carry.
-  std::shared_ptr<WatchStream> OpenStream(const etcdserverpb::ResponseHeader& header)
+  // responses carry. An internal stream (the watch cache's feed) is left out
+  // of the client-facing counts of GetStats.
+  enum class StreamUse { kClient, kInternal };
+  std::shared_ptr<WatchStream> OpenStream(const etcdserverpb::ResponseHeader& header,
+                                          StreamUse use = StreamUse::kClient)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called by the committer, in revision order, once the changes up to rev
@@ -151,6 +154,9 @@ class WatchHub {
   void TEST_SetSyncPoint(std::function<void(std::string_view point)> hook)
       ABSL_LOCKS_EXCLUDED(test_mu_);
 
+  // The clients' streams and watchers (internal streams left out): synced
+  // and unsynced watchers, streams, events sent; and the hub's slow-stream
+  // counts.
   struct Stats {
     size_t synced = 0, unsynced = 0, streams = 0;
     uint64_t events_sent = 0, parked = 0, dropped = 0;
@@ -308,7 +314,7 @@ class WatchStream {
 
  private:
   friend class WatchHub;
-  WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header);
+  WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header, bool internal);
 
   // A response other than events: Created, canceled, progress.
   struct ControlFields {
@@ -346,6 +352,7 @@ class WatchStream {
   bool HasRoomLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   WatchHub* const hub_;
+  const bool internal_;  // OpenStream's StreamUse::kInternal
   // The response header's fields other than the revision, encoded:
   // cluster_id (1) and member_id (2) before it, raft_term (4) after it.
   std::string header_prefix_, header_suffix_;

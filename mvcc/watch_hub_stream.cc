@@ -51,7 +51,8 @@ size_t ResponseBaseSize(size_t header_size, int64_t watch_id, bool fragment) {
 
 }  // namespace
 
-WatchStream::WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header) : hub_(hub) {
+WatchStream::WatchStream(WatchHub* hub, const etcdserverpb::ResponseHeader& header, bool internal)
+    : hub_(hub), internal_(internal) {
   util::AppendVarintField(1, header.cluster_id(), &header_prefix_);
   util::AppendVarintField(2, header.member_id(), &header_prefix_);
   util::AppendVarintField(4, header.raft_term(), &header_suffix_);

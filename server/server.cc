@@ -598,6 +598,7 @@ void Server::ConfigureGrpc(Listening& l) {
       &builder, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   metrics_ = std::make_unique<Metrics>(store_.get(), member_.get(), kEtcdApiVersion);
   if (cache_range_ != nullptr) metrics_->AddWatchCache(cache_.get(), cache_range_);
+  metrics_->AddWatches(hub_.get(), cache_range_ != nullptr ? cache_.get() : nullptr);
   metrics_->AddRecipes(recipes_.get());
   if (peer_transport_) {
     metrics_->AddPeers(member_->member_id,

@@ -419,6 +419,57 @@ TEST(MetricsTest, KeysGaugeCountsLiveKeysAsEtcd) {
   EXPECT_EQ(keys_total(**etcd), 3);
 }
 
+// etcd's watch gauges and event counter move alike: one stream with two
+// watchers of a key, a put to it, the stream closed.
+TEST(MetricsTest, WatchGaugesAndEventsCountAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  for (const ServerProcess* server : {capstan->get(), etcd->get()}) {
+    const std::string who = server == capstan->get() ? "capstan" : "etcd";
+    ServerStubs s(server->NewChannel());
+    auto value = [&](const char* name) { return ScrapeMetrics(*server).Value(name); };
+    EXPECT_EQ(value("etcd_debugging_mvcc_watcher_total"), 0) << who;
+    EXPECT_EQ(value("etcd_debugging_mvcc_watch_stream_total"), 0) << who;
+    const double events_before = value("etcd_debugging_mvcc_events_total");
+    {
+      grpc::ClientContext ctx;
+      auto stream = s.watch->Watch(&ctx);
+      for (int i = 0; i < 2; ++i) {
+        etcdserverpb::WatchRequest req;
+        req.mutable_create_request()->set_key("/w/key");
+        ASSERT_TRUE(stream->Write(req)) << who;
+        etcdserverpb::WatchResponse created;
+        ASSERT_TRUE(stream->Read(&created)) << who;
+        ASSERT_TRUE(created.created()) << who;
+      }
+      EXPECT_EQ(value("etcd_debugging_mvcc_watcher_total"), 2) << who;
+      EXPECT_EQ(value("etcd_debugging_mvcc_watch_stream_total"), 1) << who;
+      EXPECT_EQ(value("etcd_debugging_mvcc_slow_watcher_total"), 0) << who;
+      ASSERT_TRUE(Put(s, "/w/key", "v").ok()) << who;
+      for (int i = 0; i < 2; ++i) {
+        etcdserverpb::WatchResponse event;
+        ASSERT_TRUE(stream->Read(&event)) << who;
+        EXPECT_EQ(event.events_size(), 1) << who;
+      }
+      // Each watcher's event was sent.
+      EXPECT_EQ(value("etcd_debugging_mvcc_events_total") - events_before, 2) << who;
+      ctx.TryCancel();
+      etcdserverpb::WatchResponse rest;
+      while (stream->Read(&rest)) {
+      }
+    }
+    // The server lets the stream go once it sees the cancel.
+    const auto deadline = absl::Now() + absl::Seconds(10);
+    while (value("etcd_debugging_mvcc_watcher_total") != 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));  // polling a condition, with a deadline
+    }
+    EXPECT_EQ(value("etcd_debugging_mvcc_watcher_total"), 0) << who;
+    EXPECT_EQ(value("etcd_debugging_mvcc_watch_stream_total"), 0) << who;
+  }
+}
+
 TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   auto capstan = ServerProcess::Start(ServerOptions::Capstan());
   ASSERT_TRUE(capstan.ok()) << capstan.status();
@@ -442,6 +493,8 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
         "etcd_server_proposals_failed_total", "etcd_server_leader_changes_seen_total",
         "etcd_server_is_learner", "etcd_server_id", "etcd_server_slow_read_indexes_total",
         "etcd_server_read_indexes_failed_total", "etcd_server_heartbeat_send_failures_total",
+        "etcd_debugging_mvcc_watcher_total", "etcd_debugging_mvcc_slow_watcher_total",
+        "etcd_debugging_mvcc_watch_stream_total", "etcd_debugging_mvcc_events_total",
         "etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds",
         "etcd_server_quota_backend_bytes", "etcd_debugging_lease_granted_total",
         "grpc_server_started_total", "grpc_server_handled_total",

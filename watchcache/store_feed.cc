@@ -136,7 +136,8 @@ absl::Status StoreFeed::Load(int64_t* rev) {
 
 void StoreFeed::Follow(int64_t rev) {
   etcdserverpb::ResponseHeader header;
-  std::shared_ptr<mvcc::WatchStream> stream = hub_->OpenStream(header);
+  std::shared_ptr<mvcc::WatchStream> stream =
+      hub_->OpenStream(header, mvcc::WatchHub::StreamUse::kInternal);
   {
     util::MutexLock l(&mu_);
     inbox_.clear();

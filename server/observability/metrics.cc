@@ -17,6 +17,7 @@
 #include "server/api/recipes.h"
 #include "server/config/feature_gates.h"
 #include "server/observability/request_metrics.h"
+#include "mvcc/watch_hub.h"
 #include "watchcache/cache.h"
 
 namespace capstan::server {
@@ -324,6 +325,39 @@ class PeerMetrics final : public prometheus::Collectable {
   const std::function<std::vector<membership::PeerTraffic>()> peers_;
 };
 
+// etcd's watch gauges and counter over the hub's watchers and those the
+// watch cache serves (a client's watch is one or the other).
+class WatchMetrics final : public prometheus::Collectable {
+ public:
+  WatchMetrics(const mvcc::WatchHub* hub, const watchcache::Cache* cache)
+      : hub_(hub), cache_(cache) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const mvcc::WatchHub::Stats hub = hub_->GetStats();
+    uint64_t cached = 0, cached_behind = 0;
+    if (cache_ != nullptr) {
+      for (const auto& rc : cache_->resources()) {
+        const auto st = rc->GetStats(/*estimate_indexes=*/false);
+        cached += st.watchers;
+        cached_behind += st.watchers_behind;
+      }
+    }
+    auto d = [](auto v) { return static_cast<double>(v); };
+    return {Single("etcd_debugging_mvcc_watcher_total", MetricType::Gauge,
+                   "Total number of watchers.", d(hub.synced + hub.unsynced + cached)),
+            Single("etcd_debugging_mvcc_slow_watcher_total", MetricType::Gauge,
+                   "Total number of unsynced slow watchers.", d(hub.unsynced + cached_behind)),
+            Single("etcd_debugging_mvcc_watch_stream_total", MetricType::Gauge,
+                   "Total number of watch streams.", d(hub.streams)),
+            Single("etcd_debugging_mvcc_events_total", MetricType::Counter,
+                   "Total number of events sent by this member.", d(hub.events_sent))};
+  }
+
+ private:
+  const mvcc::WatchHub* const hub_;
+  const watchcache::Cache* const cache_;
+};
+
 // The Lock and Election services' calls (server/api/recipes.h).
 class RecipesMetrics final : public prometheus::Collectable {
  public:
@@ -345,6 +379,10 @@ class RecipesMetrics final : public prometheus::Collectable {
 };
 
 }  // namespace
+
+void Metrics::AddWatches(const mvcc::WatchHub* hub, const watchcache::Cache* cache) {
+  scraped_.push_back(std::make_unique<WatchMetrics>(hub, cache));
+}
 
 void Metrics::AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges) {
   scraped_.push_back(std::make_unique<WatchCacheMetrics>(cache, ranges));

@@ -63,6 +63,12 @@ class Metrics {
   // Render may be called.
   void AddWatchCache(const watchcache::Cache* cache, const CacheRange* ranges);
 
+  // Adds etcd's etcd_debugging_mvcc_watcher_total, _slow_watcher_total,
+  // _watch_stream_total and _events_total, read at each scrape from the
+  // hub and the watch cache's watchers (cache may be null). Call before the
+  // first Render; both must stay valid while Render may be called.
+  void AddWatches(const mvcc::WatchHub* hub, const watchcache::Cache* cache);
+
   // Adds the Lock and Election services' calls in progress and Observe
   // pauses (capstan_lock_election_*), read at each scrape. Call before the
   // first Render; recipes must stay valid while Render may be called.
