@@ -58,6 +58,7 @@ std::optional<int64_t> Lessor::Renew(int64_t id) {
   const auto now = clock_->Now();
   if (it->second.deadline <= now) return std::nullopt;
   const Clock::TimePoint deadline = now + std::chrono::seconds(it->second.ttl);
+  renewed_.fetch_add(1, std::memory_order_relaxed);
   // Renewed again at the same instant: its heap entry is already live.
   if (deadline == it->second.deadline) return it->second.ttl;
   it->second.deadline = deadline;

@@ -21,6 +21,7 @@
 #ifndef CAPSTAN_LEASE_LESSOR_H_
 #define CAPSTAN_LEASE_LESSOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -68,6 +69,8 @@ class Lessor {
   // the lease does not exist or has already expired (an expired lease is
   // only ever revoked).
   std::optional<int64_t> Renew(int64_t id);
+  // The renewals that extended a lease (etcd_debugging_lease_renewed_total).
+  uint64_t renewed() const { return renewed_.load(std::memory_order_relaxed); }
 
   // A member that becomes its cluster's leader: every lease gets its full
   // TTL again plus `extend` from now (etcd's Lessor.Promote, which extends
@@ -96,6 +99,7 @@ class Lessor {
   void Restore(int64_t id, int64_t ttl) { Grant(id, ttl); }
 
  private:
+  std::atomic<uint64_t> renewed_{0};
   struct Lease {
     int64_t ttl = 0;
     Clock::TimePoint deadline;

@@ -474,7 +474,9 @@ void KvStore::LeaseExpiryLoop() {
       auto req = std::make_shared<etcdserverpb::LeaseRevokeRequest>();
       req->set_id(id);
       auto resp = std::make_shared<etcdserverpb::LeaseRevokeResponse>();
-      WriteRequest w{LeaseRevokeOp{req.get(), resp.get()}, [req, resp](absl::Status) {}};
+      WriteRequest w{LeaseRevokeOp{req.get(), resp.get()}, [this, req, resp](absl::Status s) {
+                       if (s.ok()) stat_leases_expired_.fetch_add(1, std::memory_order_relaxed);
+                     }};
       w.leader_term = term;
       log->Submit(std::move(w));
     }
@@ -523,6 +525,9 @@ KvStore::Stats KvStore::GetStats() const {
   s.groups = stat_groups_.load(std::memory_order_relaxed);
   s.group_writes = stat_group_writes_.load(std::memory_order_relaxed);
   s.lease_grants = stat_lease_grants_.load(std::memory_order_relaxed);
+  s.lease_revokes = stat_lease_revokes_.load(std::memory_order_relaxed);
+  s.lease_renewals = lessor_.renewed();
+  s.leases_expired = stat_leases_expired_.load(std::memory_order_relaxed);
   s.keys = View()->index.live();
   return s;
 }

@@ -313,11 +313,17 @@ class KvStore : public WriteLog {
   struct Stats {
     uint64_t puts = 0, deletes = 0, txns = 0, ranges = 0, groups = 0, group_writes = 0;
     uint64_t lease_grants = 0;  // leases granted since the store opened
+    uint64_t lease_revokes = 0;  // leases revoked (by a client or expired), applied
+    uint64_t lease_renewals = 0;  // keep-alives that extended a lease (the leader's)
+    uint64_t leases_expired = 0;  // expired leases this member revoked as leader
     uint64_t keys = 0;  // alive at the current revision (etcd's keys gauge)
   };
   Stats GetStats() const;
   // Durations of the group commits' synced backend writes.
   const util::LatencyHistogram& commit_latency() const { return commit_latency_; }
+  // The TTLs of the leases granted, in seconds (etcd's
+  // etcd_debugging_lease_ttl_total buckets: 1 doubling to 8192).
+  const util::LatencyHistogram& lease_ttls() const { return lease_ttls_; }
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
@@ -521,7 +527,9 @@ class KvStore : public WriteLog {
 
   util::LatencyHistogram commit_latency_;
   mutable std::atomic<uint64_t> stat_puts_{0}, stat_deletes_{0}, stat_txns_{0}, stat_ranges_{0},
-      stat_groups_{0}, stat_group_writes_{0}, stat_lease_grants_{0};
+      stat_groups_{0}, stat_group_writes_{0}, stat_lease_grants_{0}, stat_lease_revokes_{0},
+      stat_leases_expired_{0};
+  util::LatencyHistogram lease_ttls_{1, 14};
 
   lease::Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only

@@ -356,6 +356,7 @@ class KvStore::Applier {
     }
     s_->batch_.Delete(Cf::kLease, lease::LeaseKey(r.id()));
     s_->lessor_.Revoke(r.id());
+    s_->stat_lease_revokes_.fetch_add(1, std::memory_order_relaxed);
     resp->mutable_header()->set_revision(changed() ? main_ : s_->current_rev_);
     return absl::OkStatus();
   }
@@ -559,6 +560,7 @@ absl::Status KvStore::ApplyLeaseGrant(const etcdserverpb::LeaseGrantRequest& req
   batch_.Put(Cf::kLease, lease::LeaseKey(id), lease::EncodeLeaseRecord(id, ttl));
   lessor_.Grant(id, ttl);
   stat_lease_grants_.fetch_add(1, std::memory_order_relaxed);
+  lease_ttls_.Record(static_cast<double>(ttl));
   resp->set_id(id);
   resp->set_ttl(ttl);
   resp->mutable_header()->set_revision(current_rev_);

@@ -470,6 +470,54 @@ TEST(MetricsTest, WatchGaugesAndEventsCountAsEtcd) {
   }
 }
 
+// etcd's lease counters and TTL histogram move alike: three grants, a
+// keep-alive, a revoke and an expiry.
+TEST(MetricsTest, LeaseCountersAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  for (const ServerProcess* server : {capstan->get(), etcd->get()}) {
+    const std::string who = server == capstan->get() ? "capstan" : "etcd";
+    ServerStubs s(server->NewChannel());
+    auto value = [&](const char* name) { return ScrapeMetrics(*server).Value(name); };
+    std::vector<int64_t> ids;
+    for (int64_t ttl : {60, 60, 2}) {
+      etcdserverpb::LeaseGrantRequest req;
+      req.set_ttl(ttl);
+      etcdserverpb::LeaseGrantResponse resp;
+      ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), req, &resp).ok()) << who;
+      ids.push_back(resp.id());
+    }
+    {
+      auto ctx = Deadline();
+      auto stream = s.lease->LeaseKeepAlive(ctx.get());
+      etcdserverpb::LeaseKeepAliveRequest req;
+      req.set_id(ids[0]);
+      ASSERT_TRUE(stream->Write(req)) << who;
+      etcdserverpb::LeaseKeepAliveResponse resp;
+      ASSERT_TRUE(stream->Read(&resp)) << who;
+      EXPECT_EQ(resp.ttl(), 60) << who;
+      stream->WritesDone();
+    }
+    etcdserverpb::LeaseRevokeRequest revoke;
+    revoke.set_id(ids[1]);
+    etcdserverpb::LeaseRevokeResponse revoked;
+    ASSERT_TRUE(s.lease->LeaseRevoke(Deadline().get(), revoke, &revoked).ok()) << who;
+    EXPECT_EQ(value("etcd_debugging_lease_renewed_total"), 1) << who;
+    EXPECT_EQ(value("etcd_debugging_lease_ttl_total_count"), 3) << who;
+    EXPECT_EQ(value("etcd_debugging_lease_ttl_total_bucket{le=\"2\"}"), 1) << who;
+    EXPECT_EQ(value("etcd_debugging_lease_ttl_total_bucket{le=\"64\"}"), 3) << who;
+    // The 2 s lease expires and its leader revokes it.
+    const auto deadline = absl::Now() + absl::Seconds(15);
+    while (value("etcd_debugging_server_lease_expired_total") < 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));  // polling a condition, with a deadline
+    }
+    EXPECT_EQ(value("etcd_debugging_server_lease_expired_total"), 1) << who;
+    EXPECT_EQ(value("etcd_debugging_lease_revoked_total"), 2) << who;
+  }
+}
+
 TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   auto capstan = ServerProcess::Start(ServerOptions::Capstan());
   ASSERT_TRUE(capstan.ok()) << capstan.status();
@@ -495,6 +543,12 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
         "etcd_server_read_indexes_failed_total", "etcd_server_heartbeat_send_failures_total",
         "etcd_debugging_mvcc_watcher_total", "etcd_debugging_mvcc_slow_watcher_total",
         "etcd_debugging_mvcc_watch_stream_total", "etcd_debugging_mvcc_events_total",
+        "etcd_debugging_lease_renewed_total", "etcd_debugging_lease_revoked_total",
+        "etcd_debugging_lease_ttl_total", "etcd_debugging_server_lease_expired_total",
+        "process_cpu_seconds_total", "process_open_fds", "process_max_fds",
+        "process_virtual_memory_bytes", "process_virtual_memory_max_bytes",
+        "process_start_time_seconds", "process_network_receive_bytes_total",
+        "process_network_transmit_bytes_total", "os_fd_used", "os_fd_limit",
         "etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds",
         "etcd_server_quota_backend_bytes", "etcd_debugging_lease_granted_total",
         "grpc_server_started_total", "grpc_server_handled_total",

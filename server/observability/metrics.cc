@@ -1,14 +1,21 @@
 #include "server/observability/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
@@ -27,11 +34,67 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
+// What Prometheus's Go process collector reads from /proc/self, which
+// etcd serves as process_* (and os_fd_* beside it).
+struct ProcessState {
+  double cpu_seconds = 0;
+  double virtual_bytes = 0;
+  double resident_bytes = 0;
+  double start_seconds = 0;  // since the Unix epoch
+  double open_fds = 0;
+  double max_fds = 0;
+  double max_virtual_bytes = 0;
+  double received_bytes = 0, transmitted_bytes = 0;  // the network namespace's interfaces
+};
+
+ProcessState ReadProcess() {
+  ProcessState p;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  {
+    std::ifstream in("/proc/self/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The fields after the command name, which may hold spaces: from state
+    // (field 3) on, utime is field 14, stime 15, starttime 22, vsize 23,
+    // rss 24.
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos) {
+      std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+      auto field = [&](size_t n) {
+        double v = 0;
+        return n - 3 < f.size() && absl::SimpleAtod(f[n - 3], &v) ? v : 0.0;
+      };
+      p.cpu_seconds = (field(14) + field(15)) / ticks;
+      p.virtual_bytes = field(23);
+      p.resident_bytes = field(24) * static_cast<double>(sysconf(_SC_PAGESIZE));
+      std::ifstream proc_stat("/proc/stat");
+      for (std::string line; std::getline(proc_stat, line);) {
+        double boot = 0;
+        if (absl::StartsWith(line, "btime ") && absl::SimpleAtod(line.substr(6), &boot)) {
+          p.start_seconds = boot + field(22) / ticks;
+        }
+      }
+    }
+  }
+  if (DIR* fds = opendir("/proc/self/fd"); fds != nullptr) {
+    while (dirent* e = readdir(fds)) p.open_fds += e->d_name[0] == '.' ? 0 : 1;
+    closedir(fds);
+    p.open_fds -= 1;  // the directory being read
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) p.max_fds = static_cast<double>(limit.rlim_cur);
+  if (getrlimit(RLIMIT_AS, &limit) == 0) p.max_virtual_bytes = static_cast<double>(limit.rlim_cur);
+  std::ifstream dev("/proc/self/net/dev");
+  for (std::string line; std::getline(dev, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;  // the two header lines
+    std::vector<std::string> f = absl::StrSplit(line.substr(colon + 1), ' ', absl::SkipEmpty());
+    double rx = 0, tx = 0;
+    if (f.size() > 8 && absl::SimpleAtod(f[0], &rx) && absl::SimpleAtod(f[8], &tx)) {
+      p.received_bytes += rx;
+      p.transmitted_bytes += tx;
+    }
+  }
+  return p;
 }
 
 // One family with one sample (and optional labels).
@@ -167,6 +230,15 @@ class StoreMetrics final : public prometheus::Collectable {
     // Election services' sessions included.
     out.push_back(Single("etcd_debugging_lease_granted_total", MetricType::Counter,
                          "The total number of granted leases.", d(stats.lease_grants)));
+    out.push_back(Single("etcd_debugging_lease_renewed_total", MetricType::Counter,
+                         "The number of renewed leases seen by the leader.",
+                         d(stats.lease_renewals)));
+    out.push_back(Single("etcd_debugging_lease_revoked_total", MetricType::Counter,
+                         "The total number of revoked leases.", d(stats.lease_revokes)));
+    out.push_back(Histogram("etcd_debugging_lease_ttl_total", "Bucketed histogram of lease TTLs.",
+                            store_->lease_ttls()));
+    out.push_back(Single("etcd_debugging_server_lease_expired_total", MetricType::Counter,
+                         "The total number of expired leases.", d(stats.leases_expired)));
     out.push_back(Single("capstan_leases", MetricType::Gauge, "Leases held.",
                          d(store_->lessor()->size())));
     // etcd 3.6's etcd_debugging_server_alarms: the active alarms by member
@@ -184,8 +256,32 @@ class StoreMetrics final : public prometheus::Collectable {
       alarms.metric.push_back(std::move(m));
     }
     if (!alarms.metric.empty()) out.push_back(std::move(alarms));
+    const ProcessState p = ReadProcess();
+    out.push_back(Single("process_cpu_seconds_total", MetricType::Counter,
+                         "Total user and system CPU time spent in seconds.", p.cpu_seconds));
+    out.push_back(Single("process_open_fds", MetricType::Gauge, "Number of open file descriptors.",
+                         p.open_fds));
+    out.push_back(Single("process_max_fds", MetricType::Gauge,
+                         "Maximum number of open file descriptors.", p.max_fds));
+    out.push_back(Single("process_virtual_memory_bytes", MetricType::Gauge,
+                         "Virtual memory size in bytes.", p.virtual_bytes));
+    out.push_back(Single("process_virtual_memory_max_bytes", MetricType::Gauge,
+                         "Maximum amount of virtual memory available in bytes.",
+                         p.max_virtual_bytes));
     out.push_back(Single("process_resident_memory_bytes", MetricType::Gauge,
-                         "Resident memory size in bytes.", d(ResidentBytes())));
+                         "Resident memory size in bytes.", p.resident_bytes));
+    out.push_back(Single("process_start_time_seconds", MetricType::Gauge,
+                         "Start time of the process since unix epoch in seconds.",
+                         p.start_seconds));
+    out.push_back(Single("process_network_receive_bytes_total", MetricType::Counter,
+                         "Number of bytes received by the process over the network.",
+                         p.received_bytes));
+    out.push_back(Single("process_network_transmit_bytes_total", MetricType::Counter,
+                         "Number of bytes sent by the process over the network.",
+                         p.transmitted_bytes));
+    out.push_back(Single("os_fd_used", MetricType::Gauge, "The number of used file descriptors.",
+                         p.open_fds));
+    out.push_back(Single("os_fd_limit", MetricType::Gauge, "The file descriptor limit.", p.max_fds));
     return out;
   }
 
