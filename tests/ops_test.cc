@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <memory>
@@ -392,6 +393,19 @@ Scrape ScrapeMetrics(const ServerProcess& server) {
   return out;
 }
 
+// Polls sample `name` of server's /metrics until `done` holds of it (at most
+// 15 s), and returns its last value.
+double AwaitMetric(const ServerProcess& server, const std::string& name,
+                   const std::function<bool(double)>& done) {
+  const auto deadline = absl::Now() + absl::Seconds(15);
+  double v = ScrapeMetrics(server).Value(name);
+  while (!done(v) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a condition, with a deadline
+    v = ScrapeMetrics(server).Value(name);
+  }
+  return v;
+}
+
 // etcd's keys gauge counts live keys: a put of a new key adds one, a delete
 // takes one away at once (not when a compaction drops the tombstone).
 TEST(MetricsTest, KeysGaugeCountsLiveKeysAsEtcd) {
@@ -461,11 +475,10 @@ TEST(MetricsTest, WatchGaugesAndEventsCountAsEtcd) {
       }
     }
     // The server lets the stream go once it sees the cancel.
-    const auto deadline = absl::Now() + absl::Seconds(10);
-    while (value("etcd_debugging_mvcc_watcher_total") != 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));  // polling a condition, with a deadline
-    }
-    EXPECT_EQ(value("etcd_debugging_mvcc_watcher_total"), 0) << who;
+    EXPECT_EQ(AwaitMetric(*server, "etcd_debugging_mvcc_watcher_total",
+                          [](double v) { return v == 0; }),
+              0)
+        << who;
     EXPECT_EQ(value("etcd_debugging_mvcc_watch_stream_total"), 0) << who;
   }
 }
@@ -509,11 +522,10 @@ TEST(MetricsTest, LeaseCountersAsEtcd) {
     EXPECT_EQ(value("etcd_debugging_lease_ttl_total_bucket{le=\"2\"}"), 1) << who;
     EXPECT_EQ(value("etcd_debugging_lease_ttl_total_bucket{le=\"64\"}"), 3) << who;
     // The 2 s lease expires and its leader revokes it.
-    const auto deadline = absl::Now() + absl::Seconds(15);
-    while (value("etcd_debugging_server_lease_expired_total") < 1 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(50));  // polling a condition, with a deadline
-    }
-    EXPECT_EQ(value("etcd_debugging_server_lease_expired_total"), 1) << who;
+    EXPECT_EQ(AwaitMetric(*server, "etcd_debugging_server_lease_expired_total",
+                          [](double v) { return v >= 1; }),
+              1)
+        << who;
     EXPECT_EQ(value("etcd_debugging_lease_revoked_total"), 2) << who;
   }
 }
