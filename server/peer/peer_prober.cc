@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "capstan/v1/peer.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/async_unary_call.h"
 #include "server/peer/peer_protocol.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
@@ -24,21 +25,39 @@ struct PeerProber::Peer {
   std::string error = "no probe answered yet";
   absl::Time next_probe = absl::InfinitePast();
   absl::Time next_report;
-  std::shared_ptr<Call> in_flight;
+  // The probe in flight (owned by the queue until it completes), to cancel.
+  grpc::ClientContext* in_flight = nullptr;
 };
 
+// One probe: its own tag on the queue.
 struct PeerProber::Call {
   uint64_t id = 0;
   absl::Time sent;
-  std::unique_ptr<capstan::v1::Peer::Stub> stub;
   grpc::ClientContext context;
   capstan::v1::ProbeRequest request;
   capstan::v1::ProbeResponse response;
+  grpc::Status status;
+  std::unique_ptr<capstan::v1::Peer::Stub> stub;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<capstan::v1::ProbeResponse>> reader;
 };
 
 PeerProber::PeerProber(PeerProberOptions options) : options_(std::move(options)) {}
 
-PeerProber::~PeerProber() { Stop(); }
+PeerProber::~PeerProber() {
+  Stop();
+  // Never started: the queue is shut down and drained here.
+  bool started;
+  {
+    util::MutexLock l(&mu_);
+    started = started_;
+  }
+  if (!started) {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) delete static_cast<Call*>(tag);
+  }
+}
 
 void PeerProber::Start() {
   {
@@ -57,44 +76,34 @@ void PeerProber::AddPeer(uint64_t id, std::function<std::shared_ptr<grpc::Channe
     peer->next_report = absl::Now() + options_.report_first;
   }
   peer->channel = std::move(channel);
-  ++changes_;
 }
 
 void PeerProber::RemovePeer(uint64_t id) {
-  std::shared_ptr<Call> in_flight;
-  {
-    util::MutexLock l(&mu_);
-    auto it = peers_.find(id);
-    if (it == peers_.end()) return;
-    // An answer still to come finds no peer and only counts itself out.
-    in_flight = it->second->in_flight;
-    peers_.erase(it);
-  }
-  // Outside the lock: gRPC may run the call's callback inside TryCancel.
-  if (in_flight) in_flight->context.TryCancel();
+  util::MutexLock l(&mu_);
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return;
+  // Its answer, still to come, finds no peer.
+  if (it->second->in_flight != nullptr) it->second->in_flight->TryCancel();
+  peers_.erase(it);
 }
 
 void PeerProber::Stop() {
   bool join = false;
-  std::vector<std::shared_ptr<Call>> in_flight;
   {
     util::MutexLock l(&mu_);
+    if (stopping_) return;
     stopping_ = true;
-    ++changes_;
-    join = started_ && !joined_;
+    join = started_;
     joined_ = true;
     for (auto& [id, peer] : peers_) {
-      if (peer->in_flight) in_flight.push_back(peer->in_flight);
+      if (peer->in_flight != nullptr) peer->in_flight->TryCancel();
     }
   }
-  for (auto& call : in_flight) call->context.TryCancel();
-  {
-    // The answers refer to this prober: wait for every one.
-    util::MutexLock l(&mu_);
-    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-    mu_.Await(absl::Condition(&idle));
-  }
-  if (join && thread_.joinable()) thread_.join();
+  if (!join) return;
+  // The thread drains the queue: every probe in flight completes (cancelled)
+  // before Next reports the shutdown.
+  cq_.Shutdown();
+  if (thread_.joinable()) thread_.join();
 }
 
 std::shared_ptr<const util::LatencyHistogram> PeerProber::RoundTrips(uint64_t id) const {
@@ -112,73 +121,65 @@ PeerProber::Status PeerProber::StatusOf(uint64_t id) const {
 }
 
 void PeerProber::Run() {
-  struct Start {
-    std::shared_ptr<Call> call;
-    std::function<std::shared_ptr<grpc::Channel>()> channel;
-  };
   for (;;) {
-    std::vector<Start> starts;
+    absl::Time wake = absl::InfiniteFuture();
     {
       util::MutexLock l(&mu_);
-      if (stopping_) return;
-      const absl::Time now = absl::Now();
-      absl::Time wake = now + options_.report_interval;
-      for (auto& [id, peer] : peers_) {
-        if (now >= peer->next_probe) {
-          peer->next_probe = now + options_.probe_interval;
-          // One probe at a time: a peer that does not answer is not asked twice.
-          if (!peer->in_flight && peer->channel) {
-            auto call = std::make_shared<Call>();
-            call->id = id;
-            call->sent = now;
-            call->context.set_deadline(absl::ToChronoTime(now + options_.probe_timeout));
-            peer->in_flight = call;
-            ++in_flight_;
-            starts.push_back({std::move(call), peer->channel});
-          }
-        }
-        if (now >= peer->next_report) ReportLocked(id, *peer, now);
-        wake = std::min({wake, peer->next_probe, peer->next_report});
-      }
-      if (starts.empty()) {
-        const uint64_t seen = changes_;
-        auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return changes_ != seen; };
-        mu_.AwaitWithTimeout(absl::Condition(&changed),
-                             std::max(wake - absl::Now(), absl::ZeroDuration()));
-        continue;
+      // Only what is due is done: a pass after an answer does nothing else.
+      if (!stopping_) wake = ScheduleLocked(absl::Now());
+    }
+    // A peer added meanwhile waits at most a probe interval for its first
+    // probe.
+    const absl::Time until = std::min(wake, absl::Now() + options_.probe_interval);
+    void* tag = nullptr;
+    bool ok = false;
+    switch (cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(until))) {
+      case grpc::CompletionQueue::SHUTDOWN:
+        return;
+      case grpc::CompletionQueue::GOT_EVENT:
+        Answered(std::unique_ptr<Call>(static_cast<Call*>(tag)), ok);
+        break;
+      case grpc::CompletionQueue::TIMEOUT:
+        break;
+    }
+  }
+}
+
+absl::Time PeerProber::ScheduleLocked(absl::Time now) {
+  absl::Time wake = now + options_.report_interval;
+  for (auto& [id, peer] : peers_) {
+    if (now >= peer->next_probe) {
+      peer->next_probe = now + options_.probe_interval;
+      // One probe at a time: a peer that does not answer is not asked twice.
+      std::shared_ptr<grpc::Channel> channel = peer->channel ? peer->channel() : nullptr;
+      if (peer->in_flight == nullptr && channel != nullptr) {
+        auto* call = new Call;
+        call->id = id;
+        call->sent = now;
+        call->context.set_deadline(absl::ToChronoTime(now + options_.probe_timeout));
+        call->stub = capstan::v1::Peer::NewStub(channel);
+        call->reader = call->stub->AsyncProbe(&call->context, call->request, &cq_);
+        call->reader->Finish(&call->response, &call->status, call);
+        peer->in_flight = &call->context;
       }
     }
-    // Outside the lock: the channel's owner has a lock of its own, and a
-    // call that fails at once may run its callback before Probe returns.
-    for (Start& start : starts) StartProbe(std::move(start.call), start.channel());
+    if (now >= peer->next_report) ReportLocked(id, *peer, now);
+    wake = std::min({wake, peer->next_probe, peer->next_report});
   }
+  return wake;
 }
 
-void PeerProber::StartProbe(std::shared_ptr<Call> call, std::shared_ptr<grpc::Channel> channel) {
-  if (channel == nullptr) {
-    Answered(call.get(), grpc::Status(grpc::UNAVAILABLE, "no channel to the peer"));
-    return;
-  }
-  call->stub = capstan::v1::Peer::NewStub(channel);
-  // The callback holds the call (its context, request and response) until
-  // gRPC is done with it.
-  Call* raw = call.get();
-  raw->stub->async()->Probe(&raw->context, &raw->request, &raw->response,
-                            [this, call = std::move(call)](grpc::Status s) { Answered(call.get(), s); });
-}
-
-void PeerProber::Answered(Call* call, const grpc::Status& status) {
+void PeerProber::Answered(std::unique_ptr<Call> call, bool ok) {
   const absl::Time now = absl::Now();
   util::MutexLock l(&mu_);
-  --in_flight_;
   auto it = peers_.find(call->id);
-  if (it == peers_.end() || it->second->in_flight.get() != call) return;
+  if (it == peers_.end() || it->second->in_flight != &call->context) return;
   Peer& p = *it->second;
   p.in_flight = nullptr;
   ++p.probes;
-  if (!status.ok()) {
+  if (!ok || !call->status.ok()) {
     p.healthy = false;
-    p.error = status.error_message();
+    p.error = ok ? call->status.error_message() : "probe not completed";
     return;
   }
   p.healthy = true;

@@ -18,9 +18,10 @@
 // local clock is ahead). etcd runs two probers per peer, one per round
 // tripper, and observes both; this member observes once per interval.
 //
-// Thread safety: every method may be called from any thread. The probes'
-// answers arrive on gRPC's callback threads; the schedule runs on the
-// prober's thread, "peer-prober".
+// Thread safety: every method may be called from any thread. The probes
+// are asynchronous calls on the prober's own completion queue, started,
+// finished and freed by its thread, "peer-prober", which also runs the
+// schedule: no gRPC thread ever calls into the prober.
 
 #ifndef CAPSTAN_SERVER_PEER_PEER_PROBER_H_
 #define CAPSTAN_SERVER_PEER_PEER_PROBER_H_
@@ -34,7 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/support/status.h"
+#include "grpcpp/completion_queue.h"
 #include "util/latency_histogram.h"
 #include "util/mutex.h"
 
@@ -87,28 +88,27 @@ class PeerProber {
   struct Call;
 
   void Run();
-  // Starts the probe `call` (registered in flight) over channel.
-  void StartProbe(std::shared_ptr<Call> call, std::shared_ptr<grpc::Channel> channel)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a probe of every peer whose turn it is, observes what is due,
+  // and returns when the schedule next needs the thread.
+  absl::Time ScheduleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Observes and logs what the schedule says is due.
   void ReportLocked(uint64_t id, Peer& peer, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Answered(Call* call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // A probe's answer (or failure) taken from the queue.
+  void Answered(std::unique_ptr<Call> call, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PeerProberOptions options_;
+  // Probes' completions; polled by the thread only, shut down by Stop.
+  grpc::CompletionQueue cq_;
   std::thread thread_;  // written by Start, joined by Stop (one caller each)
 
-  // A leaf: nothing blocks or calls out under it but starting a probe
-  // (an asynchronous gRPC call, which returns at once); probes are
-  // cancelled outside it.
+  // Taken before a peer's channel getter (its sender's lock) and nothing
+  // else; nothing blocks under it (a probe is an asynchronous call, which
+  // returns at once).
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
-  // Bumped by every change the thread must see at once (a peer added,
-  // Stop).
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace capstan::server::peer

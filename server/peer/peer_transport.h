@@ -181,8 +181,9 @@ class PeerTransport final : public replication::Transport {
   // One per https listen URL, made by Start, stopped by Stop.
   std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners_;
 
-  // Lock order: mu_ before the prober's (a leaf) and nothing else: senders
-  // are started, stopped and fed outside it. Nothing blocks under it.
+  // Lock order: mu_ before the prober's (which comes before a sender's, in
+  // its channel getter) and nothing else: senders are started, stopped and
+  // fed outside it. Nothing blocks under it.
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

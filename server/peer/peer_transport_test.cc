@@ -269,6 +269,24 @@ TEST(PeerProberTest, AnswersSmoothTheRoundTripAndFailuresMarkThePeerUnhealthy) {
   prober.Stop();
 }
 
+TEST(PeerProberTest, APeerAddedAfterStartIsProbedWithinAProbeInterval) {
+  auto b = StartMember(2);
+  ASSERT_NE(b, nullptr);
+  auto channel = grpc::CreateCustomChannel(peer::Target(b->url).first,
+                                           grpc::InsecureChannelCredentials(),
+                                           peer::PeerChannelArguments());
+  // Observations a minute apart: with no peer, the schedule has nothing to
+  // do for a minute, and the peer added now must not wait for it.
+  peer::PeerProberOptions o = FastProbes();
+  o.report_interval = absl::Minutes(1);
+  peer::PeerProber prober(o);
+  prober.Start();
+  prober.AddPeer(2, [channel] { return channel; });
+  ASSERT_TRUE(WaitFor([&] { return prober.StatusOf(2).healthy; }, absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return prober.RoundTrips(2)->Count() >= 1; }, absl::Seconds(10)));
+  prober.Stop();
+}
+
 TEST(PeerProberTest, StopCancelsAProbeThePeerNeverAnswers) {
   // A socket that accepts connections (the kernel's backlog) and never
   // speaks: a probe waits for its deadline, a minute away.
