@@ -1,6 +1,7 @@
 #include "server/peer/peer_prober.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -32,7 +33,9 @@ struct PeerProber::Peer {
 // One probe: its own tag on the queue.
 struct PeerProber::Call {
   uint64_t id = 0;
-  absl::Time sent;
+  // The round trip is timed on the steady clock: a step of the wall clock
+  // (which the clock difference needs) must not enter the SRTT.
+  std::chrono::steady_clock::time_point sent;
   grpc::ClientContext context;
   capstan::v1::ProbeRequest request;
   capstan::v1::ProbeResponse response;
@@ -155,7 +158,7 @@ absl::Time PeerProber::ScheduleLocked(absl::Time now) {
       if (peer->in_flight == nullptr && channel != nullptr) {
         auto* call = new Call;
         call->id = id;
-        call->sent = now;
+        call->sent = std::chrono::steady_clock::now();
         call->context.set_deadline(absl::ToChronoTime(now + options_.probe_timeout));
         call->stub = capstan::v1::Peer::NewStub(channel);
         call->reader = call->stub->AsyncProbe(&call->context, call->request, &cq_);
@@ -184,7 +187,7 @@ void PeerProber::Answered(std::unique_ptr<Call> call, bool ok) {
   }
   p.healthy = true;
   p.error.clear();
-  p.srtt = p.srtt * 7 / 8 + (now - call->sent) / 8;
+  p.srtt = p.srtt * 7 / 8 + absl::FromChrono(std::chrono::steady_clock::now() - call->sent) / 8;
   p.clock_difference = now - absl::FromUnixNanos(call->response.unix_nanos()) - p.srtt / 2;
 }
 
