@@ -261,6 +261,12 @@ void WatchHub::DeliverLocked(Watcher* w, const std::vector<const WatchEvent*>& e
   if (!s->internal_) events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
 }
 
+namespace {
+thread_local bool on_write_path = false;
+}  // namespace
+
+bool WatchHub::OnWritePath() { return on_write_path; }
+
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   notified_rev_.store(rev, std::memory_order_release);
   // Fan-outs this small are delivered on the committer's thread when the
@@ -313,7 +319,9 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   {
     util::MutexLock l(&mu_);
     size_t delivered = 0;
+    on_write_path = true;
     done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
+    on_write_path = false;
   }
   pending_mu_.Lock();
   dispatching_ = false;

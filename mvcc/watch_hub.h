@@ -139,6 +139,11 @@ class WatchHub {
 
   // Whether some watcher wants previous values, so the write path should
   // attach them to events.
+  // True on a thread delivering on the path of the write being notified
+  // (Notify's own fan-out to a few watchers, before the write is
+  // answered); false on the dispatcher's.
+  static bool OnWritePath();
+
   bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }
 
   // Holds the dispatcher (committed changes queue up, and are dropped past
