@@ -270,11 +270,17 @@ bool WatchHub::OnWritePath() { return on_write_path; }
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   notified_rev_.store(rev, std::memory_order_release);
   // Fan-outs this small are delivered on the committer's thread when the
-  // dispatcher has nothing queued: a single event then costs no hand-off.
-  // A stream with this much queued is not keeping up: appending to its
-  // queued response (a copy of up to a response's size) is left to the
-  // dispatcher, off the path of the write being answered.
-  constexpr size_t kInlineWatchers = 32;
+  // dispatcher has nothing queued, before the write is answered, as etcd
+  // hands a write's events to its watchers before answering it: a
+  // delivery only queues a response (a stream's receiver sends it from
+  // its own threads), so a hundred watchers cost the answer little, and
+  // the events start out before it with no hand-off to the dispatcher.
+  // Up to kWritePathWatchers, receivers that can send at once do
+  // (OnWritePath). A stream with kInlineBacklogBytes queued is not keeping
+  // up: appending to its queued response (a copy of up to a response's
+  // size) is left to the dispatcher, off the path of the write.
+  constexpr size_t kInlineWatchers = 128;
+  constexpr size_t kWritePathWatchers = 32;
   constexpr size_t kInlineBacklogBytes = 64 << 10;
   const size_t bytes = EventBytes(events);
   bool inline_first = false;
@@ -319,9 +325,8 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   {
     util::MutexLock l(&mu_);
     size_t delivered = 0;
-    on_write_path = true;
-    done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
-    on_write_path = false;
+    done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes,
+                          kWritePathWatchers);
   }
   pending_mu_.Lock();
   dispatching_ = false;
@@ -417,7 +422,8 @@ size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, in
 }
 
 bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
-                              size_t* delivered, size_t max_backlog_bytes) {
+                              size_t* delivered, size_t max_backlog_bytes,
+                              size_t write_path_watchers) {
   const int64_t rev = groups.back().rev;
   // Events per watcher, in revision order. Each watcher carries its slot
   // for this round, so that an event reaching a thousand watchers costs no
@@ -450,6 +456,7 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
     }
   }
   last_notified_rev_ = rev;
+  on_write_path = per_watcher.size() <= write_path_watchers;
   for (auto& [w, evs] : per_watcher) {
     bool room;
     {
@@ -477,6 +484,7 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
     w->min_rev = rev + 1;
     ++*delivered;
   }
+  on_write_path = false;
   AnswerDeferredProgressLocked();
   if (absl::Now() >= next_progress_) SendProgressLocked();
   // Unsynced watchers waiting for a revision may now catch up or join.
