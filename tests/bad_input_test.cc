@@ -492,6 +492,65 @@ TEST_F(BadInputTest, ManyWatchersOnOneStream) {
   ExpectServing();
 }
 
+// Many watch streams of one key, a third of them canceled by their clients
+// while writes fan out to them: every other stream gets every event once, in
+// order, and the server goes on serving. 160 streams take the hub's
+// dispatcher; the 107 left, the committer's own fan-out.
+TEST_F(BadInputTest, StreamsCanceledDuringFanOutsLeaveTheOthersWhole) {
+  constexpr int kStreams = 160;
+  constexpr int kPuts = 20;
+  constexpr int kCancelAfter = 5;
+  const std::string key = "bad-input/fan-out";
+  for (ServerProcess* s : {etcd_, capstan_}) {
+    struct Stream {
+      grpc::ClientContext ctx;
+      std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                               etcdserverpb::WatchResponse>> rw;
+    };
+    std::vector<std::unique_ptr<etcdserverpb::Watch::Stub>> stubs;
+    for (int i = 0; i < 4; ++i) stubs.push_back(etcdserverpb::Watch::NewStub(s->NewChannel()));
+    std::vector<std::unique_ptr<Stream>> streams;
+    for (int i = 0; i < kStreams; ++i) {
+      auto st = std::make_unique<Stream>();
+      st->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      st->rw = stubs[i % stubs.size()]->Watch(&st->ctx);
+      etcdserverpb::WatchRequest req;
+      req.mutable_create_request()->set_key(key);
+      ASSERT_TRUE(st->rw->Write(req));
+      etcdserverpb::WatchResponse resp;
+      ASSERT_TRUE(st->rw->Read(&resp));
+      ASSERT_TRUE(resp.created()) << FlavorName(s->flavor());
+      streams.push_back(std::move(st));
+    }
+    auto channel = s->NewChannel();
+    std::vector<int64_t> revs;
+    for (int p = 0; p < kPuts; ++p) {
+      if (p == kCancelAfter) {
+        for (int i = 0; i < kStreams; i += 3) streams[i]->ctx.TryCancel();
+      }
+      etcdserverpb::PutRequest put;
+      put.set_key(key);
+      put.set_value(absl::StrCat("v", p));
+      Reply r = Call(channel.get(), "/etcdserverpb.KV/Put", Bytes(put));
+      ASSERT_EQ(r.code, grpc::OK) << FlavorName(s->flavor());
+      etcdserverpb::PutResponse resp;
+      ASSERT_TRUE(resp.ParseFromString(r.bytes));
+      revs.push_back(resp.header().revision());
+    }
+    for (int i = 0; i < kStreams; ++i) {
+      if (i % 3 == 0) continue;
+      std::vector<int64_t> got;
+      etcdserverpb::WatchResponse resp;
+      while (got.size() < revs.size() && streams[i]->rw->Read(&resp)) {
+        for (const auto& ev : resp.events()) got.push_back(ev.kv().mod_revision());
+      }
+      EXPECT_EQ(got, revs) << FlavorName(s->flavor()) << " stream " << i;
+      streams[i]->ctx.TryCancel();
+    }
+  }
+  ExpectServing();
+}
+
 // A message far over gRPC's receive limit ends its own call only. gRPC C++
 // (1.51) takes the whole message in before it refuses it, where Go's gRPC
 // refuses at its 5-byte header (docs/RELIABILITY.md); a memory quota that
