@@ -261,26 +261,18 @@ void WatchHub::DeliverLocked(Watcher* w, const std::vector<const WatchEvent*>& e
   if (!s->internal_) events_sent_.fetch_add(evs.size(), std::memory_order_relaxed);
 }
 
-namespace {
-thread_local bool on_write_path = false;
-}  // namespace
-
-bool WatchHub::OnWritePath() { return on_write_path; }
-
 void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   notified_rev_.store(rev, std::memory_order_release);
   // Fan-outs this small are delivered on the committer's thread when the
   // dispatcher has nothing queued, before the write is answered, as etcd
-  // hands a write's events to its watchers before answering it: a
-  // delivery only queues a response (a stream's receiver sends it from
-  // its own threads), so a hundred watchers cost the answer little, and
-  // the events start out before it with no hand-off to the dispatcher.
-  // Up to kWritePathWatchers, receivers that can send at once do
-  // (OnWritePath). A stream with kInlineBacklogBytes queued is not keeping
-  // up: appending to its queued response (a copy of up to a response's
-  // size) is left to the dispatcher, off the path of the write.
+  // hands a write's events to its watchers before answering it: the events
+  // start out before the answer, with no hand-off to the dispatcher. A
+  // delivery costs little (the gRPC server's stream starts the write and
+  // gRPC's threads send it, a connection's streams together), so a hundred
+  // watchers delay the answer little. A stream with this much queued is not
+  // keeping up: appending to its queued response (a copy of up to a
+  // response's size) is left to the dispatcher, off the path of the write.
   constexpr size_t kInlineWatchers = 128;
-  constexpr size_t kWritePathWatchers = 32;
   constexpr size_t kInlineBacklogBytes = 64 << 10;
   const size_t bytes = EventBytes(events);
   bool inline_first = false;
@@ -325,8 +317,7 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   {
     util::MutexLock l(&mu_);
     size_t delivered = 0;
-    done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes,
-                          kWritePathWatchers);
+    done = DispatchLocked(groups, kInlineWatchers, &delivered, kInlineBacklogBytes);
   }
   pending_mu_.Lock();
   dispatching_ = false;
@@ -422,8 +413,7 @@ size_t WatchHub::Dispatch(std::vector<Pending>& groups, int64_t dropped_from, in
 }
 
 bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
-                              size_t* delivered, size_t max_backlog_bytes,
-                              size_t write_path_watchers) {
+                              size_t* delivered, size_t max_backlog_bytes) {
   const int64_t rev = groups.back().rev;
   // Events per watcher, in revision order. Each watcher carries its slot
   // for this round, so that an event reaching a thousand watchers costs no
@@ -456,7 +446,6 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
     }
   }
   last_notified_rev_ = rev;
-  on_write_path = per_watcher.size() <= write_path_watchers;
   for (auto& [w, evs] : per_watcher) {
     bool room;
     {
@@ -484,7 +473,6 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
     w->min_rev = rev + 1;
     ++*delivered;
   }
-  on_write_path = false;
   AnswerDeferredProgressLocked();
   if (absl::Now() >= next_progress_) SendProgressLocked();
   // Unsynced watchers waiting for a revision may now catch up or join.

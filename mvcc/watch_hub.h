@@ -139,12 +139,6 @@ class WatchHub {
 
   // Whether some watcher wants previous values, so the write path should
   // attach them to events.
-  // True on a thread delivering a fan-out to a few watchers on the path
-  // of the write being notified (on the committer, before the write is
-  // answered): a receiver that can send the response at once should, so
-  // that the event leaves before the answer. False anywhere else.
-  static bool OnWritePath();
-
   bool WantsPrevKv() const { return prev_kv_watchers_.load(std::memory_order_relaxed) > 0; }
 
   // Holds the dispatcher (committed changes queue up, and are dropped past
@@ -207,12 +201,9 @@ class WatchHub {
   // that many bytes queued; false (nothing done) otherwise. Adds the
   // responses queued to *delivered. A watcher that wants a previous value
   // the write path did not attach is made unsynced at its first event in
-  // the groups instead: the syncer reads the value, outside mu_. With at
-  // most write_path_watchers watchers, OnWritePath is true while it
-  // delivers.
+  // the groups instead: the syncer reads the value, outside mu_.
   bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered,
-                      size_t max_backlog_bytes = SIZE_MAX, size_t write_path_watchers = 0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                      size_t max_backlog_bytes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Reads missed revisions for unsynced watchers; returns true if work remains.
   bool SyncOnce() ABSL_LOCKS_EXCLUDED(mu_);

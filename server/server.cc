@@ -363,9 +363,7 @@ absl::Status Server::BuildServices() {
   }
   kv_service_ = kv.get();
   services_.push_back(std::move(kv));
-  auto watch = std::make_unique<WatchService>(hub_.get(), member_.get(), gate);
-  watch_service_ = watch.get();
-  services_.push_back(std::move(watch));
+  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
@@ -657,7 +655,6 @@ absl::Status Server::StartGrpc(Listening& l) {
   if (grpc_server_) {
     completion_queues_->Start();
     lease_service_->ServeKeepAlives(completion_queues_.get(), kKeepAlivesArmed);
-    watch_service_->ServeWatches(completion_queues_.get(), kWatchesArmed);
   } else {
     for (const auto& url : config_.listen_client_urls) {
       if (auto s = ProbeListen(url); !s.ok()) return s;

@@ -69,7 +69,6 @@ class JsonGateway;
 class CompletionQueues;
 class KvService;
 class LeaseService;
-class WatchService;
 class CacheRange;
 class GrpcMetrics;
 class Metrics;
@@ -214,15 +213,11 @@ class Server {
   std::vector<std::unique_ptr<grpc::Service>> services_;
   KvService* kv_service_ = nullptr;        // in services_
   LeaseService* lease_service_ = nullptr;  // in services_
-  WatchService* watch_service_ = nullptr;  // in services_
   // The methods on gRPC's completion-queue model; built with the server,
   // destroyed after it.
   std::unique_ptr<CompletionQueues> completion_queues_;
   // Keep-alive streams accepted ahead on each queue.
   static constexpr int kKeepAlivesArmed = 32;
-  // Watch streams accepted at a time on each queue: a watcher opens one
-  // stream and keeps it, so fewer are armed than for keep-alives.
-  static constexpr int kWatchesArmed = 8;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<GrpcMetrics> grpc_metrics_;
