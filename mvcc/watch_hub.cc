@@ -267,9 +267,10 @@ void WatchHub::Notify(int64_t rev, std::vector<WatchEvent> events) {
   // dispatcher has nothing queued, before the write is answered, as etcd
   // hands a write's events to its watchers before answering it: the events
   // start out before the answer, with no hand-off to the dispatcher. A
-  // delivery costs little (the gRPC server's stream starts the write and
-  // gRPC's threads send it, a connection's streams together), so a hundred
-  // watchers delay the answer little. A stream with this much queued is not
+  // delivery starts the stream's write and gRPC's threads send it, a
+  // connection's streams together; a hundred watchers delay the answer by
+  // about a millisecond (docs/BENCHMARKS.md, "A write's watchers served
+  // before its answer"). A stream with this much queued is not
   // keeping up: appending to its queued response (a copy of up to a
   // response's size) is left to the dispatcher, off the path of the write.
   constexpr size_t kInlineWatchers = 128;
