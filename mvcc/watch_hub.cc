@@ -437,9 +437,12 @@ bool WatchHub::DispatchLocked(std::vector<Pending>& groups, size_t max_watchers,
         for (Watcher* w : it->second) add(w, ev);
       }
       synced_ranges_->Stab(ev.key, [&](Watcher* w) { add(w, ev); });
+      // Wider than the caller takes: given up at the first event that
+      // shows it, not after gathering the whole fan-out (the dispatcher
+      // gathers it again).
+      if (per_watcher.size() > max_watchers) return false;
     }
   }
-  if (per_watcher.size() > max_watchers) return false;
   if (max_backlog_bytes != SIZE_MAX) {
     for (const auto& [w, evs] : per_watcher) {
       util::MutexLock sl(&w->stream->mu_);

@@ -46,28 +46,13 @@ struct PeerProber::Call {
 
 PeerProber::PeerProber(PeerProberOptions options) : options_(std::move(options)) {}
 
-PeerProber::~PeerProber() {
-  Stop();
-  // Never started: the queue is shut down and drained here.
-  bool started;
-  {
-    util::MutexLock l(&mu_);
-    started = started_;
-  }
-  if (!started) {
-    cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) delete static_cast<Call*>(tag);
-  }
-}
+PeerProber::~PeerProber() { Stop(); }
 
 void PeerProber::Start() {
-  {
-    util::MutexLock l(&mu_);
-    if (started_ || stopping_) return;
-    started_ = true;
-  }
+  util::MutexLock l(&mu_);
+  if (started_ || stopping_) return;
+  started_ = true;
+  // Under the lock, so that a Stop that sees started_ finds the thread.
   thread_ = NamedThread("peer-prober", [this] { Run(); });
 }
 
@@ -91,22 +76,27 @@ void PeerProber::RemovePeer(uint64_t id) {
 }
 
 void PeerProber::Stop() {
-  bool join = false;
+  std::thread thread;  // the prober's, if Start made it
   {
     util::MutexLock l(&mu_);
     if (stopping_) return;
     stopping_ = true;
-    join = started_;
-    joined_ = true;
+    thread = std::move(thread_);
     for (auto& [id, peer] : peers_) {
       if (peer->in_flight != nullptr) peer->in_flight->TryCancel();
     }
   }
-  if (!join) return;
-  // The thread drains the queue: every probe in flight completes (cancelled)
-  // before Next reports the shutdown.
+  // Every probe in flight completes (cancelled) before Next reports the
+  // shutdown: the thread drains the queue, or, never started (no probe was
+  // started then), this does.
   cq_.Shutdown();
-  if (thread_.joinable()) thread_.join();
+  if (thread.joinable()) {
+    thread.join();
+    return;
+  }
+  void* tag;
+  bool ok;
+  while (cq_.Next(&tag, &ok)) delete static_cast<Call*>(tag);
 }
 
 std::shared_ptr<const util::LatencyHistogram> PeerProber::RoundTrips(uint64_t id) const {

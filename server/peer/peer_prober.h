@@ -58,7 +58,7 @@ class PeerProber {
   PeerProber(const PeerProber&) = delete;
   PeerProber& operator=(const PeerProber&) = delete;
 
-  // Starts the prober's thread. REQUIRES: called at most once.
+  // Starts the prober's thread; again, or after Stop, does nothing.
   void Start();
   // Probes peer `id` from now on through the channel `channel` returns
   // (called for each probe; nullptr skips it). A peer added again keeps its
@@ -99,7 +99,7 @@ class PeerProber {
   const PeerProberOptions options_;
   // Probes' completions; polled by the thread only, shut down by Stop.
   grpc::CompletionQueue cq_;
-  std::thread thread_;  // written by Start, joined by Stop (one caller each)
+  std::thread thread_ ABSL_GUARDED_BY(mu_);  // made by Start; joined by the first Stop
 
   // Taken before a peer's channel getter (its sender's lock) and nothing
   // else; nothing blocks under it (a probe is an asynchronous call, which
@@ -107,7 +107,6 @@ class PeerProber {
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool joined_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
 };
 

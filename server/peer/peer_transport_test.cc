@@ -218,6 +218,12 @@ TEST(PeerTransportTest, PeerDownIsUnreachableThenMessagesFlowOnceItStarts) {
   for (size_t i = 0; i < 500; ++i) EXPECT_EQ(got[i], 100 + i);
 }
 
+// A channel to a member's peer URL, as its peers' senders make it.
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& url) {
+  return grpc::CreateCustomChannel(peer::Target(url).first, grpc::InsecureChannelCredentials(),
+                                   peer::PeerChannelArguments());
+}
+
 // Probe timing short enough for a test (etcd's: 4 s, 5 s, 30 s).
 peer::PeerProberOptions FastProbes(absl::Duration timeout = absl::Seconds(2)) {
   peer::PeerProberOptions o;
@@ -232,9 +238,7 @@ peer::PeerProberOptions FastProbes(absl::Duration timeout = absl::Seconds(2)) {
 TEST(PeerProberTest, AnswersSmoothTheRoundTripAndFailuresMarkThePeerUnhealthy) {
   auto b = StartMember(2);
   ASSERT_NE(b, nullptr);
-  auto channel = grpc::CreateCustomChannel(peer::Target(b->url).first,
-                                           grpc::InsecureChannelCredentials(),
-                                           peer::PeerChannelArguments());
+  auto channel = PeerChannel(b->url);
   peer::PeerProber prober(FastProbes());
   prober.AddPeer(2, [channel] { return channel; });
   prober.Start();
@@ -272,9 +276,7 @@ TEST(PeerProberTest, AnswersSmoothTheRoundTripAndFailuresMarkThePeerUnhealthy) {
 TEST(PeerProberTest, APeerAddedAfterStartIsProbedWithinAProbeInterval) {
   auto b = StartMember(2);
   ASSERT_NE(b, nullptr);
-  auto channel = grpc::CreateCustomChannel(peer::Target(b->url).first,
-                                           grpc::InsecureChannelCredentials(),
-                                           peer::PeerChannelArguments());
+  auto channel = PeerChannel(b->url);
   // Observations a minute apart: with no peer, the schedule has nothing to
   // do for a minute, and the peer added now must not wait for it.
   peer::PeerProberOptions o = FastProbes();
