@@ -145,6 +145,7 @@ absl::Status KvStore::Recover() {
   }
   util::MutexLock l(&compact_mu_);  // no other thread runs yet; the lock states the contract
   if (interrupted) compact_requested_ = scheduled;
+  compact_resumed_ = interrupted ? scheduled : 0;
   compact_finished_ = finished;
   return absl::OkStatus();
 }

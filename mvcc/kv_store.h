@@ -493,6 +493,8 @@ class KvStore : public WriteLog {
   // Newest scheduled compaction revision; -1 tells the compactor to exit.
   int64_t compact_requested_ ABSL_GUARDED_BY(compact_mu_) = 0;
   int64_t compact_finished_ ABSL_GUARDED_BY(compact_mu_) = 0;  // newest finished
+  // The compaction an Open found interrupted and resumes (0: none).
+  int64_t compact_resumed_ ABSL_GUARDED_BY(compact_mu_) = 0;
   // The readers the newest compaction waits for.
   std::weak_ptr<Epoch> compact_epoch_ ABSL_GUARDED_BY(compact_mu_);
   bool compact_stopped_ ABSL_GUARDED_BY(compact_mu_) = false;  // a compaction failed: no more run
@@ -502,7 +504,7 @@ class KvStore : public WriteLog {
   // the compactor runs each in revision order (etcd's FIFO scheduler).
   struct CompactionJob {
     int64_t prev_rev = -1;    // the compaction revision before it (-1: none)
-    bool store_hash = false;  // the compaction before it had finished
+    bool store_hash = false;  // the compaction before it was not an interrupted one
   };
   std::map<int64_t, CompactionJob> compact_jobs_ ABSL_GUARDED_BY(compact_mu_);
   // etcd's hash storage: the hash each of the newest compactions took of the

@@ -25,12 +25,19 @@ absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
   if (rev > current_rev_) return MakeError(Error::kFutureRev);
   batch_.Put(Cf::kMeta, kScheduledCompactKey, EncodeMetaRevision(rev));
   {
-    // As etcd's Compact: the compactor stores this compaction's hash only if
-    // the one before it had finished (scheduled == finished), so that the
-    // hash covers every revision from that compaction on.
+    // etcd's Compact stores this compaction's hash unless the one before it
+    // was interrupted (a restart cut it short: its hash would not cover
+    // every revision from that compaction on). etcd tells by the one before
+    // having finished (scheduled == finished) when this one is applied, so
+    // that one still running counts as interrupted: whether a hash is stored
+    // then depends on how fast the compactor was. Capstan's compactor runs
+    // the jobs in order, so a job scheduled in this process has finished
+    // before the next one hashes; only the one an Open resumed is skipped,
+    // until it finishes.
     util::MutexLock l(&compact_mu_);
-    compact_jobs_[rev] =
-        CompactionJob{compact_rev_ > 0 ? compact_rev_ : -1, compact_finished_ == compact_rev_};
+    const bool after_interrupted =
+        compact_rev_ == compact_resumed_ && compact_finished_ < compact_rev_;
+    compact_jobs_[rev] = CompactionJob{compact_rev_ > 0 ? compact_rev_ : -1, !after_interrupted};
   }
   compact_rev_ = rev;
   // Views published from now on belong to a new epoch; the compactor waits

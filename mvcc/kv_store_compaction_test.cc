@@ -106,5 +106,60 @@ TEST_F(KvStoreCompactionTest, StopAfterTheIndexStepKeepsTheTombstoneAtTheCompact
   EXPECT_EQ(StoredRevisions(), (std::vector<std::string>{"3t", "4", "5"}));
 }
 
+// Two compactions in a row, the second applied while the first still runs:
+// the second's hash is stored all the same (etcd stores it whenever its own
+// compactor finished the first in time, which on a small store it does), and
+// HashKV at its revision answers it once later compactions are past it.
+TEST_F(KvStoreCompactionTest, HashOfACompactionAppliedWhileTheOneBeforeRunsIsStored) {
+  for (int i = 0; i < 6; ++i) Put("k" + std::to_string(i % 3));  // 2..7
+
+  struct Sync {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool held = false, release = false;
+  };
+  auto sync = std::make_shared<Sync>();
+  store_->TEST_SetCompactionSyncPoint([sync](std::string_view point) {
+    if (point != "KvStore::RunCompaction:Start") return;
+    std::unique_lock<std::mutex> l(sync->mu);
+    if (sync->held) return;  // only the first compaction waits
+    sync->held = true;
+    sync->cv.notify_all();
+    sync->cv.wait(l, [&] { return sync->release; });
+  });
+
+  etcdserverpb::CompactionRequest creq;
+  creq.set_revision(3);
+  ASSERT_TRUE(store_->Compact(creq).ok());  // not physical: answered at once
+  {
+    std::unique_lock<std::mutex> l(sync->mu);
+    sync->cv.wait(l, [&] { return sync->held; });
+  }
+  // What a compaction at 5 hashes, seen from a store compacted at 3.
+  uint32_t expected;
+  int64_t compact_rev, hash_rev;
+  ASSERT_TRUE(store_->HashKV(5, &expected, &compact_rev, &hash_rev).ok());
+  EXPECT_EQ(compact_rev, 3);
+  creq.set_revision(5);
+  ASSERT_TRUE(store_->Compact(creq).ok());  // the compaction at 3 has not finished
+  {
+    std::unique_lock<std::mutex> l(sync->mu);
+    sync->release = true;
+    sync->cv.notify_all();
+  }
+  store_->WaitCompactionDone();
+  creq.set_revision(6);
+  creq.set_physical(true);
+  ASSERT_TRUE(store_->Compact(creq).ok());
+
+  uint32_t stored;
+  ASSERT_TRUE(store_->HashKV(5, &stored, &compact_rev, &hash_rev).ok());
+  EXPECT_EQ(stored, expected);
+  EXPECT_EQ(compact_rev, 3);
+  EXPECT_EQ(hash_rev, 5);
+  absl::Status below = store_->HashKV(4, &stored, &compact_rev, &hash_rev);
+  EXPECT_TRUE(Is(below, Error::kCompacted)) << below;
+}
+
 }  // namespace
 }  // namespace capstan::mvcc
