@@ -20,6 +20,9 @@
 # PORT..PORT+2, peers PORT+10..PORT+12), ETCDCTL.
 # PROBES=1 also counts, with `perf probe`, Go's P hand-offs (runtime.handoffp) and sysmon's
 # sleeps (runtime.usleep, runtime.notetsleep) in SERVER during the run.
+# METRICS=1 also prints, per member, how much some of its /metrics counters grew during the run:
+# proposals committed and applied, commit groups and the requests in them, log fsyncs and
+# backend commits.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,6 +86,16 @@ if [[ "${PROBES:-0}" == 1 ]]; then
     > /dev/null 2>&1 &
   probe_pid=$!
 fi
+# Per member, "member name value" for the counters METRICS=1 reports.
+metrics() {
+  local i
+  for i in $(seq 0 "${last}"); do
+    curl -s "http://127.0.0.1:$((PORT + i))/metrics" |
+      awk -v m="m${i}" '/^(etcd_server_proposals_(committed|applied)_total|capstan_commit_group(s|_requests)_total|etcd_disk_(wal_fsync|backend_commit)_duration_seconds_count) / {
+          print m, $1, $2 }'
+  done
+}
+if [[ "${METRICS:-0}" == 1 ]]; then metrics > "${WORK}/metrics.before"; fi
 snapshot > "${WORK}/before"
 TIMEFORMAT='%U %S'
 { time "${BENCHMARK}" --endpoints "${endpoints}" --conns 10 --clients 100 "$@" 2> /dev/null \
@@ -91,6 +104,12 @@ tr '\r' '\n' < "${WORK}/bench.txt" | grep -E 'Requests/sec|99% in'
 awk -v n="${total}" '{printf "benchmark client   CPU us/request %7.1f\n", ($1 + $2) * 1000000 / n}' \
   "${WORK}/bench.time"
 snapshot > "${WORK}/after"
+if [[ "${METRICS:-0}" == 1 ]]; then
+  metrics > "${WORK}/metrics.after"
+  awk -v n="${total}" 'NR == FNR { before[$1 " " $2] = $3; next }
+    { d = $3 - before[$1 " " $2]; printf "%s %-52s %10.0f  per request %.3f\n", $1, $2, d, d / n }' \
+    "${WORK}/metrics.before" "${WORK}/metrics.after"
+fi
 if [[ -n "${probe_pid}" ]]; then
   kill -INT "${probe_pid}"
   wait "${probe_pid}" || true
