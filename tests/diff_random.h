@@ -233,6 +233,9 @@ class DiffRandomTest : public DiffTest, public ::testing::WithParamInterface<uin
     restored_leases_.erase(r.id());
   }
   void Learn(const CompactionRequest& r) { model_.compacted = r.revision(); }
+  void Learn(const TxnRequest&) {
+    if (gen_->LastTxnPutsAfterFromKeyDelete()) model_.no_compaction_at.insert(model_.rev);
+  }
 
   // See the file comment.
   template <typename Resp>

@@ -65,6 +65,11 @@ struct Model {
   int64_t rev = 0;        // the current revision
   int64_t compacted = 0;  // the last compaction's revision
   std::set<int64_t> live_leases;
+  // Revisions of txns that may have put a key again after deleting a range
+  // up to "\0" that held it: a compaction at such a revision makes etcd
+  // 3.5.16 lose the key's new value and die on the next read of it
+  // (etcd-io/etcd#22376), so no step compacts there.
+  std::set<int64_t> no_compaction_at;
 };
 
 // What one step does: send a request of one kind, restart both servers (the
@@ -182,8 +187,12 @@ class RequestGenerator {
   // Up to three compares and three ops per branch, nested up to two levels
   // below. Keys collide often enough that some txns are refused for
   // duplicate keys.
+  // Whether the last Txn() may put a key again that a from-key delete
+  // before it deleted (Model::no_compaction_at).
+  bool LastTxnPutsAfterFromKeyDelete() const { return txn_puts_after_from_key_delete_; }
+
   TxnRequest Txn(int depth = 0) {
-    if (depth == 0) txn_deleted_from_key_ = false;
+    if (depth == 0) txn_deleted_from_key_ = txn_puts_after_from_key_delete_ = false;
     TxnRequest t;
     for (int i = Uniform(0, 3); i > 0; --i) *t.add_compare() = Cmp();
     for (int i = Uniform(0, 3); i > 0; --i) *t.add_success() = TxnOp(depth);
@@ -196,9 +205,14 @@ class RequestGenerator {
   CompactionRequest Compact() {
     CompactionRequest c;
     switch (Weighted({8, 1, 1})) {
-      case 0:
-        c.set_revision(Uniform(std::min(model_.compacted + 1, model_.rev), model_.rev));
+      case 0: {
+        int64_t rev = Uniform(std::min(model_.compacted + 1, model_.rev), model_.rev);
+        // Below such a revision instead (at or below the last compaction:
+        // refused, as case 1).
+        while (rev > model_.compacted && model_.no_compaction_at.contains(rev)) --rev;
+        c.set_revision(rev);
         break;
+      }
       case 1:
         c.set_revision(model_.compacted - Uniform(0, 1));
         break;
@@ -416,6 +430,7 @@ class RequestGenerator {
         if (txn_deleted_from_key_) {
           put.clear_ignore_value();
           put.clear_ignore_lease();
+          txn_puts_after_from_key_delete_ = true;
         }
         *op.mutable_request_put() = put;
         break;
@@ -438,8 +453,10 @@ class RequestGenerator {
   const std::string prefix_;
   const std::vector<int64_t> lease_pool_;
   const Model& model_;
-  // The txn being built has a from-key delete (see TxnOp).
+  // The txn being built has a from-key delete (see TxnOp), and a put after
+  // one (Model::no_compaction_at).
   bool txn_deleted_from_key_ = false;
+  bool txn_puts_after_from_key_delete_ = false;
   bool restricted_ = false;  // see set_restricted
 };
 
