@@ -52,7 +52,14 @@ void PeerProber::Start() {
   util::MutexLock l(&mu_);
   if (started_ || stopping_) return;
   started_ = true;
-  // Under the lock, so that a Stop that sees started_ finds the thread.
+  StartThreadLocked();
+}
+
+void PeerProber::StartThreadLocked() {
+  // No thread while there is nobody to probe: its queue would poll the
+  // process's connections for nothing (a single member has no peers). Made
+  // under the lock, so that a Stop that sees started_ finds the thread.
+  if (!started_ || stopping_ || thread_.joinable() || peers_.empty()) return;
   thread_ = NamedThread("peer-prober", [this] { Run(); });
 }
 
@@ -64,6 +71,7 @@ void PeerProber::AddPeer(uint64_t id, std::function<std::shared_ptr<grpc::Channe
     peer->next_report = absl::Now() + options_.report_first;
   }
   peer->channel = std::move(channel);
+  StartThreadLocked();
 }
 
 void PeerProber::RemovePeer(uint64_t id) {
@@ -111,6 +119,11 @@ PeerProber::Status PeerProber::StatusOf(uint64_t id) const {
   if (it == peers_.end()) return {};
   const Peer& p = *it->second;
   return {p.srtt, p.clock_difference, p.healthy, p.probes};
+}
+
+bool PeerProber::HasThread() const {
+  util::MutexLock l(&mu_);
+  return thread_.joinable();
 }
 
 void PeerProber::Run() {

@@ -58,7 +58,8 @@ class PeerProber {
   PeerProber(const PeerProber&) = delete;
   PeerProber& operator=(const PeerProber&) = delete;
 
-  // Starts the prober's thread; again, or after Stop, does nothing.
+  // Starts probing: the thread is made now, or with the first peer (a
+  // prober with no peer has no thread). Again, or after Stop, does nothing.
   void Start();
   // Probes peer `id` from now on through the channel `channel` returns
   // (called for each probe; nullptr skips it). A peer added again keeps its
@@ -82,12 +83,16 @@ class PeerProber {
     uint64_t probes = 0;  // answered or failed
   };
   Status StatusOf(uint64_t id) const;
+  // Whether the prober's thread has been made (and not yet joined).
+  bool HasThread() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Peer;
   struct Call;
 
   void Run();
+  // Makes the thread once the prober is started and has a peer.
+  void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a probe of every peer whose turn it is, observes what is due,
   // and returns when the schedule next needs the thread.
   absl::Time ScheduleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -99,7 +104,7 @@ class PeerProber {
   const PeerProberOptions options_;
   // Probes' completions; polled by the thread only, shut down by Stop.
   grpc::CompletionQueue cq_;
-  std::thread thread_ ABSL_GUARDED_BY(mu_);  // made by Start; joined by the first Stop
+  std::thread thread_ ABSL_GUARDED_BY(mu_);  // made once started with a peer; joined by the first Stop
 
   // Taken before a peer's channel getter (its sender's lock) and nothing
   // else; nothing blocks under it (a probe is an asynchronous call, which

@@ -289,6 +289,22 @@ TEST(PeerProberTest, APeerAddedAfterStartIsProbedWithinAProbeInterval) {
   prober.Stop();
 }
 
+TEST(PeerProberTest, AProberWithNoPeerHasNoThread) {
+  peer::PeerProber prober(FastProbes());
+  prober.Start();
+  // A single member's prober: nothing to probe, and no thread polling the
+  // process's connections for it.
+  EXPECT_FALSE(prober.HasThread());
+  auto b = StartMember(2);
+  ASSERT_NE(b, nullptr);
+  auto channel = PeerChannel(b->url);
+  prober.AddPeer(2, [channel] { return channel; });
+  EXPECT_TRUE(prober.HasThread());
+  ASSERT_TRUE(WaitFor([&] { return prober.StatusOf(2).healthy; }, absl::Seconds(10)));
+  prober.Stop();
+  EXPECT_FALSE(prober.HasThread());
+}
+
 TEST(PeerProberTest, StopCancelsAProbeThePeerNeverAnswers) {
   // A socket that accepts connections (the kernel's backlog) and never
   // speaks: a probe waits for its deadline, a minute away.
