@@ -263,6 +263,15 @@ absl::Status Replicator::AwaitApplied(uint64_t index) {
 Replicator::~Replicator() {
   Stop();
   forward_queue_.reset();
+  {
+    // A forwarded keep-alive's caller may be answered up to a request timeout
+    // later (when the transport stops, at once).
+    util::MutexLock l(&forwarded_renewals_->mu);
+    auto answered = [r = forwarded_renewals_.get()]() ABSL_SHARED_LOCKS_REQUIRED(r->mu) {
+      return r->pending == 0;
+    };
+    forwarded_renewals_->mu.Await(absl::Condition(&answered));
+  }
   read_queue_.reset();
 }
 
@@ -485,11 +494,26 @@ void Replicator::RenewAsLeader(int64_t id,
     if (!ttl) return MakeError(Error::kLeaseNotFound);
     return *ttl;
   };
-  if (sole_voter_.load(std::memory_order_acquire)) {
-    done(renew(absl::OkStatus()));  // nobody else can lead
+  if (sole_voter_.load(std::memory_order_acquire) || RecentlyConfirmedLeader()) {
+    done(renew(absl::OkStatus()));  // nobody else can lead (yet)
     return;
   }
   ReadBarrier([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
+}
+
+bool Replicator::RecentlyConfirmedLeader() const {
+  LeadershipConfirmation c;
+  {
+    util::MutexLock l(&confirmed_mu_);
+    c = confirmed_;
+  }
+  return c.term != 0 && c.term == Term() && Leads() &&
+         std::chrono::steady_clock::now() - c.began < absl::ToChronoNanoseconds(options_.tick);
+}
+
+void Replicator::SetLeadershipConfirmation(LeadershipConfirmation c) {
+  util::MutexLock l(&confirmed_mu_);
+  confirmed_ = c;
 }
 
 void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
@@ -502,23 +526,27 @@ void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<i
     done(MakeError(Error::kNoLeader));
     return;
   }
-  // WorkQueue takes copyable closures: the completion rides in a shared_ptr.
-  auto renewed = std::make_shared<absl::AnyInvocable<void(absl::StatusOr<int64_t>)>>(std::move(done));
-  forward_queue_->Run([this, id, leader, renewed] {
-    auto& done = *renewed;
-    etcdserverpb::LeaseKeepAliveRequest request;
-    request.set_id(id);
-    etcdserverpb::LeaseKeepAliveResponse response;
-    absl::Status s = transport_->LeaseRenew(leader, request, &response,
-                                            absl::ToInt64Milliseconds(options_.request_timeout));
-    if (!s.ok()) {
-      // The leader's own answer for a lease it does not have.
-      if (absl::IsNotFound(s)) s = MakeError(Error::kLeaseNotFound);
-      done(s);
-      return;
-    }
-    done(response.ttl());
-  });
+  etcdserverpb::LeaseKeepAliveRequest request;
+  request.set_id(id);
+  {
+    util::MutexLock l(&forwarded_renewals_->mu);
+    ++forwarded_renewals_->pending;
+  }
+  transport_->LeaseRenew(
+      leader, request, absl::ToInt64Milliseconds(options_.request_timeout),
+      [renewals = forwarded_renewals_, done = std::move(done)](
+          absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> response) mutable {
+        if (!response.ok()) {
+          absl::Status s = response.status();
+          // The leader's own answer for a lease it does not have.
+          if (absl::IsNotFound(s)) s = MakeError(Error::kLeaseNotFound);
+          done(s);
+        } else {
+          done(response->ttl());
+        }
+        util::MutexLock l(&renewals->mu);
+        --renewals->pending;
+      });
 }
 
 void Replicator::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
@@ -771,6 +799,7 @@ void Replicator::SendReadIndex(absl::Time now) {
   batch.waiters = std::move(pending_reads_);
   pending_reads_.clear();
   batch.sent = now;
+  batch.first_sent = std::chrono::steady_clock::now();
   batch.deadline = now + options_.request_timeout;
   read_in_flight_ = std::move(batch);
   engine_->ReadIndex(ReadContext(read_in_flight_->context));
@@ -901,6 +930,7 @@ void Replicator::HandleReady(Ready rd) {
       slow_read_indexes_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
+    if (leads) SetLeadershipConfirmation({read_in_flight_->first_sent, Term()});
     ReleaseReads(rs.index, std::move(read_in_flight_->waiters));
     read_in_flight_.reset();
   }
@@ -1130,6 +1160,7 @@ void Replicator::StartLeaderTransfer(LeaderTransfer t) {
   // Proposals are dropped while the transfer runs; Propose keeps them
   // pending, and retries them until the new leader takes them or their
   // deadline passes.
+  SetLeadershipConfirmation({});  // the transferee may lead at any moment
   engine_->TransferLeader(t.to);
   transfers_.push_back(std::move(t));
 }
@@ -1382,6 +1413,7 @@ bool Replicator::HandOffBeforeRemovingLeader(PendingConfChange& p, absl::Time no
   if (to == 0) return false;  // no voter to hand over to
   SPDLOG_INFO("member {:x}: leader {:x} hands leadership to {:x} before its removal",
               options_.member_id, p.change.id, to);
+  SetLeadershipConfirmation({});  // the transferee may lead at any moment
   engine_->TransferLeader(to);
   return true;
 }

@@ -43,6 +43,7 @@
 #define CAPSTAN_REPLICATION_REPLICATOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -257,7 +258,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // know it has been replaced: a renewal it answered would be one the new
   // leader never saw, and the lease would expire before the TTL the client
   // was given. Answers "not leader" when it no longer leads.
+  // A round that began less than a tick ago (RecentlyConfirmedLeader)
+  // confirms it as well as one of its own would.
   void RenewAsLeader(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done);
+  // Whether a ReadIndex round confirmed, in this term, that this member
+  // leads, and began less than a tick ago. Then no other member can lead
+  // for an election timeout minus that tick: the quorum that answered the
+  // round's heartbeats refuses votes (check-quorum) until it has not heard
+  // from this leader for an election timeout. A leadership transfer this
+  // member starts voids it. Any thread.
+  bool RecentlyConfirmedLeader() const ABSL_LOCKS_EXCLUDED(confirmed_mu_);
   // The lease's TTLs here on the leader, else from the leader through the
   // transport (on a forwarding thread), as etcd forwards LeaseTimeToLive.
   void LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
@@ -284,7 +294,19 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     std::vector<absl::AnyInvocable<void(absl::Status)>> waiters;
     absl::Time sent;
     absl::Time deadline;
+    // When its first ReadIndex went out (a retry does not move it).
+    std::chrono::steady_clock::time_point first_sent;
   };
+  // The newest ReadIndex round that confirmed this member's leadership
+  // (RecentlyConfirmedLeader).
+  struct LeadershipConfirmation {
+    std::chrono::steady_clock::time_point began;
+    uint64_t term = 0;  // 0: none
+  };
+  mutable util::Mutex confirmed_mu_;
+  LeadershipConfirmation confirmed_ ABSL_GUARDED_BY(confirmed_mu_);
+  // The raft loop's, when a ReadIndex round answers (or a transfer starts).
+  void SetLeadershipConfirmation(LeadershipConfirmation c) ABSL_LOCKS_EXCLUDED(confirmed_mu_);
   // A membership change asked for (ChangeMembership).
   struct PendingConfChange {
     membership::MemberChange change;
@@ -521,8 +543,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   // Runs released read barriers off the committer and the raft loop.
   std::unique_ptr<util::WorkQueue> read_queue_;
-  // Forwards a follower's keep-alives to the leader (each waits for it).
+  // Forwards a follower's LeaseTimeToLive and member promotions to the
+  // leader (each waits for it).
   std::unique_ptr<util::WorkQueue> forward_queue_;
+  // Keep-alives forwarded to the leader and not yet answered: the
+  // destructor waits for them, as for the forwarding queue.
+  struct ForwardedRenewals {
+    util::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<ForwardedRenewals> forwarded_renewals_ = std::make_shared<ForwardedRenewals>();
   // Log compaction flushes and snapshot streams, off the raft loop.
   std::unique_ptr<util::WorkQueue> snapshot_queue_;
   std::thread loop_thread_;

@@ -86,12 +86,16 @@ class Transport {
   // it, or fails.
   virtual absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
                                     int64_t rate_bytes_per_sec) = 0;
-  // Calls the leader's on_lease_renew (or on_lease_time_to_live) over the
-  // peer connection and waits for the answer (a follower's LeaseKeepAlive).
-  // Unavailable when the leader cannot be reached before deadline_ms.
-  virtual absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
-                                  etcdserverpb::LeaseKeepAliveResponse* response,
-                                  int64_t deadline_ms) = 0;
+  // Calls the leader's on_lease_renew over the peer connection (a
+  // follower's LeaseKeepAlive) and returns at once: `done` gets the leader's
+  // answer, or Unavailable when the leader cannot be reached before
+  // deadline_ms, on whichever thread has it (this one, when it fails at
+  // once). No thread waits for the leader meanwhile, so a follower forwards
+  // any number of keep-alives at a time, as etcd's does.
+  using LeaseRenewDone =
+      absl::AnyInvocable<void(absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse>)>;
+  virtual void LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+                          int64_t deadline_ms, LeaseRenewDone done) = 0;
   // Asks the leader to promote learner `id` (its on_member_promote) and
   // waits for its answer: the members after the promotion, or the leader's
   // error (membership errors keep their identity).
@@ -105,6 +109,7 @@ class Transport {
   virtual absl::Time ActiveSince(uint64_t id) const = 0;
   // What this member exchanged with each peer it sends to or heard from.
   virtual std::vector<membership::PeerTraffic> Traffic() const { return {}; }
+  // Calls the leader's on_lease_time_to_live and waits for the answer.
   virtual absl::Status LeaseTimeToLive(uint64_t leader,
                                        const etcdserverpb::LeaseTimeToLiveRequest& request,
                                        etcdserverpb::LeaseTimeToLiveResponse* response,

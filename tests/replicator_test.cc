@@ -130,15 +130,22 @@ class MemoryTransport final : public Transport {
   void RemovePeer(uint64_t) override {}
   absl::Time ActiveSince(uint64_t) const override { return absl::InfinitePast(); }
   void Send(std::vector<RaftMessage> messages) override { net_->Deliver(id_, std::move(messages)); }
-  absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
-                          etcdserverpb::LeaseKeepAliveResponse* response, int64_t) override {
+  void LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request, int64_t,
+                  LeaseRenewDone done) override {
     auto renew = net_->RenewAt(leader);
-    if (!renew) return absl::UnavailableError("leader unreachable");
-    // A forwarding thread waits for the leader's answer, as over the wire.
-    std::promise<absl::Status> answered;
-    std::future<absl::Status> status = answered.get_future();
-    renew(request, response, [&answered](absl::Status s) { answered.set_value(std::move(s)); });
-    return status.get();
+    if (!renew) {
+      done(absl::UnavailableError("leader unreachable"));
+      return;
+    }
+    // The leader answers when it will, as over the wire.
+    auto response = std::make_shared<etcdserverpb::LeaseKeepAliveResponse>();
+    renew(request, response.get(), [response, done = std::move(done)](absl::Status s) mutable {
+      if (s.ok()) {
+        done(std::move(*response));
+      } else {
+        done(std::move(s));
+      }
+    });
   }
   absl::Status SendSnapshot(uint64_t to, const std::string& dir, const std::string& message,
                             int64_t) override {
@@ -471,6 +478,48 @@ TEST_F(ReplicatorTest, ALeaderCutOffIsReplacedAndNoAcknowledgedWriteIsLost) {
     if (i == 0) expect = hash;
     EXPECT_EQ(hash, expect) << "member " << i;
   }
+}
+
+// A leader renews a lease without a ReadIndex round of its own only within
+// a tick of the last round that confirmed it leads. Cut off, it renews
+// nothing once another member leads: the new leader, which never sees such a
+// renewal, would expire the lease before the TTL the client was given.
+TEST_F(ReplicatorTest, ALeaderCutOffRenewsNoLeaseOnceReplaced) {
+  const int old_leader = WaitForLeader();
+  ASSERT_GE(old_leader, 0);
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[old_leader].store->LeaseGrant(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  auto renew = [&](int member) {
+    absl::Notification renewed;
+    absl::StatusOr<int64_t> ttl;
+    nodes_[member].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> t) {
+      ttl = t;
+      renewed.Notify();
+    });
+    EXPECT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    return ttl;
+  };
+  // Renewals in a row at the leader: one round, then reuse, or rounds.
+  for (int i = 0; i < 20; ++i) {
+    auto ttl = renew(old_leader);
+    ASSERT_TRUE(ttl.ok()) << ttl.status();
+    EXPECT_EQ(*ttl, 60);
+  }
+  net_.SetDown(members_[old_leader].id, true);
+  down_.insert(old_leader);
+  const int new_leader = WaitForLeader();
+  ASSERT_GE(new_leader, 0);
+  ASSERT_NE(new_leader, old_leader);
+  // Whether or not it still takes itself for the leader, it renews nothing.
+  auto ttl = renew(old_leader);
+  EXPECT_FALSE(ttl.ok()) << "renewed by a replaced leader: TTL " << *ttl;
+  // The new leader does.
+  ttl = renew(new_leader);
+  ASSERT_TRUE(ttl.ok()) << ttl.status();
+  net_.SetDown(members_[old_leader].id, false);
+  down_.erase(old_leader);
 }
 
 // A linearizable read waiting at a follower for a leader that went away

@@ -23,23 +23,24 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-// A lease call to the leader: the leader's answer, or Unavailable when it
-// could not be had in time.
-template <typename Call>
-absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t leader,
-                        const PeerTransportOptions& options, int64_t deadline_ms, Call call) {
-  if (!channel) {
-    return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader), " is not a known peer"));
-  }
-  grpc::ClientContext context;
-  context.AddMetadata(peer::kClusterIdKey, peer::IdText(options.cluster_id));
-  context.AddMetadata(peer::kFromKey, peer::IdText(options.member_id));
-  context.AddMetadata(peer::kToKey, peer::IdText(leader));
-  context.set_wait_for_ready(true);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(std::max<int64_t>(deadline_ms, 0)));
-  auto stub = capstan::v1::Peer::NewStub(channel);
-  const grpc::Status status = call(stub.get(), &context);
+absl::Status UnknownLeader(uint64_t leader) {
+  return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader), " is not a known peer"));
+}
+
+// A call to the leader: who makes it, and until when it waits for the
+// leader to be reachable and to answer.
+void PrepareLeaderCall(grpc::ClientContext* context, uint64_t leader,
+                       const PeerTransportOptions& options, int64_t deadline_ms) {
+  context->AddMetadata(peer::kClusterIdKey, peer::IdText(options.cluster_id));
+  context->AddMetadata(peer::kFromKey, peer::IdText(options.member_id));
+  context->AddMetadata(peer::kToKey, peer::IdText(leader));
+  context->set_wait_for_ready(true);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(std::max<int64_t>(deadline_ms, 0)));
+}
+
+// The leader's answer, or Unavailable when it could not be had in time.
+absl::Status LeaderStatus(const grpc::Status& status, uint64_t leader) {
   if (status.error_code() == grpc::UNAVAILABLE || status.error_code() == grpc::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::CANCELLED) {
     return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader),
@@ -48,7 +49,28 @@ absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
   return FromGrpc(status);
 }
 
+// A lease call to the leader, waited for.
+template <typename Call>
+absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t leader,
+                        const PeerTransportOptions& options, int64_t deadline_ms, Call call) {
+  if (!channel) return UnknownLeader(leader);
+  grpc::ClientContext context;
+  PrepareLeaderCall(&context, leader, options, deadline_ms);
+  auto stub = capstan::v1::Peer::NewStub(channel);
+  return LeaderStatus(call(stub.get(), &context), leader);
+}
+
 }  // namespace
+
+// A keep-alive forwarded to the leader, owned by its completion and by
+// Stop while it cancels it.
+struct PeerTransport::LeaseCall {
+  grpc::ClientContext context;
+  etcdserverpb::LeaseKeepAliveRequest request;
+  etcdserverpb::LeaseKeepAliveResponse response;
+  std::unique_ptr<capstan::v1::Peer::Stub> stub;
+  LeaseRenewDone done;
+};
 
 absl::StatusOr<PeerTransportOptions> PeerTransportOptionsFromConfig(const ServerConfig& config,
                                                                     uint64_t member_id,
@@ -196,9 +218,22 @@ void PeerTransport::Stop() {
   if (prober_) prober_->Stop();
   for (auto& [id, sender] : senders) sender->Stop();
   {
+    // A forwarded keep-alive still answers its caller: Unavailable, once
+    // cancelled. Cancelled outside the lock, since a cancellation may run the
+    // call's completion, which takes it, on this thread.
+    std::vector<std::shared_ptr<LeaseCall>> calls;
+    {
+      util::MutexLock l(&mu_);
+      for (const auto& [key, call] : lease_calls_) calls.push_back(call);
+    }
+    for (const auto& call : calls) call->context.TryCancel();
+  }
+  {
     // A Send that got past its check still reports to the handler.
     util::MutexLock l(&mu_);
-    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_sends_ == 0; };
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return active_sends_ == 0 && lease_calls_.empty();
+    };
     mu_.Await(absl::Condition(&idle));
   }
   for (auto& listener : listeners_) listener->Stop();
@@ -388,14 +423,42 @@ std::shared_ptr<grpc::Channel> PeerTransport::ChannelTo(uint64_t id) {
   return sender->Channel();
 }
 
-absl::Status PeerTransport::LeaseRenew(uint64_t leader,
-                                       const etcdserverpb::LeaseKeepAliveRequest& request,
-                                       etcdserverpb::LeaseKeepAliveResponse* response,
-                                       int64_t deadline_ms) {
-  return CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
-                    [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
-                      return stub->LeaseRenew(context, request, response);
-                    });
+void PeerTransport::LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+                               int64_t deadline_ms, LeaseRenewDone done) {
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(leader);
+  if (!channel) {
+    done(UnknownLeader(leader));
+    return;
+  }
+  auto call = std::make_shared<LeaseCall>();
+  PrepareLeaderCall(&call->context, leader, options_, deadline_ms);
+  call->request = request;
+  call->stub = capstan::v1::Peer::NewStub(channel);
+  call->done = std::move(done);
+  bool stopped;
+  {
+    util::MutexLock l(&mu_);
+    stopped = stopped_;
+    // Stop may cancel it from now on, even before it starts (gRPC then
+    // cancels it as it starts).
+    if (!stopped) lease_calls_.emplace(call.get(), call);
+  }
+  if (stopped) {
+    call->done(absl::UnavailableError("the peer transport is stopped"));
+    return;
+  }
+  call->stub->async()->LeaseRenew(
+      &call->context, &call->request, &call->response, [this, call, leader](grpc::Status status) {
+        absl::Status s = LeaderStatus(status, leader);
+        if (s.ok()) {
+          call->done(std::move(call->response));
+        } else {
+          call->done(std::move(s));
+        }
+        // Answered: Stop stops waiting for it.
+        util::MutexLock l(&mu_);
+        lease_calls_.erase(call.get());
+      });
 }
 
 absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,

@@ -128,11 +128,11 @@ class PeerTransport final : public replication::Transport {
   void Send(std::vector<replication::RaftMessage> messages) override;
   // deadline_ms: how long, in milliseconds from the call, to wait for the
   // leader's answer. Unavailable when the leader is not a known peer or
-  // cannot be reached in time; otherwise the leader's status (etcd's lease
-  // errors, code and text).
-  absl::Status LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
-                          etcdserverpb::LeaseKeepAliveResponse* response,
-                          int64_t deadline_ms) override;
+  // cannot be reached in time (or the transport stops first); otherwise the
+  // leader's status (etcd's lease errors, code and text). An asynchronous
+  // call on gRPC's callback API: `done` runs on a gRPC thread.
+  void LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+                  int64_t deadline_ms, LeaseRenewDone done) override;
   absl::StatusOr<std::vector<membership::ClusterMember>> PromoteMember(
       uint64_t leader, uint64_t id, int64_t deadline_ms) override;
   absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
@@ -188,6 +188,10 @@ class PeerTransport final : public replication::Transport {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int active_sends_ ABSL_GUARDED_BY(mu_) = 0;  // Send calls past their stopped_ check
+  // Forwarded keep-alives waiting for the leader: Stop cancels them and waits
+  // for their answers.
+  struct LeaseCall;
+  std::map<const LeaseCall*, std::shared_ptr<LeaseCall>> lease_calls_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::vector<std::string>> peer_urls_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> removed_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,11 +24,25 @@
 #include "server/peer/peer_protocol.h"
 #include "server/peer/peer_sender.h"
 #include "server/peer/peer_testing.h"
+#include "util/mutex.h"
 
 namespace capstan::server {
 namespace {
 
 using namespace peer_testing;  // NOLINT: the helpers of these tests
+
+// A keep-alive forwarded through `t` to `leader`, its answer waited for.
+absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> RenewThrough(
+    PeerTransport& t, uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
+    int64_t deadline_ms) {
+  std::promise<absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse>> answered;
+  auto future = answered.get_future();
+  t.LeaseRenew(leader, request, deadline_ms,
+               [&answered](absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> r) {
+                 answered.set_value(std::move(r));
+               });
+  return future.get();
+}
 
 TEST(PeerProtocolTest, IdsAreEtcdsHex) {
   EXPECT_EQ(peer::IdText(0x8e9e05c52164694d), "8e9e05c52164694d");
@@ -132,8 +148,7 @@ TEST(PeerTransportTest, AnotherClusterIsRefusedWithEtcdsText) {
   EXPECT_GE(a->recorder.Unreachable(2), 3);
   EXPECT_EQ(b->recorder.CountFrom(1), 0u);
   // Lease calls are refused alike.
-  etcdserverpb::LeaseKeepAliveResponse response;
-  absl::Status s = a->transport->LeaseRenew(2, {}, &response, 5000);
+  absl::Status s = RenewThrough(*a->transport, 2, {}, 5000).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "cluster ID mismatch");
 }
@@ -454,14 +469,13 @@ TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
 
   etcdserverpb::LeaseKeepAliveRequest renew;
   renew.set_id(7);
-  etcdserverpb::LeaseKeepAliveResponse renewed;
-  absl::Status s = follower->transport->LeaseRenew(2, renew, &renewed, 10000);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(renewed.id(), 7);
-  EXPECT_EQ(renewed.ttl(), 42);
+  auto renewed = RenewThrough(*follower->transport, 2, renew, 10000);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->id(), 7);
+  EXPECT_EQ(renewed->ttl(), 42);
 
   renew.set_id(404);
-  s = follower->transport->LeaseRenew(2, renew, &renewed, 10000);
+  absl::Status s = RenewThrough(*follower->transport, 2, renew, 10000).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message(), "etcdserver: requested lease not found");
 
@@ -476,13 +490,148 @@ TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
   ASSERT_EQ(ttl_response.keys_size(), 1);
 
   // Not a peer, or a peer that is down: Unavailable within the deadline.
-  s = follower->transport->LeaseRenew(3, renew, &renewed, 1000);
+  s = RenewThrough(*follower->transport, 3, renew, 1000).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   follower->transport->AddPeer(4, {absl::StrCat("http://127.0.0.1:", FreePort())});
   const absl::Time start = absl::Now();
-  s = follower->transport->LeaseRenew(4, renew, &renewed, 300);
+  s = RenewThrough(*follower->transport, 4, renew, 300).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// A leader whose keep-alive answers wait until `hold` renewals are waiting
+// (or it is released), then answers them all.
+struct HeldRenewals {
+  util::Mutex mu;
+  size_t hold = 0;
+  bool released ABSL_GUARDED_BY(mu) = false;
+  std::vector<absl::AnyInvocable<void()>> waiting ABSL_GUARDED_BY(mu);
+
+  void Add(absl::AnyInvocable<void()> answer) {
+    std::vector<absl::AnyInvocable<void()>> now;
+    {
+      util::MutexLock l(&mu);
+      if (!released) {
+        waiting.push_back(std::move(answer));
+        if (waiting.size() < hold) return;
+        released = true;
+        now.swap(waiting);
+      } else {
+        now.push_back(std::move(answer));
+      }
+    }
+    for (auto& a : now) a();
+  }
+  // Answers every renewal waiting, and from now on each at once.
+  void Release() {
+    std::vector<absl::AnyInvocable<void()>> now;
+    {
+      util::MutexLock l(&mu);
+      released = true;
+      now.swap(waiting);
+    }
+    for (auto& a : now) a();
+  }
+  size_t Waiting() {
+    util::MutexLock l(&mu);
+    return waiting.size();
+  }
+};
+
+std::unique_ptr<Member> StartLeaseLeader(std::shared_ptr<HeldRenewals> held) {
+  auto leader = std::make_unique<Member>();
+  leader->id = 2;
+  PeerTransportOptions o;
+  o.member_id = 2;
+  o.cluster_id = kCluster;
+  o.listen_peer_urls = {{"http", "127.0.0.1:0"}};
+  leader->transport = std::make_unique<PeerTransport>(o);
+  replication::TransportHandler h = leader->recorder.Handler();
+  h.on_lease_renew = [held](const etcdserverpb::LeaseKeepAliveRequest& request,
+                            etcdserverpb::LeaseKeepAliveResponse* response,
+                            absl::AnyInvocable<void(absl::Status)> done) {
+    held->Add([id = request.id(), response, done = std::move(done)]() mutable {
+      response->set_id(id);
+      response->set_ttl(42);
+      done(absl::OkStatus());
+    });
+  };
+  if (!leader->transport->Start(std::move(h)).ok()) return nullptr;
+  leader->url = absl::StrCat("http://127.0.0.1:", leader->transport->BoundPorts()[0]);
+  return leader;
+}
+
+// etcd's follower forwards each keep-alive on its own: a leader slow to
+// answer one holds up no other. Here none is answered until 64 are waiting
+// at the leader at once.
+TEST(PeerTransportTest, ForwardedKeepAlivesWaitForTheLeaderTogether) {
+  constexpr int kRenewals = 64;
+  auto held = std::make_shared<HeldRenewals>();
+  held->hold = kRenewals;
+  auto leader = StartLeaseLeader(held);
+  ASSERT_NE(leader, nullptr);
+  auto follower = StartMember(1);
+  ASSERT_NE(follower, nullptr);
+  Connect(*follower, *leader);
+
+  util::Mutex mu;
+  std::vector<int64_t> answered;
+  int failed = 0;
+  for (int i = 0; i < kRenewals; ++i) {
+    etcdserverpb::LeaseKeepAliveRequest renew;
+    renew.set_id(100 + i);
+    follower->transport->LeaseRenew(
+        2, renew, 30000,
+        [&mu, &answered, &failed](absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> r) {
+          util::MutexLock l(&mu);
+          if (r.ok()) {
+            answered.push_back(r->id());
+          } else {
+            ++failed;
+          }
+        });
+  }
+  util::MutexLock l(&mu);
+  auto all = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return answered.size() + failed == static_cast<size_t>(kRenewals);
+  };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(30)))
+      << answered.size() << " answered, " << failed << " failed, " << held->Waiting()
+      << " waiting at the leader";
+  EXPECT_EQ(failed, 0);
+  std::sort(answered.begin(), answered.end());
+  for (int i = 0; i < kRenewals; ++i) EXPECT_EQ(answered[i], 100 + i);
+}
+
+// A follower that stops answers the keep-alives it forwarded and is still
+// waiting for: Unavailable, at once rather than at their deadline.
+TEST(PeerTransportTest, StopAnswersForwardedKeepAlivesStillWaiting) {
+  auto held = std::make_shared<HeldRenewals>();
+  held->hold = 1000;  // never reached: the leader answers none
+  auto leader = StartLeaseLeader(held);
+  ASSERT_NE(leader, nullptr);
+  auto follower = StartMember(1);
+  ASSERT_NE(follower, nullptr);
+  Connect(*follower, *leader);
+
+  std::promise<absl::Status> answered;
+  etcdserverpb::LeaseKeepAliveRequest renew;
+  renew.set_id(7);
+  follower->transport->LeaseRenew(
+      2, renew, 600000, [&answered](absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> r) {
+        answered.set_value(r.status());
+      });
+  ASSERT_TRUE(WaitFor([&] { return held->Waiting() == 1; }, absl::Seconds(10)));
+  const absl::Time start = absl::Now();
+  follower->transport->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  absl::Status s = answered.get_future().get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  // A keep-alive forwarded after the stop fails at once.
+  s = RenewThrough(*follower->transport, 2, renew, 600000).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  // The leader's answer, released now, finds nobody waiting for it.
+  held->Release();
 }
 }  // namespace
 }  // namespace capstan::server
