@@ -236,6 +236,18 @@ class ReplicatorTest : public ::testing::Test {
   }
 
   // The index of the member that leads, once all live members agree.
+  // A keep-alive of lease `id` at member `i`, its answer waited for.
+  absl::StatusOr<int64_t> Renew(int i, int64_t id) {
+    absl::Notification renewed;
+    absl::StatusOr<int64_t> ttl;
+    nodes_[i].store->RenewLease(id, [&](absl::StatusOr<int64_t> t) {
+      ttl = t;
+      renewed.Notify();
+    });
+    EXPECT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    return ttl;
+  }
+
   int WaitForLeader(absl::Duration timeout = absl::Seconds(20)) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
@@ -367,13 +379,7 @@ TEST_F(ReplicatorTest, LeaseIdsAndKeepAlivesAreTheCluster) {
   WaitApplied(nodes_[follower].replicator->CommittedIndex());
   for (auto& m : nodes_) EXPECT_TRUE(m.store->lessor()->Exists(granted->id()));
   // A keep-alive at a follower reaches the leader.
-  absl::Notification renewed;
-  absl::StatusOr<int64_t> ttl;
-  nodes_[follower].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> t) {
-    ttl = t;
-    renewed.Notify();
-  });
-  ASSERT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::StatusOr<int64_t> ttl = Renew(follower, granted->id());
   ASSERT_TRUE(ttl.ok()) << ttl.status();
   EXPECT_EQ(*ttl, 60);
   // Its TTLs at a follower are the leader's (etcd forwards LeaseTimeToLive).
@@ -491,16 +497,7 @@ TEST_F(ReplicatorTest, ALeaderCutOffRenewsNoLeaseOnceReplaced) {
   grant.set_ttl(60);
   auto granted = nodes_[old_leader].store->LeaseGrant(grant);
   ASSERT_TRUE(granted.ok()) << granted.status();
-  auto renew = [&](int member) {
-    absl::Notification renewed;
-    absl::StatusOr<int64_t> ttl;
-    nodes_[member].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> t) {
-      ttl = t;
-      renewed.Notify();
-    });
-    EXPECT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(20)));
-    return ttl;
-  };
+  auto renew = [&](int member) { return Renew(member, granted->id()); };
   // Renewals in a row at the leader: one round, then reuse, or rounds.
   for (int i = 0; i < 20; ++i) {
     auto ttl = renew(old_leader);

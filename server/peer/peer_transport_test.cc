@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -432,7 +433,10 @@ TEST(PeerTransportTest, FullQueueOfALivePeerDropsAndReports) {
   for (size_t i = 1; i < tail.size(); ++i) EXPECT_LE(tail[i - 1], tail[i]);
 }
 
-TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
+// Member 2, the leader of the lease calls, with the lease handlers `handle`
+// sets on its recorder's handler.
+std::unique_ptr<Member> StartLeaseLeader(
+    const std::function<void(replication::TransportHandler&)>& handle) {
   auto leader = std::make_unique<Member>();
   leader->id = 2;
   PeerTransportOptions o;
@@ -441,27 +445,35 @@ TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
   o.listen_peer_urls = {{"http", "127.0.0.1:0"}};
   leader->transport = std::make_unique<PeerTransport>(o);
   replication::TransportHandler h = leader->recorder.Handler();
-  h.on_lease_renew = [](const etcdserverpb::LeaseKeepAliveRequest& request,
-                        etcdserverpb::LeaseKeepAliveResponse* response,
-                        absl::AnyInvocable<void(absl::Status)> done) {
-    if (request.id() == 404) {
-      done(absl::NotFoundError("etcdserver: requested lease not found"));
-      return;
-    }
-    response->set_id(request.id());
-    response->set_ttl(42);
-    done(absl::OkStatus());
-  };
-  h.on_lease_time_to_live = [](const etcdserverpb::LeaseTimeToLiveRequest& request,
-                               etcdserverpb::LeaseTimeToLiveResponse* response) {
-    response->set_id(request.id());
-    response->set_ttl(30);
-    response->set_grantedttl(60);
-    if (request.keys()) response->add_keys("foo");
-    return absl::OkStatus();
-  };
-  ASSERT_TRUE(leader->transport->Start(std::move(h)).ok());
+  handle(h);
+  if (!leader->transport->Start(std::move(h)).ok()) return nullptr;
   leader->url = absl::StrCat("http://127.0.0.1:", leader->transport->BoundPorts()[0]);
+  return leader;
+}
+
+TEST(PeerTransportTest, LeaseCallsReachTheLeader) {
+  auto leader = StartLeaseLeader([](replication::TransportHandler& h) {
+    h.on_lease_renew = [](const etcdserverpb::LeaseKeepAliveRequest& request,
+                          etcdserverpb::LeaseKeepAliveResponse* response,
+                          absl::AnyInvocable<void(absl::Status)> done) {
+      if (request.id() == 404) {
+        done(absl::NotFoundError("etcdserver: requested lease not found"));
+        return;
+      }
+      response->set_id(request.id());
+      response->set_ttl(42);
+      done(absl::OkStatus());
+    };
+    h.on_lease_time_to_live = [](const etcdserverpb::LeaseTimeToLiveRequest& request,
+                                 etcdserverpb::LeaseTimeToLiveResponse* response) {
+      response->set_id(request.id());
+      response->set_ttl(30);
+      response->set_grantedttl(60);
+      if (request.keys()) response->add_keys("foo");
+      return absl::OkStatus();
+    };
+  });
+  ASSERT_NE(leader, nullptr);
 
   auto follower = StartMember(1);
   ASSERT_NE(follower, nullptr);
@@ -539,26 +551,17 @@ struct HeldRenewals {
 };
 
 std::unique_ptr<Member> StartLeaseLeader(std::shared_ptr<HeldRenewals> held) {
-  auto leader = std::make_unique<Member>();
-  leader->id = 2;
-  PeerTransportOptions o;
-  o.member_id = 2;
-  o.cluster_id = kCluster;
-  o.listen_peer_urls = {{"http", "127.0.0.1:0"}};
-  leader->transport = std::make_unique<PeerTransport>(o);
-  replication::TransportHandler h = leader->recorder.Handler();
-  h.on_lease_renew = [held](const etcdserverpb::LeaseKeepAliveRequest& request,
-                            etcdserverpb::LeaseKeepAliveResponse* response,
-                            absl::AnyInvocable<void(absl::Status)> done) {
-    held->Add([id = request.id(), response, done = std::move(done)]() mutable {
-      response->set_id(id);
-      response->set_ttl(42);
-      done(absl::OkStatus());
-    });
-  };
-  if (!leader->transport->Start(std::move(h)).ok()) return nullptr;
-  leader->url = absl::StrCat("http://127.0.0.1:", leader->transport->BoundPorts()[0]);
-  return leader;
+  return StartLeaseLeader([held](replication::TransportHandler& h) {
+    h.on_lease_renew = [held](const etcdserverpb::LeaseKeepAliveRequest& request,
+                              etcdserverpb::LeaseKeepAliveResponse* response,
+                              absl::AnyInvocable<void(absl::Status)> done) {
+      held->Add([id = request.id(), response, done = std::move(done)]() mutable {
+        response->set_id(id);
+        response->set_ttl(42);
+        done(absl::OkStatus());
+      });
+    };
+  });
 }
 
 // etcd's follower forwards each keep-alive on its own: a leader slow to
