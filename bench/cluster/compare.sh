@@ -15,6 +15,8 @@
 #            --key-space-size=100000
 #   range    --conns=10 --clients=100 range /bench/range/key --consistency=l --total=20000
 #            (the key holds a 256-byte value, put first with etcdctl)
+#   lease-keepalive  --conns=10 --clients=100 lease-keepalive --total=20000
+#            (a stream per renewal; a follower forwards each renewal to the leader)
 #
 # recording requests/s, the p99, and the three members' CPU time and context switches per request
 # of each run. Then, FAILOVER_REPS times per server and round,
@@ -156,6 +158,7 @@ throughput_round() {  # SERVER BINARY ROUND
   perf_start "${server}" "${round}" range "$(IFS=,; echo "${PIDS[*]}")"
   bench_run "${server}" "${round}" range range /bench/range/key --consistency l --total "${TOTAL}"
   perf_stop
+  bench_run "${server}" "${round}" lease-keepalive lease-keepalive --total "${TOTAL}"
   stop_cluster
 }
 
@@ -218,7 +221,7 @@ def cell(values, fmt):
 print("| workload | etcd ops/s | Capstan ops/s | Capstan/etcd | etcd p99 ms | Capstan p99 ms "
       "| etcd CPU us/op | Capstan CPU us/op | etcd cs/op | Capstan cs/op |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for w in ("put", "txn-put", "range"):
+for w in ("put", "txn-put", "range", "lease-keepalive"):
     e, c = runs.get(("etcd", w)), runs.get(("capstan", w))
     if not e or not c:
         continue
