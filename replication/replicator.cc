@@ -266,11 +266,9 @@ Replicator::~Replicator() {
   {
     // A forwarded keep-alive's caller may be answered up to a request timeout
     // later (when the transport stops, at once).
-    util::MutexLock l(&forwarded_renewals_->mu);
-    auto answered = [r = forwarded_renewals_.get()]() ABSL_SHARED_LOCKS_REQUIRED(r->mu) {
-      return r->pending == 0;
-    };
-    forwarded_renewals_->mu.Await(absl::Condition(&answered));
+    ForwardedRenewals* renewals = forwarded_renewals_.get();
+    util::MutexLock l(&renewals->mu);
+    renewals->mu.Await(absl::Condition(renewals, &ForwardedRenewals::None));
   }
   read_queue_.reset();
 }

@@ -551,6 +551,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   struct ForwardedRenewals {
     util::Mutex mu;
     int pending ABSL_GUARDED_BY(mu) = 0;
+    bool None() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return pending == 0; }
   };
   std::shared_ptr<ForwardedRenewals> forwarded_renewals_ = std::make_shared<ForwardedRenewals>();
   // Log compaction flushes and snapshot streams, off the raft loop.
