@@ -62,13 +62,18 @@ absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
 
 }  // namespace
 
+struct PeerTransport::PeerStub {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<capstan::v1::Peer::Stub> stub;
+};
+
 // A keep-alive forwarded to the leader, owned by its completion and by
 // Stop while it cancels it.
 struct PeerTransport::LeaseCall {
   grpc::ClientContext context;
   etcdserverpb::LeaseKeepAliveRequest request;
   etcdserverpb::LeaseKeepAliveResponse response;
-  std::unique_ptr<capstan::v1::Peer::Stub> stub;
+  std::shared_ptr<PeerStub> stub;  // alive until the call completes
   LeaseRenewDone done;
 };
 
@@ -308,6 +313,7 @@ void PeerTransport::RemovePeer(uint64_t id) {
       senders_.erase(it);
     }
     if (prober_) prober_->RemovePeer(id);
+    stubs_.erase(id);
   }
   if (sender) sender->Stop();
 }
@@ -423,17 +429,33 @@ std::shared_ptr<grpc::Channel> PeerTransport::ChannelTo(uint64_t id) {
   return sender->Channel();
 }
 
+std::shared_ptr<PeerTransport::PeerStub> PeerTransport::StubTo(uint64_t id) {
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(id);
+  if (!channel) return nullptr;
+  {
+    util::MutexLock l(&mu_);
+    auto it = stubs_.find(id);
+    if (it != stubs_.end() && it->second->channel == channel) return it->second;
+  }
+  // Made outside the lock; a stub made meanwhile by another caller for the
+  // same channel is as good.
+  auto made = std::make_shared<PeerStub>(PeerStub{channel, capstan::v1::Peer::NewStub(channel)});
+  util::MutexLock l(&mu_);
+  stubs_[id] = made;
+  return made;
+}
+
 void PeerTransport::LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request,
                                int64_t deadline_ms, LeaseRenewDone done) {
-  std::shared_ptr<grpc::Channel> channel = ChannelTo(leader);
-  if (!channel) {
+  std::shared_ptr<PeerStub> stub = StubTo(leader);
+  if (!stub) {
     done(UnknownLeader(leader));
     return;
   }
   auto call = std::make_shared<LeaseCall>();
   PrepareLeaderCall(&call->context, leader, options_, deadline_ms);
   call->request = request;
-  call->stub = capstan::v1::Peer::NewStub(channel);
+  call->stub = std::move(stub);
   call->done = std::move(done);
   bool stopped;
   {
@@ -447,7 +469,7 @@ void PeerTransport::LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAli
     call->done(absl::UnavailableError("the peer transport is stopped"));
     return;
   }
-  call->stub->async()->LeaseRenew(
+  call->stub->stub->async()->LeaseRenew(
       &call->context, &call->request, &call->response, [this, call, leader](grpc::Status status) {
         absl::Status s = LeaderStatus(status, leader);
         if (s.ok()) {

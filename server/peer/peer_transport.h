@@ -162,6 +162,11 @@ class PeerTransport final : public replication::Transport {
   void ReportUnreachable(uint64_t id) const;
   // The channel to peer id; nullptr when it is not a known peer.
   std::shared_ptr<grpc::Channel> ChannelTo(uint64_t id);
+  // A Peer stub on that channel, made once per channel (a stub registers
+  // every method of the service with its channel when it is made); nullptr
+  // when it is not a known peer.
+  struct PeerStub;
+  std::shared_ptr<PeerStub> StubTo(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PeerTransportOptions options_;
   // Outgoing https credentials, made at Start. Written once before any
@@ -192,6 +197,7 @@ class PeerTransport final : public replication::Transport {
   // for their answers.
   struct LeaseCall;
   std::map<const LeaseCall*, std::shared_ptr<LeaseCall>> lease_calls_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<PeerStub>> stubs_ ABSL_GUARDED_BY(mu_);  // StubTo's
   std::map<uint64_t, std::vector<std::string>> peer_urls_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<peer::PeerSender>> senders_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> removed_ ABSL_GUARDED_BY(mu_);
