@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -83,53 +85,147 @@ struct PhaseLists {
   Histogram pages;
 };
 
-// Runs argv (this binary as a list process) and parses what it prints:
-// "list NS OBJECTS BYTES", "pages NS COUNT" (COUNT pages of about NS) or
-// "error MESSAGE" lines.
-absl::StatusOr<PhaseLists> RunListProcess(const std::vector<std::string>& argv) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(out[1]);
-  if (rc != 0) {
-    close(out[0]);
-    return absl::InternalError(absl::StrCat("cannot start the list process: ", std::strerror(rc)));
-  }
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(out[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat("the list process failed (status ", status, "): ", text));
-  }
-  PhaseLists out_lists;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-    uint64_t ns = 0;
-    ListResult lr;
-    if (f.size() == 4 && f[0] == "list" && absl::SimpleAtoi(f[1], &ns) &&
-        absl::SimpleAtoi(f[2], &lr.objects) && absl::SimpleAtoi(f[3], &lr.bytes)) {
-      out_lists.lists.emplace_back(ns, lr);
-    } else if (uint64_t count = 0; f.size() == 3 && f[0] == "pages" &&
-                                   absl::SimpleAtoi(f[1], &ns) && absl::SimpleAtoi(f[2], &count)) {
-      out_lists.pages.RecordN(ns, count);
-    } else if (absl::StartsWith(line, "error ")) {
-      lr.status =
-          grpc::Status(grpc::StatusCode::UNKNOWN, std::string(line.substr(sizeof("error ") - 1)));
-      out_lists.lists.emplace_back(0, lr);
+// The allocator settings (jemalloc's, which capstan-bench links) of a list
+// process that reserves memory: one arena, so that the memory its main thread
+// reserves is the memory its gRPC threads receive into; freed memory never
+// given back to the kernel; and a free extent of any size split for a small
+// allocation (by default jemalloc splits none more than 64 times larger,
+// which after the reservation is every one, and maps new memory instead).
+constexpr char kReservedMallocConf[] =
+    "narenas:1,dirty_decay_ms:-1,muzzy_decay_ms:-1,lg_extent_max_active_fit:30";
+
+// A list process: this binary started with --list-worker. It takes the name
+// of a phase (full, paginated, concurrent) per line on its stdin, runs its
+// lists, and prints "list NS OBJECTS BYTES", "pages NS COUNT" (COUNT pages of
+// about NS) or "error MESSAGE" lines, then "faults N" (the page faults it took
+// meanwhile) and "end". It first prints "ready" once it has reserved its
+// memory. One process serves every phase, as one client would.
+class ListProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ListProcess>> Start(const std::vector<std::string>& argv,
+                                                            bool reserved_malloc) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      close(in[0]);
+      close(in[1]);
+      return absl::InternalError("pipe failed");
     }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    std::string malloc_conf = absl::StrCat("MALLOC_CONF=", kReservedMallocConf);
+    std::vector<char*> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!reserved_malloc || !absl::StartsWith(*e, "MALLOC_CONF=")) env.push_back(*e);
+    }
+    if (reserved_malloc) env.push_back(malloc_conf.data());
+    env.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    if (rc != 0) {
+      close(in[1]);
+      close(out[0]);
+      return absl::InternalError(absl::StrCat("cannot start the list process: ", std::strerror(rc)));
+    }
+    auto process = std::unique_ptr<ListProcess>(new ListProcess(pid, in[1], fdopen(out[0], "r")));
+    auto ready = process->ReadUntil("ready");
+    if (!ready.ok()) return ready.status();
+    return process;
   }
-  return out_lists;
+
+  ~ListProcess() {
+    close(to_);
+    if (from_ != nullptr) fclose(from_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  // The lists of phase `kind`, and the page faults the process took in it.
+  absl::StatusOr<PhaseLists> Run(const std::string& kind, uint64_t* faults) {
+    const std::string line = kind + "\n";
+    if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      return absl::InternalError("the list process is gone");
+    }
+    auto text = ReadUntil("end");
+    if (!text.ok()) return text.status();
+    PhaseLists out_lists;
+    for (absl::string_view l : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> f = absl::StrSplit(l, ' ');
+      uint64_t ns = 0;
+      ListResult lr;
+      if (f.size() == 4 && f[0] == "list" && absl::SimpleAtoi(f[1], &ns) &&
+          absl::SimpleAtoi(f[2], &lr.objects) && absl::SimpleAtoi(f[3], &lr.bytes)) {
+        out_lists.lists.emplace_back(ns, lr);
+      } else if (uint64_t count = 0; f.size() == 3 && f[0] == "pages" &&
+                                     absl::SimpleAtoi(f[1], &ns) && absl::SimpleAtoi(f[2], &count)) {
+        out_lists.pages.RecordN(ns, count);
+      } else if (f.size() == 2 && f[0] == "faults") {
+        (void)absl::SimpleAtoi(f[1], faults);
+      } else if (absl::StartsWith(l, "error ")) {
+        lr.status = grpc::Status(grpc::StatusCode::UNKNOWN, std::string(l.substr(sizeof("error ") - 1)));
+        out_lists.lists.emplace_back(0, lr);
+      }
+    }
+    return out_lists;
+  }
+
+ private:
+  ListProcess(pid_t pid, int to, FILE* from) : pid_(pid), to_(to), from_(from) {}
+
+  // What the process prints up to a line `last` (not included).
+  absl::StatusOr<std::string> ReadUntil(absl::string_view last) {
+    std::string text;
+    char* line = nullptr;
+    size_t cap = 0;
+    for (ssize_t n; from_ != nullptr && (n = getline(&line, &cap, from_)) > 0;) {
+      absl::string_view l(line, static_cast<size_t>(n));
+      if (absl::ConsumeSuffix(&l, "\n") && l == last) {
+        std::free(line);
+        return text;
+      }
+      absl::StrAppend(&text, l, "\n");
+    }
+    std::free(line);
+    return absl::InternalError(absl::StrCat("the list process ended early: ", text));
+  }
+
+  const pid_t pid_;
+  const int to_;
+  FILE* const from_;
+};
+
+// Page faults this process has taken so far.
+uint64_t PageFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_minflt + u.ru_majflt);
+}
+
+// Touches `bytes` of memory in chunks of a MiB and frees it: with
+// kReservedMallocConf the memory stays in the process, so what is
+// received into it later takes no page fault. A client's heap is warm after
+// its first lists (a Go program keeps its heap); a fresh process's is not,
+// and on a virtual machine whose host backs memory as it is first touched,
+// the faults of a list client that shares the servers' cores cost them more
+// than the lists do.
+void ReserveMemory(uint64_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<void*> chunks;
+  for (uint64_t done = 0; done < bytes; done += kChunk) {
+    auto* p = static_cast<volatile char*>(std::malloc(kChunk));
+    if (p == nullptr) break;
+    for (size_t i = 0; i < kChunk; i += 4096) p[i] = 1;
+    chunks.push_back(const_cast<char*>(p));
+  }
+  for (void* p : chunks) std::free(p);
 }
 
 class LargeListWorkload final : public Workload {
@@ -155,20 +251,25 @@ class LargeListWorkload final : public Workload {
           "With --list-process: the list process's niceness (0-19). Where the list client "
           "shares the servers' cores, at 19 it takes only the CPU the servers leave, as a client "
           "on another machine would");
-    f.String("list-worker", &list_worker_,
-             "Internal (--list-process): only run the lists of one phase (full, paginated, "
-             "concurrent), printing a line per list");
+    f.Int64("list-reserve-mib", &list_reserve_mib_,
+            "With --list-process: memory (MiB) the list process touches and keeps before the "
+            "lists, so that receiving them takes no page fault (-1: 1.5 times what the "
+            "concurrent lists receive; 0: none)");
+    f.Bool("list-worker", &list_worker_,
+           "Internal (--list-process): run the lists of the phases named on stdin, printing a "
+           "line per list");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (objects_ < 1 || min_size_ < 1 || max_size_ < min_size_ || namespaces_ < 1 || lists_ < 1 ||
-        concurrent_ < 1 || page_limit_ < 1 || list_nice_ < 0 || list_nice_ > 19) {
+        concurrent_ < 1 || page_limit_ < 1 || list_nice_ < 0 || list_nice_ > 19 ||
+        list_reserve_mib_ < -1) {
       return absl::InvalidArgumentError("large-list: bad sizes or counts");
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
-    if (!list_worker_.empty()) return RunWorker(ctx);
+    if (list_worker_) return RunWorker(ctx);
     RunReport r;
     r.workload = "large-list";
     r.target = ctx.target;
@@ -198,25 +299,47 @@ class LargeListWorkload final : public Workload {
       list_pool = *std::move(dialed);
     }
     ConnectionPool& lists = list_pool ? *list_pool : *ctx.pool;
-    // The lists of a phase ("full", "paginated", "concurrent"), here or in a
-    // list process.
+    // The lists of a phase ("full", "paginated", "concurrent"), here or in the
+    // list process, which is started after the load.
+    std::unique_ptr<ListProcess> list_process;
+    absl::Status list_process_status = absl::FailedPreconditionError("no list process");
     auto run_lists = [&](const std::string& kind) -> PhaseLists {
       if (!list_process_) return ListsOf(kind, lists);
+      uint64_t faults = 0;
+      absl::StatusOr<PhaseLists> done =
+          list_process != nullptr ? list_process->Run(kind, &faults) : list_process_status;
+      if (list_process != nullptr) {
+        r.extras.push_back(
+            {absl::StrCat("list process page faults, ", kind), static_cast<double>(faults), "", false});
+      }
+      if (done.ok()) return *std::move(done);
+      PhaseLists failed;
+      failed.lists.emplace_back(0, ListResult{});
+      failed.lists.back().second.status =
+          grpc::Status(grpc::StatusCode::INTERNAL, std::string(done.status().message()));
+      return failed;
+    };
+    auto start_list_process = [&](uint64_t stored_bytes) {
+      const int64_t reserve_mib =
+          list_reserve_mib_ >= 0
+              ? list_reserve_mib_
+              : static_cast<int64_t>(1.5 * concurrent_ * static_cast<double>(stored_bytes) / 1048576.0);
       std::vector<std::string> argv;
       if (list_nice_ > 0) argv = {"/usr/bin/nice", "-n", absl::StrCat(list_nice_)};
       std::vector<std::string> worker = {SelfPath(), "--no-progress", "--endpoints",
            list_endpoints_.empty() ? absl::StrJoin(ctx.global->endpoints, ",") : list_endpoints_,
-           "--conns", absl::StrCat(concurrent_), "large-list", "--list-worker", kind,
-           "--prefix", prefix_, "--page-limit", absl::StrCat(page_limit_),
-           "--lists", absl::StrCat(lists_), "--concurrent-lists", absl::StrCat(concurrent_)};
+           "--conns", absl::StrCat(concurrent_), "large-list", "--list-worker",
+           "--list-reserve-mib", absl::StrCat(reserve_mib), "--prefix", prefix_,
+           "--page-limit", absl::StrCat(page_limit_), "--lists", absl::StrCat(lists_),
+           "--concurrent-lists", absl::StrCat(concurrent_)};
       argv.insert(argv.end(), worker.begin(), worker.end());
-      auto child = RunListProcess(argv);
-      if (child.ok()) return *std::move(child);
-      PhaseLists failed;
-      failed.lists.emplace_back(0, ListResult{});
-      failed.lists.back().second.status =
-          grpc::Status(grpc::StatusCode::INTERNAL, std::string(child.status().message()));
-      return failed;
+      auto started = ListProcess::Start(argv, reserve_mib > 0);
+      if (started.ok()) {
+        list_process = *std::move(started);
+        r.extras.push_back({"list process reserved MiB", static_cast<double>(reserve_mib), "MiB", false});
+      } else {
+        list_process_status = started.status();
+      }
     };
 
     // Load.
@@ -232,6 +355,7 @@ class LargeListWorkload final : public Workload {
                [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
     };
     r.phases.push_back(RunClosedLoop(load, load_issue));
+    if (list_process_) start_list_process(stored_bytes.load());
 
     // Writes of single objects, at --put-rate, while something else runs.
     std::atomic<int> generation{2};
@@ -358,31 +482,43 @@ class LargeListWorkload final : public Workload {
     return out;
   }
 
-  // --list-worker: the lists of one phase, printed for the parent.
+  // --list-worker: reserves --list-reserve-mib, then runs the lists of each
+  // phase named on stdin and prints them for the parent (ListProcess).
   absl::StatusOr<RunReport> RunWorker(BenchContext& ctx) {
-    if (list_worker_ != "full" && list_worker_ != "paginated" && list_worker_ != "concurrent") {
-      return absl::InvalidArgumentError(absl::StrCat("large-list: unknown --list-worker ", list_worker_));
-    }
-    const PhaseLists done = ListsOf(list_worker_, *ctx.pool);
-    for (const auto& [ns, lr] : done.lists) {
-      if (lr.status.ok()) {
-        std::printf("list %llu %llu %llu\n", static_cast<unsigned long long>(ns),
-                    static_cast<unsigned long long>(lr.objects),
-                    static_cast<unsigned long long>(lr.bytes));
-      } else {
-        std::printf("error %s\n", lr.status.error_message().c_str());
-      }
-    }
-    // The pages as their buckets: value and count, enough for percentiles.
-    double below = 0;
-    for (const auto& [value, fraction] : done.pages.Cdf()) {
-      const auto count = static_cast<unsigned long long>(
-          std::llround((fraction - below) * static_cast<double>(done.pages.Count())));
-      below = fraction;
-      if (count > 0) std::printf("pages %llu %llu\n", static_cast<unsigned long long>(value), count);
-    }
+    ReserveMemory(static_cast<uint64_t>(std::max<int64_t>(list_reserve_mib_, 0)) << 20);
+    std::printf("ready\n");
     std::fflush(stdout);
-    std::_Exit(0);  // nothing else to report: the parent reads the lines above
+    char line[64];
+    while (std::fgets(line, sizeof line, stdin) != nullptr) {
+      std::string kind(absl::StripTrailingAsciiWhitespace(line));
+      if (kind != "full" && kind != "paginated" && kind != "concurrent") {
+        std::printf("error unknown phase %s\n", kind.c_str());
+      } else {
+        const uint64_t faults_before = PageFaults();
+        const PhaseLists done = ListsOf(kind, *ctx.pool);
+        for (const auto& [ns, lr] : done.lists) {
+          if (lr.status.ok()) {
+            std::printf("list %llu %llu %llu\n", static_cast<unsigned long long>(ns),
+                        static_cast<unsigned long long>(lr.objects),
+                        static_cast<unsigned long long>(lr.bytes));
+          } else {
+            std::printf("error %s\n", lr.status.error_message().c_str());
+          }
+        }
+        // The pages as their buckets: value and count, enough for percentiles.
+        double below = 0;
+        for (const auto& [value, fraction] : done.pages.Cdf()) {
+          const auto count = static_cast<unsigned long long>(
+              std::llround((fraction - below) * static_cast<double>(done.pages.Count())));
+          below = fraction;
+          if (count > 0) std::printf("pages %llu %llu\n", static_cast<unsigned long long>(value), count);
+        }
+        std::printf("faults %llu\n", static_cast<unsigned long long>(PageFaults() - faults_before));
+      }
+      std::printf("end\n");
+      std::fflush(stdout);
+    }
+    std::_Exit(0);  // nothing else to report: the parent has read the lines above
   }
 
   int64_t objects_ = 10000;
@@ -398,7 +534,8 @@ class LargeListWorkload final : public Workload {
   std::string list_endpoints_;
   bool list_process_ = false;
   int list_nice_ = 0;
-  std::string list_worker_;
+  int64_t list_reserve_mib_ = -1;
+  bool list_worker_ = false;
 };
 
 }  // namespace
