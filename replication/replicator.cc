@@ -294,6 +294,7 @@ void Replicator::Stop() {
   for (auto& r : left.reads) r(MakeError(Error::kStopped));
   for (auto& t : left.transfers) t.done(MakeError(Error::kStopped));
   for (auto& c : left.conf_changes) c.done(MakeError(Error::kStopped));
+  for (auto& r : left.renewal_retries) r.done(MakeError(Error::kStopped));
   std::multimap<uint64_t, Done> reads;
   {
     util::MutexLock l(&reads_mu_);
@@ -515,13 +516,36 @@ void Replicator::SetLeadershipConfirmation(LeadershipConfirmation c) {
 }
 
 void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+  TryRenewal(id, absl::Now() + options_.request_timeout, std::move(done));
+}
+
+namespace {
+
+// etcd's follower forwards a renewal again after any failure but an
+// unknown lease; a stopping member answers at once.
+bool RenewalWorthRetrying(const absl::Status& s) {
+  return !s.ok() && !absl::IsNotFound(s) && s != MakeError(Error::kLeaseNotFound) &&
+         s != MakeError(Error::kStopped);
+}
+
+}  // namespace
+
+void Replicator::TryRenewal(int64_t id, absl::Time deadline,
+                            absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
   if (Leads()) {
-    RenewAsLeader(id, std::move(done));
+    RenewAsLeader(id, [this, id, deadline, done = std::move(done)](
+                          absl::StatusOr<int64_t> ttl) mutable {
+      if (RenewalWorthRetrying(ttl.status())) {
+        RetryRenewal(id, deadline, std::move(done));
+      } else {
+        done(std::move(ttl));
+      }
+    });
     return;
   }
   const uint64_t leader = Leader();
   if (leader == 0) {
-    done(MakeError(Error::kNoLeader));
+    RetryRenewal(id, deadline, std::move(done));
     return;
   }
   etcdserverpb::LeaseKeepAliveRequest request;
@@ -530,21 +554,52 @@ void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<i
     util::MutexLock l(&forwarded_renewals_->mu);
     ++forwarded_renewals_->pending;
   }
+  // The destructor waits for the callback (forwarded_renewals_), so it may
+  // use this Replicator.
   transport_->LeaseRenew(
-      leader, request, absl::ToInt64Milliseconds(options_.request_timeout),
-      [renewals = forwarded_renewals_, done = std::move(done)](
+      leader, request, std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())),
+      [this, id, deadline, renewals = forwarded_renewals_, done = std::move(done)](
           absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> response) mutable {
-        if (!response.ok()) {
-          absl::Status s = response.status();
-          // The leader's own answer for a lease it does not have.
-          if (absl::IsNotFound(s)) s = MakeError(Error::kLeaseNotFound);
-          done(s);
-        } else {
+        if (response.ok()) {
           done(response->ttl());
+        } else if (absl::IsNotFound(response.status())) {
+          done(MakeError(Error::kLeaseNotFound));  // the leader's own answer
+        } else if (RenewalWorthRetrying(response.status())) {
+          RetryRenewal(id, deadline, std::move(done));
+        } else {
+          done(response.status());
         }
         util::MutexLock l(&renewals->mu);
         --renewals->pending;
       });
+}
+
+void Replicator::RetryRenewal(int64_t id, absl::Time deadline,
+                              absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) {
+  {
+    util::MutexLock l(&inbox_mu_);
+    if (!stopping_) {
+      inbox_.renewal_retries.push_back(
+          {id, deadline, absl::Now() + kRenewalRetryPause, std::move(done)});
+      return;
+    }
+  }
+  done(MakeError(Error::kStopped));
+}
+
+void Replicator::RetryRenewals(absl::Time now) {
+  std::vector<RenewalRetry> waiting;
+  const bool leader_known = Leads() || Leader() != 0;
+  for (auto& r : renewal_retries_) {
+    if (now >= r.deadline) {
+      r.done(MakeError(leader_known ? Error::kTimeout : Error::kNoLeader));
+    } else if (now < r.not_before || !leader_known) {
+      waiting.push_back(std::move(r));
+    } else {
+      TryRenewal(r.id, r.deadline, std::move(r.done));
+    }
+  }
+  renewal_retries_ = std::move(waiting);
 }
 
 void Replicator::LeaseTimeToLive(const etcdserverpb::LeaseTimeToLiveRequest& request,
@@ -641,6 +696,7 @@ bool Replicator::LoopOnce() {
     if (next_tick_ < now) next_tick_ = now + options_.tick;
   }
   for (auto& c : in.conf_changes) pending_conf_.push_back(std::move(c));
+  for (auto& r : in.renewal_retries) renewal_retries_.push_back(std::move(r));
   for (auto& w : in.writes) pending_.push_back(std::move(w));
   for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
   Propose();
@@ -648,6 +704,7 @@ bool Replicator::LoopOnce() {
   SendReadIndex(now);
   ExpireWaiters(now);
   DrainReady();
+  RetryRenewals(now);
   if (!read_in_flight_ && !pending_reads_.empty()) {
     // A round ended in this pass: the reads that waited for it go at once.
     SendReadIndex(now);
@@ -682,6 +739,8 @@ void Replicator::FinishLoop() {
   pending_conf_.clear();
   for (auto& [id, w] : conf_waiters_) w.done(MakeError(Error::kStopped));
   conf_waiters_.clear();
+  for (auto& r : renewal_retries_) r.done(MakeError(Error::kStopped));
+  renewal_retries_.clear();
 }
 
 void Replicator::Propose() {

@@ -248,9 +248,12 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t SnapshotsInstalled() const { return installed_.load(std::memory_order_acquire); }
 
   // Renews a lease where leases are kept alive: here on the leader, else on
-  // the leader through the transport (a follower's LeaseKeepAlive, on a
-  // forwarding thread). Answers the TTL, or etcd's lease errors, or "no
-  // leader".
+  // the leader through the transport (a follower's LeaseKeepAlive). As
+  // etcd's LeaseRenew, a renewal that fails for any reason but an unknown
+  // lease (the leader stepped down or is unreachable, no leader is known)
+  // is tried again, at whichever member then leads, until a request
+  // timeout has passed: then "request timed out", or "no leader" when none
+  // is known. Answers the TTL or etcd's lease errors.
   void RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done) override;
   // The leader's renewal, as etcd's LeaseRenew with ensureLeadership: only
   // once a ReadIndex round confirms this member still leads (and has
@@ -261,6 +264,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // A round that began less than a tick ago (RecentlyConfirmedLeader)
   // confirms it as well as one of its own would.
   void RenewAsLeader(int64_t id, absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done);
+  // One try of RenewLease: here if this member leads, else at the leader;
+  // on a failure worth another try, RetryRenewal.
+  void TryRenewal(int64_t id, absl::Time deadline,
+                  absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done);
+  // Hands a renewal to the raft loop, which tries it again once
+  // kRenewalRetryPause has passed and a leader is known (RetryRenewals).
+  // Any thread.
+  void RetryRenewal(int64_t id, absl::Time deadline,
+                    absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done)
+      ABSL_LOCKS_EXCLUDED(inbox_mu_);
   // Whether a ReadIndex round confirmed, in this term, that this member
   // leads, and began less than a tick ago. Then no other member can lead
   // for an election timeout minus that tick: the quorum that answered the
@@ -329,6 +342,17 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     absl::AnyInvocable<void(absl::Status)> done;
   };
   // What other threads hand to the raft loop.
+  // A lease renewal waiting to be tried again (RetryRenewal).
+  struct RenewalRetry {
+    int64_t id = 0;
+    absl::Time deadline;    // its request timeout
+    absl::Time not_before;  // kRenewalRetryPause after the failed try
+    absl::AnyInvocable<void(absl::StatusOr<int64_t>)> done;
+  };
+  // Between two tries of a renewal, as etcd's follower throttles its
+  // forwarding loop.
+  static constexpr absl::Duration kRenewalRetryPause = absl::Milliseconds(50);
+
   struct Inbox {
     std::vector<std::string> messages;
     std::vector<uint64_t> unreachable;
@@ -343,10 +367,12 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     std::optional<absl::StatusOr<uint64_t>> flushed;
     std::vector<LeaderTransfer> transfers;
     std::vector<PendingConfChange> conf_changes;
+    std::vector<RenewalRetry> renewal_retries;
     // Holds nothing but reads (or nothing).
     bool OnlyReads() const {
       return messages.empty() && unreachable.empty() && writes.empty() && snapshots.empty() &&
-             snapshot_reports.empty() && !flushed && transfers.empty() && conf_changes.empty();
+             snapshot_reports.empty() && !flushed && transfers.empty() && conf_changes.empty() &&
+             renewal_retries.empty();
     }
     bool empty() const { return OnlyReads() && reads.empty(); }
   };
@@ -360,6 +386,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void Propose();
   void SendReadIndex(absl::Time now);
   void ExpireWaiters(absl::Time now);
+  // Tries again the renewals whose pause has passed, if a leader is known;
+  // answers those whose request timeout has.
+  void RetryRenewals(absl::Time now);
   void HandleReady(Ready rd);
   // Counts the heartbeats among a leader's messages that left late.
   void ObserveHeartbeats(const std::vector<RaftMessage>& messages, absl::Time now);
@@ -492,6 +521,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::vector<absl::AnyInvocable<void(absl::Status)>> pending_reads_;
   std::optional<ReadBatch> read_in_flight_;
   std::vector<LeaderTransfer> transfers_;
+  std::vector<RenewalRetry> renewal_retries_;
   // Request ids the answer-before-commit failpoint applied at proposal.
   absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed

@@ -97,11 +97,28 @@ class MemoryNetwork {
     util::MutexLock l(&mu_);
     return snapshots_;
   }
+  // The leader's renewal handler, as member `from` reaches it: none when
+  // either is down, or while renewals are set to fail.
   std::function<void(const etcdserverpb::LeaseKeepAliveRequest&,
                      etcdserverpb::LeaseKeepAliveResponse*, absl::AnyInvocable<void(absl::Status)>)>
-  RenewAt(uint64_t id) {
+  RenewAt(uint64_t from, uint64_t id) {
     util::MutexLock l(&mu_);
+    ++renewals_forwarded_;
+    if (down_.count(from) || down_.count(id)) return {};
+    if (failing_renewals_ > 0) {
+      --failing_renewals_;
+      return {};
+    }
     return handlers_[id].on_lease_renew;
+  }
+  // The next `n` forwarded renewals find the leader unreachable.
+  void FailRenewals(int n) {
+    util::MutexLock l(&mu_);
+    failing_renewals_ = n;
+  }
+  int RenewalsForwarded() {
+    util::MutexLock l(&mu_);
+    return renewals_forwarded_;
   }
   std::function<absl::Status(const etcdserverpb::LeaseTimeToLiveRequest&,
                              etcdserverpb::LeaseTimeToLiveResponse*)>
@@ -116,6 +133,8 @@ class MemoryNetwork {
   std::set<uint64_t> down_ ABSL_GUARDED_BY(mu_);
   int interrupted_snapshots_ ABSL_GUARDED_BY(mu_) = 0;
   int snapshots_ ABSL_GUARDED_BY(mu_) = 0;
+  int failing_renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  int renewals_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class MemoryTransport final : public Transport {
@@ -132,7 +151,7 @@ class MemoryTransport final : public Transport {
   void Send(std::vector<RaftMessage> messages) override { net_->Deliver(id_, std::move(messages)); }
   void LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAliveRequest& request, int64_t,
                   LeaseRenewDone done) override {
-    auto renew = net_->RenewAt(leader);
+    auto renew = net_->RenewAt(id_, leader);
     if (!renew) {
       done(absl::UnavailableError("leader unreachable"));
       return;
@@ -517,6 +536,63 @@ TEST_F(ReplicatorTest, ALeaderCutOffRenewsNoLeaseOnceReplaced) {
   ASSERT_TRUE(ttl.ok()) << ttl.status();
   net_.SetDown(members_[old_leader].id, false);
   down_.erase(old_leader);
+}
+
+// A follower's renewal that the leader did not answer is forwarded again,
+// as etcd's follower forwards it, until it succeeds.
+TEST_F(ReplicatorTest, AFollowerForwardsARenewalAgainAfterAFailedTry) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 1) % kMembers;
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[leader].store->LeaseGrant(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  WaitApplied(ClusterCommit());
+  const int before = net_.RenewalsForwarded();
+  net_.FailRenewals(3);
+  auto ttl = Renew(follower, granted->id());
+  ASSERT_TRUE(ttl.ok()) << ttl.status();
+  EXPECT_EQ(*ttl, 60);
+  EXPECT_EQ(net_.RenewalsForwarded() - before, 4);
+  // An unknown lease is the leader's answer, not tried again.
+  auto unknown = Renew(follower, granted->id() + 1);
+  EXPECT_EQ(unknown.status(), mvcc::MakeError(mvcc::Error::kLeaseNotFound)) << unknown.status();
+  EXPECT_EQ(net_.RenewalsForwarded() - before, 5);
+}
+
+// With no leader to reach, a renewal is tried until its request timeout,
+// then fails with etcd's "no leader".
+TEST_F(ReplicatorTest, ARenewalWithNoLeaderFailsAfterTheRequestTimeout) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[leader].store->LeaseGrant(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  WaitApplied(ClusterCommit());
+  const int alone = (leader + 1) % kMembers;
+  for (int i = 0; i < kMembers; ++i) {
+    if (i != alone) {
+      net_.SetDown(members_[i].id, true);
+      down_.insert(i);
+    }
+  }
+  // The lone member loses its leader after an election timeout, and finds
+  // none: the renewal waits for one, then answers at its deadline.
+  const absl::Time start = absl::Now();
+  auto ttl = Renew(alone, granted->id());
+  EXPECT_FALSE(ttl.ok());
+  if (!ttl.ok()) {
+    EXPECT_TRUE(ttl.status() == mvcc::MakeError(mvcc::Error::kNoLeader) ||
+                ttl.status() == mvcc::MakeError(mvcc::Error::kTimeout))
+        << ttl.status();
+  }
+  EXPECT_GE(absl::Now() - start, absl::Seconds(5));  // the test's request timeout
+  for (int i = 0; i < kMembers; ++i) {
+    net_.SetDown(members_[i].id, false);
+    down_.erase(i);
+  }
 }
 
 // A linearizable read waiting at a follower for a leader that went away
