@@ -97,11 +97,13 @@ class MemoryNetwork {
     util::MutexLock l(&mu_);
     return snapshots_;
   }
+  using RenewHandler =
+      std::function<void(const etcdserverpb::LeaseKeepAliveRequest&,
+                         etcdserverpb::LeaseKeepAliveResponse*, absl::AnyInvocable<void(absl::Status)>)>;
   // The leader's renewal handler, as member `from` reaches it: none when
-  // either is down, or while renewals are set to fail.
-  std::function<void(const etcdserverpb::LeaseKeepAliveRequest&,
-                     etcdserverpb::LeaseKeepAliveResponse*, absl::AnyInvocable<void(absl::Status)>)>
-  RenewAt(uint64_t from, uint64_t id) {
+  // either is down, or while renewals are set to fail; while renewals are
+  // held, one that parks the renewal (HoldRenewals).
+  RenewHandler RenewAt(uint64_t from, uint64_t id) {
     util::MutexLock l(&mu_);
     ++renewals_forwarded_;
     if (down_.count(from) || down_.count(id)) return {};
@@ -109,7 +111,37 @@ class MemoryNetwork {
       --failing_renewals_;
       return {};
     }
-    return handlers_[id].on_lease_renew;
+    RenewHandler renew = handlers_[id].on_lease_renew;
+    if (hold_renewals_ == 0 || !renew) return renew;
+    return [this, renew](const etcdserverpb::LeaseKeepAliveRequest& request,
+                         etcdserverpb::LeaseKeepAliveResponse* response,
+                         absl::AnyInvocable<void(absl::Status)> done) {
+      auto held = std::make_shared<HeldRenewal>(HeldRenewal{renew, request, response, std::move(done)});
+      bool release = false;
+      {
+        util::MutexLock l(&mu_);
+        held_renewals_.push_back(std::move(held));
+        release = static_cast<int>(held_renewals_.size()) >= hold_renewals_;
+      }
+      if (release) ReleaseRenewals();
+    };
+  }
+  // Holds forwarded renewals at the leader until `n` of them are waiting
+  // there, then lets them all through: a member that forwarded only a few
+  // at a time, each waiting for its answer, never gets there.
+  void HoldRenewals(int n) {
+    util::MutexLock l(&mu_);
+    hold_renewals_ = n;
+  }
+  // Lets every held renewal through, and holds no more.
+  void ReleaseRenewals() {
+    std::vector<std::shared_ptr<HeldRenewal>> held;
+    {
+      util::MutexLock l(&mu_);
+      hold_renewals_ = 0;
+      std::swap(held, held_renewals_);
+    }
+    for (auto& h : held) h->renew(h->request, h->response, std::move(h->done));
   }
   // The next `n` forwarded renewals find the leader unreachable.
   void FailRenewals(int n) {
@@ -133,6 +165,14 @@ class MemoryNetwork {
   std::set<uint64_t> down_ ABSL_GUARDED_BY(mu_);
   int interrupted_snapshots_ ABSL_GUARDED_BY(mu_) = 0;
   int snapshots_ ABSL_GUARDED_BY(mu_) = 0;
+  struct HeldRenewal {
+    RenewHandler renew;
+    etcdserverpb::LeaseKeepAliveRequest request;
+    etcdserverpb::LeaseKeepAliveResponse* response;
+    absl::AnyInvocable<void(absl::Status)> done;
+  };
+  int hold_renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<HeldRenewal>> held_renewals_ ABSL_GUARDED_BY(mu_);
   int failing_renewals_ ABSL_GUARDED_BY(mu_) = 0;
   int renewals_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -559,6 +599,39 @@ TEST_F(ReplicatorTest, AFollowerForwardsARenewalAgainAfterAFailedTry) {
   auto unknown = Renew(follower, granted->id() + 1);
   EXPECT_EQ(unknown.status(), mvcc::MakeError(mvcc::Error::kLeaseNotFound)) << unknown.status();
   EXPECT_EQ(net_.RenewalsForwarded() - before, 5);
+}
+
+// A follower forwards every keep-alive it takes at once, however long the
+// leader takes to answer: none waits for another's answer.
+TEST_F(ReplicatorTest, AFollowerHasEveryRenewalWaitingAtTheLeaderAtOnce) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 1) % kMembers;
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[leader].store->LeaseGrant(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  WaitApplied(ClusterCommit());
+  constexpr int kRenewals = 64;
+  net_.HoldRenewals(kRenewals);
+  util::Mutex mu;
+  int answered = 0, renewed = 0;
+  absl::Notification all;
+  for (int i = 0; i < kRenewals; ++i) {
+    nodes_[follower].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> ttl) {
+      util::MutexLock l(&mu);
+      if (ttl.ok() && *ttl == 60) ++renewed;
+      if (++answered == kRenewals) all.Notify();
+    });
+  }
+  const bool together = all.WaitForNotificationWithTimeout(absl::Seconds(20));
+  EXPECT_TRUE(together) << "the leader never had all " << kRenewals << " renewals waiting";
+  if (!together) {
+    net_.ReleaseRenewals();
+    all.WaitForNotification();
+  }
+  util::MutexLock l(&mu);
+  EXPECT_EQ(renewed, kRenewals);
 }
 
 // With no leader to reach, a renewal is tried until its request timeout,
