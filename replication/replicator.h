@@ -215,9 +215,14 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t ProposalsFailed() const override {
     return proposals_failed_.load(std::memory_order_relaxed);
   }
+  // The synced Saves of Ready, once there are any and while this member is
+  // not a sole voter: a sole voter's entries are made durable by the store's
+  // synced group commit (its log holds them in the store), which the
+  // metrics report as the WAL's fsyncs instead.
   const util::LatencyHistogram* LogSyncLatency() const override {
-    return log_sync_latency_.Count() > 0 ? &log_sync_latency_
-                                                                              : nullptr;
+    return log_sync_latency_.Count() > 0 && !sole_voter_.load(std::memory_order_acquire)
+               ? &log_sync_latency_
+               : nullptr;
   }
   uint64_t Term() const override { return term_.load(std::memory_order_acquire); }
   uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }

@@ -657,6 +657,9 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
   EXPECT_EQ(delta("etcd_debugging_lease_granted_total"), 1);
   EXPECT_EQ(delta("capstan_leases"), 1);
   EXPECT_GE(delta("etcd_disk_backend_commit_duration_seconds_count"), 1);
+  // A single member's synced write is its group commit: each of the three
+  // puts waited for one, as each waits for a WAL fsync in etcd.
+  EXPECT_GE(delta("etcd_disk_wal_fsync_duration_seconds_count"), 3);
   const std::string kv = "grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"";
   EXPECT_EQ(delta("grpc_server_started_total{" + kv + "}"), 3);
   EXPECT_EQ(delta("grpc_server_handled_total{grpc_code=\"OK\"," + kv + "}"), 3);
