@@ -10,10 +10,11 @@
 #
 #   lists   capstan-bench large-list with the writes on the leader and the lists on a follower
 #           (--list-endpoints), received by a process of their own (--list-process: in the
-#           writer's process they would hold up the puts' answers): LIST_OBJECTS objects of
-#           4 KiB, then puts at 50/s with no list running, one full and one paginated list, and
-#           4 full lists at once with the puts running. The figure is the put p99 during the
-#           4 lists over the idle put p99.
+#           writer's process they would hold up the puts' answers; it touches the memory it
+#           will receive into before the load, so that the lists take it no page faults):
+#           LIST_OBJECTS objects of 4 KiB, then puts at 50/s with no list running, one full and
+#           one paginated list, and 4 full lists at once with the puts running. The figure is
+#           the put p99 during the 4 lists over the idle put p99.
 #   k8s     capstan-bench k8s --nodes K8S_NODES --pods K8S_PODS --duration K8S_DURATION over all
 #           three endpoints with --watch-cache off, so that both servers take the same traffic
 #           (Capstan's kubelet lists and watches through its watch cache are not in it): load,
