@@ -295,6 +295,18 @@ class ReplicatorTest : public ::testing::Test {
   }
 
   // The index of the member that leads, once all live members agree.
+  // A lease of `ttl` seconds granted at member `at` and applied at every
+  // live member; 0 if the grant failed.
+  int64_t GrantLease(int at, int64_t ttl) {
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(ttl);
+    auto granted = nodes_[at].store->LeaseGrant(grant);
+    EXPECT_TRUE(granted.ok()) << granted.status();
+    if (!granted.ok()) return 0;
+    WaitApplied(ClusterCommit());
+    return granted->id();
+  }
+
   // A keep-alive of lease `id` at member `i`, its answer waited for.
   absl::StatusOr<int64_t> Renew(int i, int64_t id) {
     absl::Notification renewed;
@@ -584,19 +596,16 @@ TEST_F(ReplicatorTest, AFollowerForwardsARenewalAgainAfterAFailedTry) {
   const int leader = WaitForLeader();
   ASSERT_GE(leader, 0);
   const int follower = (leader + 1) % kMembers;
-  etcdserverpb::LeaseGrantRequest grant;
-  grant.set_ttl(60);
-  auto granted = nodes_[leader].store->LeaseGrant(grant);
-  ASSERT_TRUE(granted.ok()) << granted.status();
-  WaitApplied(ClusterCommit());
+  const int64_t lease = GrantLease(leader, 60);
+  ASSERT_NE(lease, 0);
   const int before = net_.RenewalsForwarded();
   net_.FailRenewals(3);
-  auto ttl = Renew(follower, granted->id());
+  auto ttl = Renew(follower, lease);
   ASSERT_TRUE(ttl.ok()) << ttl.status();
   EXPECT_EQ(*ttl, 60);
   EXPECT_EQ(net_.RenewalsForwarded() - before, 4);
   // An unknown lease is the leader's answer, not tried again.
-  auto unknown = Renew(follower, granted->id() + 1);
+  auto unknown = Renew(follower, lease + 1);
   EXPECT_EQ(unknown.status(), mvcc::MakeError(mvcc::Error::kLeaseNotFound)) << unknown.status();
   EXPECT_EQ(net_.RenewalsForwarded() - before, 5);
 }
@@ -607,18 +616,15 @@ TEST_F(ReplicatorTest, AFollowerHasEveryRenewalWaitingAtTheLeaderAtOnce) {
   const int leader = WaitForLeader();
   ASSERT_GE(leader, 0);
   const int follower = (leader + 1) % kMembers;
-  etcdserverpb::LeaseGrantRequest grant;
-  grant.set_ttl(60);
-  auto granted = nodes_[leader].store->LeaseGrant(grant);
-  ASSERT_TRUE(granted.ok()) << granted.status();
-  WaitApplied(ClusterCommit());
+  const int64_t lease = GrantLease(leader, 60);
+  ASSERT_NE(lease, 0);
   constexpr int kRenewals = 64;
   net_.HoldRenewals(kRenewals);
   util::Mutex mu;
   int answered = 0, renewed = 0;
   absl::Notification all;
   for (int i = 0; i < kRenewals; ++i) {
-    nodes_[follower].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> ttl) {
+    nodes_[follower].store->RenewLease(lease, [&](absl::StatusOr<int64_t> ttl) {
       util::MutexLock l(&mu);
       if (ttl.ok() && *ttl == 60) ++renewed;
       if (++answered == kRenewals) all.Notify();
@@ -639,11 +645,8 @@ TEST_F(ReplicatorTest, AFollowerHasEveryRenewalWaitingAtTheLeaderAtOnce) {
 TEST_F(ReplicatorTest, ARenewalWithNoLeaderFailsAfterTheRequestTimeout) {
   const int leader = WaitForLeader();
   ASSERT_GE(leader, 0);
-  etcdserverpb::LeaseGrantRequest grant;
-  grant.set_ttl(60);
-  auto granted = nodes_[leader].store->LeaseGrant(grant);
-  ASSERT_TRUE(granted.ok()) << granted.status();
-  WaitApplied(ClusterCommit());
+  const int64_t lease = GrantLease(leader, 60);
+  ASSERT_NE(lease, 0);
   const int alone = (leader + 1) % kMembers;
   for (int i = 0; i < kMembers; ++i) {
     if (i != alone) {
@@ -654,7 +657,7 @@ TEST_F(ReplicatorTest, ARenewalWithNoLeaderFailsAfterTheRequestTimeout) {
   // The lone member loses its leader after an election timeout, and finds
   // none: the renewal waits for one, then answers at its deadline.
   const absl::Time start = absl::Now();
-  auto ttl = Renew(alone, granted->id());
+  auto ttl = Renew(alone, lease);
   EXPECT_FALSE(ttl.ok());
   if (!ttl.ok()) {
     EXPECT_TRUE(ttl.status() == mvcc::MakeError(mvcc::Error::kNoLeader) ||
