@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -104,6 +105,9 @@ class ListProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ListProcess>> Start(const std::vector<std::string>& argv,
                                                             bool reserved_malloc) {
+    // A list process that died must fail the run, not kill this one with
+    // SIGPIPE when the next phase is written to it.
+    std::signal(SIGPIPE, SIG_IGN);
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
     if (pipe2(out, O_CLOEXEC) != 0) {
@@ -253,8 +257,8 @@ class LargeListWorkload final : public Workload {
           "on another machine would");
     f.Int64("list-reserve-mib", &list_reserve_mib_,
             "With --list-process: memory (MiB) the list process touches and keeps before the "
-            "lists, so that receiving them takes no page fault (-1: 1.5 times what the "
-            "concurrent lists receive; 0: none)");
+            "load, so that receiving the lists takes no page fault (-1: 1.5 times what the "
+            "concurrent lists will receive, from --objects and the sizes; 0: none)");
     f.Bool("list-worker", &list_worker_,
            "Internal (--list-process): run the lists of the phases named on stdin, printing a "
            "line per list");
