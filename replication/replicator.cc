@@ -522,11 +522,11 @@ void Replicator::RenewLease(int64_t id, absl::AnyInvocable<void(absl::StatusOr<i
 namespace {
 
 // etcd's follower forwards a renewal again after any failure but an
-// unknown lease; a stopping member answers at once.
-bool RenewalWorthRetrying(const absl::Status& s) {
-  return !s.ok() && !absl::IsNotFound(s) && s != MakeError(Error::kLeaseNotFound) &&
-         s != MakeError(Error::kStopped);
-}
+// unknown lease (NotFound, the leader's answer or this member's): a leader
+// that stops or steps down answers the renewals it holds with errors that
+// the next leader may not. A stopping member answers "stopped" itself
+// (RetryRenewal).
+bool RenewalWorthRetrying(const absl::Status& s) { return !s.ok() && !absl::IsNotFound(s); }
 
 }  // namespace
 
@@ -562,12 +562,10 @@ void Replicator::TryRenewal(int64_t id, absl::Time deadline,
           absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> response) mutable {
         if (response.ok()) {
           done(response->ttl());
-        } else if (absl::IsNotFound(response.status())) {
-          done(MakeError(Error::kLeaseNotFound));  // the leader's own answer
         } else if (RenewalWorthRetrying(response.status())) {
           RetryRenewal(id, deadline, std::move(done));
         } else {
-          done(response.status());
+          done(MakeError(Error::kLeaseNotFound));  // the leader's own answer
         }
         util::MutexLock l(&renewals->mu);
         --renewals->pending;

@@ -100,7 +100,9 @@ constexpr char kReservedMallocConf[] =
 // lists, and prints "list NS OBJECTS BYTES", "pages NS COUNT" (COUNT pages of
 // about NS) or "error MESSAGE" lines, then "faults N" (the page faults it took
 // meanwhile) and "end". It first prints "ready" once it has reserved its
-// memory. One process serves every phase, as one client would.
+// memory. One process serves every phase, as one client would. Not
+// thread-safe: one caller at a time; the destructor closes its stdin and
+// waits for it to exit.
 class ListProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ListProcess>> Start(const std::vector<std::string>& argv,
@@ -305,14 +307,14 @@ class LargeListWorkload final : public Workload {
     ConnectionPool& lists = list_pool ? *list_pool : *ctx.pool;
     // The lists of a phase ("full", "paginated", "concurrent"), here or in the
     // list process.
-    std::unique_ptr<ListProcess> list_process;
-    absl::Status list_process_status = absl::FailedPreconditionError("no list process");
+    absl::StatusOr<std::unique_ptr<ListProcess>> list_process =
+        absl::FailedPreconditionError("no list process");
     auto run_lists = [&](const std::string& kind) -> PhaseLists {
       if (!list_process_) return ListsOf(kind, lists);
       uint64_t faults = 0;
       absl::StatusOr<PhaseLists> done =
-          list_process != nullptr ? list_process->Run(kind, &faults) : list_process_status;
-      if (list_process != nullptr) {
+          list_process.ok() ? (*list_process)->Run(kind, &faults) : list_process.status();
+      if (list_process.ok()) {
         r.extras.push_back(
             {absl::StrCat("list process page faults, ", kind), static_cast<double>(faults), "", false});
       }
@@ -337,12 +339,9 @@ class LargeListWorkload final : public Workload {
            "--page-limit", absl::StrCat(page_limit_), "--lists", absl::StrCat(lists_),
            "--concurrent-lists", absl::StrCat(concurrent_)};
       argv.insert(argv.end(), worker.begin(), worker.end());
-      auto started = ListProcess::Start(argv, reserve_mib > 0);
-      if (started.ok()) {
-        list_process = *std::move(started);
+      list_process = ListProcess::Start(argv, reserve_mib > 0);
+      if (list_process.ok()) {
         r.extras.push_back({"list process reserved MiB", static_cast<double>(reserve_mib), "MiB", false});
-      } else {
-        list_process_status = started.status();
       }
     };
 
