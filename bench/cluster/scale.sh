@@ -14,7 +14,10 @@
 #           will receive into before the load, so that the lists take it no page faults):
 #           LIST_OBJECTS objects of 4 KiB, then puts at 50/s with no list running, one full and
 #           one paginated list, and 4 full lists at once with the puts running. The figure is
-#           the put p99 during the 4 lists over the idle put p99.
+#           the put p99 during the 4 lists over the idle put p99. The idle puts run twice: right
+#           after the load, and again once the three members are quiet (under 5% of a core
+#           together over a second, waited for up to SETTLE), when the load's flushes and
+#           compactions are done; the table has the ratio to each, the second being the idle one.
 #   k8s     capstan-bench k8s --nodes K8S_NODES --pods K8S_PODS --duration K8S_DURATION over all
 #           three endpoints with --watch-cache off, so that both servers take the same traffic
 #           (Capstan's kubelet lists and watches through its watch cache are not in it): load,
@@ -33,7 +36,8 @@
 #
 # Settings (environment): ROUNDS (2), PARTS ("lists k8s isolation"), SERVERS ("etcd capstan": the
 #   servers to run; a rerun of one adds its files to OUT_DIR beside the other's), LIST_OBJECTS (100000),
-#   LIST_NICE (0: the list process's niceness; at 19 it takes only the CPU the members leave, as a
+#   SETTLE (60s: the longest wait for quiet members before the idle puts; 0s measures them only
+#   right after the load), LIST_NICE (0: the list process's niceness; at 19 it takes only the CPU the members leave, as a
 #   list client on another machine would),
 #   K8S_NODES (10000), K8S_PODS (150000), K8S_DURATION (60s), K8S_RELIST (30s), ISOLATION_SEEDS
 #   (1-8), ISOLATION_HOLD (5000), HEARTBEAT (100), ELECTION (1000), PORT (24300),
@@ -50,6 +54,7 @@ PARTS=${PARTS:-lists k8s isolation}
 SERVERS=${SERVERS:-etcd capstan}
 LIST_OBJECTS=${LIST_OBJECTS:-100000}
 LIST_NICE=${LIST_NICE:-0}
+SETTLE=${SETTLE:-60s}
 K8S_NODES=${K8S_NODES:-10000}
 K8S_PODS=${K8S_PODS:-150000}
 K8S_DURATION=${K8S_DURATION:-60s}
@@ -100,7 +105,7 @@ lists_round() {  # SERVER BINARY ROUND
     large-list --list-endpoints "$(endpoint "${follower}")" --list-process --list-nice "${LIST_NICE}" \
     --objects "${LIST_OBJECTS}" \
     --min-size 4096 --max-size 4096 --lists 1 --concurrent-lists 4 --put-rate 50 \
-    --put-idle-duration 10s
+    --put-idle-duration 10s --settle "${SETTLE}" --settle-pids "$(IFS=,; echo "${PIDS[*]}")"
   stop_cluster
 }
 
@@ -128,7 +133,7 @@ isolation_runs() {  # SERVER
 {
   describe_run
   echo "rounds: ${ROUNDS}; parts: ${PARTS}; --heartbeat-interval ${HEARTBEAT} --election-timeout ${ELECTION}"
-  echo "lists: ${LIST_OBJECTS} x 4 KiB (list process at nice ${LIST_NICE}); k8s: ${K8S_NODES} nodes, ${K8S_PODS} pods, ${K8S_DURATION}," \
+  echo "lists: ${LIST_OBJECTS} x 4 KiB (list process at nice ${LIST_NICE}, idle puts after up to ${SETTLE} for quiet members); k8s: ${K8S_NODES} nodes, ${K8S_PODS} pods, ${K8S_DURATION}," \
     "relist every ${K8S_RELIST}; isolation: seeds ${ISOLATION_SEEDS}, held ${ISOLATION_HOLD} ms"
 } > "${OUT}/env.txt"
 cat "${OUT}/env.txt" >&2

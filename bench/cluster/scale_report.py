@@ -94,21 +94,52 @@ def lists_tables(found):
     if not found["etcd"] or not found["capstan"]:
         return
 
-    def put_ratio(r):
-        idle, busy = lat("put (no list running)")(r), lat("put (during lists)")(r)
-        return busy / idle if idle and busy else None
+    def put_ratio(idle_phase):
+        def get(r):
+            idle, busy = lat(idle_phase)(r), lat("put (during lists)")(r)
+            return busy / idle if idle and busy else None
+        return get
 
     print("### Put latency on the leader while a follower serves 4 full lists")
     print()
-    table([
+    rows = [
         ("put p99, no list running (ms)", lat("put (no list running)"), "{:.1f}"),
         ("put p99 during 4 full lists on a follower (ms)", lat("put (during lists)"), "{:.1f}"),
-        ("**p99 during the lists / idle p99**", put_ratio, "{:.1f}"),
+        ("**p99 during the lists / idle p99**", put_ratio("put (no list running)"), "{:.2f}"),
+    ]
+    settled = any(phase(r, "put (right after the load)") for r in found["capstan"] + found["etcd"])
+    if settled:
+        rows[0] = ("put p99, no list running, members quiet (ms)", lat("put (no list running)"), "{:.1f}")
+        rows += [
+            ("put p99 right after the load (ms)", lat("put (right after the load)"), "{:.1f}"),
+            ("p99 during the lists / p99 right after the load", put_ratio("put (right after the load)"),
+             "{:.2f}"),
+            ("wait until the members were quiet (s)", extra("settle wait"), "{:.1f}"),
+        ]
+    rows += [
         ("full list on the follower (ms)", lat("full list", "p50"), "{:.0f}"),
         ("paginated list on the follower (ms)", lat("paginated list (limit 500)", "p50"), "{:.0f}"),
         ("4 concurrent full lists, each (ms, p50)", lat("concurrent full list (x4)", "p50"), "{:.0f}"),
         ("load (put) throughput (req/s)", rate("load"), "{:.0f}"),
-    ], found)
+    ]
+    table(rows, found)
+
+    # Per round: the ratio turns on each run's idle p99.
+    heads = ["round"]
+    for server in SERVERS:
+        heads += [f"{NAMES[server]} idle p99", f"{NAMES[server]} p99 during", f"{NAMES[server]} ratio"]
+    print("| " + " | ".join(heads) + " |")
+    print("| " + " | ".join(["---"] + ["---:"] * (len(heads) - 1)) + " |")
+    for i in range(max(len(found["etcd"]), len(found["capstan"]))):
+        cells = [str(i + 1)]
+        for server in SERVERS:
+            r = found[server][i] if i < len(found[server]) else None
+            idle = lat("put (no list running)")(r) if r else None
+            busy = lat("put (during lists)")(r) if r else None
+            ratio_ = put_ratio("put (no list running)")(r) if r else None
+            cells += ["-" if v is None else f"{v:.{d}f}" for v, d in ((idle, 1), (busy, 1), (ratio_, 2))]
+        print("| " + " | ".join(cells) + " |")
+    print()
 
 
 def k8s_tables(found):

@@ -261,6 +261,13 @@ class LargeListWorkload final : public Workload {
             "With --list-process: memory (MiB) the list process touches and keeps before the "
             "load, so that receiving the lists takes no page fault (-1: 1.5 times what the "
             "concurrent lists will receive, from --objects and the sizes; 0: none)");
+    f.Duration("settle", &settle_,
+               "Wait up to this long after the load, until the servers (--settle-pids, else "
+               "--server-pid) use under 5% of a core over a second, before the idle put phase; "
+               "the puts right after the load are measured as a phase of their own first (0: "
+               "no wait, one idle phase right after the load)");
+    f.String("settle-pids", &settle_pids_,
+             "With --settle: the servers' pids, comma-separated (a cluster's members)");
     f.Bool("list-worker", &list_worker_,
            "Internal (--list-process): run the lists of the phases named on stdin, printing a "
            "line per list");
@@ -268,7 +275,7 @@ class LargeListWorkload final : public Workload {
   absl::Status Prepare(const std::vector<std::string>&) override {
     if (objects_ < 1 || min_size_ < 1 || max_size_ < min_size_ || namespaces_ < 1 || lists_ < 1 ||
         concurrent_ < 1 || page_limit_ < 1 || list_nice_ < 0 || list_nice_ > 19 ||
-        list_reserve_mib_ < -1) {
+        list_reserve_mib_ < -1 || settle_ < absl::ZeroDuration()) {
       return absl::InvalidArgumentError("large-list: bad sizes or counts");
     }
     return absl::OkStatus();
@@ -377,6 +384,25 @@ class LargeListWorkload final : public Workload {
                [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
     };
     const int put_clients = std::max(1, std::min(ctx.global->clients, 16));
+    if (settle_ > absl::ZeroDuration()) {
+      // The same puts right after the load, while the servers may still be
+      // flushing and compacting it, and then once they are quiet: the idle
+      // phase is a baseline for the lists, and the load is not theirs.
+      r.phases.push_back(RunClosedLoop(
+          {"put (right after the load)", 0, idle_, put_clients, put_rate_}, update_issue));
+      std::vector<pid_t> pids;
+      for (absl::string_view p : absl::StrSplit(settle_pids_, ',', absl::SkipEmpty())) {
+        int pid = 0;
+        if (absl::SimpleAtoi(p, &pid) && pid > 0) pids.push_back(pid);
+      }
+      if (pids.empty() && ctx.server_pid > 0) pids.push_back(ctx.server_pid);
+      if (pids.empty()) return absl::InvalidArgumentError("large-list: --settle needs --settle-pids or --server-pid");
+      const QuietWait waited =
+          WaitUntilQuiet(pids, 0.05, std::chrono::seconds(1),
+                         std::chrono::milliseconds(absl::ToInt64Milliseconds(settle_)));
+      r.extras.push_back({"settle wait", waited.seconds, "s", false});
+      r.extras.push_back({"servers quiet before the idle puts", waited.quiet ? 1.0 : 0.0, "", false});
+    }
     r.phases.push_back(RunClosedLoop(
         {"put (no list running)", 0, idle_, put_clients, put_rate_}, update_issue));
 
@@ -544,6 +570,8 @@ class LargeListWorkload final : public Workload {
   bool list_process_ = false;
   int list_nice_ = 0;
   int64_t list_reserve_mib_ = -1;
+  absl::Duration settle_ = absl::ZeroDuration();
+  std::string settle_pids_;
   bool list_worker_ = false;
 };
 

@@ -36,6 +36,34 @@ bool ReadProcSample(pid_t pid, ProcSample* out) {
   return true;
 }
 
+QuietWait WaitUntilQuiet(const std::vector<pid_t>& pids, double cores,
+                         std::chrono::milliseconds window, std::chrono::milliseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  auto cpu_of_all = [&] {
+    double sum = 0;
+    for (pid_t pid : pids) {
+      ProcSample s;
+      if (ReadProcSample(pid, &s)) sum += s.cpu_seconds;
+    }
+    return sum;
+  };
+  const auto start = Clock::now();
+  QuietWait out;
+  for (;;) {
+    const auto window_start = Clock::now();
+    const double before = cpu_of_all();
+    std::this_thread::sleep_for(window);
+    const double used = cpu_of_all() - before;
+    const double wall = std::chrono::duration<double>(Clock::now() - window_start).count();
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (used < cores * wall) {
+      out.quiet = true;
+      return out;
+    }
+    if (Clock::now() - start >= limit) return out;
+  }
+}
+
 ProcessSampler::ProcessSampler(pid_t pid, std::chrono::milliseconds interval)
     : pid_(pid), interval_(interval) {
   if (pid_ > 0) thread_ = std::thread([this] { Loop(); });

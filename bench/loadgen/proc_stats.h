@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace capstan::bench {
 
@@ -21,6 +22,17 @@ struct ProcSample {
 
 // False if the process is gone or /proc is unreadable.
 bool ReadProcSample(pid_t pid, ProcSample* out);
+
+// Waits until the processes `pids` together use less than `cores` of CPU
+// over a whole `window` (a cluster's members once a load's flushes and
+// compactions are done), or until `limit` has passed. A process that is gone
+// counts as quiet.
+struct QuietWait {
+  double seconds = 0;  // how long it waited
+  bool quiet = false;  // false: `limit` passed first
+};
+QuietWait WaitUntilQuiet(const std::vector<pid_t>& pids, double cores,
+                         std::chrono::milliseconds window, std::chrono::milliseconds limit);
 
 // Samples a process every interval from its own thread, between construction
 // and Stop(). Accessors are valid after Stop().
