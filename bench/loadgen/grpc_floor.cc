@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -643,7 +644,10 @@ int Main(int argc, char** argv) {
                    "  --answer-thread         callback: answer puts from one other thread, in "
                    "batches\n"
                    "  --interceptor           run every call through a server interceptor that "
-                   "does nothing\n                          (also $CAPSTAN_GRPC_FLOOR_INTERCEPTOR=1)\n";
+                   "does nothing\n                          (also $CAPSTAN_GRPC_FLOOR_INTERCEPTOR=1)\n"
+                   "  --channel-arg=NAME=N    also set gRPC's integer channel argument NAME (e.g.\n"
+                   "                          grpc.minimal_stack=1); repeatable, and\n"
+                   "                          $CAPSTAN_GRPC_FLOOR_CHANNEL_ARGS, comma-separated\n";
       return 0;
     }
   }
@@ -690,6 +694,21 @@ int Main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              std::numeric_limits<int>::max());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::vector<std::string> channel_args =
+      absl::StrSplit(env("CAPSTAN_GRPC_FLOOR_CHANNEL_ARGS", ""), ',', absl::SkipEmpty());
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (absl::StartsWith(arg, "--channel-arg=")) channel_args.push_back(arg.substr(14));
+  }
+  for (const std::string& a : channel_args) {
+    std::pair<std::string, std::string> nv = absl::StrSplit(a, absl::MaxSplits('=', 1));
+    int value = 0;
+    if (nv.first.empty() || !absl::SimpleAtoi(nv.second, &value)) {
+      std::cerr << "capstan-grpc-floor: --channel-arg is NAME=INTEGER, not " << a << "\n";
+      return 2;
+    }
+    builder.AddChannelArgument(nv.first, value);
+  }
   if (interceptor) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
     factories.push_back(std::make_unique<PassInterceptorFactory>());
