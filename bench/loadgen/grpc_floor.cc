@@ -3,7 +3,9 @@
 // kernel's rather than the server's own.
 //
 // It serves KV.Put, KV.Txn (of puts), KV.Range, Lease.LeaseGrant and
-// Lease.LeaseKeepAlive with Capstan's channel settings, on one of gRPC C++'s
+// Lease.LeaseKeepAlive, and on the callback API Watch (watchers of exact keys,
+// each event written to its streams before the put is answered, as Capstan's
+// committer starts them), with Capstan's channel settings, on one of gRPC C++'s
 // two server models (--model): the callback API that Capstan's services use
 // (gRPC's own threads run each call's reactions), or the asynchronous
 // completion-queue API, with one queue per core and one thread polling each
@@ -26,11 +28,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -45,6 +49,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -252,6 +257,140 @@ grpc::Status AnswerLeaseGrant(const Memory* memory, const etcdserverpb::LeaseGra
   return grpc::Status::OK;
 }
 
+// ---- Watch (the callback model) ----------------------------------------
+
+class WatchReactor;
+
+// Which streams watch which keys (exact keys only: what etcd's
+// `watch-latency` workload creates).
+class Watchers {
+ public:
+  void Add(const std::string& key, WatchReactor* stream, int64_t watch_id) {
+    absl::MutexLock l(&mu_);
+    by_key_[key].push_back({stream, watch_id});
+  }
+  // After it returns no Notify reaches `stream`.
+  void Remove(WatchReactor* stream) {
+    absl::MutexLock l(&mu_);
+    for (auto& [key, list] : by_key_) {
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&](const Watcher& w) { return w.stream == stream; }),
+                 list.end());
+    }
+  }
+  // Starts the write of the event to every stream watching `key`.
+  void Notify(const std::string& key, const std::string& value, int64_t revision);
+
+ private:
+  struct Watcher {
+    WatchReactor* stream;
+    int64_t watch_id;
+  };
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<Watcher>> by_key_ ABSL_GUARDED_BY(mu_);
+};
+
+// A watch stream: creates a watcher per create request and writes the
+// responses posted to it one at a time, in order.
+class WatchReactor final
+    : public grpc::ServerBidiReactor<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse> {
+ public:
+  WatchReactor(Watchers* watchers, const Memory* memory) : watchers_(watchers), memory_(memory) {
+    StartRead(&request_);
+  }
+
+  void Post(etcdserverpb::WatchResponse response) {
+    absl::MutexLock l(&mu_);
+    pending_.push_back(std::move(response));
+    if (!writing_) WriteNextLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      watchers_->Remove(this);
+      absl::MutexLock l(&mu_);
+      done_ = true;
+      if (!writing_) Finish(grpc::Status::OK);
+      return;
+    }
+    if (request_.has_create_request()) {
+      const int64_t id = next_id_++;
+      etcdserverpb::WatchResponse created;
+      FillHeader(memory_->Rev(), created.mutable_header());
+      created.set_watch_id(id);
+      created.set_created(true);
+      Post(std::move(created));
+      watchers_->Add(request_.create_request().key(), this, id);
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) pending_.clear();
+    if (!pending_.empty()) {
+      WriteNextLocked();
+    } else if (done_) {
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    writing_response_ = std::move(pending_.front());
+    pending_.pop_front();
+    StartWrite(&writing_response_);
+  }
+
+  Watchers* const watchers_;
+  const Memory* const memory_;
+  etcdserverpb::WatchRequest request_;  // the reads are sequential
+  int64_t next_id_ = 0;                 // read side only
+  absl::Mutex mu_;
+  std::deque<etcdserverpb::WatchResponse> pending_ ABSL_GUARDED_BY(mu_);
+  etcdserverpb::WatchResponse writing_response_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void Watchers::Notify(const std::string& key, const std::string& value, int64_t revision) {
+  absl::MutexLock l(&mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  for (const Watcher& w : it->second) {
+    etcdserverpb::WatchResponse r;
+    FillHeader(revision, r.mutable_header());
+    r.set_watch_id(w.watch_id);
+    mvccpb::Event* e = r.add_events();
+    e->set_type(mvccpb::Event::PUT);
+    mvccpb::KeyValue* kv = e->mutable_kv();
+    kv->set_key(key);
+    kv->set_value(value);
+    kv->set_create_revision(revision);
+    kv->set_mod_revision(revision);
+    kv->set_version(1);
+    w.stream->Post(std::move(r));
+  }
+}
+
+class FloorWatch final : public etcdserverpb::Watch::CallbackService {
+ public:
+  FloorWatch(Watchers* watchers, const Memory* memory) : watchers_(watchers), memory_(memory) {}
+
+  grpc::ServerBidiReactor<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>* Watch(
+      grpc::CallbackServerContext*) override {
+    return new WatchReactor(watchers_, memory_);
+  }
+
+ private:
+  Watchers* const watchers_;
+  const Memory* const memory_;
+};
+
 using FloorKvBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
     etcdserverpb::KV::WithCallbackMethod_Put<etcdserverpb::KV::WithCallbackMethod_Txn<
         etcdserverpb::KV::Service>>>;
@@ -259,12 +398,14 @@ using FloorKvBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
 class FloorKv final : public FloorKvBase {
  public:
   // Puts are answered by `answerer` if it is not null.
-  FloorKv(Memory* memory, Answerer* answerer) : memory_(memory), answerer_(answerer) {}
+  FloorKv(Memory* memory, Answerer* answerer, Watchers* watchers)
+      : memory_(memory), answerer_(answerer), watchers_(watchers) {}
 
   grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
                                 const etcdserverpb::PutRequest* req,
                                 etcdserverpb::PutResponse* resp) override {
     AnswerPut(memory_, *req, resp);
+    watchers_->Notify(req->key(), req->value(), resp->header().revision());
     auto* reactor = ctx->DefaultReactor();
     if (answerer_ != nullptr) {
       answerer_->Hand(reactor);
@@ -299,6 +440,7 @@ class FloorKv final : public FloorKvBase {
  private:
   Memory* const memory_;
   Answerer* const answerer_;
+  Watchers* const watchers_;
 };
 
 class KeepAliveReactor final
@@ -632,8 +774,8 @@ int Main(int argc, char** argv) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--model=M] "
                    "[--queues=N] [--answer-thread] [other flags, ignored]\n\n"
-                   "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant and "
-                   "Lease.LeaseKeepAlive\nfrom memory with no storage: the cost of gRPC alone, "
+                   "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant, "
+                   "Lease.LeaseKeepAlive\nand (callback model) Watch of exact keys from memory with no storage: the cost of gRPC alone, "
                    "for benchmarks.\nNot a server: nothing is durable or versioned.\n\n"
                    "  --model=callback|async  gRPC's callback API (default, as Capstan), or the\n"
                    "                          completion-queue API with a thread per queue\n"
@@ -674,7 +816,9 @@ int Main(int argc, char** argv) {
   Memory memory;
   std::unique_ptr<Answerer> answerer;
   if (answer_thread) answerer = std::make_unique<Answerer>();
-  FloorKv kv(&memory, answerer.get());
+  Watchers watchers;
+  FloorKv kv(&memory, answerer.get(), &watchers);
+  FloorWatch watch(&watchers, &memory);
   FloorLease lease(&memory);
   AsyncFloor async(&memory);
   grpc::ServerBuilder builder;
@@ -686,6 +830,7 @@ int Main(int argc, char** argv) {
   } else {
     builder.RegisterService(&kv);
     builder.RegisterService(&lease);
+    builder.RegisterService(&watch);
   }
   // Capstan's settings that bear on a request's cost (server/server.cc),
   // with the default --max-request-bytes.
