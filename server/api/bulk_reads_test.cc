@@ -19,6 +19,20 @@ namespace {
 
 std::vector<std::string> Parts(size_t bytes) { return {std::string(bytes, 'x'), "tail"}; }
 
+TEST(GrpcBuffersTest, CopiedPartsAreOneSliceInOrder) {
+  grpc::ByteBuffer buffer;
+  CopyPartsToBuffer({"head", "", std::string(100, 'k'), "tail"}, &buffer);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 1u);
+  std::string flat;
+  ASSERT_TRUE(FlattenBuffer(buffer, &flat));
+  EXPECT_EQ(flat, "head" + std::string(100, 'k') + "tail");
+
+  CopyPartsToBuffer({"", ""}, &buffer);
+  EXPECT_EQ(buffer.Length(), 0u);
+}
+
 TEST(BulkReadsTest, RunsEveryReadInOrderOnOneThread) {
   BulkReads::Options options;
   options.threads = 1;

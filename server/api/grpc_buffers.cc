@@ -1,6 +1,9 @@
 #include "server/api/grpc_buffers.h"
 
+#include <cstring>
 #include <vector>
+
+#include "grpc/slice.h"
 
 namespace capstan::server {
 
@@ -36,6 +39,20 @@ void PartsToBuffer(std::vector<std::string>&& parts, grpc::ByteBuffer* out) {
     if (!p.empty()) slices.push_back(OwningSlice(std::move(p)));
   }
   grpc::ByteBuffer buffer(slices.data(), slices.size());
+  out->Swap(&buffer);
+}
+
+void CopyPartsToBuffer(const std::vector<std::string>& parts, grpc::ByteBuffer* out) {
+  size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  grpc_slice raw = grpc_slice_malloc(total);
+  char* at = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(raw));
+  for (const auto& p : parts) {
+    std::memcpy(at, p.data(), p.size());
+    at += p.size();
+  }
+  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
+  grpc::ByteBuffer buffer(&slice, 1);
   out->Swap(&buffer);
 }
 

@@ -23,6 +23,9 @@ namespace {
 // A Range that may visit more keys than this runs on the bulk threads.
 constexpr int64_t kBulkRangeKeys = 1000;
 
+// A Range answer of at most this many bytes is copied into one slice.
+constexpr size_t kCopiedResponseBytes = 4096;
+
 // Whether req may return many keys: decided from the current index, which
 // stops counting at the threshold, so the check costs little.
 bool IsBulkRange(const mvcc::KvStore& store, const etcdserverpb::RangeRequest& req) {
@@ -124,7 +127,13 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   parts[1] = std::move(result.kvs_wire);
   if (result.more) util::AppendVarintField(3, 1, &parts[2]);
   util::AppendVarintField(4, static_cast<uint64_t>(result.count), &parts[2]);
-  if (blocks != nullptr) {
+  const size_t bytes = parts[0].size() + parts[1].size() + parts[2].size();
+  if (blocks == nullptr && bytes <= kCopiedResponseBytes) {
+    // A small answer (a key or a few) is copied into one slice: fewer
+    // allocations than a held part each, and too small to count against
+    // the bulk reads' bound on memory waiting to be sent.
+    CopyPartsToBuffer(parts, response);
+  } else if (blocks != nullptr) {
     std::vector<std::unique_ptr<mvcc::ByteSink>> kvs;
     kvs.push_back(std::move(blocks));
     for (auto& part : result.kvs_parts) kvs.push_back(std::move(part));
