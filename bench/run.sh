@@ -8,7 +8,11 @@
 # Environment: ROUNDS (compare rounds, default 5: this machine's noise needs medians of alternating
 # rounds), MIN_TIME (Google Benchmark --benchmark_min_time,
 # default 0.05), ETCD (etcd binary, default etcd 3.5 as scripts/deps.sh extracts it, else
-# /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1.
+# /usr/bin/etcd), SKIP_MICRO=1, SKIP_COMPARE=1, SKIP_ETCD_TOOL=1.
+#
+# 3. etcd's own `benchmark` tool against Capstan, the gRPC floor and etcd (bench/etcd_tool_rounds.sh,
+# ROUNDS rounds each) for put, txn-put, linearizable range, lease-keepalive (the floor on completion
+# queues) and watch-latency, into BUILD_DIR/bench-results/etcd-tool-<name>.md and SUMMARY.md.
 # Exits non-zero if a benchmark failed or any request failed in a compare run.
 set -uo pipefail
 
@@ -132,5 +136,31 @@ if [ "${SKIP_COMPARE:-0}" != 1 ]; then
       lease-storm --leases 20000 --expiring 2000 --ttl 30 --expiring-ttl 5 --idle 3s
     echo "bench/run.sh: summary in $summary" >&2
   fi
+fi
+
+# 3. etcd's own benchmark tool, as a user would run it.
+if [ "${SKIP_ETCD_TOOL:-0}" != 1 ]; then
+  here=$(cd "$(dirname "$0")" && pwd)
+  tool_run() {  # NAME [ENV=V...] -- TOOL ARGS...
+    local name=$1 envs=()
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    if env ROUNDS="$rounds" ETCD="$etcd" CAPSTAN="$build/capstan" "${envs[@]}" \
+        "$here/etcd_tool_rounds.sh" "$@" > "$out/etcd-tool-$name.md" 2> "$out/etcd-tool-$name.log"; then
+      { echo; echo "## etcd's benchmark: $name"; echo; cat "$out/etcd-tool-$name.md"; } >> "$out/SUMMARY.md"
+    else
+      echo "bench/run.sh: etcd_tool_rounds.sh $name failed; see $out/etcd-tool-$name.log" >&2
+      status=1
+    fi
+  }
+  tool_run put -- --conns=10 --clients=100 put --total=20000 --val-size=256 --key-space-size=100000
+  tool_run txn-put -- --conns=10 --clients=100 txn-put --txn-ops=4 --total=20000 --val-size=256 \
+    --key-space-size=100000
+  tool_run range -- --conns=10 --clients=100 range /bench/key --consistency=l --total=20000
+  tool_run lease-keepalive FLOOR_FLAGS=--model=async -- --conns=10 --clients=100 lease-keepalive \
+    --total=20000
+  tool_run watch-latency -- --conns=10 --clients=100 watch-latency --total=1000 --put-rate=200
+  echo "bench/run.sh: etcd's benchmark tool results in $out/etcd-tool-*.md" >&2
 fi
 exit $status
