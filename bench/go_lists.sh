@@ -11,7 +11,9 @@
 # processes (built once by bench/cluster/tools.sh): one puts at 50/s throughout; the other, at
 # niceness LIST_NICE (default 0; at 19 it takes only the CPU the server and the puts leave, as a
 # list client on another machine would), waits 3 s, makes one full list, then 4 full lists at
-# once. One line per run: the puts' p99 before the lists and during the 4 concurrent ones, the
+# once. Before that it makes WARM (default 1) full lists it does not measure, so that its Go heap
+# has held a list before, as a long-running kube-apiserver's has: the measured full list then
+# reuses memory instead of faulting in fresh pages (WARM=0: a fresh client). One line per run: the puts' p99 before the lists and during the 4 concurrent ones, the
 # lists' times and the server's RSS after them; then, per binary, the medians over the rounds.
 set -euo pipefail
 
@@ -19,6 +21,7 @@ source "$(dirname "$0")/lib.sh" golists
 source "$(dirname "$0")/cluster/tools.sh"
 GOLIST=$(go_tool golist "$(dirname "$0")/golist/main.go")
 LIST_NICE=${LIST_NICE:-0}
+WARM=${WARM:-1}
 
 for round in $(seq 1 "${ROUNDS}"); do
   for bin in "$@"; do
@@ -29,7 +32,7 @@ for round in $(seq 1 "${ROUNDS}"); do
       --load-batch 16 > /dev/null
     "${GOLIST}" --role puts --endpoint "127.0.0.1:${PORT}" > "${WORK}/puts" &
     putter=$!
-    nice -n "${LIST_NICE}" "${GOLIST}" --role lists --endpoint "127.0.0.1:${PORT}" --prefix /large/ \
+    nice -n "${LIST_NICE}" "${GOLIST}" --role lists --endpoint "127.0.0.1:${PORT}" --prefix /large/ --warm "${WARM}" \
       > "${WORK}/lists"
     kill -TERM "${putter}"
     wait "${putter}"

@@ -5,11 +5,12 @@
 // puts:
 //
 //	golist --role=puts --endpoint=127.0.0.1:23790 [--put-rate=50]
-//	golist --role=lists --endpoint=127.0.0.1:23790 --prefix=/large/ [--concurrent=4]
+//	golist --role=lists --endpoint=127.0.0.1:23790 --prefix=/large/ [--concurrent=4] [--warm=N]
 //
 // The puts role puts at --put-rate (open loop: a slow put does not delay
 // the next) until it gets SIGTERM, and prints a line per put:
-// "put START_UNIX_NS LATENCY_NS". The lists role waits --idle, makes one full
+// "put START_UNIX_NS LATENCY_NS". The lists role makes --warm full lists it
+// does not measure, waits --idle, makes one full
 // list, then --concurrent full lists at once, and prints
 //
 //	full_start=NS full_end=NS concurrent_start=NS concurrent_end=NS full_list_ms=A concurrent_list_ms=B objects=N
@@ -40,6 +41,8 @@ func main() {
 	concurrent := flag.Int("concurrent", 4, "full lists at once")
 	putRate := flag.Int("put-rate", 50, "puts per second")
 	idle := flag.Duration("idle", 3*time.Second, "time before the first list")
+	warm := flag.Int("warm", 0, "full lists made, and not measured, before the idle time: "+
+		"a long-running client such as kube-apiserver has a heap that has held lists before")
 	flag.Parse()
 
 	client, err := clientv3.New(clientv3.Config{
@@ -55,7 +58,7 @@ func main() {
 	case "puts":
 		puts(client, *putRate)
 	case "lists":
-		lists(client, *prefix, *concurrent, *idle)
+		lists(client, *prefix, *concurrent, *warm, *idle)
 	default:
 		fail("--role must be puts or lists")
 	}
@@ -94,7 +97,7 @@ func puts(client *clientv3.Client, rate int) {
 	}
 }
 
-func lists(client *clientv3.Client, prefix string, concurrent int, idle time.Duration) {
+func lists(client *clientv3.Client, prefix string, concurrent, warm int, idle time.Duration) {
 	list := func() (time.Duration, int) {
 		start := time.Now()
 		resp, err := client.Get(context.Background(), prefix, clientv3.WithPrefix())
@@ -102,6 +105,9 @@ func lists(client *clientv3.Client, prefix string, concurrent int, idle time.Dur
 			fail("list: %v", err)
 		}
 		return time.Since(start), len(resp.Kvs)
+	}
+	for i := 0; i < warm; i++ {
+		list()
 	}
 	time.Sleep(idle)
 	fullStart := time.Now()
