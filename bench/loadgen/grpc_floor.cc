@@ -300,17 +300,27 @@ class WatchReactor final
   }
 
   void Post(etcdserverpb::WatchResponse response) {
-    absl::MutexLock l(&mu_);
-    pending_.push_back(std::move(response));
-    if (!writing_) WriteNextLocked();
+    bool start = false;
+    {
+      absl::MutexLock l(&mu_);
+      pending_.push_back(std::move(response));
+      start = !writing_ && TakeNextLocked();
+    }
+    if (start) StartWrite(&writing_response_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       watchers_->Remove(this);
-      absl::MutexLock l(&mu_);
-      done_ = true;
-      if (!writing_) Finish(grpc::Status::OK);
+      bool finish = false;
+      {
+        absl::MutexLock l(&mu_);
+        done_ = true;
+        finish = !writing_;
+      }
+      // Outside the lock: once finished, OnDone may run (and delete this)
+      // on another thread.
+      if (finish) Finish(grpc::Status::OK);
       return;
     }
     if (request_.has_create_request()) {
@@ -326,24 +336,29 @@ class WatchReactor final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok) pending_.clear();
-    if (!pending_.empty()) {
-      WriteNextLocked();
-    } else if (done_) {
-      Finish(grpc::Status::OK);
+    bool next = false, finish = false;
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = false;
+      if (!ok) pending_.clear();
+      next = TakeNextLocked();
+      finish = !next && done_;
     }
+    if (next) StartWrite(&writing_response_);
+    if (finish) Finish(grpc::Status::OK);
   }
 
   void OnDone() override { delete this; }
 
  private:
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Moves the next pending response into writing_response_, which only the
+  // write it starts uses until OnWriteDone.
+  bool TakeNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (pending_.empty()) return false;
     writing_ = true;
     writing_response_ = std::move(pending_.front());
     pending_.pop_front();
-    StartWrite(&writing_response_);
+    return true;
   }
 
   Watchers* const watchers_;
@@ -352,7 +367,7 @@ class WatchReactor final
   int64_t next_id_ = 0;                 // read side only
   absl::Mutex mu_;
   std::deque<etcdserverpb::WatchResponse> pending_ ABSL_GUARDED_BY(mu_);
-  etcdserverpb::WatchResponse writing_response_ ABSL_GUARDED_BY(mu_);
+  etcdserverpb::WatchResponse writing_response_;  // see TakeNextLocked
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -283,6 +283,19 @@ class LargeListWorkload final : public Workload {
 
   absl::StatusOr<RunReport> Run(BenchContext& ctx) override {
     if (list_worker_) return RunWorker(ctx);
+    // The servers whose quiet --settle waits for.
+    std::vector<pid_t> settle_pids;
+    for (absl::string_view p : absl::StrSplit(settle_pids_, ',', absl::SkipEmpty())) {
+      int pid = 0;
+      if (!absl::SimpleAtoi(p, &pid) || pid <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("large-list: --settle-pids: not a pid: ", p));
+      }
+      settle_pids.push_back(pid);
+    }
+    if (settle_pids.empty() && ctx.server_pid > 0) settle_pids.push_back(ctx.server_pid);
+    if (settle_ > absl::ZeroDuration() && settle_pids.empty()) {
+      return absl::InvalidArgumentError("large-list: --settle needs --settle-pids or --server-pid");
+    }
     RunReport r;
     r.workload = "large-list";
     r.target = ctx.target;
@@ -390,15 +403,8 @@ class LargeListWorkload final : public Workload {
       // phase is a baseline for the lists, and the load is not theirs.
       r.phases.push_back(RunClosedLoop(
           {"put (right after the load)", 0, idle_, put_clients, put_rate_}, update_issue));
-      std::vector<pid_t> pids;
-      for (absl::string_view p : absl::StrSplit(settle_pids_, ',', absl::SkipEmpty())) {
-        int pid = 0;
-        if (absl::SimpleAtoi(p, &pid) && pid > 0) pids.push_back(pid);
-      }
-      if (pids.empty() && ctx.server_pid > 0) pids.push_back(ctx.server_pid);
-      if (pids.empty()) return absl::InvalidArgumentError("large-list: --settle needs --settle-pids or --server-pid");
       const QuietWait waited =
-          WaitUntilQuiet(pids, 0.05, std::chrono::seconds(1),
+          WaitUntilQuiet(settle_pids, 0.05, std::chrono::seconds(1),
                          std::chrono::milliseconds(absl::ToInt64Milliseconds(settle_)));
       r.extras.push_back({"settle wait", waited.seconds, "s", false});
       r.extras.push_back({"servers quiet before the idle puts", waited.quiet ? 1.0 : 0.0, "", false});
