@@ -16,7 +16,6 @@ source "$(dirname "$0")/lib.sh" abput
 TOTAL=${TOTAL:-50000}
 [[ $# -ge 2 ]] || { echo "usage: $0 BINARY BINARY [BINARY...]" >&2; exit 2; }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 echo "| round | binary | puts/s | p99 (ms) | server CPU per put (us) | groups |"

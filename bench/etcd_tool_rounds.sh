@@ -15,20 +15,22 @@
 # Targets (TARGETS, default "capstan floor etcd"): capstan (CAPSTAN, build/release/capstan), floor
 # (capstan-grpc-floor beside it: gRPC C++ with nothing behind it; it serves put, txn-put, range,
 # lease-keepalive and watch-latency), etcd (ETCD, etcd 3.5.16 from ~/.cache/capstan/etcd-3.5).
-# Settings: ROUNDS (5), PORT (24579: client PORT, peer PORT+1), FLOOR_FLAGS (e.g. --model=async),
+# Settings: ROUNDS (5), PORT (23790, and PORT+10 for peers; bench/lib.sh), FLOOR_FLAGS (e.g.
+# --model=async),
 # ETCD_BENCHMARK (the tool; default: built once from Debian's etcd source by bench/cluster/tools.sh).
 set -euo pipefail
+ROUNDS=${ROUNDS:-5}
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "${here}/.." && pwd)
+# tools.sh first: lib.sh's cleanup, which stops the server in PID, is the one the EXIT trap runs.
 source "${here}/cluster/tools.sh"
-ROUNDS=${ROUNDS:-5}
-PORT=${PORT:-24579}
+source "${here}/lib.sh" etcd-tool
 TARGETS=${TARGETS:-capstan floor etcd}
 CAPSTAN=${CAPSTAN:-${repo}/build/release/capstan}
 FLOOR=${FLOOR:-$(dirname "${CAPSTAN}")/capstan-grpc-floor}
+BENCH=$(dirname "${CAPSTAN}")/capstan-bench
 ETCD=${ETCD:-/root/.cache/capstan/etcd-3.5/usr/bin/etcd}
-ETCDCTL=${ETCDCTL:-$(dirname "${ETCD}")/etcdctl}
 read -r -a floor_flags <<< "${FLOOR_FLAGS:-}"
 BENCHMARK=$(etcd_benchmark_tool)
 if [[ $# -eq 0 ]]; then
@@ -37,19 +39,10 @@ fi
 total=$(echo "$*" | sed -n 's/.*--total[ =]\([0-9]*\).*/\1/p')
 [[ -n "${total}" ]] || { echo "etcd_tool_rounds.sh: give --total" >&2; exit 2; }
 
-WORK=$(mktemp -d /tmp/capstan-etcd-tool.XXXXXX)
-pid=0
-cleanup() {
-  if (( pid > 0 )); then kill -9 "${pid}" 2>/dev/null || true; wait "${pid}" 2>/dev/null || true; fi
-  rm -rf "${WORK}"
-}
-trap cleanup EXIT
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
-# run_once TARGET ROUND: one fresh server, one run of the tool; appends a line to WORK/results.
+# run_once TARGET ROUND TOOL_ARGS...: one fresh server, one run of the tool; appends a line to
+# WORK/results.
 run_once() {
-  local target=$1 round=$2 bin data=${WORK}/data-$1-$2 extra=()
+  local target=$1 round=$2 bin extra=()
   shift 2
   case "${target}" in
     capstan) bin=${CAPSTAN} ;;
@@ -57,32 +50,17 @@ run_once() {
     etcd) bin=${ETCD} ;;
     *) echo "etcd_tool_rounds.sh: unknown target ${target}" >&2; exit 2 ;;
   esac
-  local client=http://127.0.0.1:${PORT} peer=http://127.0.0.1:$((PORT + 1))
-  "${bin}" --name bench --data-dir "${data}" --listen-client-urls "${client}" \
-    --advertise-client-urls "${client}" --listen-peer-urls "${peer}" \
-    --initial-advertise-peer-urls "${peer}" --initial-cluster "bench=${peer}" "${extra[@]}" \
-    > "${WORK}/${target}-${round}.log" 2>&1 &
-  pid=$!
-  local up=0
-  for _ in $(seq 200); do
-    if "${ETCDCTL}" --endpoints="${client}" --command-timeout=1s endpoint health > /dev/null 2>&1 ||
-       "${ETCDCTL}" --endpoints="${client}" --command-timeout=1s put /bench/ready 1 > /dev/null 2>&1; then
-      up=1; break
-    fi
-    sleep 0.1
-  done
-  (( up )) || { echo "etcd_tool_rounds.sh: ${target} did not start; see its log:" >&2;
-                cat "${WORK}/${target}-${round}.log" >&2; exit 1; }
-  local t0 t1
-  t0=$(cpu_ticks "${pid}")
-  "${BENCHMARK}" --endpoints="${client}" "$@" > "${WORK}/${target}-${round}.out" 2>&1 || {
+  local data=${WORK}/${target}-${round} out=${WORK}/${target}-${round}.out t0 t1
+  start "${bin}" "${data}" "${extra[@]}"
+  t0=$(cpu_ticks "${PID}")
+  "${BENCHMARK}" --endpoints="127.0.0.1:${PORT}" "$@" > "${out}" 2>&1 || {
     echo "etcd_tool_rounds.sh: the tool failed against ${target}:" >&2
-    tail -20 "${WORK}/${target}-${round}.out" >&2; exit 1; }
-  t1=$(cpu_ticks "${pid}")
-  kill -9 "${pid}"; wait "${pid}" 2>/dev/null || true; pid=0
+    tail -20 "${out}" >&2; exit 1; }
+  t1=$(cpu_ticks "${PID}")
+  kill -9 "${PID}"; wait "${PID}" 2>/dev/null || true; PID=
   rm -rf "${data}"
-  python3 - "${WORK}/${target}-${round}.out" "${target}" "${round}" "$(( (t1 - t0) * 10000 / total ))" \
-    >> "${WORK}/results" <<'EOF'
+  python3 - "${out}" "${target}" "${round}" "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) / total ))" \
+    >> "${WORK}/results" <<'EOF2'
 import re, sys
 out, target, rnd, cpu_us = sys.argv[1:5]
 text = open(out).read()
@@ -90,7 +68,7 @@ rps = re.search(r"Requests/sec:\s+([0-9.]+)", text)
 q = {p: re.search(r"^\s+%s%% in ([0-9.]+) secs" % p, text, re.M) for p in ("50", "90", "99")}
 ms = {p: float(m.group(1)) * 1000 if m else float("nan") for p, m in q.items()}
 print(target, rnd, float(rps.group(1)) if rps else float("nan"), ms["50"], ms["90"], ms["99"], cpu_us)
-EOF
+EOF2
   tail -1 "${WORK}/results" | awk '{printf "round %s %-8s %10.0f req/s  p50 %.2f  p90 %.2f  p99 %.2f ms  server CPU %s us/request\n", $2, $1, $3, $4, $5, $6, $7}' >&2
 }
 

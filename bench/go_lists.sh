@@ -17,8 +17,9 @@
 # lists' times and the server's RSS after them; then, per binary, the medians over the rounds.
 set -euo pipefail
 
-source "$(dirname "$0")/lib.sh" golists
+# tools.sh first: lib.sh's cleanup, which stops the server in PID, is the one the EXIT trap runs.
 source "$(dirname "$0")/cluster/tools.sh"
+source "$(dirname "$0")/lib.sh" golists
 GOLIST=$(go_tool golist "$(dirname "$0")/golist/main.go")
 LIST_NICE=${LIST_NICE:-0}
 WARM=${WARM:-1}

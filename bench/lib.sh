@@ -2,7 +2,8 @@
 #   source "$(dirname "$0")/lib.sh" NAME
 # Settings from the environment (BENCH, OBJECTS, VAL_SIZE, ROUNDS, PORT), a
 # work directory /tmp/capstan-NAME.* removed on exit with the server in it,
-# and helpers: bench/bench_as (capstan-bench against the server) and start.
+# and helpers: bench/bench_as (capstan-bench against the server), start and
+# cpu_ticks.
 
 BENCH=${BENCH:-build/release/capstan-bench}
 OBJECTS=${OBJECTS:-100000}
@@ -23,10 +24,13 @@ trap cleanup EXIT
 bench_as() { local prefix=$1; shift; ${prefix} "${BENCH}" --no-progress --endpoints "127.0.0.1:${PORT}" "$@"; }
 bench() { bench_as "" "$@"; }
 
-start() {  # start BINARY DATA_DIR: the server on PORT, in PID, once it answers
+# The user + system CPU time of process PID, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+start() {  # start BINARY DATA_DIR [FLAGS...]: the server on PORT, in PID, once it answers
   "$1" --data-dir "$2" --listen-client-urls "http://127.0.0.1:${PORT}" \
     --advertise-client-urls "http://127.0.0.1:${PORT}" \
-    --listen-peer-urls "http://127.0.0.1:$((PORT + 10))" > "$2.log" 2>&1 &
+    --listen-peer-urls "http://127.0.0.1:$((PORT + 10))" "${@:3}" > "$2.log" 2>&1 &
   PID=$!
   for _ in $(seq 1 300); do
     if bench range /none --total 1 > /dev/null 2>&1; then return; fi
