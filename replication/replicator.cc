@@ -699,6 +699,7 @@ bool Replicator::LoopOnce() {
   for (auto& r : in.reads) pending_reads_.push_back(std::move(r));
   Propose();
   ProposeConfChanges(now);
+  ProposeConfAgain(now);
   SendReadIndex(now);
   ExpireWaiters(now);
   DrainReady();
@@ -930,6 +931,9 @@ void Replicator::HandleReady(Ready rd) {
     role_ = rd.soft_state->role;
     const bool leads = role_ == RaftRole::kLeader;
     if (leads && !was_leader) {
+      // raft's becomeLeader: no change until the member applied its log
+      // (this Ready holds the new term's first entry).
+      conf_pending_index_ = rd.entries.empty() ? log_->LastIndex() : rd.entries.back().index;
       heartbeat_sent_.clear();  // etcd resets its timeout detector
       // etcd's Lessor.Promote: the followers never saw the old leader's
       // keep-alives, so every lease gets its TTL again (plus an election).
@@ -977,6 +981,7 @@ void Replicator::HandleReady(Ready rd) {
     commit_.store(rd.hard_state->commit, std::memory_order_release);
   }
   if (rd.snapshot) log_first_.store(log_->snapshot_meta().index + 1, std::memory_order_release);
+  NoteConfEntries(rd.entries);
   if (!leads && !rd.messages.empty()) transport_->Send(std::move(rd.messages));
   for (const ReadState& rs : rd.read_states) {
     if (!read_in_flight_ || rs.context != ReadContext(read_in_flight_->context)) {
@@ -1421,6 +1426,7 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       continue;
     }
     if (HandOffBeforeRemovingLeader(p, now)) return;
+    if (!ConfChangeMayBeProposed()) return;
     raftpb::ConfChange cc;
     const uint64_t id = NextRequestId();
     cc.set_id(id);
@@ -1429,13 +1435,53 @@ void Replicator::ProposeConfChanges(absl::Time now) {
     if (p.change.type != membership::ChangeType::kRemoveNode) {
       cc.set_context(membership::ChangeContextJson(p.change));
     }
-    if (absl::Status s = engine_->ProposeConfChange(false, cc.SerializeAsString()); !s.ok()) {
-      return;  // dropped (a leader transfer): tried again next pass
+    std::string entry = cc.SerializeAsString();
+    if (absl::Status s = engine_->ProposeConfChange(false, entry); !s.ok()) {
+      return;  // dropped (no leader, a leader transfer): tried again next pass
     }
-    // raft turns a change proposed while another is not applied yet into
-    // an empty entry: its waiter then ends at its deadline, as in etcd.
-    conf_waiters_.emplace(id, ConfWaiter{std::move(p.done), p.deadline});
+    if (role_ == RaftRole::kLeader) {
+      // Its entry's index is known once its Ready is handled: until then,
+      // no other change.
+      conf_pending_index_ = std::max(conf_pending_index_, handed_through_ + 1);
+    }
+    conf_waiters_.emplace(id, ConfWaiter{std::move(p.done), p.deadline, std::move(entry),
+                                         now + options_.tick * options_.election_ticks});
     pending_conf_.pop_front();
+  }
+}
+
+bool Replicator::ConfChangeMayBeProposed() const {
+  return role_ != RaftRole::kLeader || conf_pending_index_ <= handed_through_;
+}
+
+void Replicator::NoteConfEntries(const std::vector<RaftEntry>& entries) {
+  if (entries.empty()) return;
+  for (auto& [id, w] : conf_waiters_) {
+    if (w.in_log_at >= entries.front().index) w.in_log_at = 0;  // replaced by these
+  }
+  for (const RaftEntry& e : entries) {
+    if (e.type != EntryType::kConfChange) continue;
+    if (role_ == RaftRole::kLeader) conf_pending_index_ = std::max(conf_pending_index_, e.index);
+    raftpb::ConfChange cc;
+    if (conf_waiters_.empty() || !cc.ParseFromString(e.data)) continue;
+    if (auto it = conf_waiters_.find(cc.id()); it != conf_waiters_.end()) {
+      it->second.in_log_at = e.index;
+    }
+  }
+}
+
+void Replicator::ProposeConfAgain(absl::Time now) {
+  for (auto& [id, w] : conf_waiters_) {
+    if (w.in_log_at != 0 || now < w.retry_at) continue;
+    if (Leader() == 0 || !ConfChangeMayBeProposed()) return;
+    if (!engine_->ProposeConfChange(false, w.entry).ok()) return;
+    SPDLOG_INFO("member {:x}: membership change {:x} not in the log after {}, proposed again",
+                options_.member_id, id,
+                absl::FormatDuration(options_.tick * options_.election_ticks));
+    w.retry_at = now + options_.tick * options_.election_ticks;
+    if (role_ == RaftRole::kLeader) {
+      conf_pending_index_ = std::max(conf_pending_index_, handed_through_ + 1);
+    }
   }
 }
 

@@ -335,9 +335,18 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
     absl::Time handoff_until = absl::InfinitePast();
   };
   // A proposed membership change, waiting for its entry to be applied.
+  // raft gives no word when it drops a proposal: a follower's forwarded one
+  // is dropped by a leader that transfers leadership, and a leader turns a
+  // change into an empty entry while an earlier one is not applied. A
+  // change whose entry is not in the log by `retry_at` is proposed again
+  // (the same entry: a copy that commits after the first is refused when
+  // applied, as the member it names is already added, removed or promoted).
   struct ConfWaiter {
     MembersDone done;
     absl::Time deadline;
+    std::string entry;       // the marshaled raftpb.ConfChange
+    absl::Time retry_at;
+    uint64_t in_log_at = 0;  // the log's index of its entry, 0 while none
   };
   // A leadership transfer asked for (TransferLeadership).
   struct LeaderTransfer {
@@ -540,6 +549,16 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   membership::MemberTable table_;
   std::deque<PendingConfChange> pending_conf_;
   absl::flat_hash_map<uint64_t, ConfWaiter> conf_waiters_;
+  // raft's pendingConfIndex, as the leader's raft keeps it: the last index
+  // when it began to lead, then its last ConfChange entry. raft turns a
+  // change proposed before the member applied that far into an empty entry,
+  // so the leader holds its changes until then (ConfChangeMayBeProposed).
+  uint64_t conf_pending_index_ = 0;
+  // Marks the waiters whose entries a Ready appends (and unmarks those whose
+  // entries it replaces).
+  void NoteConfEntries(const std::vector<RaftEntry>& entries);
+  bool ConfChangeMayBeProposed() const;
+  void ProposeConfAgain(absl::Time now);
   // The applied index at the last compaction, and whether a flush runs.
   uint64_t compacted_at_ = 0;
   bool compacting_ = false;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,12 +39,22 @@ class MemoryNetwork {
       down_.erase(id);
     }
   }
+  // The next `n` proposals a follower forwards to the leader are lost, as
+  // a leader that transfers leadership drops them.
+  void DropProposals(int n) {
+    util::MutexLock l(&mu_);
+    drop_proposals_ = n;
+  }
   void Deliver(uint64_t from, std::vector<RaftMessage> messages) {
     for (auto& m : messages) {
       std::function<void(uint64_t, std::string)> on_message;
       std::function<void(uint64_t)> on_unreachable;
       {
         util::MutexLock l(&mu_);
+        if (m.type == kMsgProp && drop_proposals_ > 0) {
+          --drop_proposals_;
+          continue;
+        }
         auto from_handler = handlers_.find(from);
         if (from_handler != handlers_.end()) on_unreachable = from_handler->second.on_unreachable;
         auto it = handlers_.find(m.to);
@@ -175,6 +186,8 @@ class MemoryNetwork {
   std::vector<std::shared_ptr<HeldRenewal>> held_renewals_ ABSL_GUARDED_BY(mu_);
   int failing_renewals_ ABSL_GUARDED_BY(mu_) = 0;
   int renewals_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr uint32_t kMsgProp = 2;  // raftpb.MsgProp
+  int drop_proposals_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class MemoryTransport final : public Transport {
@@ -385,6 +398,26 @@ class ReplicatorTest : public ::testing::Test {
     req.set_key(key);
     req.set_value(value);
     return nodes_[member].store->Put(req);
+  }
+
+  // A change of member `target`'s peer URL asked at member `at`, its
+  // answer waited for.
+  absl::StatusOr<std::vector<membership::ClusterMember>> UpdatePeerUrl(
+      int at, int target, const std::string& url, absl::Duration timeout) {
+    membership::MemberChange change;
+    change.type = membership::ChangeType::kUpdateNode;
+    change.id = members_[target].id;
+    change.member.id = members_[target].id;
+    change.member.peer_urls = {url};
+    auto answer = std::make_shared<absl::StatusOr<std::vector<membership::ClusterMember>>>();
+    auto answered = std::make_shared<absl::Notification>();
+    nodes_[at].replicator->ChangeMembership(
+        change, absl::Now() + timeout, [answer, answered](auto members) {
+          *answer = std::move(members);
+          answered->Notify();
+        });
+    answered->WaitForNotification();  // the change's deadline ends it
+    return *answer;
   }
 
   struct Member {
@@ -608,6 +641,48 @@ TEST_F(ReplicatorTest, AFollowerForwardsARenewalAgainAfterAFailedTry) {
   auto unknown = Renew(follower, lease + 1);
   EXPECT_EQ(unknown.status(), mvcc::MakeError(mvcc::Error::kLeaseNotFound)) << unknown.status();
   EXPECT_EQ(net_.RenewalsForwarded() - before, 5);
+}
+
+// raft drops a follower's forwarded proposal without a word when the
+// leader transfers leadership: a membership change whose entry does not
+// reach the log is proposed again, well before its deadline.
+TEST_F(ReplicatorTest, AMembershipChangeWhoseForwardedProposalIsLostIsProposedAgain) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 1) % kMembers;
+  net_.DropProposals(1);
+  auto members = UpdatePeerUrl(follower, leader, "http://127.0.0.1:21000", absl::Seconds(3));
+  ASSERT_TRUE(members.ok()) << members.status();
+  bool updated = false;
+  for (const auto& m : *members) {
+    if (m.id == members_[leader].id) updated = m.peer_urls == std::vector<std::string>{"http://127.0.0.1:21000"};
+  }
+  EXPECT_TRUE(updated);
+}
+
+// raft turns a change that a leader proposes before it applied the one
+// before into an empty entry: two changes asked at once both apply.
+TEST_F(ReplicatorTest, TwoMembershipChangesAskedAtOnceBothApply) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  absl::StatusOr<std::vector<membership::ClusterMember>> first, second;
+  std::thread other([&] {
+    first = UpdatePeerUrl(leader, (leader + 1) % kMembers, "http://127.0.0.1:21001",
+                          absl::Seconds(3));
+  });
+  second = UpdatePeerUrl(leader, (leader + 2) % kMembers, "http://127.0.0.1:21002",
+                         absl::Seconds(3));
+  other.join();
+  EXPECT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(second.ok()) << second.status();
+  for (const auto& m : nodes_[leader].replicator->Members()) {
+    if (m.id == members_[(leader + 1) % kMembers].id) {
+      EXPECT_EQ(m.peer_urls, std::vector<std::string>{"http://127.0.0.1:21001"});
+    }
+    if (m.id == members_[(leader + 2) % kMembers].id) {
+      EXPECT_EQ(m.peer_urls, std::vector<std::string>{"http://127.0.0.1:21002"});
+    }
+  }
 }
 
 // A follower forwards every keep-alive it takes at once, however long the
