@@ -339,8 +339,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // is dropped by a leader that transfers leadership, and a leader turns a
   // change into an empty entry while an earlier one is not applied. A
   // change whose entry is not in the log by `retry_at` is proposed again
-  // (the same entry: a copy that commits after the first is refused when
-  // applied, as the member it names is already added, removed or promoted).
+  // (the same entry: a copy that commits after the first changes nothing,
+  // as the member it names is already added, removed, promoted or updated).
   struct ConfWaiter {
     MembersDone done;
     absl::Time deadline;
