@@ -963,6 +963,27 @@ void Replicator::HandleReady(Ready rd) {
   // a store behind a log that no longer holds the entries it lacks.
   if (rd.snapshot) InstallSnapshot(*rd.snapshot);
   const bool hold = StoreCanHold(rd) && (store_holds_ || !rd.entries.empty());
+  // etcd's raft loop hands a Ready's committed entries to its applier
+  // before it writes the Ready's own entries, so that applying (and
+  // answering) overlaps the log's sync: raft's contract allows it. Entries
+  // that an earlier Ready wrote are durable here, and committed means
+  // durable on a quorum; those this Ready writes (a follower learns of an
+  // entry and of its commit in one message) wait for the write, so that
+  // the store never holds an entry the log could lose. A sole voter
+  // commits what it writes in the same Ready, and a store that holds the
+  // log applies in order with it: both keep the order.
+  size_t applied_early = 0;
+  if (!hold && !store_holds_ && !rd.snapshot && !sole_voter_.load(std::memory_order_relaxed)) {
+    const uint64_t written = rd.entries.empty() ? UINT64_MAX : rd.entries.front().index;
+    while (applied_early < rd.committed.size() && rd.committed[applied_early].index < written) {
+      ++applied_early;
+    }
+    if (applied_early > 0 && rd.hard_state) {
+      // As etcd updates its committed index before it applies.
+      commit_.store(rd.hard_state->commit, std::memory_order_release);
+    }
+    for (size_t i = 0; i < applied_early; ++i) ApplyCommitted(rd.committed[i]);
+  }
   if (hold) {
     if (!store_holds_) StartHoldingInStore();
   } else if (rd.hard_state || !rd.entries.empty() || rd.snapshot) {
@@ -994,7 +1015,7 @@ void Replicator::HandleReady(Ready rd) {
     ReleaseReads(rs.index, std::move(read_in_flight_->waiters));
     read_in_flight_.reset();
   }
-  for (const RaftEntry& e : rd.committed) ApplyCommitted(e);
+  for (size_t i = applied_early; i < rd.committed.size(); ++i) ApplyCommitted(rd.committed[i]);
   if (hold && !rd.entries.empty()) {
     log_->HoldInStore(rd.entries.back().index, rd.entries.back().term, conf_state_);
     log_first_.store(rd.entries.back().index + 1, std::memory_order_release);

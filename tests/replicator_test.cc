@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "mvcc/errors.h"
 #include "replication/goraft/go_raft_engine.h"
+#include "storage/testing/fault_injection_fs.h"
 #include "util/mutex.h"
 
 namespace capstan::replication {
@@ -38,6 +39,11 @@ class MemoryNetwork {
     } else {
       down_.erase(id);
     }
+  }
+  // Messages of raftpb type `type` delivered to member `to` so far.
+  int Delivered(uint64_t to, uint32_t type) {
+    util::MutexLock l(&mu_);
+    return delivered_[{to, type}];
   }
   // The next `n` proposals a follower forwards to the leader are lost, as
   // a leader that transfers leadership drops them.
@@ -63,6 +69,10 @@ class MemoryNetwork {
         }
       }
       if (on_message) {
+        {
+          util::MutexLock l(&mu_);
+          ++delivered_[{m.to, m.type}];
+        }
         on_message(from, std::move(m.bytes));
       } else if (on_unreachable) {
         on_unreachable(m.to);
@@ -188,6 +198,7 @@ class MemoryNetwork {
   int renewals_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
   static constexpr uint32_t kMsgProp = 2;  // raftpb.MsgProp
   int drop_proposals_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::pair<uint64_t, uint32_t>, int> delivered_ ABSL_GUARDED_BY(mu_);
 };
 
 class MemoryTransport final : public Transport {
@@ -276,7 +287,8 @@ class ReplicatorTest : public ::testing::Test {
     m.store = std::move(*store);
     RaftLogOptions lo;
     lo.dir = base + "/raft";
-    lo.sync = false;
+    lo.sync = log_fs_[i] != nullptr;
+    lo.file_system = log_fs_[i];
     auto log = RaftLog::Open(lo);
     ASSERT_TRUE(log.ok()) << log.status();
     m.transport = std::make_unique<MemoryTransport>(members_[i].id, &net_);
@@ -286,7 +298,7 @@ class ReplicatorTest : public ::testing::Test {
     ro.initial_members = members_;
     ro.name = members_[i].name;
     ro.tick = absl::Milliseconds(10);
-    ro.election_ticks = 10;
+    ro.election_ticks = election_ticks_;
     ro.request_timeout = absl::Seconds(5);
     ro.snapshot_count = snapshot_count_;
     ro.snapshot_catchup_entries = snapshot_catchup_;
@@ -426,6 +438,9 @@ class ReplicatorTest : public ::testing::Test {
     std::unique_ptr<Replicator> replicator;
   };
 
+  // A member with a file system here has its log on it, synced.
+  std::shared_ptr<storage::FaultInjectionFs> log_fs_[kMembers];
+  int election_ticks_ = 10;
   uint64_t snapshot_count_ = 100000;
   uint64_t snapshot_catchup_ = 5000;
   std::filesystem::path dir_;
@@ -683,6 +698,81 @@ TEST_F(ReplicatorTest, TwoMembershipChangesAskedAtOnceBothApply) {
       EXPECT_EQ(m.peer_urls, std::vector<std::string>{"http://127.0.0.1:21002"});
     }
   }
+}
+
+// Members whose logs are synced through a file system that can hold syncs,
+// and an election timeout (3 s) that a held sync of the leader's stays
+// well within.
+class ReplicatorSyncedLogTest : public ReplicatorTest {
+ protected:
+  void SetUp() override {
+    for (auto& fs : log_fs_) fs = storage::FaultInjectionFs::Create();
+    election_ticks_ = 300;
+    ReplicatorTest::SetUp();
+  }
+  void TearDown() override {
+    for (auto& fs : log_fs_) fs->HoldSyncs(false);
+    ReplicatorTest::TearDown();
+  }
+};
+
+// As etcd's raft loop, a member applies a Ready's committed entries while
+// it writes the Ready's own: a write a quorum has is applied and answered
+// while the leader's log still syncs the next one.
+TEST_F(ReplicatorSyncedLogTest, ACommittedWriteIsAnsweredWhileTheLeaderSyncsTheNext) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  ASSERT_TRUE(Put(leader, "warm", "0").ok());
+  WaitApplied(ClusterCommit());
+  constexpr uint32_t kMsgAppResp = 4;
+  const int acks = net_.Delivered(members_[leader].id, kMsgAppResp);
+  storage::FaultInjectionFs& fs = *log_fs_[leader];
+  fs.HoldSyncs(true);
+
+  struct Write {
+    etcdserverpb::PutRequest req;
+    etcdserverpb::PutResponse resp;
+    absl::Notification answered;
+    absl::Status status;
+  };
+  auto submit = [&](Write* w, const std::string& key) {
+    w->req.set_key(key);
+    w->req.set_value("v");
+    nodes_[leader].store->Submit({mvcc::PutOp{&w->req, &w->resp}, [w](absl::Status s) {
+                                    w->status = s;
+                                    w->answered.Notify();
+                                  }});
+  };
+  auto wait_for = [](auto condition) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!condition() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));  // polling a condition, with a deadline
+    }
+    return condition();
+  };
+  // The first write's entry: the leader sends it, then its loop waits in
+  // the sync; both followers write it and answer.
+  Write first, second;
+  submit(&first, "first");
+  ASSERT_TRUE(wait_for([&] { return fs.SyncsWaiting() == 1; }));
+  ASSERT_TRUE(wait_for([&] {
+    return net_.Delivered(members_[leader].id, kMsgAppResp) >= acks + 2;
+  }));
+  // The second write waits in the loop's inbox beside the answers. Once
+  // the first sync is through, one Ready commits the first write and holds
+  // the second's entry, whose sync is held.
+  submit(&second, "second");
+  fs.PassSyncs(1);
+  EXPECT_TRUE(first.answered.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "the committed write waited for the next entry's sync";
+  EXPECT_TRUE(wait_for([&] { return fs.SyncsWaiting() == 1; }));
+  EXPECT_FALSE(second.answered.HasBeenNotified());
+  fs.HoldSyncs(false);
+  first.answered.WaitForNotification();
+  second.answered.WaitForNotification();
+  EXPECT_TRUE(first.status.ok()) << first.status;
+  EXPECT_TRUE(second.status.ok()) << second.status;
+  EXPECT_EQ(first.resp.header().revision() + 1, second.resp.header().revision());
 }
 
 // A follower forwards every keep-alive it takes at once, however long the

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +30,29 @@ class FaultInjectionFs::Impl final : public rocksdb::FileSystemWrapper {
   const char* Name() const override { return "CapstanFaultInjectionFs"; }
 
   void SetFault(Fault f) { fault_.store(f); }
+
+  void HoldSyncs(bool hold) {
+    std::lock_guard<std::mutex> l(hold_mu_);
+    held_ = hold;
+    passes_ = 0;
+    hold_cv_.notify_all();
+  }
+  void PassSyncs(int n) {
+    std::lock_guard<std::mutex> l(hold_mu_);
+    passes_ += n;
+    hold_cv_.notify_all();
+  }
+  int SyncsWaiting() const {
+    std::lock_guard<std::mutex> l(hold_mu_);
+    return waiting_;
+  }
+  void WaitWhileHeld() {
+    std::unique_lock<std::mutex> l(hold_mu_);
+    ++waiting_;
+    hold_cv_.wait(l, [this] { return !held_ || passes_ > 0; });
+    if (held_) --passes_;
+    --waiting_;
+  }
   int64_t InjectedFailures() const { return injected_.load(); }
 
   // The injected error for an operation of class `op`, or OK.
@@ -195,12 +219,14 @@ class FaultInjectionFs::Impl final : public rocksdb::FileSystemWrapper {
       return s;
     }
     IOStatus Sync(const IOOptions& options, IODebugContext* dbg) override {
+      fs_->WaitWhileHeld();
       if (auto s = fs_->Inject(Fault::kSyncError); !s.ok()) return s;
       auto s = target()->Sync(options, dbg);
       if (s.ok()) fs_->Synced(name_);
       return s;
     }
     IOStatus Fsync(const IOOptions& options, IODebugContext* dbg) override {
+      fs_->WaitWhileHeld();
       if (auto s = fs_->Inject(Fault::kSyncError); !s.ok()) return s;
       auto s = target()->Fsync(options, dbg);
       if (s.ok()) fs_->Synced(name_);
@@ -223,6 +249,11 @@ class FaultInjectionFs::Impl final : public rocksdb::FileSystemWrapper {
     return s;
   }
 
+  mutable std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool held_ = false;  // guarded by hold_mu_, as the two below
+  int passes_ = 0;
+  int waiting_ = 0;
   std::atomic<Fault> fault_{Fault::kNone};
   std::atomic<int64_t> injected_{0};
   mutable std::mutex mu_;
@@ -242,6 +273,9 @@ FaultInjectionFs::~FaultInjectionFs() = default;
 
 void FaultInjectionFs::SetFault(Fault fault) { impl_->SetFault(fault); }
 int64_t FaultInjectionFs::InjectedFailures() const { return impl_->InjectedFailures(); }
+void FaultInjectionFs::HoldSyncs(bool hold) { impl_->HoldSyncs(hold); }
+void FaultInjectionFs::PassSyncs(int n) { impl_->PassSyncs(n); }
+int FaultInjectionFs::SyncsWaiting() const { return impl_->SyncsWaiting(); }
 int64_t FaultInjectionFs::UnsyncedBytes() const { return impl_->UnsyncedBytes(); }
 absl::Status FaultInjectionFs::DropUnsyncedData() { return impl_->DropUnsyncedData(); }
 FileSystem::Rocks* FaultInjectionFs::rocks() { return rocks_.get(); }

@@ -41,6 +41,13 @@ class FaultInjectionFs final : public FileSystem {
   void SetFault(Fault fault);
   // Operations failed by injection so far.
   int64_t InjectedFailures() const;
+  // A disk that stalls: while held, every sync (fsync, fdatasync) of a file
+  // waits until it is released, or until PassSyncs lets it through.
+  void HoldSyncs(bool hold);
+  // Lets `n` syncs through (those waiting first), the later ones still held.
+  void PassSyncs(int n);
+  // The syncs waiting now.
+  int SyncsWaiting() const;
   // Bytes appended to files but not yet synced, over every file.
   int64_t UnsyncedBytes() const;
 
