@@ -668,9 +668,10 @@ TEST_F(ReplicatorTest, AMembershipChangeWhoseForwardedProposalIsLostIsProposedAg
   net_.DropProposals(1);
   auto members = UpdatePeerUrl(follower, leader, "http://127.0.0.1:21000", absl::Seconds(3));
   ASSERT_TRUE(members.ok()) << members.status();
+  const std::vector<std::string> url = {"http://127.0.0.1:21000"};
   bool updated = false;
   for (const auto& m : *members) {
-    if (m.id == members_[leader].id) updated = m.peer_urls == std::vector<std::string>{"http://127.0.0.1:21000"};
+    if (m.id == members_[leader].id) updated = m.peer_urls == url;
   }
   EXPECT_TRUE(updated);
 }
