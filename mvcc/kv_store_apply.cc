@@ -784,7 +784,7 @@ void KvStore::AnswerGroup(Group* group) {
   answers.reserve(group->writes->size());
   for (size_t i = 0; i < group->writes->size(); ++i) {
     WriteRequest& w = (*group->writes)[i];
-    if (std::holds_alternative<InternalOp>(w.op)) continue;
+    if (std::holds_alternative<InternalOp>(w.op) || w.unawaited) continue;
     if (group->deferred[i] && group->results[i].ok()) {
       const int64_t rev = std::get<CompactOp>(w.op).request->revision();
       util::MutexLock l(&compact_mu_);

@@ -119,6 +119,10 @@ struct WriteRequest {
   // forwarding it: forwarded to a new leader, which has kept the lease
   // alive, it would revoke a lease a client was told it holds.
   uint64_t leader_term = 0;
+  // Nobody waits for its answer (a cluster's entry that another member
+  // proposed): done only releases what op points into, and the committer
+  // drops it rather than handing it to the answering thread.
+  bool unawaited = false;
 };
 
 // Re-checks a client write as the committer applies it (etcd's

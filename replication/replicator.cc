@@ -1158,6 +1158,7 @@ mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::Interna
   w.done = [holder = std::move(holder), done = std::move(done)](absl::Status s) mutable {
     done(std::move(s));
   };
+  w.unawaited = !waiter.has_value();
   return w;
 }
 
