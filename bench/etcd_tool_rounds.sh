@@ -16,8 +16,8 @@
 # (capstan-grpc-floor beside it: gRPC C++ with nothing behind it; it serves put, txn-put, range,
 # lease-keepalive and watch-latency), etcd (ETCD, etcd 3.5.16 from ~/.cache/capstan/etcd-3.5).
 # Settings: ROUNDS (5), PORT (23790, and PORT+10 for peers; bench/lib.sh), FLOOR_FLAGS (e.g.
-# --model=async),
-# ETCD_BENCHMARK (the tool; default: built once from Debian's etcd source by bench/cluster/tools.sh).
+# --model=async), ETCD_BENCHMARK (the tool; default: built once from Debian's etcd source by
+# bench/cluster/tools.sh).
 set -euo pipefail
 ROUNDS=${ROUNDS:-5}
 

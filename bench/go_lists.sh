@@ -13,8 +13,9 @@
 # list client on another machine would), waits 3 s, makes one full list, then 4 full lists at
 # once. Before that it makes WARM (default 1) full lists it does not measure, so that its Go heap
 # has held a list before, as a long-running kube-apiserver's has: the measured full list then
-# reuses memory instead of faulting in fresh pages (WARM=0: a fresh client). One line per run: the puts' p99 before the lists and during the 4 concurrent ones, the
-# lists' times and the server's RSS after them; then, per binary, the medians over the rounds.
+# reuses memory instead of faulting in fresh pages (WARM=0: a fresh client). One line per run:
+# the puts' p99 before the lists and during the 4 concurrent ones, the lists' times and the
+# server's RSS after them; then, per binary, the medians over the rounds.
 set -euo pipefail
 
 # tools.sh first: lib.sh's cleanup, which stops the server in PID, is the one the EXIT trap runs.
@@ -33,8 +34,8 @@ for round in $(seq 1 "${ROUNDS}"); do
       --load-batch 16 > /dev/null
     "${GOLIST}" --role puts --endpoint "127.0.0.1:${PORT}" > "${WORK}/puts" &
     putter=$!
-    nice -n "${LIST_NICE}" "${GOLIST}" --role lists --endpoint "127.0.0.1:${PORT}" --prefix /large/ --warm "${WARM}" \
-      > "${WORK}/lists"
+    nice -n "${LIST_NICE}" "${GOLIST}" --role lists --endpoint "127.0.0.1:${PORT}" --prefix /large/ \
+      --warm "${WARM}" > "${WORK}/lists"
     kill -TERM "${putter}"
     wait "${putter}"
     rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/${PID}/status")

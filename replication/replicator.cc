@@ -938,7 +938,7 @@ void Replicator::HandleReady(Ready rd) {
       // etcd's Lessor.Promote: the followers never saw the old leader's
       // keep-alives, so every lease gets its TTL again (plus an election).
       store_->lessor()->Promote(std::chrono::milliseconds(
-          absl::ToInt64Milliseconds(options_.tick * options_.election_ticks)));
+          absl::ToInt64Milliseconds(ElectionTimeout())));
     }
     leader_.store(leads, std::memory_order_release);
   }
@@ -1448,7 +1448,6 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       continue;
     }
     if (HandOffBeforeRemovingLeader(p, now)) return;
-    if (!ConfChangeMayBeProposed()) return;
     raftpb::ConfChange cc;
     const uint64_t id = NextRequestId();
     cc.set_id(id);
@@ -1458,22 +1457,23 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       cc.set_context(membership::ChangeContextJson(p.change));
     }
     std::string entry = cc.SerializeAsString();
-    if (absl::Status s = engine_->ProposeConfChange(false, entry); !s.ok()) {
-      return;  // dropped (no leader, a leader transfer): tried again next pass
-    }
-    if (role_ == RaftRole::kLeader) {
-      // Its entry's index is known once its Ready is handled: until then,
-      // no other change.
-      conf_pending_index_ = std::max(conf_pending_index_, handed_through_ + 1);
-    }
-    conf_waiters_.emplace(id, ConfWaiter{std::move(p.done), p.deadline, std::move(entry),
-                                         now + options_.tick * options_.election_ticks});
+    // Not taken (raft would drop it, no leader, a leader transfer): tried
+    // again next pass.
+    if (!ProposeConfEntry(entry)) return;
+    conf_waiters_.emplace(
+        id, ConfWaiter{std::move(p.done), p.deadline, std::move(entry), now + ElectionTimeout()});
     pending_conf_.pop_front();
   }
 }
 
-bool Replicator::ConfChangeMayBeProposed() const {
-  return role_ != RaftRole::kLeader || conf_pending_index_ <= handed_through_;
+bool Replicator::ProposeConfEntry(const std::string& entry) {
+  const bool leads = role_ == RaftRole::kLeader;
+  if (leads && conf_pending_index_ > handed_through_) return false;
+  if (!engine_->ProposeConfChange(false, entry).ok()) return false;
+  // The entry's index is known once its Ready is handled: until then, no
+  // other change.
+  if (leads) conf_pending_index_ = std::max(conf_pending_index_, handed_through_ + 1);
+  return true;
 }
 
 void Replicator::NoteConfEntries(const std::vector<RaftEntry>& entries) {
@@ -1495,15 +1495,10 @@ void Replicator::NoteConfEntries(const std::vector<RaftEntry>& entries) {
 void Replicator::ProposeConfAgain(absl::Time now) {
   for (auto& [id, w] : conf_waiters_) {
     if (w.in_log_at != 0 || now < w.retry_at) continue;
-    if (Leader() == 0 || !ConfChangeMayBeProposed()) return;
-    if (!engine_->ProposeConfChange(false, w.entry).ok()) return;
+    if (Leader() == 0 || !ProposeConfEntry(w.entry)) return;
     SPDLOG_INFO("member {:x}: membership change {:x} not in the log after {}, proposed again",
-                options_.member_id, id,
-                absl::FormatDuration(options_.tick * options_.election_ticks));
-    w.retry_at = now + options_.tick * options_.election_ticks;
-    if (role_ == RaftRole::kLeader) {
-      conf_pending_index_ = std::max(conf_pending_index_, handed_through_ + 1);
-    }
+                options_.member_id, id, absl::FormatDuration(ElectionTimeout()));
+    w.retry_at = now + ElectionTimeout();
   }
 }
 
@@ -1532,7 +1527,7 @@ bool Replicator::HandOffBeforeRemovingLeader(PendingConfChange& p, absl::Time no
   } else if (!IsLearner()) {
     to = options_.member_id;
   }
-  p.handoff_until = now + options_.tick * options_.election_ticks;
+  p.handoff_until = now + ElectionTimeout();
   if (to == 0) return false;  // no voter to hand over to
   SPDLOG_INFO("member {:x}: leader {:x} hands leadership to {:x} before its removal",
               options_.member_id, p.change.id, to);

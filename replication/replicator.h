@@ -552,13 +552,18 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // raft's pendingConfIndex, as the leader's raft keeps it: the last index
   // when it began to lead, then its last ConfChange entry. raft turns a
   // change proposed before the member applied that far into an empty entry,
-  // so the leader holds its changes until then (ConfChangeMayBeProposed).
+  // so the leader holds its changes until then (ProposeConfEntry).
   uint64_t conf_pending_index_ = 0;
+  // Hands raft a marshaled ConfChange; false if not taken (a leader whose
+  // raft would turn it into an empty entry holds it back; raft refused it).
+  bool ProposeConfEntry(const std::string& entry);
   // Marks the waiters whose entries a Ready appends (and unmarks those whose
   // entries it replaces).
   void NoteConfEntries(const std::vector<RaftEntry>& entries);
-  bool ConfChangeMayBeProposed() const;
+  // Proposes again the changes whose entries are not in the log by their
+  // retry_at (ConfWaiter).
   void ProposeConfAgain(absl::Time now);
+  absl::Duration ElectionTimeout() const { return options_.tick * options_.election_ticks; }
   // The applied index at the last compaction, and whether a flush runs.
   uint64_t compacted_at_ = 0;
   bool compacting_ = false;

@@ -24,6 +24,10 @@
 namespace capstan::replication {
 namespace {
 
+// raftpb.MessageType values the tests look for.
+constexpr uint32_t kMsgProp = 2;
+constexpr uint32_t kMsgAppResp = 4;
+
 // Routes messages between the members' handlers; a member that is down (or
 // cut off) neither sends nor receives.
 class MemoryNetwork {
@@ -66,13 +70,10 @@ class MemoryNetwork {
         auto it = handlers_.find(m.to);
         if (it != handlers_.end() && !down_.count(m.to) && !down_.count(from)) {
           on_message = it->second.on_message;
+          ++delivered_[{m.to, m.type}];
         }
       }
       if (on_message) {
-        {
-          util::MutexLock l(&mu_);
-          ++delivered_[{m.to, m.type}];
-        }
         on_message(from, std::move(m.bytes));
       } else if (on_unreachable) {
         on_unreachable(m.to);
@@ -196,7 +197,6 @@ class MemoryNetwork {
   std::vector<std::shared_ptr<HeldRenewal>> held_renewals_ ABSL_GUARDED_BY(mu_);
   int failing_renewals_ ABSL_GUARDED_BY(mu_) = 0;
   int renewals_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
-  static constexpr uint32_t kMsgProp = 2;  // raftpb.MsgProp
   int drop_proposals_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::pair<uint64_t, uint32_t>, int> delivered_ ABSL_GUARDED_BY(mu_);
 };
@@ -725,7 +725,6 @@ TEST_F(ReplicatorSyncedLogTest, ACommittedWriteIsAnsweredWhileTheLeaderSyncsTheN
   ASSERT_GE(leader, 0);
   ASSERT_TRUE(Put(leader, "warm", "0").ok());
   WaitApplied(ClusterCommit());
-  constexpr uint32_t kMsgAppResp = 4;
   const int acks = net_.Delivered(members_[leader].id, kMsgAppResp);
   storage::FaultInjectionFs& fs = *log_fs_[leader];
   fs.HoldSyncs(true);
@@ -736,13 +735,17 @@ TEST_F(ReplicatorSyncedLogTest, ACommittedWriteIsAnsweredWhileTheLeaderSyncsTheN
     absl::Notification answered;
     absl::Status status;
   };
-  auto submit = [&](Write* w, const std::string& key) {
+  // Shared with the answer, which a failed assertion below leaves to
+  // come after the test returned (its TearDown releases the syncs).
+  auto submit = [&](const std::string& key) {
+    auto w = std::make_shared<Write>();
     w->req.set_key(key);
     w->req.set_value("v");
     nodes_[leader].store->Submit({mvcc::PutOp{&w->req, &w->resp}, [w](absl::Status s) {
                                     w->status = s;
                                     w->answered.Notify();
                                   }});
+    return w;
   };
   auto wait_for = [](auto condition) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -753,8 +756,7 @@ TEST_F(ReplicatorSyncedLogTest, ACommittedWriteIsAnsweredWhileTheLeaderSyncsTheN
   };
   // The first write's entry: the leader sends it, then its loop waits in
   // the sync; both followers write it and answer.
-  Write first, second;
-  submit(&first, "first");
+  std::shared_ptr<Write> first = submit("first");
   ASSERT_TRUE(wait_for([&] { return fs.SyncsWaiting() == 1; }));
   ASSERT_TRUE(wait_for([&] {
     return net_.Delivered(members_[leader].id, kMsgAppResp) >= acks + 2;
@@ -762,18 +764,18 @@ TEST_F(ReplicatorSyncedLogTest, ACommittedWriteIsAnsweredWhileTheLeaderSyncsTheN
   // The second write waits in the loop's inbox beside the answers. Once
   // the first sync is through, one Ready commits the first write and holds
   // the second's entry, whose sync is held.
-  submit(&second, "second");
+  std::shared_ptr<Write> second = submit("second");
   fs.PassSyncs(1);
-  EXPECT_TRUE(first.answered.WaitForNotificationWithTimeout(absl::Seconds(10)))
+  EXPECT_TRUE(first->answered.WaitForNotificationWithTimeout(absl::Seconds(10)))
       << "the committed write waited for the next entry's sync";
   EXPECT_TRUE(wait_for([&] { return fs.SyncsWaiting() == 1; }));
-  EXPECT_FALSE(second.answered.HasBeenNotified());
+  EXPECT_FALSE(second->answered.HasBeenNotified());
   fs.HoldSyncs(false);
-  first.answered.WaitForNotification();
-  second.answered.WaitForNotification();
-  EXPECT_TRUE(first.status.ok()) << first.status;
-  EXPECT_TRUE(second.status.ok()) << second.status;
-  EXPECT_EQ(first.resp.header().revision() + 1, second.resp.header().revision());
+  first->answered.WaitForNotification();
+  second->answered.WaitForNotification();
+  EXPECT_TRUE(first->status.ok()) << first->status;
+  EXPECT_TRUE(second->status.ok()) << second->status;
+  EXPECT_EQ(first->resp.header().revision() + 1, second->resp.header().revision());
 }
 
 // A follower forwards every keep-alive it takes at once, however long the
