@@ -494,6 +494,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   bool InboxReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(inbox_mu_) {
     return stopping_ || !inbox_.OnlyReads() || (!inbox_.reads.empty() && !read_round_open_);
   }
+  // The request ID of an entry: etcd's header.id, or the older top-level id.
+  static uint64_t RequestIdOf(const etcdserverpb::InternalRaftRequest& r);
   // etcd's idutil.Generator: the member id's low 16 bits, then 40 bits of
   // the start time in ms, then a counter.
   uint64_t NextRequestId() { return id_prefix_ | ((id_suffix_.fetch_add(1) + 1) & ((1ULL << 48) - 1)); }
