@@ -10,7 +10,8 @@
 # workload, `--conns=10 --clients=100 put --total=20000 --val-size=256 --key-space-size=100000`)
 # and stops it. It prints, per round and as medians over the rounds, the tool's requests/s and its
 # p50/p90/p99 (for watch-latency: of the time from the put's answer to each watcher's event), the
-# server's CPU (user + system, /proc/PID/stat) per request, and each target's median over etcd's.
+# server's CPU (user + system, /proc/PID/stat) per request (--total, or for a workload without it,
+# such as watch-get, the requests the tool counted), and each target's median over etcd's.
 #
 # Targets (TARGETS, default "capstan floor etcd"): capstan (CAPSTAN, build/release/capstan), floor
 # (capstan-grpc-floor beside it: gRPC C++ with nothing behind it; it serves put, txn-put, range,
@@ -37,7 +38,6 @@ if [[ $# -eq 0 ]]; then
   set -- --conns=10 --clients=100 put --total=20000 --val-size=256 --key-space-size=100000
 fi
 total=$(echo "$*" | sed -n 's/.*--total[ =]\([0-9]*\).*/\1/p')
-[[ -n "${total}" ]] || { echo "etcd_tool_rounds.sh: give --total" >&2; exit 2; }
 
 # run_once TARGET ROUND TOOL_ARGS...: one fresh server, one run of the tool; appends a line to
 # WORK/results.
@@ -59,15 +59,21 @@ run_once() {
   t1=$(cpu_ticks "${PID}")
   kill -9 "${PID}"; wait "${PID}" 2>/dev/null || true; PID=
   rm -rf "${data}"
-  python3 - "${out}" "${target}" "${round}" "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) / total ))" \
-    >> "${WORK}/results" <<'EOF2'
+  python3 - "${out}" "${target}" "${round}" "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) ))" \
+    "${total}" >> "${WORK}/results" <<'EOF2'
 import re, sys
-out, target, rnd, cpu_us = sys.argv[1:5]
+out, target, rnd, cpu_us, total = sys.argv[1:6]
 text = open(out).read()
 rps = re.search(r"Requests/sec:\s+([0-9.]+)", text)
+# Without --total (watch-get runs until its watchers caught up), the requests
+# the tool counted: its rate times its duration.
+secs = re.search(r"Total:\s+([0-9.]+) secs", text)
+count = int(total) if total else (float(rps.group(1)) * float(secs.group(1)) if rps and secs else 0)
+cpu_us = int(cpu_us) / count if count else float("nan")
 q = {p: re.search(r"^\s+%s%% in ([0-9.]+) secs" % p, text, re.M) for p in ("50", "90", "99")}
 ms = {p: float(m.group(1)) * 1000 if m else float("nan") for p, m in q.items()}
-print(target, rnd, float(rps.group(1)) if rps else float("nan"), ms["50"], ms["90"], ms["99"], cpu_us)
+print(target, rnd, float(rps.group(1)) if rps else float("nan"), ms["50"], ms["90"], ms["99"],
+      f"{cpu_us:.0f}")
 EOF2
   tail -1 "${WORK}/results" | awk '{printf "round %s %-8s %10.0f req/s  p50 %.2f  p90 %.2f  p99 %.2f ms  server CPU %s us/request\n", $2, $1, $3, $4, $5, $6, $7}' >&2
 }

@@ -525,13 +525,23 @@ void WatchHub::SyncLoop() {
       if (stopping_) return;
       sync_wanted_ = false;
     }
+    const absl::Time pass_start = absl::Now();
+    const uint64_t passes = sync_passes_.load(std::memory_order_relaxed);
     const bool more = SyncOnce();
+    const bool caught_up = sync_passes_.load(std::memory_order_relaxed) != passes;
     util::MutexLock l(&mu_);
     if (stopping_) return;
     if (!more) {
       auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || sync_wanted_; };
       mu_.AwaitWithTimeout(absl::Condition(&wake), options_.sync_interval);
       if (absl::Now() >= next_progress_) SendProgressLocked();
+      if (caught_up) {
+        // Watchers that arrived within sync_gap of the start of a pass
+        // that caught watchers up wait for the rest of it, with those
+        // that arrive meanwhile.
+        auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+        mu_.AwaitWithTimeout(absl::Condition(&stop), pass_start + options_.sync_gap - absl::Now());
+      }
     }
   }
 }
@@ -587,8 +597,13 @@ bool WatchHub::SyncOnce() {
     }
     for (Watcher* w : promote) MakeSyncedLocked(w);
   }
+  // A pass cut short by catch_up_batch_revs leaves its watchers more to
+  // read: the next starts at once.
+  bool cut = false;
   if (!ready.empty()) {
+    sync_passes_.fetch_add(1, std::memory_order_relaxed);
     const int64_t to = std::min(view->rev, from + options_.catch_up_batch_revs - 1);
+    cut = to < view->rev;
     // Read revisions [from, to] from storage, without any hub lock.
     std::vector<WatchEvent> events;
     auto it = store_->backend()->NewIterator(storage::Cf::kKey);
@@ -648,7 +663,7 @@ bool WatchHub::SyncOnce() {
   {
     util::MutexLock l(&mu_);
     AnswerDeferredProgressLocked();
-    more = !ready.empty() && !unsynced_.empty();
+    more = cut && !unsynced_.empty();
   }
   return more;
 }
@@ -662,6 +677,7 @@ WatchHub::Stats WatchHub::GetStats() const {
   s.events_sent = events_sent_.load(std::memory_order_relaxed);
   s.parked = parked_.load(std::memory_order_relaxed);
   s.dropped = dropped_.load(std::memory_order_relaxed);
+  s.sync_passes = sync_passes_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -91,6 +91,12 @@ struct WatchHubOptions {
   int64_t catch_up_batch_revs = 1000;
   // How often the syncer looks at unsynced watchers when nothing wakes it.
   absl::Duration sync_interval = absl::Milliseconds(100);
+  // The least time from the start of a syncer pass that caught watchers
+  // up to the start of the next: a watcher that arrives while the syncer
+  // is idle is caught up at once, while a burst of them (10,000 watchers
+  // created from a past revision) is caught up in passes of many instead
+  // of a pass for every few (etcd syncs every 100 ms).
+  absl::Duration sync_gap = absl::Milliseconds(20);
   // Committed changes (bytes of encoded key-values) the dispatcher may be
   // behind by; beyond it they are dropped and synced watchers parked.
   size_t dispatch_queue_bytes = 64 << 20;
@@ -160,6 +166,7 @@ class WatchHub {
   struct Stats {
     size_t synced = 0, unsynced = 0, streams = 0;
     uint64_t events_sent = 0, parked = 0, dropped = 0;
+    uint64_t sync_passes = 0;  // syncer passes that caught watchers up
   };
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -205,7 +212,8 @@ class WatchHub {
   bool DispatchLocked(std::vector<Pending>& groups, size_t max_watchers, size_t* delivered,
                       size_t max_backlog_bytes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Reads missed revisions for unsynced watchers; returns true if work remains.
+  // Reads missed revisions for unsynced watchers; returns true if the pass
+  // was cut short by catch_up_batch_revs and work remains.
   bool SyncOnce() ABSL_LOCKS_EXCLUDED(mu_);
   void SendProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerDeferredProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -268,7 +276,7 @@ class WatchHub {
   // write is at or below it.
   std::atomic<int64_t> notified_rev_{0};
   std::atomic<int64_t> prev_kv_watchers_{0};
-  std::atomic<uint64_t> events_sent_{0}, parked_{0}, dropped_{0};
+  std::atomic<uint64_t> events_sent_{0}, parked_{0}, dropped_{0}, sync_passes_{0};
   std::thread syncer_;
 };
 

@@ -526,6 +526,52 @@ TEST_F(WatchHubTest, PastStartRevisionCatchesUpWhileWritesContinue) {
   EXPECT_EQ(Revs(ReadEvents(live, 0, live_want.size())), live_want);
 }
 
+TEST_F(WatchHubTest, WatchersFromThePastAreCaughtUpAtOnceOrTogether) {
+  // A watcher from a past revision that finds the syncer idle is caught up
+  // at once; one that arrives within sync_gap of a pass that caught some up
+  // waits for the gap's end, with whatever arrives meanwhile: etcd's
+  // watch-get benchmark creates thousands at once, and a pass for every few
+  // of them cost more than all the rest.
+  WatchHubOptions ho;
+  ho.sync_gap = absl::Seconds(1);
+  Start(ho);
+  std::vector<int64_t> revs;
+  for (int i = 0; i < 8; ++i) revs.push_back(Put("k", std::to_string(i)));
+  TestReader* first = NewReader();
+  const auto t0 = std::chrono::steady_clock::now();
+  first->stream()->Create(CreateReq("k", "", revs.front()));
+  EXPECT_EQ(Revs(ReadEvents(first, 0, revs.size())), revs);
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_LT(t1 - t0, std::chrono::milliseconds(500)) << "the syncer was idle";
+
+  const uint64_t passes_before = hub_->GetStats().sync_passes;
+  constexpr int kStreams = 4, kPerStream = 50;
+  std::vector<TestReader*> readers;
+  for (int s = 0; s < kStreams; ++s) readers.push_back(NewReader());
+  for (int i = 0; i < kPerStream; ++i) {
+    for (TestReader* r : readers) r->stream()->Create(CreateReq("k", "", revs.front()));
+  }
+  for (TestReader* r : readers) {
+    std::map<int64_t, std::vector<int64_t>> got;  // watch id -> revisions
+    size_t events = 0;
+    while (events < kPerStream * revs.size()) {
+      auto resp = r->Next();
+      ASSERT_TRUE(resp) << events << " events of " << kPerStream * revs.size();
+      for (const auto& e : resp->events()) got[resp->watch_id()].push_back(e.kv().mod_revision());
+      events += resp->events_size();
+    }
+    ASSERT_EQ(got.size(), static_cast<size_t>(kPerStream));
+    for (const auto& [id, rs] : got) EXPECT_EQ(rs, revs) << "watch " << id;
+  }
+  // The first pass started after t0, less than 500 ms before t1: the
+  // next not before t1 + 500 ms.
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(500))
+      << "a burst right after a pass waits for the gap";
+  const uint64_t passes = hub_->GetStats().sync_passes - passes_before;
+  EXPECT_GE(passes, 1u);
+  EXPECT_LE(passes, 2u) << "200 watchers created together, caught up in " << passes << " passes";
+}
+
 TEST_F(WatchHubTest, FutureStartRevisionWaits) {
   Start();
   const int64_t now = Put("a", "1");
