@@ -12,7 +12,8 @@
 #
 # 3. etcd's own `benchmark` tool against Capstan, the gRPC floor and etcd (bench/etcd_tool_rounds.sh,
 # ROUNDS rounds each) for put, txn-put, linearizable range, lease-keepalive (the floor on completion
-# queues) and watch-latency, into BUILD_DIR/bench-results/etcd-tool-<name>.md and SUMMARY.md.
+# queues) and watch-latency, and Capstan against etcd for watch-get and stm, into
+# BUILD_DIR/bench-results/etcd-tool-<name>.md and SUMMARY.md.
 # Exits non-zero if a benchmark failed or any request failed in a compare run.
 set -uo pipefail
 
@@ -161,6 +162,11 @@ if [ "${SKIP_ETCD_TOOL:-0}" != 1 ]; then
   tool_run lease-keepalive FLOOR_FLAGS=--model=async -- --conns=10 --clients=100 lease-keepalive \
     --total=20000
   tool_run watch-latency -- --conns=10 --clients=100 watch-latency --total=1000 --put-rate=200
+  # The floor serves neither: Capstan and etcd only.
+  tool_run watch-get TARGETS="capstan etcd" -- --conns=10 --clients=100 watch-get --watchers=10000 \
+    --streams=10 --events=8
+  tool_run stm TARGETS="capstan etcd" -- --conns=10 --clients=100 stm --total=10000 --keys=1000 \
+    --keys-per-txn=2
   echo "bench/run.sh: etcd's benchmark tool results in $out/etcd-tool-*.md" >&2
 fi
 exit $status
