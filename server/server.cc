@@ -363,7 +363,10 @@ absl::Status Server::BuildServices() {
   }
   kv_service_ = kv.get();
   services_.push_back(std::move(kv));
-  services_.push_back(std::make_unique<WatchService>(hub_.get(), member_.get(), gate));
+  auto watch = std::make_unique<WatchService>(
+      hub_.get(), member_.get(), gate, absl::Milliseconds(config_.election_timeout_ms));
+  watch_service_ = watch.get();
+  services_.push_back(std::move(watch));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
@@ -807,6 +810,8 @@ void Server::Shutdown() {
   // for (a renewal forwarded to the leader) was answered by the
   // replicator's Stop.
   if (completion_queues_) completion_queues_->Stop();
+  // It reads the replicator's leader.
+  if (watch_service_) watch_service_->StopLeaderMonitor();
   client_http_.reset();
   https_context_.reset();
   json_gateway_.reset();

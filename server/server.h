@@ -68,6 +68,7 @@ class ClientListener;
 class JsonGateway;
 class CompletionQueues;
 class KvService;
+class WatchService;
 class LeaseService;
 class CacheRange;
 class GrpcMetrics;
@@ -212,6 +213,7 @@ class Server {
   std::unique_ptr<Recipes> recipes_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   KvService* kv_service_ = nullptr;        // in services_
+  WatchService* watch_service_ = nullptr;  // in services_
   LeaseService* lease_service_ = nullptr;  // in services_
   // The methods on gRPC's completion-queue model; built with the server,
   // destroyed after it.

@@ -123,6 +123,9 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
   response->set_storageversion(kEtcdStorageVersion);
   response->set_dbsizequota(store_->options().quota_bytes);
   response->mutable_downgradeinfo()->set_enabled(false);
+  // etcd's Status: a member that knows no leader says so first (etcdctl
+  // endpoint status shows it in its ERRORS column), then the alarms.
+  if (response->leader() == 0) response->add_errors("etcdserver: no leader");
   for (const auto& a : store_->Alarms()) {
     // etcd lists alarms as the AlarmMember's text form.
     response->add_errors("memberID:" + std::to_string(a.memberid()) +

@@ -1,5 +1,7 @@
 #include "server/api/watch_service.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -19,11 +21,19 @@ namespace {
 // One Watch stream. Reads requests one at a time and hands them to the
 // hub's WatchStream; writes the responses the hub queues, one at a time.
 // Deletes itself in OnDone.
-class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                           public WatchService::LeaderBound {
  public:
+  // service: the stream asks for a leader, and is ended when the member
+  // has none (service->Forget in OnDone); null: it does not.
   WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header,
-               const grpc::CallbackServerContext* ctx, const AuthGate* auth)
-      : stream_(hub->OpenStream(header)), header_(header), ctx_(ctx), auth_(auth) {
+               const grpc::CallbackServerContext* ctx, const AuthGate* auth,
+               WatchService* service)
+      : stream_(hub->OpenStream(header)),
+        header_(header),
+        ctx_(ctx),
+        auth_(auth),
+        service_(service) {
     // Runs under the stream's lock when the reader found the stream's queue
     // empty; never after stream_->Close().
     stream_->SetDeliver([this](std::string message) { Send(std::move(message)); });
@@ -87,8 +97,14 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void OnCancel() override { End(grpc::Status::CANCELLED); }
 
   void OnDone() override {
+    if (service_ != nullptr) service_->Forget(this);
     stream_->Close();
     delete this;
+  }
+
+  // etcd's watch stream when monitorLeader cancels it: Unavailable.
+  void EndForNoLeader() override {
+    End(grpc::Status(grpc::UNAVAILABLE, "etcdserver: no leader"));
   }
 
  private:
@@ -139,6 +155,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   const etcdserverpb::ResponseHeader header_;
   const grpc::CallbackServerContext* const ctx_;
   const AuthGate* const auth_;
+  WatchService* const service_;
   // Lock order: after the hub stream's lock (Send runs under it when the
   // hub delivers); nothing calls into the stream or gRPC under it.
   util::Mutex send_mu_;
@@ -156,9 +173,57 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch
   if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
     return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(ToGrpcStatus(s));
   }
+  // etcd's stream interceptor: a client that asks for a leader
+  // (clientv3.WithRequireLeader) is refused while the member has none, and
+  // its stream is remembered to end once the member has had none for a while.
+  const auto& md = ctx->client_metadata();
+  const auto require = md.find("hasleader");
+  const bool bound = member_->raft != nullptr && require != md.end() && require->second == "true";
+  if (bound && member_->raft->Leader() == 0) {
+    return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(
+        grpc::Status(grpc::UNAVAILABLE, "etcdserver: no leader"));
+  }
   etcdserverpb::ResponseHeader header;
   membership::FillHeader(*member_, &header);
-  return new WatchReactor(hub_, header, ctx, auth_);
+  auto* reactor = new WatchReactor(hub_, header, ctx, auth_, bound ? this : nullptr);
+  if (bound) Remember(reactor);
+  return reactor;
+}
+
+void WatchService::Remember(LeaderBound* stream) {
+  util::MutexLock l(&mu_);
+  bound_.insert(stream);
+  if (!monitor_.joinable() && !stopping_) monitor_ = std::thread([this] { MonitorLeader(); });
+}
+
+void WatchService::Forget(LeaderBound* stream) {
+  util::MutexLock l(&mu_);
+  bound_.erase(stream);
+}
+
+void WatchService::StopLeaderMonitor() {
+  {
+    util::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void WatchService::MonitorLeader() {
+  pthread_setname_np(pthread_self(), "leader-monitor");
+  // etcd's monitorLeader: reconnecting streams costs more than refusing new
+  // ones, so open streams end only after maxNoLeaderCnt (3) election
+  // timeouts in a row without a leader.
+  constexpr int kMaxNoLeader = 3;
+  int no_leader = 0;
+  util::MutexLock l(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), election_timeout_)) {
+    no_leader = member_->raft->Leader() == 0 ? no_leader + 1 : 0;
+    if (no_leader < kMaxNoLeader) continue;
+    // Each ends with Finish; its OnDone, on a gRPC thread, forgets it.
+    for (LeaderBound* s : bound_) s->EndForNoLeader();
+    bound_.clear();
+  }
 }
 
 }  // namespace capstan::server

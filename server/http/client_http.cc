@@ -211,6 +211,8 @@ bool ClientHttp::Answer(const HttpRequest& request, bool tls, HttpConnection* co
   EndpointQuery query;
   query.exclude = request.QueryValues("exclude");
   query.verbose = !request.QueryValues("verbose").empty();
+  const std::vector<std::string> serializable = request.QueryValues("serializable");
+  query.serializable = !serializable.empty() && serializable.front() == "true";
   if (std::optional<HttpResponse> answer = endpoints_->Answer(request.method, request.path, query)) {
     return reply(*std::move(answer), cors);
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -72,7 +73,7 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
     if (!kind.empty()) SPDLOG_WARN("Health request error: path {}, status-code 405", std::string(path));
     return res;
   }
-  if (path == "/health") return Health(query.exclude);
+  if (path == "/health") return Health(query.exclude, query.serializable);
   if (!kind.empty()) {
     if (!check.empty()) return Probe(kind, {check}, query.verbose, path);
     // The kind's checks but those excluded; unknown names are ignored.
@@ -107,8 +108,9 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
 
 absl::Status HttpEndpoints::ReadCheck(bool serializable) const {
   // etcd's readCheck: a Range of one key, keys only, as root (the store
-  // checks no permissions). A Range here is a local read of the published
-  // view and never waits, so no request timeout applies to it.
+  // checks no permissions). A linearizable one waits for the read index
+  // as a client's does (at once on a single member); the Range itself is
+  // a local read of the published view.
   etcdserverpb::RangeRequest req;
   req.set_key(std::string(1, '\0'));
   req.set_keys_only(true);
@@ -116,7 +118,14 @@ absl::Status HttpEndpoints::ReadCheck(bool serializable) const {
   req.set_serializable(serializable);
   mvcc::RangeResult result;
   const auto start = std::chrono::steady_clock::now();
-  absl::Status s = store_->Range(req, &result);
+  absl::Status s;
+  if (!serializable) {
+    std::promise<absl::Status> barrier;
+    std::future<absl::Status> passed = barrier.get_future();
+    store_->ReadBarrier([&barrier](absl::Status st) { barrier.set_value(std::move(st)); });
+    s = passed.get();
+  }
+  if (s.ok()) s = store_->Range(req, &result);
   if (metrics_ != nullptr) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -184,10 +193,11 @@ HttpResponse HttpEndpoints::Probe(absl::string_view kind, const std::vector<absl
 // etcd 3.5's /health (etcdhttp/metrics.go): an active alarm makes the member
 // unhealthy unless its type is excluded (`?exclude=NOSPACE`, as kubeadm's
 // liveness probe asks; every alarm of that type is excluded, as from
-// 3.5.2). Then a Range of one key, as etcd's checkAPI. `serializable=true`
-// asks etcd for a local rather than a quorum read; a single member answers
-// both alike, so it is accepted and changes nothing here.
-HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) const {
+// 3.5.2). Then, unless `serializable=true`, a member that knows no leader
+// is unhealthy (checkLeader). Then a Range of one key, as etcd's checkAPI:
+// linearizable, or local with `serializable=true`.
+HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude,
+                                   bool serializable) const {
   std::string reason;
   for (const auto& a : store_->Alarms()) {
     const std::string name = etcdserverpb::AlarmType_Name(a.alarm());
@@ -205,8 +215,13 @@ HttpResponse HttpEndpoints::Health(const std::vector<std::string>& exclude) cons
   // A store that stopped accepting writes after a storage failure is
   // unhealthy whatever is excluded.
   if (reason.empty() && !store_->StorageFailure().ok()) reason = "STORAGE FAILED";
+  if (reason.empty() && !serializable && member_ != nullptr && member_->raft != nullptr &&
+      member_->raft->Leader() == 0) {
+    SPDLOG_WARN("serving /health false; no leader");
+    reason = "RAFT NO LEADER";
+  }
   if (reason.empty()) {
-    if (absl::Status s = ReadCheck(/*serializable=*/true); !s.ok()) {
+    if (absl::Status s = ReadCheck(serializable); !s.ok()) {
       SPDLOG_WARN("serving /health false; Range fails: {}", std::string(s.message()));
       reason = absl::StrCat("RANGE ERROR:", s.message());
     }
@@ -231,6 +246,7 @@ void HttpEndpoints::Install(httplib::Server* server) {
       query.exclude.push_back(req.get_param_value("exclude", i));
     }
     query.verbose = req.has_param("verbose");
+    query.serializable = req.get_param_value("serializable") == "true";
     std::optional<HttpResponse> answer = Answer(req.method, req.path, query);
     // Go's http.NotFound for any other path or method.
     if (!answer) answer = PlainError(404, "404 page not found");

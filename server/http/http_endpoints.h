@@ -50,6 +50,7 @@ struct Versions {
 struct EndpointQuery {
   std::vector<std::string> exclude;  // every `exclude` value, in order
   bool verbose = false;              // `verbose` is present, whatever its value
+  bool serializable = false;         // `serializable=true` (/health)
 };
 
 // Serves the endpoints on one thread per listener. Thread-safe; Stop() is
@@ -82,11 +83,14 @@ class HttpEndpoints {
   absl::Status RunCheck(absl::string_view name) const;
 
  private:
-  HttpResponse Health(const std::vector<std::string>& exclude) const;
+  HttpResponse Health(const std::vector<std::string>& exclude, bool serializable) const;
   // /livez or /readyz (kind), running checks (all of kind's, or one).
   HttpResponse Probe(absl::string_view kind, const std::vector<absl::string_view>& checks,
                      bool verbose, absl::string_view path) const;
-  // A Range as client reads make it, keys only and at most one key.
+  // A Range as client reads make it, keys only and at most one key; a
+  // linearizable one first waits for the member's read index (in a
+  // cluster: a ReadIndex round, failing after the request timeout as
+  // etcd's do), blocking the calling thread.
   absl::Status ReadCheck(bool serializable) const;
   void Install(httplib::Server* server);
 

@@ -1,0 +1,155 @@
+// A member that has lost its quorum, as its clients and probes see it,
+// against etcd 3.5 (the same test, the same expectations):
+//
+//   - a watch that asks for a leader (clientv3.WithRequireLeader, as
+//     etcdctl's and the kube-apiserver's do) is ended with "etcdserver: no
+//     leader" once the member has had none for a while, and a new one is
+//     refused at once, so that clients move to a member that has one;
+//   - /health answers 503 {"health":"false","reason":"RAFT NO LEADER"}
+//     (200 with ?serializable=true); /readyz fails its linearizable read;
+//   - Status lists "etcdserver: no leader" among its errors (etcdctl
+//     endpoint status's ERRORS column).
+//
+//   build/<dir>/tests/cluster/cluster_no_leader_test
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "cluster/cluster_fixture.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "http_client.h"
+#include "reference.h"
+
+namespace capstan::testing::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class NoLeaderTest : public ::testing::TestWithParam<ServerFlavor> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ServerFlavor::kEtcd) CAPSTAN_REQUIRE_REFERENCE("etcd", EtcdBinary());
+    ClusterOptions o =
+        GetParam() == ServerFlavor::kCapstan ? ClusterOptions::Capstan(3) : ClusterOptions::Etcd(3);
+    o.election_timeout_ms = 1000;
+    auto started = Cluster::Start(o);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = std::move(*started);
+    ASSERT_TRUE(cluster_->WaitForLeader(seconds(10)).ok());
+  }
+
+  HttpAnswer Get(int i, const std::string& path, milliseconds timeout = seconds(15)) const {
+    const std::string ep = cluster_->endpoint(i);
+    int port = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(ep.substr(ep.rfind(':') + 1), &port)) << ep;
+    HttpClient http(port);
+    return http.Request("GET", path, "", {}, timeout);
+  }
+
+  etcdserverpb::StatusResponse Status(int i) const {
+    auto stub = etcdserverpb::Maintenance::NewStub(cluster_->NewChannel(i));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    etcdserverpb::StatusResponse resp;
+    grpc::Status s = stub->Status(&ctx, etcdserverpb::StatusRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+};
+
+using WatchStream = grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>;
+
+// A watch of `key` on member i's stream that asks for a leader: the stream
+// (nullptr when its create was not answered) and its context.
+std::unique_ptr<WatchStream> OpenWatch(const Cluster& cluster, int i, grpc::ClientContext* ctx,
+                                       std::unique_ptr<etcdserverpb::Watch::Stub>* stub) {
+  ctx->AddMetadata("hasleader", "true");  // clientv3.WithRequireLeader
+  *stub = etcdserverpb::Watch::NewStub(cluster.NewChannel(i));
+  std::unique_ptr<WatchStream> stream = (*stub)->Watch(ctx);
+  etcdserverpb::WatchRequest req;
+  req.mutable_create_request()->set_key("k");
+  if (!stream->Write(req)) return stream;
+  etcdserverpb::WatchResponse resp;
+  if (!stream->Read(&resp) || !resp.created()) return nullptr;
+  return stream;
+}
+
+TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes) {
+  const int survivor = 0;
+  grpc::ClientContext watch_ctx;
+  // A member that never ends the stream fails the test, not hangs it.
+  watch_ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
+  std::unique_ptr<etcdserverpb::Watch::Stub> watch_stub;
+  std::unique_ptr<WatchStream> watch = OpenWatch(*cluster_, survivor, &watch_ctx, &watch_stub);
+  ASSERT_NE(watch, nullptr) << "the watch was created";
+  EXPECT_EQ(Get(survivor, "/health").status, 200);
+
+  cluster_->Kill(1);
+  cluster_->Kill(2);
+  const auto killed = Clock::now();
+
+  // The open watch ends with etcd's error: the member loses its leader
+  // within an election timeout or two (check-quorum), and ends the streams
+  // three election timeouts later.
+  etcdserverpb::WatchResponse resp;
+  while (watch->Read(&resp)) {
+  }
+  const grpc::Status ended = watch->Finish();
+  const auto took = Clock::now() - killed;
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
+  EXPECT_EQ(ended.error_message(), "etcdserver: no leader");
+  EXPECT_GE(took, seconds(3)) << "ended only after three election timeouts without a leader";
+  EXPECT_LT(took, seconds(15));
+
+  // The member knows no leader now: a new leader-bound watch is refused.
+  EXPECT_EQ(Status(survivor).leader(), 0u);
+  {
+    grpc::ClientContext ctx;
+    std::unique_ptr<etcdserverpb::Watch::Stub> stub;
+    std::unique_ptr<WatchStream> refused = OpenWatch(*cluster_, survivor, &ctx, &stub);
+    ASSERT_TRUE(refused == nullptr) << "a watch was created on a member without a leader";
+  }
+
+  // Status's errors, as etcdctl endpoint status shows them.
+  const etcdserverpb::StatusResponse status = Status(survivor);
+  ASSERT_GE(status.errors_size(), 1);
+  EXPECT_EQ(status.errors(0), "etcdserver: no leader");
+
+  // /health: no leader, unless a local read is asked for.
+  HttpAnswer health = Get(survivor, "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_TRUE(absl::StrContains(health.body, R"({"health":"false","reason":"RAFT NO LEADER"})"))
+      << health.body;
+  health = Get(survivor, "/health?serializable=true");
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_TRUE(absl::StrContains(health.body, R"({"health":"true","reason":""})")) << health.body;
+  // /readyz: the linearizable read times out (etcd's request timeout, 7 s
+  // with a 1 s election timeout); the serializable one passes.
+  const HttpAnswer ready = Get(survivor, "/readyz?verbose", seconds(20));
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  EXPECT_TRUE(absl::StrContains(ready.body, "[+]serializable_read ok")) << ready.body;
+  EXPECT_TRUE(
+      absl::StrContains(ready.body, "[-]linearizable_read failed: etcdserver: request timed out"))
+      << ready.body;
+  EXPECT_EQ(Get(survivor, "/livez").status, 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, NoLeaderTest,
+                         ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
+                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
+                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
+                         });
+
+}  // namespace
+}  // namespace capstan::testing::cluster
