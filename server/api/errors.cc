@@ -151,6 +151,15 @@ absl::Status LearnerRefusal(const membership::MemberInfo* member) {
   return membership::MakeError(membership::Error::kNotSupportedForLearner);
 }
 
+bool RequiresLeader(const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata,
+                    const membership::MemberInfo* member) {
+  if (member == nullptr || member->raft == nullptr) return false;
+  const auto it = client_metadata.find("hasleader");
+  return it != client_metadata.end() && it->second == "true";
+}
+
+grpc::Status NoLeaderStatus() { return grpc::Status(grpc::UNAVAILABLE, "etcdserver: no leader"); }
+
 grpc::Status ToUnconvertedAuthStatus(const absl::Status& s) {
   using auth::Error;
   auto e = auth::ErrorOf(s);

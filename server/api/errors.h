@@ -3,10 +3,12 @@
 #ifndef CAPSTAN_SERVER_API_ERRORS_H_
 #define CAPSTAN_SERVER_API_ERRORS_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
+#include "grpcpp/support/string_ref.h"
 
 namespace capstan::membership {
 struct MemberInfo;
@@ -29,6 +31,14 @@ grpc::Status ToUnconvertedAuthStatus(const absl::Status& s);
 // "etcdserver: rpc not supported for learner". OK when `member` is not a
 // learner (or null).
 absl::Status LearnerRefusal(const membership::MemberInfo* member);
+
+// etcd's stream interceptor: a client that asks for a leader (metadata
+// "hasleader: true", clientv3.WithRequireLeader) is refused with
+// Unavailable "etcdserver: no leader" while the member knows none.
+// RequiresLeader says whether it asked (and the member is in a Raft group).
+bool RequiresLeader(const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata,
+                    const membership::MemberInfo* member);
+grpc::Status NoLeaderStatus();
 
 // Go gRPC's name of a status code ("InvalidArgument", "Unauthenticated").
 const char* GoCodeName(grpc::StatusCode code);

@@ -35,6 +35,11 @@ class KeepAliveCall final : public AsyncCall {
           Finish(ToGrpcStatus(s));
           return;
         }
+        // clientv3's keep-alive streams ask for a leader.
+        if (RequiresLeader(ctx_.client_metadata(), member_) && member_->raft->Leader() == 0) {
+          Finish(NoLeaderStatus());
+          return;
+        }
         Read();
         return;
       case State::kRead:

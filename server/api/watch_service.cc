@@ -103,9 +103,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   }
 
   // etcd's watch stream when monitorLeader cancels it: Unavailable.
-  void EndForNoLeader() override {
-    End(grpc::Status(grpc::UNAVAILABLE, "etcdserver: no leader"));
-  }
+  void EndForNoLeader() override { End(NoLeaderStatus()); }
 
  private:
   // Writes message now, or queues it behind the write in flight. With more
@@ -176,12 +174,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch
   // etcd's stream interceptor: a client that asks for a leader
   // (clientv3.WithRequireLeader) is refused while the member has none, and
   // its stream is remembered to end once the member has had none for a while.
-  const auto& md = ctx->client_metadata();
-  const auto require = md.find("hasleader");
-  const bool bound = member_->raft != nullptr && require != md.end() && require->second == "true";
+  const bool bound = RequiresLeader(ctx->client_metadata(), member_);
   if (bound && member_->raft->Leader() == 0) {
-    return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(
-        grpc::Status(grpc::UNAVAILABLE, "etcdserver: no leader"));
+    return new RefusedBidi<grpc::ByteBuffer, grpc::ByteBuffer>(NoLeaderStatus());
   }
   etcdserverpb::ResponseHeader header;
   membership::FillHeader(*member_, &header);

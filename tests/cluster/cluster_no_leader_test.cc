@@ -3,8 +3,9 @@
 //
 //   - a watch that asks for a leader (clientv3.WithRequireLeader, as
 //     etcdctl's and the kube-apiserver's do) is ended with "etcdserver: no
-//     leader" once the member has had none for a while, and a new one is
-//     refused at once, so that clients move to a member that has one;
+//     leader" once the member has had none for a while, and a new one (or
+//     a keep-alive stream, which clientv3 opens so) is refused at once, so
+//     that clients move to a member that has one;
 //   - /health answers 503 {"health":"false","reason":"RAFT NO LEADER"}
 //     (200 with ?serializable=true); /readyz fails its linearizable read;
 //   - Status lists "etcdserver: no leader" among its errors (etcdctl
@@ -119,6 +120,23 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
     std::unique_ptr<etcdserverpb::Watch::Stub> stub;
     std::unique_ptr<WatchStream> refused = OpenWatch(*cluster_, survivor, &ctx, &stub);
     ASSERT_TRUE(refused == nullptr) << "a watch was created on a member without a leader";
+  }
+
+  // So is a keep-alive stream (clientv3's ask for a leader too).
+  {
+    auto stub = etcdserverpb::Lease::NewStub(cluster_->NewChannel(survivor));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("hasleader", "true");
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
+    auto stream = stub->LeaseKeepAlive(&ctx);
+    etcdserverpb::LeaseKeepAliveRequest req;
+    req.set_id(1);
+    stream->Write(req);
+    etcdserverpb::LeaseKeepAliveResponse resp;
+    EXPECT_FALSE(stream->Read(&resp)) << "a renewal was answered without a leader";
+    const grpc::Status refused = stream->Finish();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+    EXPECT_EQ(refused.error_message(), "etcdserver: no leader");
   }
 
   // Status's errors, as etcdctl endpoint status shows them.
