@@ -101,9 +101,23 @@ void Replicator::ProposeConfChanges(absl::Time now) {
   while (!pending_conf_.empty()) {
     PendingConfChange& p = pending_conf_.front();
     if (now >= p.deadline) {
-      p.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
+      // etcd's PromoteMember waits for a leader to forward to, and fails
+      // with "no leader" when none came.
+      p.done(MakeError(Leader() != 0           ? Error::kTimeout
+                       : p.change.is_promote ? Error::kNoLeader
+                                             : Error::kTimeoutLeaderFail));
       pending_conf_.pop_front();
       continue;
+    }
+    // etcd checks an addition or a removal where it arrives, before it
+    // proposes it (mayAddMember, mayRemoveMember): a member cut off from
+    // its peers refuses at once ("unhealthy cluster"), leader or not.
+    if (!p.change.is_promote) {
+      if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
+        p.done(std::move(s));
+        pending_conf_.pop_front();
+        continue;
+      }
     }
     // etcd proposes without a leader and times out; here the change waits
     // for one, until its deadline.
@@ -120,10 +134,12 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       pending_conf_.pop_front();
       continue;
     }
-    if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
-      p.done(std::move(s));
-      pending_conf_.pop_front();
-      continue;
+    if (p.change.is_promote) {
+      if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
+        p.done(std::move(s));
+        pending_conf_.pop_front();
+        continue;
+      }
     }
     if (HandOffBeforeRemovingLeader(p, now)) return;
     raftpb::ConfChange cc;

@@ -9,7 +9,9 @@
 //   - /health answers 503 {"health":"false","reason":"RAFT NO LEADER"}
 //     (200 with ?serializable=true); /readyz fails its linearizable read;
 //   - Status lists "etcdserver: no leader" among its errors (etcdctl
-//     endpoint status's ERRORS column).
+//     endpoint status's ERRORS column);
+//   - a member addition is refused at once ("etcdserver: unhealthy
+//     cluster"), not left to time out.
 //
 //   build/<dir>/tests/cluster/cluster_no_leader_test
 
@@ -137,6 +139,22 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
     const grpc::Status refused = stream->Finish();
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
     EXPECT_EQ(refused.error_message(), "etcdserver: no leader");
+  }
+
+  // A member addition is refused at once: the member is not connected to
+  // every voter (etcd's mayAddMember, before any proposal).
+  {
+    auto stub = etcdserverpb::Cluster::NewStub(cluster_->NewChannel(survivor));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    etcdserverpb::MemberAddRequest req;
+    req.add_peerurls("http://127.0.0.1:1");
+    etcdserverpb::MemberAddResponse resp;
+    const auto asked = Clock::now();
+    const grpc::Status refused = stub->MemberAdd(&ctx, req, &resp);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+    EXPECT_EQ(refused.error_message(), "etcdserver: unhealthy cluster");
+    EXPECT_LT(Clock::now() - asked, seconds(2));
   }
 
   // Status's errors, as etcdctl endpoint status shows them.
