@@ -58,9 +58,7 @@ TEST_P(ListenTest, MetricsPortInUseIsRefused) { ExpectRefused(GetParam(), Taken:
 
 INSTANTIATE_TEST_SUITE_P(Flavors, ListenTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const auto& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing

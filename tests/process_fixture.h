@@ -95,6 +95,16 @@ enum class ServerFlavor { kEtcd, kCapstan };
 
 const char* FlavorName(ServerFlavor f);
 
+// The name of a test's run for each flavor, "Etcd" or "Capstan":
+//   INSTANTIATE_TEST_SUITE_P(Servers, T, ::testing::Values(ServerFlavor::kEtcd,
+//                            ServerFlavor::kCapstan), FlavorTestName());
+struct FlavorTestName {
+  template <typename ParamInfo>
+  std::string operator()(const ParamInfo& info) const {
+    return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
+  }
+};
+
 // Path of the reference etcd 3.5 binary (CAPSTAN_ETCD_BINARY or the one
 // scripts/deps.sh extracted).
 std::string EtcdBinary();

@@ -272,9 +272,7 @@ TEST_P(AuthClusterTest, APermissionRevokedAtOneMemberRefusesWritesAtEveryMember)
 
 INSTANTIATE_TEST_SUITE_P(Servers, AuthClusterTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

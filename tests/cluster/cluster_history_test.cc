@@ -358,9 +358,7 @@ TEST(CapstanFailpointTest, AnsweringBeforeCommitIsCaught) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, ClusterTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

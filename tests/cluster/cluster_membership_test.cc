@@ -1004,9 +1004,7 @@ TEST_P(MembershipTest, ForceNewClusterAfterLosingQuorum) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, MembershipTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

@@ -410,9 +410,7 @@ TEST_P(MoveLeaderTest, ALeaderHeldUpCountsItsLateHeartbeats) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, MoveLeaderTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

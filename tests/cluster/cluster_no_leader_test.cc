@@ -183,9 +183,7 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
 
 INSTANTIATE_TEST_SUITE_P(Servers, NoLeaderTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

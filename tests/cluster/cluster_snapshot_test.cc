@@ -134,9 +134,7 @@ TEST_P(SnapshotClusterTest, AStoppedMemberCatchesUpAfterTheLogWasCompacted) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, SnapshotClusterTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return info.param == ServerFlavor::kEtcd ? "Etcd" : "Capstan";
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster

@@ -238,10 +238,7 @@ TEST_P(RobustnessTest, InjectedBugsAreCaught) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, RobustnessTest,
                          ::testing::Values(ServerFlavor::kEtcd, ServerFlavor::kCapstan),
-                         [](const ::testing::TestParamInfo<ServerFlavor>& info) {
-                           return std::string(info.param == ServerFlavor::kEtcd ? "Etcd"
-                                                                                : "Capstan");
-                         });
+                         FlavorTestName());
 
 }  // namespace
 }  // namespace capstan::testing::cluster
