@@ -526,9 +526,8 @@ void WatchHub::SyncLoop() {
       sync_wanted_ = false;
     }
     const absl::Time pass_start = absl::Now();
-    const uint64_t passes = sync_passes_.load(std::memory_order_relaxed);
-    const bool more = SyncOnce();
-    const bool caught_up = sync_passes_.load(std::memory_order_relaxed) != passes;
+    bool caught_up = false;
+    const bool more = SyncOnce(&caught_up);
     util::MutexLock l(&mu_);
     if (stopping_) return;
     if (!more) {
@@ -546,7 +545,7 @@ void WatchHub::SyncLoop() {
   }
 }
 
-bool WatchHub::SyncOnce() {
+bool WatchHub::SyncOnce(bool* caught_up) {
   // Hold a view for the whole pass: compaction does not delete revisions
   // this pass reads until it is released.
   std::shared_ptr<const ReadView> view = store_->View();
@@ -602,6 +601,7 @@ bool WatchHub::SyncOnce() {
   bool cut = false;
   if (!ready.empty()) {
     sync_passes_.fetch_add(1, std::memory_order_relaxed);
+    *caught_up = true;
     const int64_t to = std::min(view->rev, from + options_.catch_up_batch_revs - 1);
     cut = to < view->rev;
     // Read revisions [from, to] from storage, without any hub lock.

@@ -213,8 +213,9 @@ class WatchHub {
                       size_t max_backlog_bytes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Reads missed revisions for unsynced watchers; returns true if the pass
-  // was cut short by catch_up_batch_revs and work remains.
-  bool SyncOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // was cut short by catch_up_batch_revs and work remains. Sets
+  // *caught_up when it read revisions for some watcher.
+  bool SyncOnce(bool* caught_up) ABSL_LOCKS_EXCLUDED(mu_);
   void SendProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerDeferredProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues evs for w. REQUIRES: previous values known, if w wants them.

@@ -513,6 +513,22 @@ absl::StatusOr<etcdserverpb::RangeResponse> Cluster::LocalGet(
   return resp;
 }
 
+grpc::Status Cluster::KeepAliveOnce(int i, int64_t id, bool require_leader, bool* answered,
+                                    std::chrono::milliseconds timeout) const {
+  auto stub = etcdserverpb::Lease::NewStub(NewChannel(i));
+  grpc::ClientContext ctx;
+  if (require_leader) ctx.AddMetadata("hasleader", "true");
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  auto stream = stub->LeaseKeepAlive(&ctx);
+  etcdserverpb::LeaseKeepAliveRequest req;
+  req.set_id(id);
+  stream->Write(req);
+  etcdserverpb::LeaseKeepAliveResponse resp;
+  *answered = stream->Read(&resp);
+  if (*answered) stream->WritesDone();
+  return stream->Finish();
+}
+
 absl::StatusOr<etcdserverpb::HashKVResponse> Cluster::HashKV(
     int i, int64_t revision, std::chrono::milliseconds timeout) const {
   auto stub = etcdserverpb::Maintenance::NewStub(NewChannel(i));

@@ -48,6 +48,7 @@
 #include "absl/strings/string_view.h"
 #include "etcdserverpb/rpc.pb.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
 #include "process_fixture.h"
 
 namespace capstan::testing::cluster {
@@ -210,6 +211,12 @@ class Cluster {
   absl::StatusOr<etcdserverpb::RangeResponse> LocalGet(
       int i, const std::string& key,
       std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) const;
+  // One renewal of lease `id` on a LeaseKeepAlive stream of its own at
+  // member i, with clientv3.WithRequireLeader's metadata when
+  // require_leader: the stream's final status (after the client closed it
+  // when the renewal was answered), and *answered whether it was.
+  grpc::Status KeepAliveOnce(int i, int64_t id, bool require_leader, bool* answered,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   // HashKV of member i at `revision` (0: its current one). Polls while the
   // member has not reached `revision` yet (etcd's "future revision" answer).
   absl::StatusOr<etcdserverpb::HashKVResponse> HashKV(

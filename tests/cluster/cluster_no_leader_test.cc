@@ -126,17 +126,10 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
 
   // So is a keep-alive stream (clientv3's ask for a leader too).
   {
-    auto stub = etcdserverpb::Lease::NewStub(cluster_->NewChannel(survivor));
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("hasleader", "true");
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
-    auto stream = stub->LeaseKeepAlive(&ctx);
-    etcdserverpb::LeaseKeepAliveRequest req;
-    req.set_id(1);
-    stream->Write(req);
-    etcdserverpb::LeaseKeepAliveResponse resp;
-    EXPECT_FALSE(stream->Read(&resp)) << "a renewal was answered without a leader";
-    const grpc::Status refused = stream->Finish();
+    bool answered = true;
+    const grpc::Status refused =
+        cluster_->KeepAliveOnce(survivor, 1, /*require_leader=*/true, &answered, seconds(20));
+    EXPECT_FALSE(answered) << "a renewal was answered without a leader";
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
     EXPECT_EQ(refused.error_message(), "etcdserver: no leader");
   }
