@@ -387,6 +387,14 @@ void AuthStore::Submit(std::shared_ptr<const InternalRaftRequest> request, Done 
   log_->Submit(std::move(w));
 }
 
+void AuthStore::ReadThroughLog(std::shared_ptr<const InternalRaftRequest> request, Done done) {
+  WriteRequest w;
+  w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
+  w.raft_request = std::move(request);
+  w.done = std::move(done);
+  log_->Submit(std::move(w));
+}
+
 absl::StatusOr<std::string> AuthStore::SelectPassword(const std::string& password,
                                                       const std::string& hashed) const {
   // etcd's selectPassword. Before 3.5 etcd logged the password itself and
@@ -507,7 +515,7 @@ absl::StatusOr<AuthStore::Mutation> AuthStore::MutationOf(const InternalRaftRequ
     };
   }
 
-  if (!r.auth_user_get().empty()) return absl::InvalidArgumentError("auth: not an auth mutation");
+  if (r.has_auth_user_get()) return absl::InvalidArgumentError("auth: not an auth mutation");
 
   if (r.has_auth_user_revoke_role()) {
     const auto& v = r.auth_user_revoke_role();
@@ -568,7 +576,7 @@ absl::StatusOr<AuthStore::Mutation> AuthStore::MutationOf(const InternalRaftRequ
     };
   }
 
-  if (!r.auth_role_get().empty()) return absl::InvalidArgumentError("auth: not an auth mutation");
+  if (r.has_auth_role_get()) return absl::InvalidArgumentError("auth: not an auth mutation");
 
   if (r.has_auth_role_revoke_permission()) {
     const auto& v = r.auth_role_revoke_permission();

@@ -226,6 +226,13 @@ class AuthStore final : private mvcc::WriteGuard {
   // mutation below takes the same `by`.
   void Submit(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done,
               std::optional<mvcc::Caller> by = std::nullopt);
+  // etcd 3.5 proposes its auth reads (AuthStatus, UserGet, UserList,
+  // RoleGet, RoleList) as it proposes writes: `request` holds one of them
+  // and goes through the log, changing nothing on any member, and done runs
+  // once it is applied. The caller then reads the applied state, which is
+  // at least as new as the entry: the read is linearizable, and without a
+  // quorum it fails as a write does.
+  void ReadThroughLog(std::shared_ptr<const etcdserverpb::InternalRaftRequest> request, Done done);
 
   void AuthEnable(Done done, std::optional<mvcc::Caller> by = std::nullopt);
   void AuthDisable(Done done, std::optional<mvcc::Caller> by = std::nullopt);

@@ -851,7 +851,7 @@ TEST(AuthWriteTest, WriteCarriesItsRequestAndRefusesOthers) {
                             r->mutable_put()->set_key("k");
                             r->mutable_auth_role_add()->set_name("x");
                           }),
-                          Req([](Request* r) { r->set_auth_user_get("\x0a\x01u"); }),
+                          Req([](Request* r) { r->mutable_auth_user_get()->set_name("u"); }),
                           Req([](Request* r) { r->set_authenticate("\x0a\x01u"); })}) {
     const absl::Status s = m.Apply(bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

@@ -43,6 +43,8 @@ ErrorInfo InfoOf(Error e) {
     case Error::kTimeoutLeaderFail:
       return {absl::StatusCode::kUnavailable,
               "request timed out, possibly due to previous leader failure"};
+    case Error::kProposalDeadline:
+      return {absl::StatusCode::kDeadlineExceeded, "context deadline exceeded"};
     case Error::kNoLeader: return {absl::StatusCode::kUnavailable, "no leader"};
     case Error::kTooManyRequests: return {absl::StatusCode::kResourceExhausted, "too many requests"};
     case Error::kLeaderChanged: return {absl::StatusCode::kUnavailable, "leader changed"};

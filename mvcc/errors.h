@@ -35,6 +35,7 @@ enum class Error {
   // A cluster's (the write log's) errors.
   kTimeout,                // etcdserver: request timed out
   kTimeoutLeaderFail,      // etcdserver: request timed out, possibly due to previous leader failure
+  kProposalDeadline,       // context deadline exceeded (never proposed: no leader until the deadline)
   kNoLeader,               // etcdserver: no leader
   kTooManyRequests,        // etcdserver: too many requests (apply far behind commit)
   kLeaderChanged,          // etcdserver: leader changed

@@ -657,7 +657,9 @@ void Replicator::SendReadIndex(absl::Time now) {
 
 void Replicator::ExpireWaiters(absl::Time now) {
   while (!pending_.empty() && pending_.front().deadline <= now) {
-    pending_.front().w.done(MakeError(Leader() == 0 ? Error::kTimeoutLeaderFail : Error::kTimeout));
+    // Never proposed: etcd's Propose blocks until a leader is known, and
+    // the request's deadline ends it with the context's own error.
+    pending_.front().w.done(MakeError(Leader() == 0 ? Error::kProposalDeadline : Error::kTimeout));
     pending_.pop_front();
     proposals_failed_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -341,13 +341,27 @@ void AuthService::AuthenticateOnce(grpc::CallbackServerContext* ctx,
   });
 }
 
+template <typename Response, typename Read>
+void AuthService::ReadThroughLog(grpc::ServerUnaryReactor* reactor, Response* resp,
+                                 std::shared_ptr<etcdserverpb::InternalRaftRequest> request,
+                                 Read read) const {
+  gate_->store()->ReadThroughLog(
+      std::move(request), [this, reactor, resp, read = std::move(read)](absl::Status s) mutable {
+        Finish(reactor, resp, s.ok() ? read() : s);
+      });
+}
+
 grpc::ServerUnaryReactor* AuthService::AuthStatus(grpc::CallbackServerContext* ctx,
                                                   const etcdserverpb::AuthStatusRequest*,
                                                   etcdserverpb::AuthStatusResponse* resp) {
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
-    resp->set_enabled(gate_->store()->Enabled());
-    resp->set_authrevision(gate_->store()->Revision());
-    Finish(reactor, resp, absl::OkStatus());
+    auto r = std::make_shared<etcdserverpb::InternalRaftRequest>();
+    r->mutable_auth_status();
+    ReadThroughLog(reactor, resp, std::move(r), [this, resp] {
+      resp->set_enabled(gate_->store()->Enabled());
+      resp->set_authrevision(gate_->store()->Revision());
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -359,11 +373,15 @@ grpc::ServerUnaryReactor* AuthService::UserGet(grpc::CallbackServerContext* ctx,
   return Admin(
       ctx, resp,
       [&](grpc::ServerUnaryReactor* reactor) {
-        auto user = gate_->store()->GetUser(req->name());
-        if (user.ok()) {
-          for (const auto& r : user->roles()) resp->add_roles(r);
-        }
-        Finish(reactor, resp, user.status());
+        auto r = std::make_shared<etcdserverpb::InternalRaftRequest>();
+        r->mutable_auth_user_get()->set_name(req->name());
+        ReadThroughLog(reactor, resp, std::move(r), [this, req, resp] {
+          auto user = gate_->store()->GetUser(req->name());
+          if (user.ok()) {
+            for (const auto& role : user->roles()) resp->add_roles(role);
+          }
+          return user.status();
+        });
       },
       self);
 }
@@ -379,11 +397,15 @@ grpc::ServerUnaryReactor* AuthService::RoleGet(grpc::CallbackServerContext* ctx,
   return Admin(
       ctx, resp,
       [&](grpc::ServerUnaryReactor* reactor) {
-        auto perms = store->RolePermissions(req->role());
-        if (perms.ok()) {
-          for (auto& p : *perms) *resp->add_perm() = std::move(p);
-        }
-        Finish(reactor, resp, perms.status());
+        auto r = std::make_shared<etcdserverpb::InternalRaftRequest>();
+        r->mutable_auth_role_get()->set_role(req->role());
+        ReadThroughLog(reactor, resp, std::move(r), [store, req, resp] {
+          auto perms = store->RolePermissions(req->role());
+          if (perms.ok()) {
+            for (auto& p : *perms) *resp->add_perm() = std::move(p);
+          }
+          return perms.status();
+        });
       },
       own);
 }
@@ -392,8 +414,12 @@ grpc::ServerUnaryReactor* AuthService::UserList(grpc::CallbackServerContext* ctx
                                                 const etcdserverpb::AuthUserListRequest*,
                                                 etcdserverpb::AuthUserListResponse* resp) {
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
-    for (auto& n : gate_->store()->UserNames()) resp->add_users(std::move(n));
-    Finish(reactor, resp, absl::OkStatus());
+    auto r = std::make_shared<etcdserverpb::InternalRaftRequest>();
+    r->mutable_auth_user_list();
+    ReadThroughLog(reactor, resp, std::move(r), [this, resp] {
+      for (auto& n : gate_->store()->UserNames()) resp->add_users(std::move(n));
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -401,8 +427,12 @@ grpc::ServerUnaryReactor* AuthService::RoleList(grpc::CallbackServerContext* ctx
                                                 const etcdserverpb::AuthRoleListRequest*,
                                                 etcdserverpb::AuthRoleListResponse* resp) {
   return Admin(ctx, resp, [&](grpc::ServerUnaryReactor* reactor) {
-    for (auto& n : gate_->store()->RoleNames()) resp->add_roles(std::move(n));
-    Finish(reactor, resp, absl::OkStatus());
+    auto r = std::make_shared<etcdserverpb::InternalRaftRequest>();
+    r->mutable_auth_role_list();
+    ReadThroughLog(reactor, resp, std::move(r), [this, resp] {
+      for (auto& n : gate_->store()->RoleNames()) resp->add_roles(std::move(n));
+      return absl::OkStatus();
+    });
   });
 }
 

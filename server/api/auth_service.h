@@ -162,6 +162,12 @@ class AuthService final : public DecodingService<etcdserverpb::Auth> {
   // A done callback for an AuthStore mutation that finishes the RPC.
   template <typename Response>
   auth::AuthStore::Done FinishWhenDone(grpc::ServerUnaryReactor* reactor, Response* resp) const;
+  // An auth read as etcd 3.5 makes it, through the log
+  // (AuthStore::ReadThroughLog): once `request` is applied, read() fills
+  // resp from the applied state and its status finishes the RPC.
+  template <typename Response, typename Read>
+  void ReadThroughLog(grpc::ServerUnaryReactor* reactor, Response* resp,
+                      std::shared_ptr<etcdserverpb::InternalRaftRequest> request, Read read) const;
   // Queues bcrypt work for the call on ctx on the pool. work must finish
   // reactor (or arrange for a done callback to). It does not run if the
   // call is cancelled before its turn or the service is being destroyed:

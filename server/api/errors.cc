@@ -47,6 +47,10 @@ EtcdError EtcdErrorOf(mvcc::Error e) {
     case Error::kTimeoutLeaderFail:
       return {grpc::UNAVAILABLE,
               "etcdserver: request timed out, possibly due to previous leader failure"};
+    case Error::kProposalDeadline:
+      // etcd's raft node.Propose blocks while there is no leader; the
+      // request's context ends it, and gRPC answers the context's error.
+      return {grpc::DEADLINE_EXCEEDED, "context deadline exceeded"};
     case Error::kNoLeader: return {grpc::UNAVAILABLE, "etcdserver: no leader"};
     case Error::kTooManyRequests: return {grpc::RESOURCE_EXHAUSTED, "etcdserver: too many requests"};
     case Error::kLeaderChanged: return {grpc::UNAVAILABLE, "etcdserver: leader changed"};

@@ -11,7 +11,9 @@
 //   - Status lists "etcdserver: no leader" among its errors (etcdctl
 //     endpoint status's ERRORS column);
 //   - a member addition is refused at once ("etcdserver: unhealthy
-//     cluster"), not left to time out.
+//     cluster"), not left to time out;
+//   - a write, and an auth read (which etcd proposes as it does writes),
+//     end at the request timeout with the context's error.
 //
 //   build/<dir>/tests/cluster/cluster_no_leader_test
 
@@ -148,6 +150,58 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
     EXPECT_EQ(refused.error_message(), "etcdserver: unhealthy cluster");
     EXPECT_LT(Clock::now() - asked, seconds(2));
+  }
+
+  // A write, and an auth read (etcd proposes those too), wait for a leader
+  // until the request timeout (7 s with a 1 s election timeout) and end
+  // with the context's error: they were never proposed.
+  {
+    struct Outcome {
+      grpc::Status status;
+      Clock::duration took{};
+    };
+    auto timed = [](auto call) {
+      const auto asked = Clock::now();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
+      Outcome o;
+      o.status = call(&ctx);
+      o.took = Clock::now() - asked;
+      return o;
+    };
+    Outcome put, auth_status, user_list;
+    std::thread put_thread([&] {
+      put = timed([&](grpc::ClientContext* ctx) {
+        auto stub = etcdserverpb::KV::NewStub(cluster_->NewChannel(survivor));
+        etcdserverpb::PutRequest req;
+        req.set_key("lost");
+        etcdserverpb::PutResponse resp;
+        return stub->Put(ctx, req, &resp);
+      });
+    });
+    std::thread status_thread([&] {
+      auth_status = timed([&](grpc::ClientContext* ctx) {
+        auto stub = etcdserverpb::Auth::NewStub(cluster_->NewChannel(survivor));
+        etcdserverpb::AuthStatusResponse resp;
+        return stub->AuthStatus(ctx, etcdserverpb::AuthStatusRequest(), &resp);
+      });
+    });
+    user_list = timed([&](grpc::ClientContext* ctx) {
+      auto stub = etcdserverpb::Auth::NewStub(cluster_->NewChannel(survivor));
+      etcdserverpb::AuthUserListResponse resp;
+      return stub->UserList(ctx, etcdserverpb::AuthUserListRequest(), &resp);
+    });
+    put_thread.join();
+    status_thread.join();
+    for (const auto& [what, o] : {std::pair<const char*, const Outcome*>{"put", &put},
+                                  {"auth status", &auth_status},
+                                  {"user list", &user_list}}) {
+      EXPECT_EQ(o->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << what << ": " << o->status.error_message();
+      EXPECT_EQ(o->status.error_message(), "context deadline exceeded") << what;
+      EXPECT_GE(o->took, seconds(6)) << what << ": the request timeout, not the client's deadline";
+      EXPECT_LT(o->took, seconds(15)) << what;
+    }
   }
 
   // Status's errors, as etcdctl endpoint status shows them.
