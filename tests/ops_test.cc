@@ -433,6 +433,91 @@ TEST(MetricsTest, KeysGaugeCountsLiveKeysAsEtcd) {
   EXPECT_EQ(keys_total(**etcd), 3);
 }
 
+// etcd's client traffic counters count each message's encoding as its codec
+// does: the bytes of every request received and every answer sent, here
+// those of a put, a range, a lease grant, a keep-alive and a watch's
+// creation and event (the methods that read raw bytes, the decoding ones
+// and both kinds of stream).
+TEST(MetricsTest, ClientTrafficCountsMessageBytesAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  for (const ServerProcess* server : {capstan->get(), etcd->get()}) {
+    const std::string who = server == capstan->get() ? "capstan" : "etcd";
+    ServerStubs s(server->NewChannel());
+    auto value = [&](const char* name) { return ScrapeMetrics(*server).Value(name); };
+    const double received_before = value("etcd_network_client_grpc_received_bytes_total");
+    const double sent_before = value("etcd_network_client_grpc_sent_bytes_total");
+    size_t received = 0, sent = 0;
+
+    grpc::ClientContext watch_ctx;
+    auto stream = s.watch->Watch(&watch_ctx);
+    etcdserverpb::WatchRequest create;
+    create.mutable_create_request()->set_key("/traffic/key");
+    create.mutable_create_request()->set_prev_kv(true);
+    ASSERT_TRUE(stream->Write(create)) << who;
+    received += create.ByteSizeLong();
+    etcdserverpb::WatchResponse created;
+    ASSERT_TRUE(stream->Read(&created)) << who;
+    ASSERT_TRUE(created.created()) << who;
+    sent += created.ByteSizeLong();
+
+    etcdserverpb::PutRequest put;
+    put.set_key("/traffic/key");
+    put.set_value(std::string(1000, 'v'));
+    etcdserverpb::PutResponse put_resp;
+    ASSERT_TRUE(s.kv->Put(Deadline().get(), put, &put_resp).ok()) << who;
+    received += put.ByteSizeLong();
+    sent += put_resp.ByteSizeLong();
+    etcdserverpb::WatchResponse event;
+    ASSERT_TRUE(stream->Read(&event)) << who;
+    ASSERT_EQ(event.events_size(), 1) << who;
+    sent += event.ByteSizeLong();
+
+    etcdserverpb::RangeRequest range;
+    range.set_key("/traffic/");
+    range.set_range_end("/traffic0");
+    etcdserverpb::RangeResponse range_resp;
+    ASSERT_TRUE(s.kv->Range(Deadline().get(), range, &range_resp).ok()) << who;
+    ASSERT_EQ(range_resp.kvs_size(), 1) << who;
+    received += range.ByteSizeLong();
+    sent += range_resp.ByteSizeLong();
+
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(60);
+    etcdserverpb::LeaseGrantResponse granted;
+    ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &granted).ok()) << who;
+    received += grant.ByteSizeLong();
+    sent += granted.ByteSizeLong();
+    {
+      auto ctx = Deadline();
+      auto keep_alive = s.lease->LeaseKeepAlive(ctx.get());
+      etcdserverpb::LeaseKeepAliveRequest req;
+      req.set_id(granted.id());
+      ASSERT_TRUE(keep_alive->Write(req)) << who;
+      received += req.ByteSizeLong();
+      etcdserverpb::LeaseKeepAliveResponse resp;
+      ASSERT_TRUE(keep_alive->Read(&resp)) << who;
+      sent += resp.ByteSizeLong();
+      keep_alive->WritesDone();
+      while (keep_alive->Read(&resp)) {
+      }
+      EXPECT_TRUE(keep_alive->Finish().ok()) << who;
+    }
+    EXPECT_EQ(value("etcd_network_client_grpc_received_bytes_total") - received_before,
+              static_cast<double>(received))
+        << who;
+    EXPECT_EQ(value("etcd_network_client_grpc_sent_bytes_total") - sent_before,
+              static_cast<double>(sent))
+        << who;
+    watch_ctx.TryCancel();
+    etcdserverpb::WatchResponse rest;
+    while (stream->Read(&rest)) {
+    }
+  }
+}
+
 // etcd's watch gauges and event counter move alike: one stream with two
 // watchers of a key, a put to it, the stream closed.
 TEST(MetricsTest, WatchGaugesAndEventsCountAsEtcd) {
@@ -564,7 +649,9 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
         "etcd_disk_backend_commit_duration_seconds", "etcd_disk_wal_fsync_duration_seconds",
         "etcd_server_quota_backend_bytes", "etcd_debugging_lease_granted_total",
         "grpc_server_started_total", "grpc_server_handled_total",
-        "process_resident_memory_bytes", "capstan_commit_groups_total",
+        "process_resident_memory_bytes", "etcd_cluster_version",
+        "etcd_network_client_grpc_received_bytes_total",
+        "etcd_network_client_grpc_sent_bytes_total", "capstan_commit_groups_total",
         "capstan_commit_group_requests_total", "capstan_leases"}) {
     EXPECT_TRUE(before.types.count(name)) << name << " missing";
   }
@@ -605,6 +692,12 @@ TEST(MetricsTest, NamesAndTypesAsEtcdValuesMove) {
               m->Value("etcd_server_proposals_applied_total"));
   }
   EXPECT_EQ(before.Value(absl::StrCat("etcd_server_version{server_version=\"", CAPSTAN_ETCD_API_VERSION, "\"}")), 1);
+  // The cluster version as etcd labels it, major.minor (the minor of the
+  // API Capstan speaks).
+  const std::string api_version = CAPSTAN_ETCD_API_VERSION;
+  const std::string minor = api_version.substr(0, api_version.find('.', api_version.find('.') + 1));
+  EXPECT_EQ(before.Value(absl::StrCat(R"(etcd_cluster_version{cluster_version=")", minor, R"("})")), 1);
+  EXPECT_EQ(etcd_metrics.Value(R"(etcd_cluster_version{cluster_version="3.5"})"), 1);
   EXPECT_GT(before.Value("etcd_mvcc_db_total_size_in_bytes"), 0);
   // Every gate as etcd 3.6 exports it (stage "" for GA), at its default.
   EXPECT_EQ(before.samples.count(R"(etcd_server_feature_enabled{name="AllAlpha",stage="ALPHA"})"), 1u);

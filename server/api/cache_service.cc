@@ -7,6 +7,7 @@
 #include "mvcc/key_range.h"
 #include "mvcc/kv_codec.h"
 #include "server/api/auth_service.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
@@ -169,6 +170,7 @@ class CacheWatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer
     for (const WatchEvent& e : events_) AppendEvent(e, prev_kv_, &b);
     events_.clear();
     b.Finish(&out_);
+    ClientTraffic::Sent(out_.Length());
     writing_ = true;
     StartWrite(&out_);
   }
@@ -231,7 +233,7 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
                                               grpc::ByteBuffer* response) {
   auto* reactor = ctx->DefaultReactor();
   capstan::v1::ListRequest req;
-  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+  if (std::string error = DecodeReceived(*request, &req); !error.empty()) {
     reactor->Finish(UnmarshalStatus(error));
     return reactor;
   }
@@ -270,6 +272,7 @@ grpc::ServerUnaryReactor* CacheService::List(grpc::CallbackServerContext* ctx,
       util::AppendVarint(static_cast<uint64_t>(*r->remaining_item_count), b.bytes());
     }
     b.Finish(response);
+    ClientTraffic::Sent(response->Length());
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
@@ -295,7 +298,7 @@ absl::Status CacheService::CheckPrefix(const grpc::ServerContextBase& ctx,
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CacheService::Watch(grpc::CallbackServerContext* ctx,
                                                                 const grpc::ByteBuffer* request) {
   capstan::v1::WatchRequest req;
-  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+  if (std::string error = DecodeReceived(*request, &req); !error.empty()) {
     return new RefusedWatchReactor(StreamUnmarshalStatus(error));
   }
   if (auto st = CheckPrefix(*ctx, req.prefix()); !st.ok()) {

@@ -24,6 +24,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 
@@ -36,6 +37,13 @@ struct Decoded {
 
   Message message;
   std::string error;  // DecodeAsEtcd's text
+};
+
+// An answer whose encoded bytes are counted as they are sent
+// (etcd_network_client_grpc_sent_bytes_total, client_traffic.h).
+template <typename Message>
+struct Encoded {
+  Message message;
 };
 
 // What a learner serves of the requests that go through DecodingService
@@ -72,9 +80,10 @@ class DecodingService : public Base {
     Self* self = static_cast<Self*>(this);
     this->MarkMethodCallback(
         MethodIndex(name, *Request::descriptor()),
-        new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Response>(
+        new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Encoded<Response>>(
             [self, method](grpc::CallbackServerContext* ctx, const Decoded<Request>* request,
-                           Response* response) -> grpc::ServerUnaryReactor* {
+                           Encoded<Response>* encoded) -> grpc::ServerUnaryReactor* {
+              Response* response = &encoded->message;
               if (!request->ok()) {
                 auto* reactor = ctx->DefaultReactor();
                 reactor->Finish(UnmarshalStatus(request->error));
@@ -155,9 +164,23 @@ class SerializationTraits<capstan::server::Decoded<Message>, void> {
     return SerializationTraits<Message>::Serialize(msg.message, bb, own_buffer);
   }
   static Status Deserialize(ByteBuffer* buffer, capstan::server::Decoded<Message>* msg) {
-    msg->error = capstan::server::DecodeAsEtcd(*buffer, &msg->message);
+    msg->error = capstan::server::DecodeReceived(*buffer, &msg->message);
     buffer->Clear();
     return Status::OK;
+  }
+};
+
+template <typename Message>
+class SerializationTraits<capstan::server::Encoded<Message>, void> {
+ public:
+  static Status Serialize(const capstan::server::Encoded<Message>& msg, ByteBuffer* bb,
+                          bool* own_buffer) {
+    Status s = SerializationTraits<Message>::Serialize(msg.message, bb, own_buffer);
+    if (s.ok()) capstan::server::ClientTraffic::Sent(bb->Length());
+    return s;
+  }
+  static Status Deserialize(ByteBuffer* buffer, capstan::server::Encoded<Message>* msg) {
+    return SerializationTraits<Message>::Deserialize(buffer, &msg->message);
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include "mvcc/errors.h"
 #include "mvcc/key_range.h"
+#include "server/api/client_traffic.h"
 
 namespace capstan::server {
 
@@ -296,6 +297,7 @@ class ObserveCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
 
   void WriteNext() {
     writing_ = true;
+    ClientTraffic::Sent(queued_.front().size());
     StringToBuffer(std::move(queued_.front()), &out_);
     queued_.pop_front();
     StartWrite(&out_);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "server/api/client_traffic.h"
 #include "server/api/grpc_buffers.h"
 
 namespace capstan::server {
@@ -354,7 +355,8 @@ std::string DecodeLikeGogo(std::string_view data, google::protobuf::Message* mes
   return Walker(data, message).Message(*message->GetDescriptor(), 0);
 }
 
-std::string DecodeAsEtcd(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+std::string DecodeReceived(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  ClientTraffic::Received(buffer.Length());
   std::string bytes;
   if (!FlattenBuffer(buffer, &bytes)) return kCannotParse;
   return DecodeAsEtcd(bytes, message);

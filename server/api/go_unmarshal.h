@@ -36,7 +36,9 @@ std::string GoUnmarshalError(const google::protobuf::Descriptor& type, std::stri
 // than 100 deep, which C++ protobuf cannot hold, are refused where etcd
 // takes them.
 std::string DecodeAsEtcd(std::string_view data, google::protobuf::Message* message);
-std::string DecodeAsEtcd(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+// DecodeAsEtcd of a request received from a client, whose bytes are counted
+// in etcd_network_client_grpc_received_bytes_total (client_traffic.h).
+std::string DecodeReceived(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
 
 // The decoding DecodeAsEtcd falls back to, by itself (tests and fuzzing
 // compare it with C++ protobuf's).

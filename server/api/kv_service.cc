@@ -11,6 +11,7 @@
 #include "mvcc/kv_store.h"
 #include "server/api/auth_service.h"
 #include "server/api/bulk_reads.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
@@ -52,7 +53,7 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
                                            grpc::ByteBuffer* response) {
   auto* reactor = new CountedUnary(range_calls_);
   auto req = std::make_shared<etcdserverpb::RangeRequest>();
-  if (std::string error = DecodeAsEtcd(*request, req.get()); !error.empty()) {
+  if (std::string error = DecodeReceived(*request, req.get()); !error.empty()) {
     reactor->Finish(UnmarshalStatus(error));
     return reactor->reactor();
   }
@@ -83,6 +84,7 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
     const bool big = bulk_ != nullptr && IsBulkRange(*store_, *req);
     auto run = [this, req, response, reactor, big] {
       if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
+        ClientTraffic::Sent(response->Length());
         reactor->Finish(grpc::Status::OK);
         return;
       }
@@ -143,6 +145,7 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   } else {
     PartsToBuffer(std::move(parts), response);
   }
+  ClientTraffic::Sent(response->Length());
   reactor->Finish(grpc::Status::OK);
 }
 
@@ -160,7 +163,7 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* KvService::RangeStream(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   etcdserverpb::RangeRequest req;
-  if (std::string error = DecodeAsEtcd(*request, &req); !error.empty()) {
+  if (std::string error = DecodeReceived(*request, &req); !error.empty()) {
     return new RefusedStream(UnmarshalStatus(error));
   }
   // etcd 3.7's order: the Range checks, what the stream refuses, then
@@ -198,7 +201,7 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
                              const> check) {
   auto* reactor = new CountedUnary(counted);
   auto call = std::make_unique<RawWriteCall<Request, Response>>();
-  if (std::string error = DecodeAsEtcd(*in, &call->request); !error.empty()) {
+  if (std::string error = DecodeReceived(*in, &call->request); !error.empty()) {
     reactor->Finish(UnmarshalStatus(error));
     return reactor->reactor();
   }
@@ -222,6 +225,7 @@ grpc::ServerUnaryReactor* KvService::SubmitWrite(
     if (s.ok()) {
       membership::FillHeader(*member, c->response.mutable_header());
       StringToBuffer(c->response.SerializeAsString(), out);
+      ClientTraffic::Sent(out->Length());
     }
     reactor->Finish(ToGrpcStatus(s));
   };

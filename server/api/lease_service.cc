@@ -3,6 +3,7 @@
 #include "auth/errors.h"
 #include "mvcc/errors.h"
 #include "server/api/auth_service.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/write_rpc.h"
 
@@ -103,6 +104,7 @@ class KeepAliveCall final : public AsyncCall {
       response_.set_id(id);
       response_.set_ttl(ttl.ok() ? *ttl : 0);  // 0: the lease does not exist
       state_ = State::kWrite;
+      ClientTraffic::Sent(response_.ByteSizeLong());
       stream_.Write(response_, this);
     });
   }

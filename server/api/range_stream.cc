@@ -13,6 +13,7 @@
 #include "mvcc/kv_range_stream.h"
 #include "server/api/bulk_reads.h"
 #include "server/api/cache_range.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/grpc_buffers.h"
 #include "util/coding.h"
@@ -330,6 +331,7 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       in_flight_ = true;
       mu_.Unlock();
       // written_ is not touched again until OnWriteDone.
+      ClientTraffic::Sent(written_.Length());
       StartWrite(&written_);
       return;
     }

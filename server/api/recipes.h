@@ -39,6 +39,7 @@
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "server/api/client_traffic.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
@@ -98,7 +99,7 @@ class RecipeCall : public std::enable_shared_from_this<RecipeCall> {
   void BeginRequest(const grpc::ByteBuffer& in, Request* request, std::function<void()> first,
                     bool streamed = false) {
     self_ = shared_from_this();
-    if (std::string error = DecodeAsEtcd(in, request); !error.empty()) {
+    if (std::string error = DecodeReceived(in, request); !error.empty()) {
       grpc::Status status = streamed ? StreamUnmarshalStatus(error) : UnmarshalStatus(error);
       Begin([this, status] { End(status); });
     } else if (absl::Status refused = LearnerRefusal(MemberOf(recipes_)); !refused.ok()) {
@@ -212,7 +213,10 @@ class UnaryRecipe : public grpc::ServerUnaryReactor, public RecipeCall {
   }
 
   void Answer(const grpc::Status& status) override {
-    if (status.ok()) StringToBuffer(response_.SerializeAsString(), out_);
+    if (status.ok()) {
+      StringToBuffer(response_.SerializeAsString(), out_);
+      ClientTraffic::Sent(out_->Length());
+    }
     Finish(status);
   }
 

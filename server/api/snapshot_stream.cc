@@ -21,6 +21,7 @@
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
 #include "openssl/evp.h"
+#include "server/api/client_traffic.h"
 #include "server/config/version.h"
 #include "storage/backend.h"
 #include "storage/data_dir.h"
@@ -291,6 +292,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
     in_flight_ = true;
     mu_.Unlock();
     // response_ is not touched again until OnWriteDone clears in_flight_.
+    ClientTraffic::Sent(response_.ByteSizeLong());
     StartWrite(&response_);
   }
 

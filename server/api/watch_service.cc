@@ -9,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "server/api/auth_service.h"
+#include "server/api/client_traffic.h"
 #include "server/api/decoded.h"
 #include "server/api/errors.h"
 #include "server/api/go_unmarshal.h"
@@ -47,7 +48,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       return;
     }
     etcdserverpb::WatchRequest req;
-    if (std::string error = DecodeAsEtcd(in_, &req); !error.empty()) {
+    if (std::string error = DecodeReceived(in_, &req); !error.empty()) {
       End(StreamUnmarshalStatus(error));
       return;
     }
@@ -138,6 +139,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   }
 
   void Write(std::string message, bool more = false) {
+    ClientTraffic::Sent(message.size());
     StringToBuffer(std::move(message), &out_);
     grpc::WriteOptions options;
     if (more) options.set_buffer_hint();

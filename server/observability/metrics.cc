@@ -21,8 +21,10 @@
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/api/cache_range.h"
+#include "server/api/client_traffic.h"
 #include "server/api/recipes.h"
 #include "server/config/feature_gates.h"
+#include "server/config/version.h"
 #include "server/observability/request_metrics.h"
 #include "mvcc/watch_hub.h"
 #include "watchcache/cache.h"
@@ -152,6 +154,21 @@ class StoreMetrics final : public prometheus::Collectable {
                          "Which version is running. 1 for 'server_version' label with current "
                          "version.",
                          1, {{"server_version", server_version_}}));
+    // etcd's label is the cluster version's major.minor ("3.5").
+    std::string cluster_version = kEtcdClusterVersion;
+    if (size_t major = cluster_version.find('.'); major != std::string::npos) {
+      cluster_version = cluster_version.substr(0, cluster_version.find('.', major + 1));
+    }
+    out.push_back(Single(
+        "etcd_cluster_version", MetricType::Gauge,
+        "Which version is running. 1 for 'cluster_version' label with current cluster version",
+        1, {{"cluster_version", cluster_version}}));
+    out.push_back(Single("etcd_network_client_grpc_received_bytes_total", MetricType::Counter,
+                         "The total number of bytes received from grpc clients.",
+                         d(ClientTraffic::received())));
+    out.push_back(Single("etcd_network_client_grpc_sent_bytes_total", MetricType::Counter,
+                         "The total number of bytes sent to grpc clients.",
+                         d(ClientTraffic::sent())));
     out.push_back(Single("etcd_mvcc_db_total_size_in_bytes", MetricType::Gauge,
                          "Total size of the underlying database physically allocated in bytes.",
                          d(store_->backend()->SizeOnDisk())));
