@@ -234,7 +234,7 @@ class KvStore : public WriteLog {
   absl::Status StorageFailure() const;
   // Compacts the backend fully, reclaiming the space of deleted data, while
   // reads and writes go on (Maintenance.Defragment).
-  absl::Status Defragment() { return backend_->CompactAll(); }
+  absl::Status Defragment();
 
   // The leases; keep-alives and reads go to it directly.
   lease::Lessor* lessor() { return &lessor_; }
@@ -324,6 +324,33 @@ class KvStore : public WriteLog {
   // The TTLs of the leases granted, in seconds (etcd's
   // etcd_debugging_lease_ttl_total buckets: 1 doubling to 8192).
   const util::LatencyHistogram& lease_ttls() const { return lease_ttls_; }
+  // How long maintenance took, recorded as etcd records it (the metrics'
+  // names are etcd's; buckets as etcd's): each compaction's key index pass
+  // (etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds), each
+  // full backend batch it deleted (_db_compaction_pause_duration_milliseconds)
+  // and the backend's whole part (_db_compaction_total_duration_milliseconds), in whole
+  // milliseconds as etcd truncates them; the revisions it deleted
+  // (_db_compaction_keys_total) and when the last ended (_db_compaction_last,
+  // Unix seconds, 0 until one ran); defragmentations
+  // (etcd_disk_backend_defrag_duration_seconds, etcd_disk_defrag_inflight);
+  // Hash and a computed HashKV (etcd_mvcc_hash_duration_seconds,
+  // _hash_rev_duration_seconds); and snapshots sent to clients, from the
+  // checkpoint to the stream's end (etcd_disk_backend_snapshot_duration_seconds,
+  // recorded by the stream).
+  struct MaintenanceTimings {
+    util::LatencyHistogram index_compaction_pause_ms{0.5, 14};
+    util::LatencyHistogram db_compaction_pause_ms{1, 13};
+    util::LatencyHistogram db_compaction_total_ms{100, 14};
+    std::atomic<uint64_t> db_compaction_keys{0};
+    std::atomic<int64_t> db_compaction_last{0};
+    util::LatencyHistogram defrag_seconds{0.1, 13};
+    std::atomic<int> defrags_running{0};
+    util::LatencyHistogram hash_seconds{0.01, 15};
+    util::LatencyHistogram hash_rev_seconds{0.01, 15};
+    util::LatencyHistogram snapshot_seconds{0.01, 17};
+  };
+  const MaintenanceTimings& maintenance_timings() const { return maintenance_timings_; }
+  MaintenanceTimings* mutable_maintenance_timings() { return &maintenance_timings_; }
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
@@ -532,6 +559,7 @@ class KvStore : public WriteLog {
       stat_groups_{0}, stat_group_writes_{0}, stat_lease_grants_{0}, stat_lease_revokes_{0},
       stat_leases_expired_{0};
   util::LatencyHistogram lease_ttls_{1, 14};
+  mutable MaintenanceTimings maintenance_timings_;
 
   lease::Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only

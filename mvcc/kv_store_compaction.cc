@@ -120,21 +120,36 @@ bool KvStore::RunCompaction(int64_t rev) {
   // revisions above rev, which change none of it). Retained gives the same
   // answer on a key compacted at rev as on one not yet compacted; Keep would
   // leave out such a key's tombstone at rev, and the backend would lose it.
+  using Clock = std::chrono::steady_clock;
+  auto whole_ms = [](Clock::duration d) {
+    return static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
   index::RevisionSet keep;
   const std::shared_ptr<const ReadView> before = View();
   before->index.Retained(rev, &keep);
   // Then the key index, in batches on the committer between write groups.
   const std::vector<std::string> keys = before->index.KeysToCompact(rev);
   const size_t step = static_cast<size_t>(std::max(1, options_.compaction_batch_limit));
+  // The writes' pause: the batches' time on the committer.
+  Clock::duration index_pause{};
   for (size_t i = 0; i < keys.size(); i += step) {
     std::span<const std::string> batch(keys.data() + i, std::min(step, keys.size() - i));
-    RunOnCommitter([this, batch, rev] { index_->CompactKeys(batch, rev, nullptr); });
+    RunOnCommitter([this, batch, rev, &index_pause] {
+      const Clock::time_point start = Clock::now();
+      index_->CompactKeys(batch, rev, nullptr);
+      index_pause += Clock::now() - start;
+    });
     TestSyncPoint("KvStore::RunCompaction:AfterIndexBatch");
     {
       util::MutexLock l(&queue_mu_);
       if (stopping_) return false;
     }
   }
+
+  maintenance_timings_.index_compaction_pause_ms.Record(whole_ms(index_pause));
+  // etcd times the backend's part alone, and a pause for each full batch
+  // (not the last, which also records the compaction as finished).
+  const Clock::time_point backend_start = Clock::now();
 
   // 2. The backend: every revision at or below rev that the index no longer
   // keeps, in batches with a pause between them so writes keep flowing. On
@@ -160,7 +175,9 @@ bool KvStore::RunCompaction(int64_t rev) {
     batch.Delete(Cf::kKey, it->key());
     if (batch.Count() >= options_.compaction_batch_limit) {
       deleted += batch.Count();
+      const Clock::time_point start = Clock::now();
       status = backend_->Write(&batch);
+      maintenance_timings_.db_compaction_pause_ms.Record(whole_ms(Clock::now() - start));
       batch.Clear();
       if (!status.ok()) break;
       std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.compaction_sleep_interval));
@@ -173,6 +190,11 @@ bool KvStore::RunCompaction(int64_t rev) {
     batch.Put(Cf::kMeta, kFinishedCompactKey, EncodeMetaRevision(rev));
     status = backend_->Write(&batch);
   }
+  maintenance_timings_.db_compaction_keys.fetch_add(static_cast<uint64_t>(deleted),
+                                                    std::memory_order_relaxed);
+  maintenance_timings_.db_compaction_total_ms.Record(whole_ms(Clock::now() - backend_start));
+  maintenance_timings_.db_compaction_last.store(absl::ToUnixSeconds(absl::Now()),
+                                                std::memory_order_relaxed);
   if (!status.ok()) {
     // A backend that failed a write is failed: stop accepting writes, answer
     // whoever waits for this compaction, and do not retry.
@@ -206,7 +228,6 @@ bool KvStore::RunCompaction(int64_t rev) {
     }
   }
   for (auto& d : done) d(absl::OkStatus());
-  (void)deleted;
   return true;
 }
 

@@ -1,6 +1,9 @@
 // Maintenance on the KV store: HashKV and Hash, alarms and the backend quota.
 
 #include <algorithm>
+#include <chrono>
+
+#include "absl/cleanup/cleanup.h"
 
 #include "mvcc/errors.h"
 #include "mvcc/kv_hash.h"
@@ -29,6 +32,11 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
       return absl::OkStatus();
     }
   }
+  const auto start = std::chrono::steady_clock::now();
+  auto observe = absl::MakeCleanup([this, start] {
+    maintenance_timings_.hash_rev_seconds.Record(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
   // The view pins the revisions it can see against physical compaction.
   auto view = View();
   if (rev > 0 && rev < view->compact_rev) return MakeError(Error::kCompacted);
@@ -60,6 +68,11 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
 }
 
 absl::StatusOr<uint32_t> KvStore::Hash() const {
+  const auto start = std::chrono::steady_clock::now();
+  auto observe = absl::MakeCleanup([this, start] {
+    maintenance_timings_.hash_seconds.Record(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
   auto view = View();
   uint32_t h = 0;
   for (Cf cf : {Cf::kKey, Cf::kMeta, Cf::kLease, Cf::kAuth, Cf::kAlarm}) {
@@ -71,6 +84,16 @@ absl::StatusOr<uint32_t> KvStore::Hash() const {
     if (auto s = it->status(); !s.ok()) return s;
   }
   return h;
+}
+
+absl::Status KvStore::Defragment() {
+  maintenance_timings_.defrags_running.fetch_add(1, std::memory_order_relaxed);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = backend_->CompactAll();
+  maintenance_timings_.defrag_seconds.Record(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  maintenance_timings_.defrags_running.fetch_sub(1, std::memory_order_relaxed);
+  return s;
 }
 
 std::vector<AlarmMember> KvStore::Alarms() const {

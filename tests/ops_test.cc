@@ -518,6 +518,82 @@ TEST(MetricsTest, ClientTrafficCountsMessageBytesAsEtcd) {
   }
 }
 
+// etcd's maintenance timings move alike: a physical compaction, a
+// defragmentation, a Hash, a HashKV and a snapshot each add one
+// observation, and the compaction counts the revisions it deleted.
+TEST(MetricsTest, MaintenanceTimingsAsEtcd) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  for (const ServerProcess* server : {capstan->get(), etcd->get()}) {
+    const std::string who = server == capstan->get() ? "capstan" : "etcd";
+    ServerStubs s(server->NewChannel());
+    auto value = [&](const std::string& name) { return ScrapeMetrics(*server).Value(name); };
+    const Scrape before = ScrapeMetrics(*server);
+    for (const char* name :
+         {"etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds_count",
+          "etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_count",
+          "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count",
+          "etcd_debugging_mvcc_db_compaction_keys_total", "etcd_debugging_mvcc_db_compaction_last",
+          "etcd_disk_backend_defrag_duration_seconds_count", "etcd_disk_defrag_inflight",
+          "etcd_mvcc_hash_duration_seconds_count", "etcd_mvcc_hash_rev_duration_seconds_count",
+          "etcd_disk_backend_snapshot_duration_seconds_count"}) {
+      EXPECT_EQ(before.samples.count(name), 1u) << who << ": " << name;
+      EXPECT_EQ(before.Value(name), 0) << who << ": " << name;
+    }
+    // Three revisions of a key; a compaction at the last deletes two.
+    int64_t rev = 0;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(Put(s, "/maint/key", "v", 0, &rev).ok()) << who;
+    etcdserverpb::CompactionRequest compact;
+    compact.set_revision(rev);
+    compact.set_physical(true);
+    etcdserverpb::CompactionResponse compacted;
+    ASSERT_TRUE(s.kv->Compact(Deadline().get(), compact, &compacted).ok()) << who;
+    EXPECT_EQ(value("etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds_count"), 1)
+        << who;
+    EXPECT_EQ(value("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count"), 1)
+        << who;
+    // A pause is a full batch's (1,000 revisions by default): none here.
+    EXPECT_EQ(value("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_count"), 0)
+        << who;
+    EXPECT_EQ(value("etcd_debugging_mvcc_db_compaction_keys_total"), 2) << who;
+    EXPECT_GT(value("etcd_debugging_mvcc_db_compaction_last"), 1.7e9) << who;
+
+    etcdserverpb::DefragmentResponse defragmented;
+    ASSERT_TRUE(
+        s.maintenance->Defragment(Deadline().get(), etcdserverpb::DefragmentRequest(), &defragmented)
+            .ok())
+        << who;
+    EXPECT_EQ(value("etcd_disk_backend_defrag_duration_seconds_count"), 1) << who;
+    EXPECT_EQ(value("etcd_disk_defrag_inflight"), 0) << who;
+
+    etcdserverpb::HashResponse hash;
+    ASSERT_TRUE(s.maintenance->Hash(Deadline().get(), etcdserverpb::HashRequest(), &hash).ok())
+        << who;
+    etcdserverpb::HashKVResponse hash_kv;
+    ASSERT_TRUE(
+        s.maintenance->HashKV(Deadline().get(), etcdserverpb::HashKVRequest(), &hash_kv).ok())
+        << who;
+    EXPECT_EQ(value("etcd_mvcc_hash_duration_seconds_count"), 1) << who;
+    EXPECT_EQ(value("etcd_mvcc_hash_rev_duration_seconds_count"), 1) << who;
+
+    {
+      auto ctx = Deadline();
+      auto stream = s.maintenance->Snapshot(ctx.get(), etcdserverpb::SnapshotRequest());
+      etcdserverpb::SnapshotResponse chunk;
+      while (stream->Read(&chunk)) {
+      }
+      ASSERT_TRUE(stream->Finish().ok()) << who;
+    }
+    // Recorded as the server lets the stream go, after the client saw its end.
+    EXPECT_EQ(AwaitMetric(*server, "etcd_disk_backend_snapshot_duration_seconds_count",
+                          [](double v) { return v >= 1; }),
+              1)
+        << who;
+  }
+}
+
 // etcd's watch gauges and event counter move alike: one stream with two
 // watchers of a key, a put to it, the stream closed.
 TEST(MetricsTest, WatchGaugesAndEventsCountAsEtcd) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -178,7 +179,9 @@ absl::Status StreamSnapshot(const std::string& checkpoint, const membership::Mem
 // lives; the producer uses only the checkpoint, and OnDone waits for it.
 class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
  public:
-  SnapshotReactor(mvcc::KvStore* store, const membership::MemberInfo& member) {
+  SnapshotReactor(mvcc::KvStore* store, const membership::MemberInfo& member)
+      : timing_(&store->mutable_maintenance_timings()->snapshot_seconds),
+        start_(std::chrono::steady_clock::now()) {
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
       // Through FinishOnce: a cancel may already be on its way to OnCancel.
@@ -238,6 +241,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       stop_ = true;
     }
     if (producer_.joinable()) producer_.join();
+    timing_->Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
     delete this;
   }
 
@@ -308,6 +312,10 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
     Finish(status);
   }
 
+  // etcd_disk_backend_snapshot_duration_seconds: from the checkpoint to
+  // the stream's end. The store outlives the call.
+  util::LatencyHistogram* const timing_;
+  const std::chrono::steady_clock::time_point start_;
   std::thread producer_;
   // A leaf; released before every call into gRPC. Push waits on a
   // condition over it for room in queue_ (or stop_).

@@ -240,6 +240,37 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Histogram("etcd_disk_wal_fsync_duration_seconds",
                             "The latency distributions of fsync called by WAL.",
                             log_sync != nullptr ? *log_sync : store_->commit_latency()));
+    const mvcc::KvStore::MaintenanceTimings& m = store_->maintenance_timings();
+    out.push_back(Histogram("etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+                            "Bucketed histogram of index compaction pause duration.",
+                            m.index_compaction_pause_ms));
+    out.push_back(Histogram("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds",
+                            "Bucketed histogram of db compaction pause duration.",
+                            m.db_compaction_pause_ms));
+    out.push_back(Histogram("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds",
+                            "Bucketed histogram of db compaction total duration.",
+                            m.db_compaction_total_ms));
+    out.push_back(Single("etcd_debugging_mvcc_db_compaction_keys_total", MetricType::Counter,
+                         "Total number of db keys compacted.",
+                         d(m.db_compaction_keys.load(std::memory_order_relaxed))));
+    out.push_back(Single("etcd_debugging_mvcc_db_compaction_last", MetricType::Gauge,
+                         "The unix time of the last db compaction. Resets to 0 on start.",
+                         d(m.db_compaction_last.load(std::memory_order_relaxed))));
+    out.push_back(Histogram("etcd_disk_backend_defrag_duration_seconds",
+                            "The latency distribution of backend defragmentation.",
+                            m.defrag_seconds));
+    out.push_back(Single("etcd_disk_defrag_inflight", MetricType::Gauge,
+                         "Whether or not defrag is active on the member. 1 means active, 0 means "
+                         "not.",
+                         m.defrags_running.load(std::memory_order_relaxed) > 0 ? 1 : 0));
+    out.push_back(Histogram("etcd_disk_backend_snapshot_duration_seconds",
+                            "The latency distribution of backend snapshots.", m.snapshot_seconds));
+    out.push_back(Histogram("etcd_mvcc_hash_duration_seconds",
+                            "The latency distribution of storage hash operation.",
+                            m.hash_seconds));
+    out.push_back(Histogram("etcd_mvcc_hash_rev_duration_seconds",
+                            "The latency distribution of storage hash by revision operation.",
+                            m.hash_rev_seconds));
     out.push_back(Single("etcd_server_quota_backend_bytes", MetricType::Gauge,
                          "Current backend storage quota size in bytes.",
                          d(store_->options().quota_bytes)));
