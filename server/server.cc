@@ -26,16 +26,17 @@
 #include "grpcpp/grpcpp.h"
 #include "membership/member.h"
 #include "membership/member_table.h"
-#include "replication/replicator.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "replication/replicator.h"
 #include "server/api/auth_service.h"
 #include "server/api/bulk_reads.h"
 #include "server/api/cache_service.h"
+#include "server/api/completion_queues.h"
 #include "server/api/election_service.h"
 #include "server/api/health_service.h"
 #include "server/api/kv_service.h"
-#include "server/api/completion_queues.h"
+#include "server/api/leader_monitor.h"
 #include "server/api/lease_service.h"
 #include "server/api/lock_service.h"
 #include "server/api/maintenance_service.h"
@@ -105,6 +106,7 @@ mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id
   kv_options.max_request_bytes = static_cast<int64_t>(config.max_request_bytes);
   kv_options.compaction_batch_limit = static_cast<int>(config.compaction_batch_limit);
   kv_options.compaction_sleep_interval = config.compaction_sleep_interval;
+  kv_options.warning_apply_duration = config.warning_apply_duration;
   kv_options.lease_revoke_rate = config.lease_revoke_rate;
   kv_options.min_lease_ttl_seconds = config.MinLeaseTtlSeconds();
   kv_options.lease_id_prefix = static_cast<uint16_t>(member_id & 0xffff);
@@ -363,14 +365,15 @@ absl::Status Server::BuildServices() {
   }
   kv_service_ = kv.get();
   services_.push_back(std::move(kv));
-  auto watch = std::make_unique<WatchService>(
-      hub_.get(), member_.get(), gate, absl::Milliseconds(config_.election_timeout_ms));
-  watch_service_ = watch.get();
-  services_.push_back(std::move(watch));
+  leader_monitor_ = std::make_unique<LeaderMonitor>(
+      member_.get(), absl::Milliseconds(config_.election_timeout_ms));
+  services_.push_back(
+      std::make_unique<WatchService>(hub_.get(), member_.get(), gate, leader_monitor_.get()));
   services_.push_back(std::make_unique<MaintenanceService>(store_.get(), member_.get(),
                                                            kEtcdApiVersion, gate));
   services_.push_back(std::make_unique<ClusterService>(store_.get(), member_.get(), gate));
-  auto lease = std::make_unique<LeaseService>(store_.get(), member_.get(), gate);
+  auto lease =
+      std::make_unique<LeaseService>(store_.get(), member_.get(), gate, leader_monitor_.get());
   lease_service_ = lease.get();
   services_.push_back(std::move(lease));
   recipes_ = std::make_unique<Recipes>(store_.get(), hub_.get(), member_.get(), gate);
@@ -811,7 +814,7 @@ void Server::Shutdown() {
   // replicator's Stop.
   if (completion_queues_) completion_queues_->Stop();
   // It reads the replicator's leader.
-  if (watch_service_) watch_service_->StopLeaderMonitor();
+  if (leader_monitor_) leader_monitor_->Stop();
   client_http_.reset();
   https_context_.reset();
   json_gateway_.reset();

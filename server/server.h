@@ -68,7 +68,7 @@ class ClientListener;
 class JsonGateway;
 class CompletionQueues;
 class KvService;
-class WatchService;
+class LeaderMonitor;
 class LeaseService;
 class CacheRange;
 class GrpcMetrics;
@@ -211,9 +211,11 @@ class Server {
   // The Lock and Election services' calls (a Lock may wait for as long as
   // another holds the lock).
   std::unique_ptr<Recipes> recipes_;
+  // Ends the watch and keep-alive streams that ask for a leader when the
+  // member has none; outlives the streams.
+  std::unique_ptr<LeaderMonitor> leader_monitor_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   KvService* kv_service_ = nullptr;        // in services_
-  WatchService* watch_service_ = nullptr;  // in services_
   LeaseService* lease_service_ = nullptr;  // in services_
   // The methods on gRPC's completion-queue model; built with the server,
   // destroyed after it.

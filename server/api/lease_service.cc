@@ -15,31 +15,55 @@ using etcdserverpb::LeaseKeepAliveResponse;
 
 // One keep-alive stream on a completion queue: each request renews one
 // lease and is answered with its TTL (0 if the lease does not exist), one at
-// a time. A stream accepted arms the next one on its queue first.
-class KeepAliveCall final : public AsyncCall {
+// a time. A stream accepted arms the next one on its queue first. A stream
+// that asks for a leader is refused while the member has none and ended by
+// the LeaderMonitor while it waits for its next renewal.
+class KeepAliveCall final : public AsyncCall, public LeaderMonitor::Stream {
  public:
   // Arms a stream on `cq`, unless the queues are stopping.
   static void Arm(LeaseService* service, CompletionQueues* queues,
                   grpc::ServerCompletionQueue* cq, mvcc::KvStore* store,
-                  const membership::MemberInfo* member) {
+                  const membership::MemberInfo* member, LeaderMonitor* monitor) {
     if (!queues->Enter()) return;
-    new KeepAliveCall(service, queues, cq, store, member);
+    new KeepAliveCall(service, queues, cq, store, member, monitor);
+  }
+
+  ~KeepAliveCall() override {
+    if (bound_) monitor_->Forget(this);
   }
 
   void Proceed(bool ok) override {
-    switch (state_) {
+    State state;
+    {
+      util::MutexLock l(&mu_);
+      state = state_;
+      if (ended_early_) {
+        // EndForNoLeader finished the stream with a read pending: both
+        // complete, and the last deletes the call.
+        if (!early_done_) {
+          early_done_ = true;
+          return;
+        }
+        state = State::kFinish;
+      }
+    }
+    switch (state) {
       case State::kAccept:
         if (!ok) break;  // the server is shutting down
-        Arm(service_, queues_, cq_, store_, member_);
+        Arm(service_, queues_, cq_, store_, member_, monitor_);
         call_ = service_->keep_alive_calls().Start();
         if (absl::Status s = LearnerRefusal(member_); !s.ok()) {
           Finish(ToGrpcStatus(s));
           return;
         }
         // clientv3's keep-alive streams ask for a leader.
-        if (RequiresLeader(ctx_.client_metadata(), member_) && member_->raft->Leader() == 0) {
-          Finish(NoLeaderStatus());
-          return;
+        if (monitor_ != nullptr && RequiresLeader(ctx_.client_metadata(), member_)) {
+          if (member_->raft->Leader() == 0) {
+            Finish(NoLeaderStatus());
+            return;
+          }
+          bound_ = true;
+          monitor_->Remember(this);
         }
         Read();
         return;
@@ -54,6 +78,8 @@ class KeepAliveCall final : public AsyncCall {
         }
         Renew();
         return;
+      case State::kRenew:
+        break;  // no operation is pending while a renewal is
       case State::kWrite:
         if (!ok) {
           Finish(grpc::Status(grpc::UNAVAILABLE, "keep-alive stream broken"));
@@ -67,23 +93,37 @@ class KeepAliveCall final : public AsyncCall {
     delete this;
   }
 
+  // Only while the stream waits for its next request: a renewal under way
+  // ends the stream itself if it finds no leader. Runs under the monitor's
+  // lock, on its thread.
+  bool EndForNoLeader() override {
+    util::MutexLock l(&mu_);
+    if (state_ != State::kRead) return false;
+    ended_early_ = true;
+    call_.Ended(grpc::UNAVAILABLE);
+    stream_.Finish(NoLeaderStatus(), this);
+    return true;
+  }
+
  private:
-  enum class State { kAccept, kRead, kWrite, kFinish };
+  enum class State { kAccept, kRead, kRenew, kWrite, kFinish };
 
   KeepAliveCall(LeaseService* service, CompletionQueues* queues,
                 grpc::ServerCompletionQueue* cq, mvcc::KvStore* store,
-                const membership::MemberInfo* member)
+                const membership::MemberInfo* member, LeaderMonitor* monitor)
       : registered_{queues}, service_(service), queues_(queues), cq_(cq), store_(store),
-        member_(member) {
+        member_(member), monitor_(monitor) {
     service_->RequestKeepAlive(&ctx_, &stream_, cq_, this);
   }
 
   void Read() {
+    util::MutexLock l(&mu_);
     state_ = State::kRead;
     stream_.Read(&request_, this);
   }
 
   void Finish(const grpc::Status& st) {
+    util::MutexLock l(&mu_);
     call_.Ended(st.error_code());
     state_ = State::kFinish;
     stream_.Finish(st, this);
@@ -92,6 +132,10 @@ class KeepAliveCall final : public AsyncCall {
   // Renewed here, or by the cluster's leader: the answer may come on
   // another thread, and no operation of the stream is pending meanwhile.
   void Renew() {
+    {
+      util::MutexLock l(&mu_);
+      state_ = State::kRenew;
+    }
     const int64_t id = request_.message.id();
     store_->RenewLease(id, [this, id](absl::StatusOr<int64_t> ttl) {
       if (!ttl.ok() && !mvcc::Is(ttl.status(), mvcc::Error::kLeaseNotFound)) {
@@ -103,8 +147,9 @@ class KeepAliveCall final : public AsyncCall {
       response_.mutable_header()->set_revision(store_->Rev());
       response_.set_id(id);
       response_.set_ttl(ttl.ok() ? *ttl : 0);  // 0: the lease does not exist
-      state_ = State::kWrite;
       ClientTraffic::Sent(response_.ByteSizeLong());
+      util::MutexLock l(&mu_);
+      state_ = State::kWrite;
       stream_.Write(response_, this);
     });
   }
@@ -120,19 +165,27 @@ class KeepAliveCall final : public AsyncCall {
   grpc::ServerCompletionQueue* const cq_;
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
+  LeaderMonitor* const monitor_;  // null: no stream is ended for want of a leader
+  bool bound_ = false;            // remembered by the monitor
   grpc::ServerContext ctx_;
   grpc::ServerAsyncReaderWriter<LeaseKeepAliveResponse, Decoded<LeaseKeepAliveRequest>> stream_{
       &ctx_};
   Decoded<LeaseKeepAliveRequest> request_;
   LeaseKeepAliveResponse response_;
-  State state_ = State::kAccept;
+  // A leaf, after the monitor's lock. It orders the state and the issuing
+  // of the stream's operations against EndForNoLeader.
+  util::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kAccept;
+  bool ended_early_ ABSL_GUARDED_BY(mu_) = false;  // by EndForNoLeader
+  bool early_done_ ABSL_GUARDED_BY(mu_) = false;   // the first of its two completions came
   CountedCall call_;  // from the stream's acceptance
 };
 
 }  // namespace
 
-LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member, const AuthGate* auth)
-    : store_(store), member_(member), auth_(auth) {
+LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member,
+                           const AuthGate* auth, LeaderMonitor* monitor)
+    : store_(store), member_(member), auth_(auth), monitor_(monitor) {
   learner_check_ = member;
   DecodeUnary("LeaseGrant", &LeaseService::LeaseGrant);
   DecodeUnary("LeaseRevoke", &LeaseService::LeaseRevoke);
@@ -142,7 +195,9 @@ LeaseService::LeaseService(mvcc::KvStore* store, const membership::MemberInfo* m
 
 void LeaseService::ServeKeepAlives(CompletionQueues* queues, int per_queue) {
   for (grpc::ServerCompletionQueue* cq : queues->queues()) {
-    for (int i = 0; i < per_queue; ++i) KeepAliveCall::Arm(this, queues, cq, store_, member_);
+    for (int i = 0; i < per_queue; ++i) {
+      KeepAliveCall::Arm(this, queues, cq, store_, member_, monitor_);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "membership/member.h"
 #include "mvcc/kv_store.h"
 #include "server/api/decoded.h"
+#include "server/api/leader_monitor.h"
 
 namespace capstan::server {
 class AuthGate;
@@ -30,8 +31,11 @@ using LeaseServiceBase = etcdserverpb::Lease::WithCallbackMethod_LeaseGrant<
 // Thread-safe. store and member must outlive the service.
 class LeaseService final : public DecodingService<etcdserverpb::Lease, LeaseServiceBase> {
  public:
-  // auth: permission checks (null: none); must outlive the service.
-  LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member, const AuthGate* auth = nullptr);
+  // auth: permission checks (null: none); monitor: ends the keep-alive
+  // streams that ask for a leader (null: none is). Both must outlive the
+  // service.
+  LeaseService(mvcc::KvStore* store, const membership::MemberInfo* member,
+               const AuthGate* auth = nullptr, LeaderMonitor* monitor = nullptr);
 
   grpc::ServerUnaryReactor* LeaseGrant(grpc::CallbackServerContext* ctx,
                                        const etcdserverpb::LeaseGrantRequest* request,
@@ -74,6 +78,7 @@ class LeaseService final : public DecodingService<etcdserverpb::Lease, LeaseServ
   mvcc::KvStore* const store_;
   const membership::MemberInfo* const member_;
   const AuthGate* const auth_;
+  LeaderMonitor* const monitor_;
   CountedMethod keep_alive_calls_;
 };
 

@@ -23,18 +23,18 @@ namespace {
 // hub's WatchStream; writes the responses the hub queues, one at a time.
 // Deletes itself in OnDone.
 class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                           public WatchService::LeaderBound {
+                           public LeaderMonitor::Stream {
  public:
-  // service: the stream asks for a leader, and is ended when the member
-  // has none (service->Forget in OnDone); null: it does not.
+  // monitor: the stream asks for a leader, and is ended when the member
+  // has none (monitor->Forget in OnDone); null: it does not.
   WatchReactor(mvcc::WatchHub* hub, const etcdserverpb::ResponseHeader& header,
                const grpc::CallbackServerContext* ctx, const AuthGate* auth,
-               WatchService* service)
+               LeaderMonitor* monitor)
       : stream_(hub->OpenStream(header)),
         header_(header),
         ctx_(ctx),
         auth_(auth),
-        service_(service) {
+        monitor_(monitor) {
     // Runs under the stream's lock when the reader found the stream's queue
     // empty; never after stream_->Close().
     stream_->SetDeliver([this](std::string message) { Send(std::move(message)); });
@@ -98,13 +98,16 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void OnCancel() override { End(grpc::Status::CANCELLED); }
 
   void OnDone() override {
-    if (service_ != nullptr) service_->Forget(this);
+    if (monitor_ != nullptr) monitor_->Forget(this);
     stream_->Close();
     delete this;
   }
 
   // etcd's watch stream when monitorLeader cancels it: Unavailable.
-  void EndForNoLeader() override { End(NoLeaderStatus()); }
+  bool EndForNoLeader() override {
+    End(NoLeaderStatus());
+    return true;
+  }
 
  private:
   // Writes message now, or queues it behind the write in flight. With more
@@ -155,7 +158,7 @@ class WatchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   const etcdserverpb::ResponseHeader header_;
   const grpc::CallbackServerContext* const ctx_;
   const AuthGate* const auth_;
-  WatchService* const service_;
+  LeaderMonitor* const monitor_;
   // Lock order: after the hub stream's lock (Send runs under it when the
   // hub delivers); nothing calls into the stream or gRPC under it.
   util::Mutex send_mu_;
@@ -182,45 +185,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WatchService::Watch
   }
   etcdserverpb::ResponseHeader header;
   membership::FillHeader(*member_, &header);
-  auto* reactor = new WatchReactor(hub_, header, ctx, auth_, bound ? this : nullptr);
-  if (bound) Remember(reactor);
+  auto* reactor = new WatchReactor(hub_, header, ctx, auth_, bound ? monitor_ : nullptr);
+  if (bound) monitor_->Remember(reactor);
   return reactor;
-}
-
-void WatchService::Remember(LeaderBound* stream) {
-  util::MutexLock l(&mu_);
-  bound_.insert(stream);
-  if (!monitor_.joinable() && !stopping_) monitor_ = std::thread([this] { MonitorLeader(); });
-}
-
-void WatchService::Forget(LeaderBound* stream) {
-  util::MutexLock l(&mu_);
-  bound_.erase(stream);
-}
-
-void WatchService::StopLeaderMonitor() {
-  {
-    util::MutexLock l(&mu_);
-    stopping_ = true;
-  }
-  if (monitor_.joinable()) monitor_.join();
-}
-
-void WatchService::MonitorLeader() {
-  pthread_setname_np(pthread_self(), "leader-monitor");
-  // etcd's monitorLeader: reconnecting streams costs more than refusing new
-  // ones, so open streams end only after maxNoLeaderCnt (3) election
-  // timeouts in a row without a leader.
-  constexpr int kMaxNoLeader = 3;
-  int no_leader = 0;
-  util::MutexLock l(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), election_timeout_)) {
-    no_leader = member_->raft->Leader() == 0 ? no_leader + 1 : 0;
-    if (no_leader < kMaxNoLeader) continue;
-    // Each ends with Finish; its OnDone, on a gRPC thread, forgets it.
-    for (LeaderBound* s : bound_) s->EndForNoLeader();
-    bound_.clear();
-  }
 }
 
 }  // namespace capstan::server

@@ -1,11 +1,11 @@
 // A member that has lost its quorum, as its clients and probes see it,
 // against etcd 3.5 (the same test, the same expectations):
 //
-//   - a watch that asks for a leader (clientv3.WithRequireLeader, as
-//     etcdctl's and the kube-apiserver's do) is ended with "etcdserver: no
-//     leader" once the member has had none for a while, and a new one (or
-//     a keep-alive stream, which clientv3 opens so) is refused at once, so
-//     that clients move to a member that has one;
+//   - a watch or a keep-alive stream that asks for a leader
+//     (clientv3.WithRequireLeader, as etcdctl's and the kube-apiserver's
+//     watches and clientv3's keep-alives do) is ended with "etcdserver: no
+//     leader" once the member has had none for a while, and a new one is
+//     refused at once, so that clients move to a member that has one;
 //   - /health answers 503 {"health":"false","reason":"RAFT NO LEADER"}
 //     (200 with ?serializable=true); /readyz fails its linearizable read;
 //   - Status lists "etcdserver: no leader" among its errors (etcdctl
@@ -100,6 +100,30 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
   ASSERT_NE(watch, nullptr) << "the watch was created";
   EXPECT_EQ(Get(survivor, "/health").status, 200);
 
+  // A keep-alive stream that asks for a leader, as clientv3's do, with one
+  // renewal answered.
+  auto lease_stub = etcdserverpb::Lease::NewStub(cluster_->NewChannel(survivor));
+  etcdserverpb::LeaseGrantResponse granted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(60);
+    ASSERT_TRUE(lease_stub->LeaseGrant(&ctx, grant, &granted).ok());
+  }
+  grpc::ClientContext keep_alive_ctx;
+  keep_alive_ctx.AddMetadata("hasleader", "true");
+  keep_alive_ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
+  auto keep_alive = lease_stub->LeaseKeepAlive(&keep_alive_ctx);
+  {
+    etcdserverpb::LeaseKeepAliveRequest renew;
+    renew.set_id(granted.id());
+    ASSERT_TRUE(keep_alive->Write(renew));
+    etcdserverpb::LeaseKeepAliveResponse renewed;
+    ASSERT_TRUE(keep_alive->Read(&renewed));
+    EXPECT_EQ(renewed.ttl(), 60);
+  }
+
   cluster_->Kill(1);
   cluster_->Kill(2);
   const auto killed = Clock::now();
@@ -116,6 +140,18 @@ TEST_P(NoLeaderTest, AMemberWithoutQuorumEndsLeaderBoundWatchesAndFailsItsProbes
   EXPECT_EQ(ended.error_message(), "etcdserver: no leader");
   EXPECT_GE(took, seconds(3)) << "ended only after three election timeouts without a leader";
   EXPECT_LT(took, seconds(15));
+
+  // So does the keep-alive stream, which waits for its next renewal.
+  {
+    etcdserverpb::LeaseKeepAliveResponse rest;
+    while (keep_alive->Read(&rest)) {
+    }
+    const grpc::Status keep_alive_ended = keep_alive->Finish();
+    EXPECT_EQ(keep_alive_ended.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << keep_alive_ended.error_message();
+    EXPECT_EQ(keep_alive_ended.error_message(), "etcdserver: no leader");
+    EXPECT_LT(Clock::now() - killed, seconds(15));
+  }
 
   // The member knows no leader now: a new leader-bound watch is refused.
   EXPECT_EQ(Status(survivor).leader(), 0u);
