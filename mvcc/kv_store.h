@@ -17,6 +17,7 @@
 #define CAPSTAN_MVCC_KV_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -37,6 +38,7 @@
 #include "etcdserverpb/rpc.pb.h"
 #include "index/tree_index.h"
 #include "lease/lessor.h"
+#include "mvcc/apply_timings.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/write_request.h"
 #include "storage/backend.h"
@@ -65,6 +67,9 @@ struct KvStoreOptions {
   // --experimental-compaction-sleep-interval).
   int compaction_batch_limit = 1000;
   absl::Duration compaction_sleep_interval = absl::Milliseconds(10);
+  // An apply that takes longer is logged and counted as slow
+  // (--warning-apply-duration; mvcc/apply_timings.h).
+  absl::Duration warning_apply_duration = absl::Milliseconds(100);
   // Expired leases revoked per second at most (--lease-revoke-rate).
   int64_t lease_revoke_rate = 1000;
   // A lease granted a shorter TTL gets this one (etcd's minimum, derived
@@ -350,6 +355,8 @@ class KvStore : public WriteLog {
     util::LatencyHistogram snapshot_seconds{0.01, 17};
   };
   const MaintenanceTimings& maintenance_timings() const { return maintenance_timings_; }
+  // How long each write took to apply, by etcd's op (apply_timings.h).
+  const ApplyTimings& apply_timings() const { return apply_timings_; }
   MaintenanceTimings* mutable_maintenance_timings() { return &maintenance_timings_; }
 
  private:
@@ -388,6 +395,9 @@ class KvStore : public WriteLog {
   struct Group;
   void CommitGroup(std::vector<WriteRequest>* writes);
   // The error that refuses w before it is applied, or OK.
+  // Records how long w took to apply, and warns of a slow apply.
+  void TimeApply(const WriteRequest& w, const absl::Status& result,
+                 std::chrono::steady_clock::duration took);
   absl::Status Admit(const WriteRequest& w, int64_t backend_size, int64_t* group_cost,
                      Group* group);
   // Applies an admitted write; sets group->changed when it changed state.
@@ -560,6 +570,7 @@ class KvStore : public WriteLog {
       stat_leases_expired_{0};
   util::LatencyHistogram lease_ttls_{1, 14};
   mutable MaintenanceTimings maintenance_timings_;
+  ApplyTimings apply_timings_;  // recorded by the committer
 
   lease::Lessor lessor_;
   int64_t next_lease_id_ = 0;  // committer only

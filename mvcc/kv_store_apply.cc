@@ -2,6 +2,7 @@
 // Put, DeleteRange, Txn and Compact to the live (unpublished) state.
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <type_traits>
@@ -15,6 +16,7 @@
 #include "mvcc/meta_keys.h"
 #include "mvcc/revision_key.h"
 #include "mvcc/watch_hub.h"
+#include "spdlog/spdlog.h"
 #include "util/check.h"
 
 namespace capstan::mvcc {
@@ -614,6 +616,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
   int64_t group_cost = 0;
   for (size_t i = 0; i < writes->size(); ++i) {
     WriteRequest& w = (*writes)[i];
+    const auto apply_start = std::chrono::steady_clock::now();
     group.results[i] =
         Admit(w, backend_size_.load(std::memory_order_relaxed), &group_cost, &group);
     if (group.results[i].ok() && w.caller) {
@@ -623,10 +626,24 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
     }
     applying_index_ = w.raft_index;
     if (group.results[i].ok()) group.results[i] = Apply(w, i, &group);
+    TimeApply(w, group.results[i], std::chrono::steady_clock::now() - apply_start);
   }
   CommitBatch(&group);
   PublishGroup(&group);
   AnswerGroup(&group);
+}
+
+void KvStore::TimeApply(const WriteRequest& w, const absl::Status& result,
+                        std::chrono::steady_clock::duration took) {
+  const int op = ApplyTimings::OpOf(w);
+  if (op < 0) return;
+  apply_timings_.Record(op, result, std::chrono::duration<double>(took).count());
+  const absl::Duration d = absl::FromChrono(took);
+  if (d <= options_.warning_apply_duration) return;
+  apply_timings_.CountSlow();
+  SPDLOG_WARN("apply request took too long (took {}, expected-duration {}, request {}, error {})",
+              absl::FormatDuration(d), absl::FormatDuration(options_.warning_apply_duration),
+              ApplyTimings::Describe(w), result.ok() ? "none" : result.ToString());
 }
 
 absl::Status KvStore::Admit(const WriteRequest& w, int64_t backend_size, int64_t* group_cost,

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -592,6 +593,65 @@ TEST(MetricsTest, MaintenanceTimingsAsEtcd) {
               1)
         << who;
   }
+}
+
+// etcd's apply timings move alike: each write applied adds one observation
+// to its op's series (success or not), and with a warning duration every
+// apply exceeds, each is counted slow and logged as etcd logs it.
+TEST(MetricsTest, ApplyDurationsAsEtcd) {
+  ServerOptions capstan_options = ServerOptions::Capstan();
+  ServerOptions etcd_options = ServerOptions::Etcd();
+  for (ServerOptions* o : {&capstan_options, &etcd_options}) {
+    o->extra_args.push_back("--experimental-warning-apply-duration=1ns");
+  }
+  auto capstan = ServerProcess::Start(capstan_options);
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(etcd_options);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  for (const ServerProcess* server : {capstan->get(), etcd->get()}) {
+    const std::string who = server == capstan->get() ? "capstan" : "etcd";
+    ServerStubs s(server->NewChannel());
+    const Scrape before = ScrapeMetrics(*server);
+    auto series = [](const char* op, bool success) {
+      return absl::StrCat(R"(etcd_server_apply_duration_seconds_count{op=")", op,
+                          R"(",success=")", success ? "true" : "false", R"(",version="v3"})");
+    };
+    int64_t rev = 0;
+    ASSERT_TRUE(Put(s, "/apply/a", "v", 0, &rev).ok()) << who;
+    ASSERT_TRUE(Put(s, "/apply/a", "w", 0, &rev).ok()) << who;
+    etcdserverpb::TxnRequest txn;
+    auto* cmp = txn.add_compare();
+    cmp->set_key("/apply/a");
+    cmp->set_target(etcdserverpb::Compare::VERSION);
+    cmp->set_version(2);
+    txn.add_success()->mutable_request_put()->set_key("/apply/b");
+    etcdserverpb::TxnResponse txn_resp;
+    ASSERT_TRUE(s.kv->Txn(Deadline().get(), txn, &txn_resp).ok()) << who;
+    etcdserverpb::CompactionRequest compact;
+    compact.set_revision(rev);
+    etcdserverpb::CompactionResponse compacted;
+    ASSERT_TRUE(s.kv->Compact(Deadline().get(), compact, &compacted).ok()) << who;
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(60);
+    etcdserverpb::LeaseGrantResponse granted;
+    ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &granted).ok()) << who;
+    const Scrape after = ScrapeMetrics(*server);
+    auto added = [&](const char* op, bool success) {
+      return after.Value(series(op, success)) - before.Value(series(op, success));
+    };
+    EXPECT_EQ(added("Put", true), 2) << who;
+    EXPECT_EQ(added("Txn", true), 1) << who;
+    EXPECT_EQ(added("Compaction", true), 1) << who;
+    EXPECT_EQ(added("LeaseGrant", true), 1) << who;
+    EXPECT_EQ(after.types.at("etcd_server_apply_duration_seconds"), "histogram") << who;
+    // Every apply exceeded 1 ns.
+    EXPECT_EQ(after.Value("etcd_server_slow_apply_total") -
+                  before.Value("etcd_server_slow_apply_total"),
+              5)
+        << who;
+  }
+  EXPECT_TRUE(absl::StrContains((*capstan)->ReadLog(1 << 20), "apply request took too long"));
+  EXPECT_TRUE(absl::StrContains((*etcd)->ReadLog(1 << 20), "apply request took too long"));
 }
 
 // etcd's watch gauges and event counter move alike: one stream with two

@@ -240,6 +240,29 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Histogram("etcd_disk_wal_fsync_duration_seconds",
                             "The latency distributions of fsync called by WAL.",
                             log_sync != nullptr ? *log_sync : store_->commit_latency()));
+    // etcd_server_apply_duration_seconds: a series for each op and outcome
+    // seen, as a Prometheus histogram vector shows them.
+    const mvcc::ApplyTimings& applies = store_->apply_timings();
+    MetricFamily apply_duration{"etcd_server_apply_duration_seconds",
+                                "The latency distributions of v2 apply called by backend.",
+                                MetricType::Histogram,
+                                {}};
+    for (size_t op = 0; op < mvcc::ApplyTimings::kOps.size(); ++op) {
+      for (bool success : {false, true}) {
+        const util::LatencyHistogram& h = applies.histogram(static_cast<int>(op), success);
+        if (h.Count() == 0) continue;
+        ClientMetric metric = HistogramMetric(h);
+        metric.label = {{"op", mvcc::ApplyTimings::kOps[op]},
+                        {"success", success ? "true" : "false"},
+                        {"version", "v3"}};
+        apply_duration.metric.push_back(std::move(metric));
+      }
+    }
+    if (!apply_duration.metric.empty()) out.push_back(std::move(apply_duration));
+    out.push_back(Single("etcd_server_slow_apply_total", MetricType::Counter,
+                         "The total number of slow apply requests (likely overloaded from slow "
+                         "disk).",
+                         d(applies.slow())));
     const mvcc::KvStore::MaintenanceTimings& m = store_->maintenance_timings();
     out.push_back(Histogram("etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
                             "Bucketed histogram of index compaction pause duration.",
