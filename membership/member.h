@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -89,6 +90,14 @@ class RaftView {
   virtual uint64_t SlowReadIndexes() const { return 0; }
   virtual uint64_t ReadIndexesFailed() const { return 0; }
   virtual uint64_t HeartbeatSendFailures() const { return 0; }
+  // etcd's etcd_server_learner_promote_successes and _failures{Reason}:
+  // the promotions this member handled as leader, and why those it refused
+  // or that failed did (each distinct error once, with its count).
+  struct Promotions {
+    uint64_t successes = 0;
+    std::vector<std::pair<absl::Status, uint64_t>> failures;
+  };
+  virtual Promotions LearnerPromotions() const { return {}; }
   // The latencies of the synced writes of the Raft log (etcd's WAL fsync),
   // or null while the log has synced nothing (a sole voter's store makes
   // its groups durable itself).

@@ -215,6 +215,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t ProposalsFailed() const override {
     return proposals_failed_.load(std::memory_order_relaxed);
   }
+  Promotions LearnerPromotions() const override ABSL_LOCKS_EXCLUDED(promotions_mu_);
   // The synced Saves of Ready, once there are any and while this member is
   // not a sole voter: a sole voter's entries are made durable by the store's
   // synced group commit (its log holds them in the store), which the
@@ -515,6 +516,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::atomic<uint64_t> leader_changes_{0}, proposals_failed_{0};
   std::atomic<uint64_t> slow_read_indexes_{0}, read_indexes_failed_{0},
       heartbeat_send_failures_{0};
+  // The promotions handled as leader, counted as they end (any thread).
+  mutable util::Mutex promotions_mu_;
+  Promotions promotions_ ABSL_GUARDED_BY(promotions_mu_);
+  void CountPromotion(const absl::Status& s) ABSL_LOCKS_EXCLUDED(promotions_mu_);
   // The raft loop's: when the leader last sent each peer a heartbeat
   // (etcd's timeout detector), cleared when it becomes leader.
   std::map<uint64_t, absl::Time> heartbeat_sent_;

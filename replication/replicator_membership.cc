@@ -135,6 +135,12 @@ void Replicator::ProposeConfChanges(absl::Time now) {
       continue;
     }
     if (p.change.is_promote) {
+      // Handled here, as leader: etcd counts how it ends.
+      p.done = [this, done = std::move(p.done)](
+                   absl::StatusOr<std::vector<membership::ClusterMember>> members) mutable {
+        CountPromotion(members.status());
+        done(std::move(members));
+      };
       if (absl::Status s = CheckBeforeProposing(p.change); !s.ok()) {
         p.done(std::move(s));
         pending_conf_.pop_front();
@@ -158,6 +164,26 @@ void Replicator::ProposeConfChanges(absl::Time now) {
         id, ConfWaiter{std::move(p.done), p.deadline, std::move(entry), now + ElectionTimeout()});
     pending_conf_.pop_front();
   }
+}
+
+void Replicator::CountPromotion(const absl::Status& s) {
+  util::MutexLock l(&promotions_mu_);
+  if (s.ok()) {
+    ++promotions_.successes;
+    return;
+  }
+  for (auto& [error, count] : promotions_.failures) {
+    if (error == s) {
+      ++count;
+      return;
+    }
+  }
+  promotions_.failures.emplace_back(s, 1);
+}
+
+membership::RaftView::Promotions Replicator::LearnerPromotions() const {
+  util::MutexLock l(&promotions_mu_);
+  return promotions_;
 }
 
 bool Replicator::ProposeConfEntry(const std::string& entry) {

@@ -131,6 +131,22 @@ EtcdError EtcdErrorOf(membership::Error e) {
 
 }  // namespace
 
+std::string EtcdInternalText(const absl::Status& s) {
+  if (auto e = membership::ErrorOf(s)) {
+    using membership::Error;
+    switch (*e) {
+      case Error::kIdRemoved: return "membership: ID removed";
+      case Error::kIdExists: return "membership: ID exists";
+      case Error::kIdNotFound: return "membership: ID not found";
+      case Error::kPeerUrlExists: return "membership: peerURL exists";
+      case Error::kMemberNotLearner: return "membership: can only promote a learner member";
+      case Error::kTooManyLearners: return "membership: too many learner members in cluster";
+      default: break;
+    }
+  }
+  return ToGrpcStatus(s).error_message();
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   if (auto e = mvcc::ErrorOf(s)) {

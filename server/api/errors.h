@@ -20,6 +20,10 @@ namespace capstan::server {
 // a named mvcc::Error gets etcd's code and exact text ("etcdserver: ...");
 // anything else keeps its code with its message.
 grpc::Status ToGrpcStatus(const absl::Status& s);
+// The error's text as etcd's server holds it, before its gRPC layer maps it
+// (what etcd's metrics label errors with): the gRPC text, except that
+// etcd's membership errors keep their own ("membership: ID not found").
+std::string EtcdInternalText(const absl::Status& s);
 
 // etcd's maintenance server returns the auth store's errors unconverted:
 // clients see code Unknown with the auth package's text ("auth: permission

@@ -22,6 +22,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/api/cache_range.h"
 #include "server/api/client_traffic.h"
+#include "server/api/errors.h"
 #include "server/api/recipes.h"
 #include "server/config/feature_gates.h"
 #include "server/config/version.h"
@@ -222,6 +223,27 @@ class StoreMetrics final : public prometheus::Collectable {
     out.push_back(Single("etcd_server_read_indexes_failed_total", MetricType::Counter,
                          "The total number of failed read indexes seen.",
                          raft != nullptr ? d(raft->ReadIndexesFailed()) : 0));
+    const membership::RaftView::Promotions promotions =
+        raft != nullptr ? raft->LearnerPromotions() : membership::RaftView::Promotions{};
+    out.push_back(Single("etcd_server_learner_promote_successes", MetricType::Counter,
+                         "The total number of successful learner promotions while this member "
+                         "is leader.",
+                         d(promotions.successes)));
+    if (!promotions.failures.empty()) {
+      // Labelled with the error's text as etcd's server holds it.
+      MetricFamily failures{"etcd_server_learner_promote_failures",
+                            "The total number of failed learner promotions (likely learner not "
+                            "ready) while this member is leader.",
+                            MetricType::Counter,
+                            {}};
+      for (const auto& [error, count] : promotions.failures) {
+        ClientMetric m;
+        m.label = {{"Reason", EtcdInternalText(error)}};
+        m.counter.value = d(count);
+        failures.metric.push_back(std::move(m));
+      }
+      out.push_back(std::move(failures));
+    }
     out.push_back(Single("etcd_server_heartbeat_send_failures_total", MetricType::Counter,
                          "The total number of leader heartbeat send failures (likely overloaded "
                          "from slow disk).",

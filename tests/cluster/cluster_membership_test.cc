@@ -507,6 +507,22 @@ TEST_P(MembershipTest, ErrorsMatchEtcd) {
   EXPECT_EQ(a.code, grpc::StatusCode::FAILED_PRECONDITION) << Describe(a);
   EXPECT_EQ(a.message, kLearnerNotInSync);
 
+  // The leader counted each refused promotion by its reason, as etcd's
+  // server words it (etcd_server_learner_promote_failures{Reason}).
+  int64_t failures = 0;
+  for (const char* reason :
+       {"membership: ID not found", "membership: can only promote a learner member\"",
+        "etcdserver: can only promote a learner member which is in sync with leader"}) {
+    int64_t n = 0;
+    for (int i = 0; i < 3; ++i) {
+      n += cluster_->Metric(i, "etcd_server_learner_promote_failures{",
+                            absl::StrCat("Reason=\"", reason), 0);
+    }
+    EXPECT_EQ(n, 1) << reason;
+    failures += n;
+  }
+  EXPECT_EQ(failures, 3);
+
   // It goes again; every member lists the three it started with.
   a = MemberRemove(l, learner);
   EXPECT_TRUE(a.ok()) << Describe(a);
@@ -614,6 +630,9 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   ASSERT_NO_FATAL_FAILURE(GrowToThree(nullptr));
   ASSERT_EQ(cluster_->size(), 3);
   ASSERT_TRUE(MembersAgree({0, 1, 2}, Voters({0, 1, 2})));
+  // Both promotions were handled by the leader that made them (etcd's
+  // etcd_server_learner_promote_successes), m0 throughout.
+  EXPECT_EQ(cluster_->Metric(0, "etcd_server_learner_promote_successes ", "", -2), 2);
 
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(absl::StrCat("restarting ", cluster_->name(i)));
