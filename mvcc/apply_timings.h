@@ -6,7 +6,8 @@
 // --warning-apply-duration, each logged with etcd's "apply request took too
 // long". Timed on the committer, from the write's admission to the end of
 // its apply (its part of the group's commit is not included, as etcd's
-// apply does not include its backend's commit).
+// apply does not include its backend's commit). Slow Ranges are counted
+// there too, as etcd counts them (server/api/kv_service.cc).
 
 #ifndef CAPSTAN_MVCC_APPLY_TIMINGS_H_
 #define CAPSTAN_MVCC_APPLY_TIMINGS_H_

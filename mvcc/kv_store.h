@@ -357,6 +357,9 @@ class KvStore : public WriteLog {
   const MaintenanceTimings& maintenance_timings() const { return maintenance_timings_; }
   // How long each write took to apply, by etcd's op (apply_timings.h).
   const ApplyTimings& apply_timings() const { return apply_timings_; }
+  // A read-only request slower than the warning duration, which etcd
+  // counts with the slow applies (etcd_server_slow_apply_total).
+  void CountSlowApply() { apply_timings_.CountSlow(); }
   MaintenanceTimings* mutable_maintenance_timings() { return &maintenance_timings_; }
 
  private:

@@ -597,7 +597,8 @@ TEST(MetricsTest, MaintenanceTimingsAsEtcd) {
 
 // etcd's apply timings move alike: each write applied adds one observation
 // to its op's series (success or not), and with a warning duration every
-// apply exceeds, each is counted slow and logged as etcd logs it.
+// apply exceeds, each is counted slow and logged as etcd logs it, and so is
+// a Range.
 TEST(MetricsTest, ApplyDurationsAsEtcd) {
   ServerOptions capstan_options = ServerOptions::Capstan();
   ServerOptions etcd_options = ServerOptions::Etcd();
@@ -635,6 +636,10 @@ TEST(MetricsTest, ApplyDurationsAsEtcd) {
     grant.set_ttl(60);
     etcdserverpb::LeaseGrantResponse granted;
     ASSERT_TRUE(s.lease->LeaseGrant(Deadline().get(), grant, &granted).ok()) << who;
+    // A Range is no apply, but etcd warns of a slow one and counts it with
+    // the slow applies.
+    etcdserverpb::RangeResponse range;
+    ASSERT_TRUE(RangeAll(s, 0, &range).ok()) << who;
     const Scrape after = ScrapeMetrics(*server);
     auto added = [&](const char* op, bool success) {
       return after.Value(series(op, success)) - before.Value(series(op, success));
@@ -644,13 +649,14 @@ TEST(MetricsTest, ApplyDurationsAsEtcd) {
     EXPECT_EQ(added("Compaction", true), 1) << who;
     EXPECT_EQ(added("LeaseGrant", true), 1) << who;
     EXPECT_EQ(after.types.at("etcd_server_apply_duration_seconds"), "histogram") << who;
-    // Every apply exceeded 1 ns.
+    // Every apply, and the Range, exceeded 1 ns.
     EXPECT_EQ(after.Value("etcd_server_slow_apply_total") -
                   before.Value("etcd_server_slow_apply_total"),
-              5)
+              6)
         << who;
   }
   EXPECT_TRUE(absl::StrContains((*capstan)->ReadLog(1 << 20), "apply request took too long"));
+  EXPECT_TRUE(absl::StrContains((*capstan)->ReadLog(1 << 20), "read-only range"));
   EXPECT_TRUE(absl::StrContains((*etcd)->ReadLog(1 << 20), "apply request took too long"));
 }
 

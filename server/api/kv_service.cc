@@ -1,10 +1,12 @@
 #include "server/api/kv_service.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "mvcc/kv_codec.h"
 #include "mvcc/kv_range.h"
 #include "mvcc/kv_range_stream.h"
@@ -16,6 +18,7 @@
 #include "server/api/go_unmarshal.h"
 #include "server/api/grpc_buffers.h"
 #include "server/api/range_stream.h"
+#include "spdlog/spdlog.h"
 
 namespace capstan::server {
 
@@ -51,6 +54,7 @@ void KvService::CountCalls(CallCounter* counter) {
 grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) {
+  const auto start = std::chrono::steady_clock::now();
   auto* reactor = new CountedUnary(range_calls_);
   auto req = std::make_shared<etcdserverpb::RangeRequest>();
   if (std::string error = DecodeReceived(*request, req.get()); !error.empty()) {
@@ -73,7 +77,7 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
       return reactor->reactor();
     }
   }
-  auto serve = [this, req, response, reactor](absl::Status barrier) {
+  auto serve = [this, req, response, reactor, start](absl::Status barrier) {
     if (!barrier.ok()) {
       reactor->Finish(ToGrpcStatus(barrier));
       return;
@@ -82,13 +86,13 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
     // from the store: encoding a list of 100,000 cached objects on gRPC's
     // callback threads held them, and with them every put's request.
     const bool big = bulk_ != nullptr && IsBulkRange(*store_, *req);
-    auto run = [this, req, response, reactor, big] {
+    auto run = [this, req, response, reactor, big, start] {
       if (cache_range_ != nullptr && cache_range_->TryServeRange(*req, response)) {
-        ClientTraffic::Sent(response->Length());
+        Answered(*req, *response, start);
         reactor->Finish(grpc::Status::OK);
         return;
       }
-      ServeRange(*req, response, reactor, big);
+      ServeRange(*req, response, reactor, big, start);
     };
     if (big) {
       bulk_->Run(std::move(run));
@@ -106,8 +110,26 @@ grpc::ServerUnaryReactor* KvService::Range(grpc::CallbackServerContext* ctx,
   return reactor->reactor();
 }
 
+void KvService::Answered(const etcdserverpb::RangeRequest& req, const grpc::ByteBuffer& response,
+                         std::chrono::steady_clock::time_point start) {
+  const size_t size = response.Length();
+  ClientTraffic::Sent(size);
+  const absl::Duration took = absl::FromChrono(std::chrono::steady_clock::now() - start);
+  const absl::Duration warning = store_->options().warning_apply_duration;
+  if (took <= warning) return;
+  // etcd's warnOfExpensiveReadOnlyRangeRequest, counted with the slow
+  // applies as etcd counts it.
+  store_->CountSlowApply();
+  SPDLOG_WARN(
+      "apply request took too long (took {}, expected-duration {}, prefix read-only range , "
+      "request key:\"{}\" range_end:\"{}\" limit:{}, response size:{})",
+      absl::FormatDuration(took), absl::FormatDuration(warning), absl::CEscape(req.key()),
+      absl::CEscape(req.range_end()), req.limit(), size);
+}
+
 void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                           CountedUnary* reactor, bool big) {
+                           CountedUnary* reactor, bool big,
+                           std::chrono::steady_clock::time_point start) {
   mvcc::RangeResult result;
   std::unique_ptr<mvcc::ByteSink> blocks;
   if (big) {
@@ -145,7 +167,7 @@ void KvService::ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuff
   } else {
     PartsToBuffer(std::move(parts), response);
   }
-  ClientTraffic::Sent(response->Length());
+  Answered(req, *response, start);
   reactor->Finish(grpc::Status::OK);
 }
 

@@ -13,6 +13,7 @@
 #ifndef CAPSTAN_SERVER_API_KV_SERVICE_H_
 #define CAPSTAN_SERVER_API_KV_SERVICE_H_
 
+#include <chrono>
 #include <memory>
 #include <type_traits>
 
@@ -77,7 +78,12 @@ class KvService final : public KvServiceBase {
   // Reads the range and finishes the RPC with its response. A big range
   // (on a bulk-read thread) is built into the bulk reads' reusable blocks.
   void ServeRange(const etcdserverpb::RangeRequest& req, grpc::ByteBuffer* response,
-                  CountedUnary* reactor, bool big);
+                  CountedUnary* reactor, bool big, std::chrono::steady_clock::time_point start);
+  // A Range's answer is ready, `start` being when it arrived: counts its
+  // bytes, and warns of it (etcd's "apply request took too long", prefix
+  // "read-only range ") and counts it slow past --warning-apply-duration.
+  void Answered(const etcdserverpb::RangeRequest& req, const grpc::ByteBuffer& response,
+                std::chrono::steady_clock::time_point start);
 
   // Decodes a write request, checks it with `check` (null: an authenticated
   // user is enough) when auth is on, submits it and finishes the RPC with the
