@@ -45,6 +45,10 @@ class KeepAliveCall final : public AsyncCall, public LeaderMonitor::Stream {
           return;
         }
         state = State::kFinish;
+      } else if (state_ == State::kRead) {
+        // Busy with what the read brought until it reads again: the
+        // monitor leaves the stream alone meanwhile.
+        state_ = State::kRenew;
       }
     }
     switch (state) {
