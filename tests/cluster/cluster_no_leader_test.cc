@@ -84,7 +84,7 @@ std::unique_ptr<WatchStream> OpenWatch(const Cluster& cluster, int i, grpc::Clie
   std::unique_ptr<WatchStream> stream = (*stub)->Watch(ctx);
   etcdserverpb::WatchRequest req;
   req.mutable_create_request()->set_key("k");
-  if (!stream->Write(req)) return stream;
+  if (!stream->Write(req)) return nullptr;  // refused before the create was sent
   etcdserverpb::WatchResponse resp;
   if (!stream->Read(&resp) || !resp.created()) return nullptr;
   return stream;
