@@ -25,8 +25,24 @@ void Replicator::RenewAsLeader(int64_t id,
     if (!ttl) return MakeError(Error::kLeaseNotFound);
     return *ttl;
   };
-  if (sole_voter_.load(std::memory_order_acquire) || RecentlyConfirmedLeader()) {
-    done(renew(absl::OkStatus()));  // nobody else can lead (yet)
+  if (sole_voter_.load(std::memory_order_acquire)) {
+    // Nobody else can lead, and every grant answered was applied here.
+    done(renew(absl::OkStatus()));
+    return;
+  }
+  if (RecentlyConfirmedLeader()) {
+    // Nobody else can lead yet. A lease a follower applied and answered
+    // may be in an entry this leader committed and has not applied yet:
+    // renewed once everything committed is applied (etcd's
+    // waitAppliedIndex), rather than found missing.
+    const uint64_t committed = CommittedIndex();
+    if (AppliedIndex() >= committed) {
+      done(renew(absl::OkStatus()));
+      return;
+    }
+    std::vector<absl::AnyInvocable<void(absl::Status)>> waiting;
+    waiting.push_back([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
+    ReleaseReads(committed, std::move(waiting));
     return;
   }
   ReadBarrier([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
