@@ -8,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "capstan/v1/peer.grpc.pb.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/support/async_unary_call.h"
 #include "server/peer/peer_protocol.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
@@ -26,11 +25,11 @@ struct PeerProber::Peer {
   std::string error = "no probe answered yet";
   absl::Time next_probe = absl::InfinitePast();
   absl::Time next_report;
-  // The probe in flight (owned by the queue until it completes), to cancel.
+  // The probe in flight (owned by its callback until it completes), to cancel.
   grpc::ClientContext* in_flight = nullptr;
 };
 
-// One probe: its own tag on the queue.
+// One probe, owned by its completion callback.
 struct PeerProber::Call {
   uint64_t id = 0;
   // The round trip is timed on the steady clock: a step of the wall clock
@@ -41,7 +40,6 @@ struct PeerProber::Call {
   capstan::v1::ProbeResponse response;
   grpc::Status status;
   std::unique_ptr<capstan::v1::Peer::Stub> stub;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<capstan::v1::ProbeResponse>> reader;
 };
 
 PeerProber::PeerProber(PeerProberOptions options) : options_(std::move(options)) {}
@@ -56,9 +54,9 @@ void PeerProber::Start() {
 }
 
 void PeerProber::StartThreadLocked() {
-  // No thread while there is nobody to probe: its queue would poll the
-  // process's connections for nothing (a single member has no peers). Made
-  // under the lock, so that a Stop that sees started_ finds the thread.
+  // No thread while there is nobody to probe (a single member has no
+  // peers). Made under the lock, so that a Stop that sees started_ finds
+  // the thread.
   if (!started_ || stopping_ || thread_.joinable() || peers_.empty()) return;
   thread_ = NamedThread("peer-prober", [this] { Run(); });
 }
@@ -94,17 +92,11 @@ void PeerProber::Stop() {
       if (peer->in_flight != nullptr) peer->in_flight->TryCancel();
     }
   }
-  // Every probe in flight completes (cancelled) before Next reports the
-  // shutdown: the thread drains the queue, or, never started (no probe was
-  // started then), this does.
-  cq_.Shutdown();
-  if (thread.joinable()) {
-    thread.join();
-    return;
-  }
-  void* tag;
-  bool ok;
-  while (cq_.Next(&tag, &ok)) delete static_cast<Call*>(tag);
+  if (thread.joinable()) thread.join();
+  // Every probe in flight completes, cancelled, on gRPC's threads.
+  util::MutexLock l(&mu_);
+  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return probes_in_flight_ == 0; };
+  mu_.Await(absl::Condition(&answered));
 }
 
 std::shared_ptr<const util::LatencyHistogram> PeerProber::RoundTrips(uint64_t id) const {
@@ -127,27 +119,13 @@ bool PeerProber::HasThread() const {
 }
 
 void PeerProber::Run() {
-  for (;;) {
-    absl::Time wake = absl::InfiniteFuture();
-    {
-      util::MutexLock l(&mu_);
-      // Only what is due is done: a pass after an answer does nothing else.
-      if (!stopping_) wake = ScheduleLocked(absl::Now());
-    }
+  util::MutexLock l(&mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
     // A peer added meanwhile waits at most a probe interval for its first
     // probe.
-    const absl::Time until = std::min(wake, absl::Now() + options_.probe_interval);
-    void* tag = nullptr;
-    bool ok = false;
-    switch (cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(until))) {
-      case grpc::CompletionQueue::SHUTDOWN:
-        return;
-      case grpc::CompletionQueue::GOT_EVENT:
-        Answered(std::unique_ptr<Call>(static_cast<Call*>(tag)), ok);
-        break;
-      case grpc::CompletionQueue::TIMEOUT:
-        break;
-    }
+    const absl::Time until = std::min(ScheduleLocked(now), now + options_.probe_interval);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), until - now);
   }
 }
 
@@ -164,9 +142,15 @@ absl::Time PeerProber::ScheduleLocked(absl::Time now) {
         call->sent = std::chrono::steady_clock::now();
         call->context.set_deadline(absl::ToChronoTime(now + options_.probe_timeout));
         call->stub = capstan::v1::Peer::NewStub(channel);
-        call->reader = call->stub->AsyncProbe(&call->context, call->request, &cq_);
-        call->reader->Finish(&call->response, &call->status, call);
         peer->in_flight = &call->context;
+        ++probes_in_flight_;
+        // gRPC runs the callback on its own threads, never inside this
+        // call: mu_ is held here.
+        call->stub->async()->Probe(&call->context, &call->request, &call->response,
+                                   [this, call](grpc::Status status) {
+                                     call->status = std::move(status);
+                                     Answered(std::unique_ptr<Call>(call));
+                                   });
       }
     }
     if (now >= peer->next_report) ReportLocked(id, *peer, now);
@@ -175,17 +159,18 @@ absl::Time PeerProber::ScheduleLocked(absl::Time now) {
   return wake;
 }
 
-void PeerProber::Answered(std::unique_ptr<Call> call, bool ok) {
+void PeerProber::Answered(std::unique_ptr<Call> call) {
   const absl::Time now = absl::Now();
   util::MutexLock l(&mu_);
+  --probes_in_flight_;
   auto it = peers_.find(call->id);
   if (it == peers_.end() || it->second->in_flight != &call->context) return;
   Peer& p = *it->second;
   p.in_flight = nullptr;
   ++p.probes;
-  if (!ok || !call->status.ok()) {
+  if (!call->status.ok()) {
     p.healthy = false;
-    p.error = ok ? call->status.error_message() : "probe not completed";
+    p.error = call->status.error_message();
     return;
   }
   p.healthy = true;

@@ -35,7 +35,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/completion_queue.h"
 #include "util/latency_histogram.h"
 #include "util/mutex.h"
 
@@ -98,20 +97,22 @@ class PeerProber {
   absl::Time ScheduleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Observes and logs what the schedule says is due.
   void ReportLocked(uint64_t id, Peer& peer, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A probe's answer (or failure) taken from the queue.
-  void Answered(std::unique_ptr<Call> call, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  // A probe's answer (or failure), on one of gRPC's callback threads.
+  void Answered(std::unique_ptr<Call> call) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PeerProberOptions options_;
-  // Probes' completions; polled by the thread only, shut down by Stop.
-  grpc::CompletionQueue cq_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);  // made once started with a peer; joined by the first Stop
 
   // Taken before a peer's channel getter (its sender's lock) and nothing
-  // else; nothing blocks under it (a probe is an asynchronous call, which
-  // returns at once).
+  // else; nothing blocks under it (a probe is an asynchronous call on
+  // gRPC's callback API, which returns at once and answers on gRPC's
+  // threads: the prober's thread only keeps the schedule, and never waits
+  // in gRPC, where an idle thread would take part in polling the process's
+  // connections).
   mutable util::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int probes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // started, not yet answered
   std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
 };
 
