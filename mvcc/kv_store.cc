@@ -358,9 +358,23 @@ void KvStore::TEST_SetGroupWaitHook(std::function<void()> hook) {
   group_wait_hook_ = std::move(hook);
 }
 
+void KvStore::TEST_SetBeforeApplyHook(std::function<void()> hook) {
+  util::MutexLock l(&queue_mu_);
+  has_before_apply_hook_.store(hook != nullptr, std::memory_order_release);
+  before_apply_hook_ = std::move(hook);
+}
+
 void KvStore::CommitLoop() {
   std::vector<WriteRequest> group;
   while (NextGroup(&group)) {
+    if (has_before_apply_hook_.load(std::memory_order_acquire)) {
+      std::function<void()> hook;
+      {
+        util::MutexLock l(&queue_mu_);
+        hook = before_apply_hook_;
+      }
+      if (hook) hook();
+    }
     CommitGroup(&group);
     group.clear();
   }

@@ -265,6 +265,10 @@ class KvStore : public WriteLog {
   // it begins to wait for a group to fill (--backend-batch-interval). It
   // must not call into the store.
   void TEST_SetGroupWaitHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Test hook: runs on the committer, with no lock held, before it applies
+  // each group it took (null: none). It may block, holding back this
+  // store's apply while the rest of the member goes on.
+  void TEST_SetBeforeApplyHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
   // Test hook: calls hook(point) on the compactor thread at each named point
   // (null: none): "KvStore::RunCompaction:Start" (a compaction begins,
@@ -527,6 +531,8 @@ class KvStore : public WriteLog {
   std::deque<WriteRequest> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::function<void()> group_wait_hook_ ABSL_GUARDED_BY(queue_mu_);
+  std::function<void()> before_apply_hook_ ABSL_GUARDED_BY(queue_mu_);
+  std::atomic<bool> has_before_apply_hook_{false};  // the committer looks without the lock
 
   // Physical compaction requests, handed from the committer.
   mutable util::Mutex compact_mu_;

@@ -5,6 +5,7 @@
 
 #include "replication/replicator.h"
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -518,6 +519,53 @@ TEST_F(ReplicatorTest, LeaseIdsAndKeepAlivesAreTheCluster) {
   // Only the leader expires leases.
   EXPECT_TRUE(nodes_[leader].store->Leads());
   EXPECT_FALSE(nodes_[follower].store->Leads());
+}
+
+// A lease a follower granted and answered may be in an entry the leader has
+// committed and not yet applied: a keep-alive at the leader then waits for
+// the leader's apply (etcd's waitAppliedIndex) instead of finding no lease.
+TEST_F(ReplicatorTest, ARenewalAtALeaderBehindItsCommitWaitsForItsApply) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 1) % kMembers;
+  absl::Notification held, release;
+  std::atomic<bool> holding{true};
+  nodes_[leader].store->TEST_SetBeforeApplyHook([&] {
+    if (!holding.exchange(false)) return;
+    held.Notify();
+    release.WaitForNotification();
+  });
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  auto granted = nodes_[follower].store->LeaseGrant(grant);  // answered once applied there
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(nodes_[leader].store->lessor()->Exists(granted->id()));
+  EXPECT_LT(nodes_[leader].replicator->AppliedIndex(), nodes_[leader].replicator->CommittedIndex());
+
+  // The leader confirms its leadership with a read round (the read itself
+  // waits for the apply), and renews within a tick of it, on the path that
+  // needs no round of its own.
+  absl::Notification read;
+  nodes_[leader].store->ReadBarrier([&](absl::Status) { read.Notify(); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!nodes_[leader].replicator->RecentlyConfirmedLeader() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));  // polling a condition, with a deadline
+  }
+  absl::Notification renewed;
+  absl::StatusOr<int64_t> ttl;
+  nodes_[leader].store->RenewLease(granted->id(), [&](absl::StatusOr<int64_t> t) {
+    ttl = t;
+    renewed.Notify();
+  });
+  release.Notify();
+  // Both callbacks refer to this frame: wait for them.
+  EXPECT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  renewed.WaitForNotification();
+  read.WaitForNotification();
+  nodes_[leader].store->TEST_SetBeforeApplyHook(nullptr);
+  ASSERT_TRUE(ttl.ok()) << ttl.status();
+  EXPECT_EQ(*ttl, 60);
 }
 
 // A revocation decided by the leader of a term (a lease its clock saw
