@@ -343,9 +343,9 @@ class KvStore : public WriteLog {
   // Unix seconds, 0 until one ran); defragmentations
   // (etcd_disk_backend_defrag_duration_seconds, etcd_disk_defrag_inflight);
   // Hash and a computed HashKV (etcd_mvcc_hash_duration_seconds,
-  // _hash_rev_duration_seconds); and snapshots sent to clients, from the
-  // checkpoint to the stream's end (etcd_disk_backend_snapshot_duration_seconds,
-  // recorded by the stream).
+  // _hash_rev_duration_seconds); and snapshots sent to clients and to
+  // members, from the checkpoint to the end of the sending
+  // (etcd_disk_backend_snapshot_duration_seconds, RecordSnapshot).
   struct MaintenanceTimings {
     util::LatencyHistogram index_compaction_pause_ms{0.5, 14};
     util::LatencyHistogram db_compaction_pause_ms{1, 13};
@@ -364,7 +364,12 @@ class KvStore : public WriteLog {
   // A read-only request slower than the warning duration, which etcd
   // counts with the slow applies (etcd_server_slow_apply_total).
   void CountSlowApply() { apply_timings_.CountSlow(); }
-  MaintenanceTimings* mutable_maintenance_timings() { return &maintenance_timings_; }
+  // A snapshot sent (to a client, or to a member catching up), from its
+  // checkpoint to the end of its sending, failed or not, as etcd observes
+  // it when the snapshot is closed.
+  void RecordSnapshot(absl::Duration took) {
+    maintenance_timings_.snapshot_seconds.Record(absl::ToDoubleSeconds(took));
+  }
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)

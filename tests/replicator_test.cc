@@ -945,6 +945,22 @@ class ReplicatorSnapshotTest : public ReplicatorTest {
     ReplicatorTest::SetUp();
   }
 
+  // Whether the members' stores timed at least `n` snapshots sent
+  // (etcd_disk_backend_snapshot_duration_seconds) within 10 s: a sending is
+  // timed once the transport has returned, just after the receiver has it.
+  bool AwaitSnapshotsTimed(int n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (;;) {
+      uint64_t timed = 0;
+      for (auto& m : nodes_) {
+        if (m.store) timed += m.store->maintenance_timings().snapshot_seconds.Count();
+      }
+      if (timed >= static_cast<uint64_t>(n)) return true;
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(2));  // polling a condition, with a deadline
+    }
+  }
+
   // Cuts a follower off, writes past the leader's compaction, heals it and
   // checks it caught up by a snapshot into the same data.
   void CatchUpBySnapshot() {

@@ -180,7 +180,7 @@ absl::Status StreamSnapshot(const std::string& checkpoint, const membership::Mem
 class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::SnapshotResponse> {
  public:
   SnapshotReactor(mvcc::KvStore* store, const membership::MemberInfo& member)
-      : timing_(&store->mutable_maintenance_timings()->snapshot_seconds),
+      : store_(store),
         start_(std::chrono::steady_clock::now()) {
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
@@ -241,7 +241,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       stop_ = true;
     }
     if (producer_.joinable()) producer_.join();
-    timing_->Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    store_->RecordSnapshot(absl::FromChrono(std::chrono::steady_clock::now() - start_));
     delete this;
   }
 
@@ -314,7 +314,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
 
   // etcd_disk_backend_snapshot_duration_seconds: from the checkpoint to
   // the stream's end. The store outlives the call.
-  util::LatencyHistogram* const timing_;
+  mvcc::KvStore* const store_;
   const std::chrono::steady_clock::time_point start_;
   std::thread producer_;
   // A leaf; released before every call into gRPC. Push waits on a
