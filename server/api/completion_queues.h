@@ -1,15 +1,15 @@
 // gRPC's completion-queue server model beside the callback API, for the
 // methods where it costs less: a queue per core, each served by a thread of
-// its own (waiting in gRPC only while its queue is busy: Serve), and every step of a call (accepted, read, written, finished) run
-// on the thread that takes it from its queue, with no hand-off to gRPC's
-// callback threads. capstan-grpc-floor measures the two models side by
+// its own (waiting in gRPC only while its queue is busy: Serve), and every
+// step of a call (accepted, read, written, finished) run on the thread that
+// takes it from its queue, with no hand-off to gRPC's callback threads. capstan-grpc-floor measures the two models side by
 // side (docs/BENCHMARKS.md, "gRPC's server models"): a stream per call, as
 // etcd's clients open for each keep-alive, costs a third less server CPU
 // on the queues.
 //
 //   CompletionQueues queues(&builder, 2);  // before BuildAndStart
 //   server = builder.BuildAndStart();
-//   queues.Start();                        // polling threads
+//   queues.Start();                        // the queues' threads
 //   ... services arm their calls on queues.queues() ...
 //   queues.BeginStop();                    // no new calls armed
 //   server->Shutdown(...);                 // every call fails or ends
