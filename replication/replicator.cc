@@ -252,10 +252,18 @@ absl::Status Replicator::AwaitApplied(uint64_t index) {
   if (AppliedIndex() >= index) return absl::OkStatus();
   std::promise<absl::Status> applied;
   auto future = applied.get_future();
-  std::vector<Done> one;
-  one.push_back([&applied](absl::Status s) { applied.set_value(std::move(s)); });
-  ReleaseReads(index, std::move(one));
+  WhenApplied(index, [&applied](absl::Status s) { applied.set_value(std::move(s)); });
   return future.get();
+}
+
+void Replicator::WhenApplied(uint64_t index, Done done) {
+  if (AppliedIndex() >= index) {
+    done(absl::OkStatus());
+    return;
+  }
+  std::vector<Done> one;
+  one.push_back(std::move(done));
+  ReleaseReads(index, std::move(one));
 }
 
 Replicator::~Replicator() {
@@ -411,14 +419,7 @@ void Replicator::ReadBarrier(Done ready) {
     // any entry under it is applied). So the read index is commit_, as
     // raft's ReadIndex would answer for a single voter, without the trip
     // through the raft loop.
-    const uint64_t index = CommittedIndex();
-    if (AppliedIndex() >= index) {
-      ready(absl::OkStatus());
-    } else {
-      std::vector<Done> one;
-      one.push_back(std::move(ready));
-      ReleaseReads(index, std::move(one));
-    }
+    WhenApplied(CommittedIndex(), std::move(ready));
     return;
   }
   {

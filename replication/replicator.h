@@ -487,6 +487,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   void ReleaseReads(uint64_t index, std::vector<absl::AnyInvocable<void(absl::Status)>> waiters)
       ABSL_LOCKS_EXCLUDED(reads_mu_);
+  // Runs `done` on the calling thread if the store has applied `index`,
+  // else on the read queue once it has (or with the error that stops the
+  // member).
+  void WhenApplied(uint64_t index, absl::AnyInvocable<void(absl::Status)> done)
+      ABSL_LOCKS_EXCLUDED(reads_mu_);
   // Runs released barriers on the read queue, in order.
   void RunReads(std::vector<absl::AnyInvocable<void(absl::Status)>> ready);
   // Work for the loop. Reads that arrive while a ReadIndex round is in

@@ -35,14 +35,8 @@ void Replicator::RenewAsLeader(int64_t id,
     // may be in an entry this leader committed and has not applied yet:
     // renewed once everything committed is applied (etcd's
     // waitAppliedIndex), rather than found missing.
-    const uint64_t committed = CommittedIndex();
-    if (AppliedIndex() >= committed) {
-      done(renew(absl::OkStatus()));
-      return;
-    }
-    std::vector<absl::AnyInvocable<void(absl::Status)>> waiting;
-    waiting.push_back([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
-    ReleaseReads(committed, std::move(waiting));
+    WhenApplied(CommittedIndex(),
+                [renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });
     return;
   }
   ReadBarrier([renew, done = std::move(done)](absl::Status s) mutable { done(renew(s)); });

@@ -55,6 +55,12 @@ void CompletionQueues::Serve(grpc::ServerCompletionQueue* cq) {
     busy_until = linger();
   }
   // Stopping: every call's operations end, and the shutdown drains the queue.
+  Drain(cq);
+}
+
+void CompletionQueues::Drain(grpc::ServerCompletionQueue* cq) {
+  void* tag = nullptr;
+  bool ok = false;
   while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
 }
 
@@ -138,11 +144,7 @@ void CompletionQueues::Stop(absl::Duration wait) {
   for (auto* cq : raw_) cq->Shutdown();
   if (threads_.empty()) {
     // Never started: drain here.
-    for (auto* cq : raw_) {
-      void* tag = nullptr;
-      bool ok = false;
-      while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
-    }
+    for (auto* cq : raw_) Drain(cq);
   }
   for (auto& t : threads_) t.join();
 }

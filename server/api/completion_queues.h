@@ -91,6 +91,8 @@ class CompletionQueues {
   // The idle looks; true once the queue has work again, false once the
   // queues stop.
   bool ServeIdle(grpc::ServerCompletionQueue* cq) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes every completion until the queue, shut down, is empty.
+  static void Drain(grpc::ServerCompletionQueue* cq);
   static constexpr int64_t kLingerMs = 100;
   static constexpr absl::Duration kIdleLook = absl::Milliseconds(20);
 
