@@ -180,9 +180,7 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       FinishOnceAndUnlock(grpc::Status(grpc::UNAVAILABLE, "range stream broken"));
       return;
     }
-    const bool schedule = StartProducingLocked();
-    SendNextAndUnlock();
-    if (schedule) Schedule();
+    SendNextThenProduceAndUnlock();
   }
 
   void OnCancel() override {
@@ -253,9 +251,7 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
         queue_.push_back(std::move(e));
       }
     }
-    const bool schedule = StartProducingLocked();
-    SendNextAndUnlock();
-    if (schedule) Schedule();
+    SendNextThenProduceAndUnlock();
   }
 
   // RangeStreamResponse{range_response (1): RangeResponse{header (1) and
@@ -311,35 +307,43 @@ class RangeStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
   }
 
   // Starts the next write, or finishes the call when every chunk is
-  // written (or reading failed), if no write is in flight. Releases mu_
-  // before calling into gRPC. REQUIRES: mu_ held.
-  void SendNextAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
+  // written (or reading failed), if no write is in flight; then queues the
+  // next read if there is room. The room is judged after the write took its
+  // chunk from the queue: judged before, a write completing on a full queue
+  // left one chunk queued and no read coming until the next write completed,
+  // which for a client that stopped reading is when it reads again. Releases
+  // mu_ before calling into gRPC. REQUIRES: mu_ held.
+  void SendNextThenProduceAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
+    enum class Step { kNone, kWrite, kFinish } step = Step::kNone;
+    grpc::Status status;
     if (in_flight_ || finished_) {
-      mu_.Unlock();
-      return;
-    }
-    // Stopped with no write in flight: a cancellation that raced a write
-    // completing with ok lands here, and the call must still finish.
-    if (stop_) {
-      FinishOnceAndUnlock(grpc::Status(grpc::CANCELLED, "context canceled"));
-      return;
-    }
-    if (!queue_.empty()) {
+      // Nothing to send now.
+    } else if (stop_) {
+      // Stopped with no write in flight: a cancellation that raced a write
+      // completing with ok lands here, and the call must still finish.
+      step = Step::kFinish;
+      status = grpc::Status(grpc::CANCELLED, "context canceled");
+    } else if (!queue_.empty()) {
       written_ = std::move(queue_.front().buffer);
       in_flight_bytes_ = queue_.front().bytes;
       queue_.pop_front();
       in_flight_ = true;
-      mu_.Unlock();
+      step = Step::kWrite;
+    } else if (produced_all_) {
+      step = Step::kFinish;
+      status = error_.ok() ? grpc::Status::OK : ToGrpcStatus(error_);
+    }
+    if (step == Step::kFinish) finished_ = true;
+    const bool schedule = StartProducingLocked();
+    mu_.Unlock();
+    if (step == Step::kWrite) {
       // written_ is not touched again until OnWriteDone.
       ClientTraffic::Sent(written_.Length());
       StartWrite(&written_);
-      return;
+    } else if (step == Step::kFinish) {
+      Finish(status);
     }
-    if (!produced_all_) {
-      mu_.Unlock();
-      return;
-    }
-    FinishOnceAndUnlock(error_.ok() ? grpc::Status::OK : ToGrpcStatus(error_));
+    if (schedule) Schedule();
   }
 
   void FinishOnceAndUnlock(const grpc::Status& status) ABSL_UNLOCK_FUNCTION(mu_) {

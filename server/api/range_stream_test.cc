@@ -468,6 +468,40 @@ TEST_F(RangeStreamTest, AClientThatStopsReadingHoldsAFewChunks) {
   }));
 }
 
+TEST_F(RangeStreamTest, ClientsThatStopReadingEachKeepTheirQueueFull) {
+  // Several streams whose clients stop reading: each fills gRPC's window,
+  // has a chunk in flight and its queue full, whatever order its writes
+  // and reads complete in. (A write completing on a full queue once left
+  // the stream one chunk short and reading nothing more until the client
+  // read again.)
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Fill("k", 4000, 8 << 10);  // 32 MiB
+  ASSERT_TRUE(Eventually([] { return GetRangeStreamStats().active == 0; }));
+  constexpr int kStreams = 4;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<RangeStreamResponse>>> readers;
+  std::vector<StreamResult> results(kStreams);
+  RangeStreamResponse r;
+  for (int i = 0; i < kStreams; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(kv_stub_->RangeStream(ctxs.back().get(), Req("k", "l")));
+    ASSERT_TRUE(readers.back()->Read(&r));
+    results[i].chunks.push_back(r.range_response());
+  }
+  EXPECT_TRUE(Eventually([] {
+    return GetRangeStreamStats().buffered_chunks == kStreams * (kQueuedChunks + 1);
+  })) << GetRangeStreamStats().buffered_chunks;
+  for (int i = 0; i < kStreams; ++i) {
+    while (readers[i]->Read(&r)) results[i].chunks.push_back(r.range_response());
+    results[i].status = readers[i]->Finish();
+    ExpectStreamEqualsRange(Req("k", "l"), results[i]);
+  }
+  EXPECT_TRUE(Eventually([] {
+    auto st = GetRangeStreamStats();
+    return st.active == 0 && st.buffered_chunks == 0 && st.buffered_bytes == 0;
+  }));
+}
+
 TEST_F(RangeStreamTest, CancellationFreesEverything) {
   ASSERT_NO_FATAL_FAILURE(Start());
   Fill("k", 4000, 8 << 10);
