@@ -64,4 +64,48 @@ absl::StatusOr<std::unique_ptr<ConnectionPool>> ConnectionPool::Dial(
   return pool;
 }
 
+absl::StatusOr<std::vector<std::string>> ConnectionPool::LeaderEndpoints(
+    const std::vector<std::string>& endpoints, absl::Duration dial_timeout,
+    const ClientSecurity& security) {
+  uint64_t leader = 0;
+  std::unique_ptr<ConnectionPool> answered;
+  std::string last_error = "no --endpoints";
+  for (const std::string& endpoint : endpoints) {
+    auto pool = Dial({endpoint}, 1, dial_timeout, security);
+    if (!pool.ok()) {
+      last_error = std::string(pool.status().message());
+      continue;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(dial_timeout));
+    etcdserverpb::StatusResponse status;
+    grpc::Status s = (*pool)->Maintenance(0).Status(&ctx, etcdserverpb::StatusRequest(), &status);
+    if (!s.ok()) {
+      last_error = absl::StrCat("Status of ", endpoint, ": ", s.error_message());
+      continue;
+    }
+    leader = status.leader();
+    answered = *std::move(pool);
+    break;
+  }
+  if (answered == nullptr) {
+    return absl::UnavailableError(absl::StrCat("failed to find a leader endpoint: ", last_error));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(dial_timeout));
+  etcdserverpb::MemberListResponse members;
+  grpc::Status s = etcdserverpb::Cluster::NewStub(answered->Channel(0))
+                       ->MemberList(&ctx, etcdserverpb::MemberListRequest(), &members);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("failed to get a member list: ", s.error_message()));
+  }
+  for (const auto& m : members.members()) {
+    if (leader != 0 && m.id() == leader && m.clienturls_size() > 0) {
+      return std::vector<std::string>(m.clienturls().begin(), m.clienturls().end());
+    }
+  }
+  return absl::UnavailableError("failed to find a leader endpoint");
+}
+
 }  // namespace capstan::bench

@@ -43,6 +43,13 @@ class ConnectionPool {
 
   // "http://127.0.0.1:2379" -> "127.0.0.1:2379".
   static std::string TargetOf(const std::string& endpoint);
+  // --target-leader, as etcd's benchmark finds the leader: the leader that
+  // the first endpoint to answer Status names, and that member's client
+  // URLs from MemberList. Fails with etcd's tool's messages when no endpoint
+  // answers, the member list cannot be read, or no member is the leader.
+  static absl::StatusOr<std::vector<std::string>> LeaderEndpoints(
+      const std::vector<std::string>& endpoints, absl::Duration dial_timeout,
+      const ClientSecurity& security = {});
 
  private:
   struct Conn {

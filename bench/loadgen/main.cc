@@ -83,8 +83,18 @@ void ApplyGlobals(const GlobalOptions& g) {
   RequestTimeout() = absl::ToChronoMilliseconds(g.request_timeout);
 }
 
-int RunSingle(const GlobalOptions& global, Workload& workload, const std::string& name,
+int RunSingle(const GlobalOptions& given, Workload& workload, const std::string& name,
               const std::string& command_line) {
+  GlobalOptions global = given;
+  if (global.target_leader) {
+    auto leader = ConnectionPool::LeaderEndpoints(global.endpoints, global.dial_timeout,
+                                                  global.security);
+    if (!leader.ok()) {
+      std::cerr << "capstan-bench: " << leader.status().message() << "\n";
+      return kExitFailed;
+    }
+    global.endpoints = *std::move(leader);
+  }
   auto pool =
       ConnectionPool::Dial(global.endpoints, global.conns, global.dial_timeout, global.security);
   if (!pool.ok()) {

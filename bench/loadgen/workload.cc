@@ -11,6 +11,7 @@ std::unique_ptr<Workload> NewWatchStalledWorkload();  // watch_stalled.cc
 
 void GlobalOptions::Register(FlagSet& f) {
   f.StringList("endpoints", &endpoints, "gRPC endpoints");
+  f.Bool("target-leader", &target_leader, "connect only to the leader node");
   f.Int("conns", &conns, "Total number of gRPC connections");
   f.Int("clients", &clients, "Total number of gRPC clients (requests in flight)");
   f.Duration("dial-timeout", &dial_timeout, "dial timeout for client connections");

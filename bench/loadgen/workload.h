@@ -34,6 +34,9 @@ struct GlobalOptions {
   bool no_progress = false;
   int server_pid = 0;  // the server's pid, for RSS and CPU, when it runs on this machine
   ClientSecurity security;  // --cacert, --cert, --key, --user
+  // --target-leader: every connection to the leader's client URLs, found
+  // through the endpoints (ConnectionPool::LeaderEndpoints).
+  bool target_leader = false;
 
   void Register(FlagSet& flags);
 };
