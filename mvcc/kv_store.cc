@@ -63,13 +63,16 @@ absl::Status KvStore::Recover() {
   // Compaction state.
   std::string value;
   int64_t scheduled = 0;
+  compacted_ = false;
   if (auto s = backend_->Get(Cf::kMeta, kScheduledCompactKey, &value); s.ok()) {
     scheduled = DecodeMetaRevision(value);
+    compacted_ = true;
   } else if (!absl::IsNotFound(s)) {
     return s;
   }
   if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
     compact_rev_ = DecodeMetaRevision(value);
+    compacted_ = true;
   } else if (!absl::IsNotFound(s)) {
     return s;
   }
@@ -161,6 +164,7 @@ void KvStore::Publish() {
   view->index = index_->Snapshot();
   view->rev = current_rev_;
   view->compact_rev = compact_rev_;
+  view->compacted = compacted_;
   view->epoch = epoch_;
   std::shared_ptr<const ReadView> old;
   {

@@ -98,6 +98,9 @@ struct ReadView {
   index::IndexSnapshot index;
   int64_t rev = 0;          // the store's revision
   int64_t compact_rev = 0;  // reads below this revision answer ErrCompacted
+  // A compaction was ever scheduled (etcd's compactMainRev is no longer -1):
+  // a store compacted at 0 refuses another compaction at 0.
+  bool compacted = false;
   // Held by every reader of this view; physical compaction waits for the
   // readers of views published before it was scheduled to finish.
   std::shared_ptr<const void> epoch;
@@ -500,6 +503,8 @@ class KvStore : public WriteLog {
   std::unique_ptr<index::TreeIndex> index_ = std::make_unique<index::TreeIndex>();
   int64_t current_rev_ = 1;  // a new store starts at revision 1, as etcd does
   int64_t compact_rev_ = 0;
+  // A compaction was ever scheduled, at 0 included (ReadView::compacted).
+  bool compacted_ = false;
   std::shared_ptr<Epoch> epoch_;
   // The epoch replaced by the compaction scheduled in the current group.
   std::shared_ptr<Epoch> compaction_barrier_;

@@ -21,7 +21,11 @@ using storage::Cf;
 absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
                                    etcdserverpb::CompactionResponse* resp) {
   const int64_t rev = req.revision();
-  if (rev <= compact_rev_) return MakeError(Error::kCompacted);
+  // etcd's compactMainRev is -1 until the first compaction: a store never
+  // compacted takes a compaction at 0, and refuses it from then on.
+  if (rev < compact_rev_ || (rev == compact_rev_ && compacted_)) {
+    return MakeError(Error::kCompacted);
+  }
   if (rev > current_rev_) return MakeError(Error::kFutureRev);
   batch_.Put(Cf::kMeta, kScheduledCompactKey, EncodeMetaRevision(rev));
   {
@@ -37,9 +41,19 @@ absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
     util::MutexLock l(&compact_mu_);
     const bool after_interrupted =
         compact_rev_ == compact_resumed_ && compact_finished_ < compact_rev_;
-    compact_jobs_[rev] = CompactionJob{compact_rev_ > 0 ? compact_rev_ : -1, !after_interrupted};
+    compact_jobs_[rev] = CompactionJob{compacted_ ? compact_rev_ : -1, !after_interrupted};
+  }
+  if (rev == 0) {
+    // A store never compacted, compacted at 0: nothing to remove. etcd's
+    // compaction finishes at once and stores the hash of no revision (its
+    // HashKV at 0 answers that hash, compact_revision -1, until a restart).
+    batch_.Put(Cf::kMeta, kFinishedCompactKey, EncodeMetaRevision(0));
+    util::MutexLock l(&compact_mu_);
+    compaction_hashes_.insert(compaction_hashes_.begin(), CompactionHash{KvHasher().hash(), -1, 0});
+    if (compaction_hashes_.size() > kStoredCompactionHashes) compaction_hashes_.pop_back();
   }
   compact_rev_ = rev;
+  compacted_ = true;
   // Views published from now on belong to a new epoch; the compactor waits
   // for the readers of the old one.
   auto next = std::make_shared<Epoch>();

@@ -21,8 +21,9 @@ using storage::Cf;
 absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
                              int64_t* hash_rev) const {
   // A compaction at exactly rev that stored its hash answers it, whatever
-  // compactions came after (etcd's hashStorage.HashByRev).
-  if (rev > 0) {
+  // compactions came after (etcd's hashStorage.HashByRev; rev 0 too, which
+  // only a compaction at 0 stores).
+  {
     util::MutexLock l(&compact_mu_);
     for (const CompactionHash& h : compaction_hashes_) {
       if (h.rev != rev) continue;
@@ -42,7 +43,8 @@ absl::Status KvStore::HashKV(int64_t rev, uint32_t* hash, int64_t* compact_rev,
   if (rev > 0 && rev < view->compact_rev) return MakeError(Error::kCompacted);
   if (rev > view->rev) return MakeError(Error::kFutureRev);
   if (rev == 0) rev = view->rev;
-  *compact_rev = view->compact_rev;
+  // etcd's compaction revision is -1 until the first compaction.
+  *compact_rev = view->compacted ? view->compact_rev : -1;
   *hash_rev = rev;
   KvHasher hasher;
   // etcd hashes no record below a negative revision.

@@ -192,7 +192,7 @@ DeleteExpectation ModelDelete(Model* m, const DeleteRangeRequest& d) {
 
 CompactExpectation ModelCompact(Model* m, const CompactionRequest& c) {
   CompactExpectation e;
-  if (c.revision() <= m->compact_rev()) {
+  if (c.revision() < m->compact_rev() || (c.revision() == m->compact_rev() && m->compacted())) {
     e.error = Error::kCompacted;
   } else if (c.revision() > m->rev()) {
     e.error = Error::kFutureRev;

@@ -82,7 +82,13 @@ class Model {
  public:
   int64_t rev() const { return rev_; }
   int64_t compact_rev() const { return compact_rev_; }
-  void SetCompactRev(int64_t rev) { compact_rev_ = rev; }
+  // A compaction was ever made (at 0 included): etcd takes a compaction at 0
+  // only on a store never compacted.
+  bool compacted() const { return compacted_; }
+  void SetCompactRev(int64_t rev) {
+    compact_rev_ = rev;
+    compacted_ = true;
+  }
 
   // The key at revision `at`, if it exists then.
   std::optional<ModelKv> Get(const std::string& key, int64_t at) const {
@@ -174,6 +180,7 @@ class Model {
  private:
   int64_t rev_ = 1;  // a new store starts at revision 1
   int64_t compact_rev_ = 0;
+  bool compacted_ = false;
   std::map<std::string, std::vector<ModelChange>> history_;
 };
 

@@ -171,6 +171,65 @@ TEST(HashKVTest, HashRevisionAndHashesAsEtcd) {
   same_hash(0, crev);
 }
 
+// etcd's compaction revision is -1 until the first compaction, so a store
+// never compacted takes a compaction at 0 (etcd's benchmark sends one from
+// put --compact-interval early in a run), and refuses it from then on, after
+// a restart too. HashKV's compact_revision and the hash a later compaction
+// stores are compared with etcd's at every step.
+TEST(HashKVTest, AStoreNeverCompactedTakesOneCompactionAtZero) {
+  auto capstan = ServerProcess::Start(ServerOptions::Capstan());
+  ASSERT_TRUE(capstan.ok()) << capstan.status();
+  auto etcd = ServerProcess::Start(ServerOptions::Etcd());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  auto compact = [](ServerProcess& server, int64_t rev) {
+    ServerStubs s(server.NewChannel());
+    etcdserverpb::CompactionRequest req;
+    req.set_revision(rev);
+    req.set_physical(true);
+    etcdserverpb::CompactionResponse resp;
+    grpc::Status st = s.kv->Compact(Deadline().get(), req, &resp);
+    return st.ok() ? std::string("ok") : absl::StrCat(st.error_code(), " ", st.error_message());
+  };
+  auto hash_at = [](ServerProcess& server, int64_t rev) {
+    ServerStubs s(server.NewChannel());
+    etcdserverpb::HashKVResponse resp;
+    grpc::Status st = HashKV(s, rev, &resp);
+    return st.ok() ? absl::StrCat("hash ", resp.hash(), " compact_revision ",
+                                  resp.compact_revision())
+                   : absl::StrCat(st.error_code(), " ", st.error_message());
+  };
+  // Each server's answers, step by step.
+  auto steps = [&](ServerProcess& server) {
+    std::vector<std::string> out;
+    out.push_back(hash_at(server, 0));
+    out.push_back(compact(server, 0));
+    out.push_back(hash_at(server, 0));
+    out.push_back(compact(server, 0));
+    server.Stop();
+    absl::Status restarted = server.Restart();
+    EXPECT_TRUE(restarted.ok()) << restarted;
+    if (!restarted.ok()) return out;
+    out.push_back(compact(server, 0));
+    out.push_back(hash_at(server, 0));
+    ServerStubs s(server.NewChannel());
+    int64_t rev = 0;
+    EXPECT_TRUE(Put(s, "/z/a", "1", &rev).ok());
+    EXPECT_TRUE(Put(s, "/z/a", "2", &rev).ok());
+    out.push_back(compact(server, rev));
+    // The hash that compaction stored names the one before it.
+    out.push_back(hash_at(server, rev));
+    out.push_back(hash_at(server, 0));
+    return out;
+  };
+  const std::vector<std::string> want = steps(**etcd);
+  const std::vector<std::string> got = steps(**capstan);
+  ASSERT_EQ(want.size(), 9u);
+  EXPECT_EQ(want[1], "ok");
+  EXPECT_EQ(want[3], "11 etcdserver: mvcc: required revision has been compacted");
+  EXPECT_EQ(want[4], want[3]);
+  EXPECT_EQ(got, want);
+}
+
 // ---------------------------------------------------------------------------
 // Defragment is online: puts and linearizable ranges on other threads
 // complete while it runs, and nothing they did is lost.

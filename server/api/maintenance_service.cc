@@ -193,8 +193,7 @@ grpc::ServerUnaryReactor* MaintenanceService::HashKV(grpc::CallbackServerContext
     membership::FillHeader(*member_, response->mutable_header());
     response->mutable_header()->set_revision(store_->Rev());
     response->set_hash(hash);
-    // etcd's compaction revision is -1 until the first compaction.
-    response->set_compact_revision(compact_rev == 0 ? -1 : compact_rev);
+    response->set_compact_revision(compact_rev);
     // etcd 3.5.16's HashKVResponse has no hash_revision (3.6 adds it): the
     // field stays unset.
     (void)hash_rev;
