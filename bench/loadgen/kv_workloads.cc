@@ -3,10 +3,14 @@
 // requests, same keys.
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/loadgen/async_call.h"
 #include "bench/loadgen/keys.h"
 #include "bench/loadgen/load_driver.h"
@@ -35,6 +39,109 @@ RunReport NewReport(const std::string& workload, const BenchContext& ctx) {
   return r;
 }
 
+// Compacts every `interval` (none when it is zero) at the revision of a Get
+// of "foo" minus `delta` (at least 0), on client 0's connection, as etcd's
+// benchmark does for put --compact-interval, until Stop.
+class PeriodicCompactor {
+ public:
+  PeriodicCompactor(BenchContext& ctx, absl::Duration interval, int64_t delta) {
+    if (interval <= absl::ZeroDuration()) return;
+    thread_ = std::thread([this, &ctx, interval, delta] {
+      for (;;) {
+        {
+          absl::MutexLock l(&mu_);
+          if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval)) return;
+        }
+        absl::Status s = CompactOnce(ctx, delta);
+        if (!s.ok()) {
+          absl::MutexLock l(&mu_);
+          error_ = s;
+          return;
+        }
+      }
+    });
+  }
+  ~PeriodicCompactor() { Stop().IgnoreError(); }
+  // Ends the compactions; the error of the first that failed, or OK.
+  absl::Status Stop() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock l(&mu_);
+    return error_;
+  }
+
+ private:
+  static absl::Status CompactOnce(BenchContext& ctx, int64_t delta) {
+    RangeRequest get;
+    get.set_key("foo");
+    etcdserverpb::RangeResponse got;
+    grpc::ClientContext get_ctx;
+    get_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Status s = ctx.pool->Kv(0).Range(&get_ctx, get, &got);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("compaction's Get: ", s.error_message()));
+    etcdserverpb::CompactionRequest req;
+    req.set_revision(std::max<int64_t>(0, got.header().revision() - delta));
+    etcdserverpb::CompactionResponse resp;
+    grpc::ClientContext compact_ctx;
+    compact_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    s = ctx.pool->Kv(0).Compact(&compact_ctx, req, &resp);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("Compact: ", s.error_message()));
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// humanize.Bytes, as etcd's tool prints sizes: SI units, one decimal
+// below 10.
+std::string HumanizeBytes(uint64_t n) {
+  if (n < 10) return absl::StrCat(n, " B");
+  static const char* const kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+  int e = 0;
+  double v = static_cast<double>(n);
+  while (v >= 1000 && e < 6) {
+    v /= 1000;
+    ++e;
+  }
+  v = std::floor(v * 10 + 0.5) / 10;
+  return v < 10 ? absl::StrFormat("%.1f %s", v, kUnits[e]) : absl::StrFormat("%.0f %s", v, kUnits[e]);
+}
+
+// put --check-hashkv: etcd's tool's "HashKV Summary:" of the first endpoint
+// (HashKV at the current revision, asked twice as etcd's tool asks it, and
+// the member's database size from Status).
+absl::StatusOr<std::string> HashKvSummary(BenchContext& ctx) {
+  const std::string host = ctx.global->endpoints.front();
+  const absl::Time start = absl::Now();
+  etcdserverpb::HashKVResponse hash;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext c;
+    SetDeadline(&c);
+    grpc::Status s = ctx.pool->Maintenance(0).HashKV(&c, etcdserverpb::HashKVRequest(), &hash);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("Failed to get the hashkv of endpoint ", host,
+                                                 " (", s.error_message(), ")"));
+    }
+  }
+  etcdserverpb::StatusResponse status;
+  grpc::ClientContext c;
+  SetDeadline(&c);
+  grpc::Status s = ctx.pool->Maintenance(0).Status(&c, etcdserverpb::StatusRequest(), &status);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("Failed to get the status of endpoint ", host, " (",
+                                               s.error_message(), ")"));
+  }
+  return absl::StrCat("HashKV Summary:\n\tHashKV: ", hash.hash(), "\n\tEndpoint: ", host,
+                      "\n\tTime taken to get hashkv: ", absl::FormatDuration(absl::Now() - start),
+                      "\n\tDB size: ", HumanizeBytes(static_cast<uint64_t>(status.dbsize())));
+}
+
 class PutWorkload final : public Workload {
  public:
   void RegisterFlags(FlagSet& f) override {
@@ -45,6 +152,14 @@ class PutWorkload final : public Workload {
     f.Int64("key-space-size", &key_space_size_, "Maximum possible keys");
     f.Bool("sequential-keys", &seq_keys_, "Use sequential keys");
     f.Duration("duration", &duration_, "Stop after this long instead of after --total (0: off)");
+    f.Duration("compact-interval", &compact_interval_,
+               "Interval to compact database (do not duplicate this with etcd's "
+               "'auto-compaction-retention' flag) (e.g. --compact-interval=5m compacts every "
+               "5-minute)");
+    f.Int64("compact-index-delta", &compact_index_delta_,
+            "Delta between current revision and compact revision (e.g. current revision 10000, "
+            "compact at 9000)");
+    f.Bool("check-hashkv", &check_hashkv_, "'true' to check hashkv");
   }
   absl::Status Prepare(const std::vector<std::string>&) override {
     return CheckKeySpace(static_cast<int>(std::min<int64_t>(key_space_size_, INT32_MAX)));
@@ -63,7 +178,19 @@ class PutWorkload final : public Workload {
                [done = std::move(done)](const grpc::Status& s, auto&) { done(s); });
     };
     RunReport r = NewReport("put", ctx);
-    r.phases.push_back(RunClosedLoop(o, issue));
+    {
+      // etcd's tool compacts on the first client's connection every
+      // --compact-interval while the puts run, and stops with the error of
+      // a compaction that fails.
+      PeriodicCompactor compactor(ctx, compact_interval_, compact_index_delta_);
+      r.phases.push_back(RunClosedLoop(o, issue));
+      if (absl::Status s = compactor.Stop(); !s.ok()) return s;
+    }
+    if (check_hashkv_) {
+      auto summary = HashKvSummary(ctx);
+      if (!summary.ok()) return summary.status();
+      r.text.push_back(*std::move(summary));
+    }
     return r;
   }
 
@@ -75,6 +202,9 @@ class PutWorkload final : public Workload {
   int64_t key_space_size_ = 1;
   bool seq_keys_ = false;
   absl::Duration duration_ = absl::ZeroDuration();
+  absl::Duration compact_interval_ = absl::ZeroDuration();
+  int64_t compact_index_delta_ = 1000;
+  bool check_hashkv_ = false;
 };
 
 // Writes n keys (`key` itself when n is 1, else key + 8-digit index) with

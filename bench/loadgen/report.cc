@@ -127,6 +127,7 @@ void PrintReport(const RunReport& r, std::ostream& out) {
     }
   }
   for (const auto& n : r.notes) out << "note: " << n << "\n";
+  for (const auto& t : r.text) out << t << "\n";
   out << "\n";
 }
 

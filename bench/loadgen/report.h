@@ -64,6 +64,9 @@ struct RunReport {
   std::vector<PhaseResult> phases;
   std::vector<Metric> extras;
   std::vector<std::string> notes;
+  // Blocks printed as they are after the summary (etcd's tool's own, such as
+  // put --check-hashkv's "HashKV Summary:").
+  std::vector<std::string> text;
 
   uint64_t TotalErrors() const;
   PhaseResult* Phase(const std::string& name);

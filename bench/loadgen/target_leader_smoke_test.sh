@@ -50,6 +50,24 @@ for i in 0 1 2; do
   fi
 done
 
+# put --compact-interval compacts while the puts run, and --check-hashkv
+# prints etcd's "HashKV Summary:" of the first endpoint (the leader here),
+# the hash the member itself gives etcdctl once the writes are over.
+out=$(timeout 120 "${build}/capstan-bench" --no-progress --target-leader --endpoints "${eps}" \
+  --conns 2 --clients 4 put --total 2000 --rate 2000 --key-space-size 100 \
+  --compact-interval 200ms --compact-index-delta 100 --check-hashkv 2>&1) ||
+  { echo "${out}"; fail "put --compact-interval --check-hashkv failed"; }
+grep -q "^HashKV Summary:" <<<"${out}" || { echo "${out}"; fail "no HashKV summary"; }
+grep -q "Endpoint: http://$(endpoint "${leader}")\$" <<<"${out}" ||
+  { echo "${out}"; fail "the summary is not the leader's"; }
+hash=$(sed -n 's/^\tHashKV: \([0-9]*\)$/\1/p' <<<"${out}")
+want=$("${ETCDCTL}" --endpoints "$(endpoint "${leader}")" endpoint hashkv -w json |
+  sed -n 's/.*"hash":\([0-9]*\).*/\1/p')
+[[ -n "${hash}" && "${hash}" == "${want}" ]] || fail "HashKV ${hash:-none}, the member's ${want:-none}"
+compacted=$("${ETCDCTL}" --endpoints "$(endpoint "${leader}")" get foo --rev=1 2>&1 || true)
+grep -q "required revision has been compacted" <<<"${compacted}" ||
+  { echo "${compacted}"; fail "no compaction while the puts ran"; }
+
 # Nothing answers on these ports: etcd's tool's message, and a failed run.
 if out=$("${build}/capstan-bench" --no-progress --target-leader --dial-timeout 1s \
   --endpoints "127.0.0.1:$((PORT + 7))" put --total 10 2>&1); then
