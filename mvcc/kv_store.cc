@@ -52,7 +52,7 @@ KvStore::~KvStore() {
   if (answerer_.joinable()) answerer_.join();
   {
     util::MutexLock l(&compact_mu_);
-    compact_requested_ = -1;  // tells the compactor to exit
+    compact_exit_ = true;
   }
   if (compactor_.joinable()) compactor_.join();
   // Physical compactions still waiting are answered, not dropped.
@@ -62,7 +62,7 @@ KvStore::~KvStore() {
 absl::Status KvStore::Recover() {
   // Compaction state.
   std::string value;
-  int64_t scheduled = 0;
+  int64_t scheduled = -1;
   compacted_ = false;
   if (auto s = backend_->Get(Cf::kMeta, kScheduledCompactKey, &value); s.ok()) {
     scheduled = DecodeMetaRevision(value);
@@ -136,19 +136,19 @@ absl::Status KvStore::Recover() {
   // Every record may have been compacted away; the revision never goes back.
   if (current_rev_ < compact_rev_) current_rev_ = compact_rev_;
   if (current_rev_ < scheduled) current_rev_ = scheduled;
-  const bool interrupted = scheduled > compact_rev_;
+  int64_t finished = -1;
+  if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
+    finished = DecodeMetaRevision(value);
+  }
+  const bool interrupted = scheduled > finished;
   // A compaction was interrupted: finish it.
   if (interrupted) compact_rev_ = scheduled;
   // An interrupted compaction leaves compact_finished_ behind
   // compact_requested_, so the compactor picks it up and WaitCompactionDone
   // waits for it.
-  int64_t finished = 0;
-  if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
-    finished = DecodeMetaRevision(value);
-  }
   util::MutexLock l(&compact_mu_);  // no other thread runs yet; the lock states the contract
-  if (interrupted) compact_requested_ = scheduled;
-  compact_resumed_ = interrupted ? scheduled : 0;
+  compact_requested_ = std::max(scheduled, finished);
+  compact_resumed_ = interrupted ? scheduled : -1;
   compact_finished_ = finished;
   return absl::OkStatus();
 }

@@ -503,7 +503,9 @@ class KvStore : public WriteLog {
   std::unique_ptr<index::TreeIndex> index_ = std::make_unique<index::TreeIndex>();
   int64_t current_rev_ = 1;  // a new store starts at revision 1, as etcd does
   int64_t compact_rev_ = 0;
-  // A compaction was ever scheduled, at 0 included (ReadView::compacted).
+  // A compaction was ever scheduled, at 0 included (ReadView::compacted):
+  // until then etcd's compaction revision is -1 and a compaction at 0 is
+  // taken once.
   bool compacted_ = false;
   std::shared_ptr<Epoch> epoch_;
   // The epoch replaced by the compaction scheduled in the current group.
@@ -546,11 +548,13 @@ class KvStore : public WriteLog {
 
   // Physical compaction requests, handed from the committer.
   mutable util::Mutex compact_mu_;
-  // Newest scheduled compaction revision; -1 tells the compactor to exit.
-  int64_t compact_requested_ ABSL_GUARDED_BY(compact_mu_) = 0;
-  int64_t compact_finished_ ABSL_GUARDED_BY(compact_mu_) = 0;  // newest finished
-  // The compaction an Open found interrupted and resumes (0: none).
-  int64_t compact_resumed_ ABSL_GUARDED_BY(compact_mu_) = 0;
+  // Newest scheduled and newest finished compaction revisions (-1: none; a
+  // store never compacted may take one at 0).
+  int64_t compact_requested_ ABSL_GUARDED_BY(compact_mu_) = -1;
+  int64_t compact_finished_ ABSL_GUARDED_BY(compact_mu_) = -1;
+  bool compact_exit_ ABSL_GUARDED_BY(compact_mu_) = false;  // tells the compactor to exit
+  // The compaction an Open found interrupted and resumes (-1: none).
+  int64_t compact_resumed_ ABSL_GUARDED_BY(compact_mu_) = -1;
   // The readers the newest compaction waits for.
   std::weak_ptr<Epoch> compact_epoch_ ABSL_GUARDED_BY(compact_mu_);
   bool compact_stopped_ ABSL_GUARDED_BY(compact_mu_) = false;  // a compaction failed: no more run
@@ -574,6 +578,8 @@ class KvStore : public WriteLog {
   };
   static constexpr size_t kStoredCompactionHashes = 10;
   std::vector<CompactionHash> compaction_hashes_ ABSL_GUARDED_BY(compact_mu_);
+  void StoreCompactionHashLocked(const CompactionHash& hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compact_mu_);
   bool CompactionWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
   bool CompactionDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(compact_mu_);
 

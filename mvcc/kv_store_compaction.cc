@@ -43,15 +43,6 @@ absl::Status KvStore::ApplyCompact(const etcdserverpb::CompactionRequest& req,
         compact_rev_ == compact_resumed_ && compact_finished_ < compact_rev_;
     compact_jobs_[rev] = CompactionJob{compacted_ ? compact_rev_ : -1, !after_interrupted};
   }
-  if (rev == 0) {
-    // A store never compacted, compacted at 0: nothing to remove. etcd's
-    // compaction finishes at once and stores the hash of no revision (its
-    // HashKV at 0 answers that hash, compact_revision -1, until a restart).
-    batch_.Put(Cf::kMeta, kFinishedCompactKey, EncodeMetaRevision(0));
-    util::MutexLock l(&compact_mu_);
-    compaction_hashes_.insert(compaction_hashes_.begin(), CompactionHash{KvHasher().hash(), -1, 0});
-    if (compaction_hashes_.size() > kStoredCompactionHashes) compaction_hashes_.pop_back();
-  }
   compact_rev_ = rev;
   compacted_ = true;
   // Views published from now on belong to a new epoch; the compactor waits
@@ -91,7 +82,7 @@ bool KvStore::RunNextCompaction() {
     util::MutexLock l(&compact_mu_);
     compact_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CompactionWorkLocked),
                                  absl::InfiniteDuration());
-    if (compact_requested_ < 0) return false;
+    if (compact_exit_) return false;
     // Each scheduled compaction in turn, up to the newest.
     rev = compact_requested_;
     for (const auto& [job_rev, job] : compact_jobs_) {
@@ -107,7 +98,7 @@ bool KvStore::RunNextCompaction() {
   while (!barrier.expired()) {
     {
       util::MutexLock l(&compact_mu_);
-      if (compact_requested_ < 0) return false;
+      if (compact_exit_) return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -221,16 +212,10 @@ bool KvStore::RunCompaction(int64_t rev) {
   std::vector<absl::AnyInvocable<void(absl::Status)>> done;
   {
     util::MutexLock l(&compact_mu_);
-    if (job.store_hash) {
-      // Stored before the compaction is answered, as etcd does.
-      compaction_hashes_.push_back(CompactionHash{hasher.hash(), job.prev_rev, rev});
-      std::sort(compaction_hashes_.begin(), compaction_hashes_.end(),
-                [](const CompactionHash& a, const CompactionHash& b) { return a.rev < b.rev; });
-      if (compaction_hashes_.size() > kStoredCompactionHashes) {
-        compaction_hashes_.erase(compaction_hashes_.begin(),
-                                 compaction_hashes_.end() - kStoredCompactionHashes);
-      }
-    }
+    // Stored before the compaction is answered, as etcd does. A compaction
+    // at 0 (a store never compacted) stores the hash of no revision, which
+    // etcd's HashKV at 0 answers, compact_revision -1, until a restart.
+    if (job.store_hash) StoreCompactionHashLocked(CompactionHash{hasher.hash(), job.prev_rev, rev});
     compact_finished_ = std::max(compact_finished_, rev);
     for (auto it2 = compact_waiters_.begin(); it2 != compact_waiters_.end();) {
       if (it2->first <= compact_finished_) {
@@ -272,8 +257,18 @@ void KvStore::FailCompactionWaiters(const absl::Status& status, bool stop) {
   for (auto& d : waiters) d(status);
 }
 
+void KvStore::StoreCompactionHashLocked(const CompactionHash& hash) {
+  compaction_hashes_.push_back(hash);
+  std::sort(compaction_hashes_.begin(), compaction_hashes_.end(),
+            [](const CompactionHash& a, const CompactionHash& b) { return a.rev < b.rev; });
+  if (compaction_hashes_.size() > kStoredCompactionHashes) {
+    compaction_hashes_.erase(compaction_hashes_.begin(),
+                             compaction_hashes_.end() - kStoredCompactionHashes);
+  }
+}
+
 bool KvStore::CompactionWorkLocked() const {
-  return compact_requested_ < 0 || (!compact_stopped_ && compact_requested_ > compact_finished_);
+  return compact_exit_ || (!compact_stopped_ && compact_requested_ > compact_finished_);
 }
 
 void KvStore::WaitCompactionDone() {
@@ -283,7 +278,7 @@ void KvStore::WaitCompactionDone() {
 }
 
 bool KvStore::CompactionDoneLocked() const {
-  return compact_requested_ < 0 || compact_stopped_ || compact_finished_ >= compact_requested_;
+  return compact_exit_ || compact_stopped_ || compact_finished_ >= compact_requested_;
 }
 
 }  // namespace capstan::mvcc

@@ -137,8 +137,9 @@ absl::Status KvStore::RestoreOnCommitter(std::unique_ptr<storage::Backend> sourc
   pending_.clear();
   {
     util::MutexLock l(&compact_mu_);
-    compact_requested_ = 0;
-    compact_finished_ = 0;
+    compact_requested_ = -1;
+    compact_finished_ = -1;
+    compact_resumed_ = -1;
     compact_jobs_.clear();
     compaction_hashes_.clear();
   }
