@@ -21,6 +21,8 @@ constexpr absl::string_view kMembersPrefix = "members/";
 constexpr absl::string_view kRemovedPrefix = "members_removed/";
 // Capstan's own: the log indexes of refused conf changes.
 constexpr absl::string_view kRejectedPrefix = "members_rejected/";
+// etcd's "cluster" bucket's key.
+constexpr absl::string_view kClusterVersionKey = "cluster/clusterVersion";
 
 std::string IdHex(uint64_t id) { return absl::StrCat(absl::Hex(id)); }
 
@@ -269,6 +271,10 @@ void MemberTable::WriteRecord(uint64_t changed, storage::WriteBatch* batch) cons
   if (IsRemoved(changed)) batch->Put(storage::Cf::kMeta, absl::StrCat(kRemovedPrefix, hex), "removed");
 }
 
+void MemberTable::WriteClusterVersion(const std::string& version, storage::WriteBatch* batch) {
+  batch->Put(storage::Cf::kMeta, std::string(kClusterVersionKey), version);
+}
+
 void MemberTable::WriteRejection(uint64_t index, storage::WriteBatch* batch) {
   batch->Put(storage::Cf::kMeta, absl::StrCat(kRejectedPrefix, absl::Hex(index, absl::kZeroPad16)),
              "");
@@ -282,6 +288,8 @@ absl::Status MemberTable::Reset(storage::Backend* backend,
     end.back() = static_cast<char>(end.back() + 1);
     batch.DeleteRange(storage::Cf::kMeta, std::string(prefix), end);
   }
+  // A new cluster decides its version anew, as etcd's restored one does.
+  batch.Delete(storage::Cf::kMeta, std::string(kClusterVersionKey));
   MemberTable t;
   for (const auto& m : members) t.Put(m);
   for (const auto& m : members) t.WriteRecord(m.id, &batch);
@@ -319,6 +327,12 @@ absl::StatusOr<MemberTable> MemberTable::Load(storage::Backend* backend) {
     t.rejected_.insert(index);
   }
   if (auto s = it->status(); !s.ok()) return s;
+  std::string version;
+  if (auto s = backend->Get(storage::Cf::kMeta, std::string(kClusterVersionKey), &version); s.ok()) {
+    t.cluster_version_ = std::move(version);
+  } else if (!absl::IsNotFound(s)) {
+    return s;
+  }
   return t;
 }
 

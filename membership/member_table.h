@@ -9,7 +9,8 @@
 // applies the same changes in the same order and holds the same table. The
 // table is kept in the store's meta family beside the data (etcd's
 // "members" and "members_removed" buckets: one record per member, its ID in
-// hex), written in the batch that applies the change.
+// hex), written in the batch that applies the change, and so is the cluster
+// version (etcd's "cluster" bucket).
 //
 // Thread safety: a MemberTable is a value; its owner serializes access.
 
@@ -87,6 +88,14 @@ class MemberTable {
   // member not in the table is left alone (as etcd ignores a removed one).
   void SetAttributes(uint64_t id, const std::string& name,
                      const std::vector<std::string>& client_urls);
+  // The cluster version the cluster decided (etcd's ClusterVersionSetRequest,
+  // "3.6.0"; empty until its first leader proposed one).
+  const std::string& cluster_version() const { return cluster_version_; }
+  void SetClusterVersion(std::string version) { cluster_version_ = std::move(version); }
+  // Stages the record of the cluster version (etcd's "cluster" bucket's
+  // "clusterVersion").
+  static void WriteClusterVersion(const std::string& version, storage::WriteBatch* batch);
+
   // Adds a member outright (the initial members of a store that predates
   // the table, a bootstrap entry without context).
   void Put(ClusterMember m) { members_[m.id] = std::move(m); }
@@ -104,8 +113,8 @@ class MemberTable {
   void MarkRejected(uint64_t index) { rejected_.insert(index); }
   static void WriteRejection(uint64_t index, storage::WriteBatch* batch);
   static absl::StatusOr<MemberTable> Load(storage::Backend* backend);
-  // Replaces every record in backend with a table of `members` (a restored
-  // snapshot that starts a new cluster).
+  // Replaces every record in backend with a table of `members` and no
+  // cluster version (a restored snapshot that starts a new cluster).
   static absl::Status Reset(storage::Backend* backend,
                             const std::vector<ClusterMember>& members);
 
@@ -113,6 +122,7 @@ class MemberTable {
   std::map<uint64_t, ClusterMember> members_;
   std::set<uint64_t> removed_;
   std::set<uint64_t> rejected_;
+  std::string cluster_version_;
 };
 
 }  // namespace capstan::membership

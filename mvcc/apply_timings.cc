@@ -35,6 +35,7 @@ constexpr int kAuthUserList = IndexOf("AuthUserList");
 constexpr int kAuthUserRevokeRole = IndexOf("AuthUserRevokeRole");
 constexpr int kAuthenticate = IndexOf("Authenticate");
 constexpr int kClusterMemberAttrSet = IndexOf("ClusterMemberAttrSet");
+constexpr int kClusterVersionSet = IndexOf("ClusterVersionSet");
 constexpr int kCompaction = IndexOf("Compaction");
 constexpr int kDeleteRange = IndexOf("DeleteRange");
 constexpr int kLeaseCheckpoint = IndexOf("LeaseCheckpoint");
@@ -46,6 +47,7 @@ constexpr int kUnknown = IndexOf("unknown");
 
 // The op of an entry a cluster logged, in etcd's applier's order.
 int OpOfEntry(const etcdserverpb::InternalRaftRequest& r) {
+  if (r.has_cluster_version_set()) return kClusterVersionSet;
   if (r.has_cluster_member_attr_set()) return kClusterMemberAttrSet;
   if (r.has_put()) return kPut;
   if (r.has_delete_range()) return kDeleteRange;

@@ -554,6 +554,22 @@ void Replicator::Propose() {
     pending_.push_front({std::move(w), absl::Now() + options_.request_timeout});
     published_ = true;
   }
+  if (version_due_) {
+    version_due_ = false;
+    if (Leads() && table_.cluster_version().empty()) {
+      // etcd's monitorClusterVersions: a leader whose cluster has no version
+      // yet decides one once an entry of its term is committed.
+      auto set = std::make_shared<etcdserverpb::InternalRaftRequest>();
+      set->mutable_cluster_version_set()->set_ver(options_.cluster_version);
+      mvcc::WriteRequest w;
+      w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
+      w.raft_request = std::move(set);
+      w.done = [](absl::Status s) {
+        if (!s.ok()) SPDLOG_WARN("setting the cluster version failed: {}", s.ToString());
+      };
+      pending_.push_back({std::move(w), absl::Now() + options_.request_timeout});
+    }
+  }
   if (pending_.empty() || Leader() == 0) return;
   std::vector<std::string> entries;
   std::vector<uint64_t> ids;
@@ -878,6 +894,10 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   }
   if (entry.data.empty()) {  // a new leader's entry
     if (entry.index > skip_through_) noop();
+    if (entry.term == Term() && Leads() && table_.cluster_version().empty() &&
+        !options_.cluster_version.empty()) {
+      version_due_ = true;
+    }
     return;
   }
   auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();
@@ -885,6 +905,10 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
       << "the raft log entry at index " << entry.index << " is not an InternalRaftRequest";
   if (request->has_cluster_member_attr_set() && entry.index > skip_through_) {
     ApplyAttributes(entry, std::move(request));
+    return;
+  }
+  if (request->has_cluster_version_set() && entry.index > skip_through_) {
+    ApplyClusterVersion(entry, std::move(request));
     return;
   }
   if (entry.index <= skip_through_) {

@@ -82,6 +82,9 @@ struct ReplicatorOptions {
   // runs (etcd's ClusterMemberAttrSetRequest).
   std::string name;
   std::vector<std::string> client_urls;
+  // The cluster version a leader records when the cluster has none yet
+  // (etcd's ClusterVersionSetRequest, "major.minor.0"; empty: none is).
+  std::string cluster_version;
   // One tick (--heartbeat-interval); an election takes election_ticks
   // (--election-timeout / --heartbeat-interval).
   absl::Duration tick = absl::Milliseconds(100);
@@ -439,6 +442,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void ApplyAttributes(const RaftEntry& entry,
                        std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void PublishMembers() ABSL_LOCKS_EXCLUDED(members_mu_);
+  // Applies a ClusterVersionSet entry: the table records the version.
+  void ApplyClusterVersion(const RaftEntry& entry,
+                           std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void SyncPeers();
   // raft's configuration after entry `index` was applied: what a log
   // compaction at `index` records.
@@ -551,6 +557,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // Request ids the answer-before-commit failpoint applied at proposal.
   absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed
+  // The cluster has no version and this member, its leader, has committed
+  // an entry of its term: it proposes one (etcd's monitorClusterVersions).
+  bool version_due_ = false;
   // The configuration of the last applied ConfChange (or of the log's
   // snapshot), and each configuration since the log's snapshot by the
   // index of its entry (ConfStateAt).

@@ -547,4 +547,23 @@ void Replicator::ApplyAttributes(const RaftEntry& entry,
   store_->SubmitCommitted(std::move(w));
 }
 
+void Replicator::ApplyClusterVersion(const RaftEntry& entry,
+                                     std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
+  table_.SetClusterVersion(request->cluster_version_set().ver());
+  Done done = [](absl::Status) {};
+  if (auto it = waiters_.find(RequestIdOf(*request)); it != waiters_.end()) {
+    done = std::move(it->second.done);
+    waiters_.erase(it);
+  }
+  mvcc::WriteRequest w;
+  w.raft_index = entry.index;
+  w.raft_term = entry.term;
+  w.op = mvcc::CustomOp{[version = table_.cluster_version()](storage::WriteBatch* batch) {
+    membership::MemberTable::WriteClusterVersion(version, batch);
+    return absl::OkStatus();
+  }};
+  w.done = std::move(done);
+  store_->SubmitCommitted(std::move(w));
+}
+
 }  // namespace capstan::replication

@@ -410,6 +410,7 @@ absl::Status Server::StartReplication() {
   options.initial_members = member_->initial_members;
   options.name = member_->name;
   options.client_urls = member_->client_urls;
+  options.cluster_version = kEtcdClusterVersion;
   options.tick = absl::Milliseconds(static_cast<int64_t>(config_.heartbeat_interval_ms));
   options.election_ticks = static_cast<int>(
       std::max<uint64_t>(1, config_.election_timeout_ms / std::max<uint64_t>(1, config_.heartbeat_interval_ms)));

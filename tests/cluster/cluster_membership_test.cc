@@ -677,6 +677,71 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   EXPECT_TRUE(same.ok()) << same;
 }
 
+// A member's Raft log holds the entries etcd's does, so Status's raftIndex
+// is the one etcd reports after the same steps: a new cluster's ConfChange
+// entries, its first leader's empty entry, each member's attributes and the
+// cluster version the leader decides once (etcd's ClusterVersionSet); each
+// write; a restarted member's attributes again; a new leader's empty entry.
+TEST_P(MembershipTest, RaftIndexesAreEtcds) {
+  // Every member applies `want` and holds no entry beyond it.
+  auto all_at = [this](int64_t want) {
+    const auto deadline = Clock::now() + seconds(15);
+    for (int i = 0; i < cluster_->size(); ++i) {
+      while (true) {
+        auto st = cluster_->Status(i);
+        if (st.ok() && st->raftappliedindex() >= static_cast<uint64_t>(want)) {
+          EXPECT_EQ(st->raftindex(), static_cast<uint64_t>(want)) << cluster_->name(i);
+          EXPECT_EQ(st->raftappliedindex(), static_cast<uint64_t>(want)) << cluster_->name(i);
+          break;
+        }
+        if (Clock::now() >= deadline) {
+          ADD_FAILURE() << cluster_->name(i) << " did not apply index " << want << ": "
+                        << (st.ok() ? absl::StrCat("at ", st->raftappliedindex())
+                                    : st.status().ToString());
+          return;
+        }
+        std::this_thread::sleep_for(kPollInterval);  // polling a condition, with a deadline
+      }
+    }
+  };
+  auto put_through = [this](int i) {
+    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
+    etcdserverpb::PutRequest req;
+    req.set_key("raft-index");
+    req.set_value("v");
+    etcdserverpb::PutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
+    EXPECT_TRUE(put.ok()) << Describe(put);
+  };
+
+  {
+    SCOPED_TRACE("one member");
+    ASSERT_NO_FATAL_FAILURE(Start(1));
+    all_at(4);  // its ConfChange, its empty entry, its attributes, the version
+    put_through(0);
+    all_at(5);
+    cluster_->Kill(0);
+    ASSERT_TRUE(cluster_->Restart(0).ok());
+    all_at(7);  // a new term's empty entry, its attributes again
+  }
+  cluster_.reset();
+  {
+    SCOPED_TRACE("three members");
+    ASSERT_NO_FATAL_FAILURE(Start(3));
+    all_at(8);
+    put_through(0);
+    all_at(9);
+    auto leader = cluster_->WaitForLeader(seconds(15));
+    ASSERT_TRUE(leader.ok()) << leader.status();
+    const int follower = (*leader + 1) % 3;
+    cluster_->Kill(follower);
+    ASSERT_TRUE(cluster_->Restart(follower).ok());
+    all_at(10);  // the follower's attributes again; the leader stays
+  }
+}
+
 // --strict-reconfig-check's health rules (etcd's mayAddMember and
 // mayRemoveMember), judged by the member that takes the call from its own
 // peer connections: with a voter down, no member may be added and no live
