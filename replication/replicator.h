@@ -57,6 +57,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcdserverpb/raft_internal.pb.h"
@@ -445,6 +446,10 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // Applies a ClusterVersionSet entry: the table records the version.
   void ApplyClusterVersion(const RaftEntry& entry,
                            std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
+  // Hands the store an applied entry that writes only the member table's
+  // records (`write`), answering the member that proposed it.
+  void SubmitTableRecord(const RaftEntry& entry, const etcdserverpb::InternalRaftRequest& request,
+                         absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> write);
   void SyncPeers();
   // raft's configuration after entry `index` was applied: what a log
   // compaction at `index` records.

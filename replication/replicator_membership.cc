@@ -528,40 +528,36 @@ void Replicator::ApplyAttributes(const RaftEntry& entry,
                        {set.member_attributes().client_urls().begin(),
                         set.member_attributes().client_urls().end()});
   PublishMembers();
-  Done done = [](absl::Status) {};
-  if (auto it = waiters_.find(RequestIdOf(*request)); it != waiters_.end()) {
-    done = std::move(it->second.done);
-    waiters_.erase(it);
-  }
-  mvcc::WriteRequest w;
-  w.raft_index = entry.index;
-  w.raft_term = entry.term;
   auto table = std::make_shared<const membership::MemberTable>(table_);
-  w.op = mvcc::CustomOp{[table, member](storage::WriteBatch* batch) {
+  SubmitTableRecord(entry, *request, [table, member](storage::WriteBatch* batch) {
     // An unknown or removed member gets no record (etcd ignores its
     // attributes).
     if (table->Find(member) != nullptr) table->WriteRecord(member, batch);
     return absl::OkStatus();
-  }};
-  w.done = std::move(done);
-  store_->SubmitCommitted(std::move(w));
+  });
 }
 
 void Replicator::ApplyClusterVersion(const RaftEntry& entry,
                                      std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
   table_.SetClusterVersion(request->cluster_version_set().ver());
+  SubmitTableRecord(entry, *request, [version = table_.cluster_version()](storage::WriteBatch* batch) {
+    membership::MemberTable::WriteClusterVersion(version, batch);
+    return absl::OkStatus();
+  });
+}
+
+void Replicator::SubmitTableRecord(
+    const RaftEntry& entry, const etcdserverpb::InternalRaftRequest& request,
+    absl::AnyInvocable<absl::Status(storage::WriteBatch* batch)> write) {
   Done done = [](absl::Status) {};
-  if (auto it = waiters_.find(RequestIdOf(*request)); it != waiters_.end()) {
+  if (auto it = waiters_.find(RequestIdOf(request)); it != waiters_.end()) {
     done = std::move(it->second.done);
     waiters_.erase(it);
   }
   mvcc::WriteRequest w;
   w.raft_index = entry.index;
   w.raft_term = entry.term;
-  w.op = mvcc::CustomOp{[version = table_.cluster_version()](storage::WriteBatch* batch) {
-    membership::MemberTable::WriteClusterVersion(version, batch);
-    return absl::OkStatus();
-  }};
+  w.op = mvcc::CustomOp{std::move(write)};
   w.done = std::move(done);
   store_->SubmitCommitted(std::move(w));
 }

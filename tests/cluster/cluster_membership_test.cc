@@ -153,6 +153,22 @@ class MembershipTest : public ::testing::TestWithParam<ServerFlavor> {
     return etcdserverpb::Cluster::NewStub(cluster_->NewChannel(i));
   }
 
+  // A Put of key=value through member i (a deadline of `timeout`).
+  Answer Put(int i, const std::string& key, const std::string& value,
+             etcdserverpb::PutResponse* response = nullptr,
+             milliseconds timeout = seconds(10)) const {
+    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
+    etcdserverpb::PutRequest req;
+    req.set_key(key);
+    req.set_value(value);
+    etcdserverpb::PutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    Answer a = ToAnswer(kv->Put(&ctx, req, &resp));
+    if (response != nullptr) *response = resp;
+    return a;
+  }
+
   Answer MemberAdd(int i, const std::string& peer_url, bool learner,
                    etcdserverpb::MemberAddResponse* response = nullptr) const {
     etcdserverpb::MemberAddRequest req;
@@ -535,14 +551,8 @@ TEST_P(MembershipTest, LearnerServesOnlyWhatEtcdLets) {
   ASSERT_NO_FATAL_FAILURE(AddLearner({0}, &m));
   // Something to read: put through the voter, seen by the learner.
   {
-    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(0));
-    etcdserverpb::PutRequest req;
-    req.set_key("k");
-    req.set_value("v");
     etcdserverpb::PutResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
+    Answer put = Put(0, "k", "v", &resp);
     ASSERT_TRUE(put.ok()) << Describe(put);
     auto converged = cluster_->WaitForConvergence(resp.header().revision(), seconds(10));
     ASSERT_TRUE(converged.ok()) << converged.status();
@@ -568,13 +578,7 @@ TEST_P(MembershipTest, LearnerServesOnlyWhatEtcdLets) {
     EXPECT_EQ(resp.kvs(0).value(), "v");
   }
   {
-    etcdserverpb::PutRequest req;
-    req.set_key("k");
-    req.set_value("w");
-    etcdserverpb::PutResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
-    Answer a = ToAnswer(kv->Put(&ctx, req, &resp));
+    Answer a = Put(m, "k", "w", nullptr, seconds(5));
     EXPECT_EQ(a.code, grpc::StatusCode::UNAVAILABLE) << "Put: " << Describe(a);
     EXPECT_EQ(a.message, kNotForLearner);
   }
@@ -660,14 +664,8 @@ TEST_P(MembershipTest, MembersSurviveRestart) {
   }
   int64_t last = 0;
   for (int i = 0; i < 3; ++i) {
-    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
-    etcdserverpb::PutRequest req;
-    req.set_key(absl::StrCat("after-restart/", i));
-    req.set_value("v");
     etcdserverpb::PutResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
+    Answer put = Put(i, absl::StrCat("after-restart/", i), "v", &resp);
     EXPECT_TRUE(put.ok()) << "through " << cluster_->name(i) << ": " << Describe(put);
     last = std::max(last, resp.header().revision());
   }
@@ -704,23 +702,13 @@ TEST_P(MembershipTest, RaftIndexesAreEtcds) {
       }
     }
   };
-  auto put_through = [this](int i) {
-    auto kv = etcdserverpb::KV::NewStub(cluster_->NewChannel(i));
-    etcdserverpb::PutRequest req;
-    req.set_key("raft-index");
-    req.set_value("v");
-    etcdserverpb::PutResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    Answer put = ToAnswer(kv->Put(&ctx, req, &resp));
-    EXPECT_TRUE(put.ok()) << Describe(put);
-  };
 
   {
     SCOPED_TRACE("one member");
     ASSERT_NO_FATAL_FAILURE(Start(1));
     all_at(4);  // its ConfChange, its empty entry, its attributes, the version
-    put_through(0);
+    Answer put = Put(0, "raft-index", "v");
+    EXPECT_TRUE(put.ok()) << Describe(put);
     all_at(5);
     cluster_->Kill(0);
     ASSERT_TRUE(cluster_->Restart(0).ok());
@@ -731,7 +719,8 @@ TEST_P(MembershipTest, RaftIndexesAreEtcds) {
     SCOPED_TRACE("three members");
     ASSERT_NO_FATAL_FAILURE(Start(3));
     all_at(8);
-    put_through(0);
+    Answer put = Put(0, "raft-index", "v");
+    EXPECT_TRUE(put.ok()) << Describe(put);
     all_at(9);
     auto leader = cluster_->WaitForLeader(seconds(15));
     ASSERT_TRUE(leader.ok()) << leader.status();
