@@ -61,21 +61,22 @@ KvStore::~KvStore() {
 
 absl::Status KvStore::Recover() {
   // Compaction state.
+  // The newest scheduled and newest finished compactions (-1: none).
   std::string value;
   int64_t scheduled = -1;
-  compacted_ = false;
+  int64_t finished = -1;
   if (auto s = backend_->Get(Cf::kMeta, kScheduledCompactKey, &value); s.ok()) {
     scheduled = DecodeMetaRevision(value);
-    compacted_ = true;
   } else if (!absl::IsNotFound(s)) {
     return s;
   }
   if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
-    compact_rev_ = DecodeMetaRevision(value);
-    compacted_ = true;
+    finished = DecodeMetaRevision(value);
+    compact_rev_ = finished;
   } else if (!absl::IsNotFound(s)) {
     return s;
   }
+  compacted_ = scheduled >= 0 || finished >= 0;
 
   if (auto s = backend_->Get(Cf::kMeta, kConsistentIndexKey, &value); s.ok() && value.size() == 8) {
     applied_index_.store(util::ReadBigEndian64(value.data()));
@@ -136,10 +137,6 @@ absl::Status KvStore::Recover() {
   // Every record may have been compacted away; the revision never goes back.
   if (current_rev_ < compact_rev_) current_rev_ = compact_rev_;
   if (current_rev_ < scheduled) current_rev_ = scheduled;
-  int64_t finished = -1;
-  if (auto s = backend_->Get(Cf::kMeta, kFinishedCompactKey, &value); s.ok()) {
-    finished = DecodeMetaRevision(value);
-  }
   const bool interrupted = scheduled > finished;
   // A compaction was interrupted: finish it.
   if (interrupted) compact_rev_ = scheduled;

@@ -537,6 +537,18 @@ void Replicator::FinishLoop() {
   renewal_retries_.clear();
 }
 
+Replicator::PendingWrite Replicator::MembershipProposal(
+    std::shared_ptr<etcdserverpb::InternalRaftRequest> request, std::string what) const {
+  mvcc::WriteRequest w;
+  // Applied as the entry it is (ApplyCommitted), not as this op.
+  w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
+  w.raft_request = std::move(request);
+  w.done = [what = std::move(what)](absl::Status s) {
+    if (!s.ok()) SPDLOG_WARN("{} failed: {}", what, s.ToString());
+  };
+  return {std::move(w), absl::Now() + options_.request_timeout};
+}
+
 void Replicator::Propose() {
   if (!published_ && Leader() != 0) {
     // etcd's publishV3: this member's name and client URLs, through the log.
@@ -545,13 +557,7 @@ void Replicator::Propose() {
     set->set_member_id(options_.member_id);
     set->mutable_member_attributes()->set_name(options_.name);
     for (const auto& u : options_.client_urls) set->mutable_member_attributes()->add_client_urls(u);
-    mvcc::WriteRequest w;
-    w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
-    w.raft_request = attrs;
-    w.done = [this](absl::Status s) {
-      if (!s.ok()) SPDLOG_WARN("publishing this member's attributes failed: {}", s.ToString());
-    };
-    pending_.push_front({std::move(w), absl::Now() + options_.request_timeout});
+    pending_.push_front(MembershipProposal(std::move(attrs), "publishing this member's attributes"));
     published_ = true;
   }
   if (version_due_) {
@@ -561,13 +567,7 @@ void Replicator::Propose() {
       // yet decides one once an entry of its term is committed.
       auto set = std::make_shared<etcdserverpb::InternalRaftRequest>();
       set->mutable_cluster_version_set()->set_ver(options_.cluster_version);
-      mvcc::WriteRequest w;
-      w.op = mvcc::CustomOp{[](storage::WriteBatch*) { return absl::OkStatus(); }};
-      w.raft_request = std::move(set);
-      w.done = [](absl::Status s) {
-        if (!s.ok()) SPDLOG_WARN("setting the cluster version failed: {}", s.ToString());
-      };
-      pending_.push_back({std::move(w), absl::Now() + options_.request_timeout});
+      pending_.push_back(MembershipProposal(std::move(set), "setting the cluster version"));
     }
   }
   if (pending_.empty() || Leader() == 0) return;

@@ -443,6 +443,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   void ApplyAttributes(const RaftEntry& entry,
                        std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
   void PublishMembers() ABSL_LOCKS_EXCLUDED(members_mu_);
+  // A proposal of one of etcd's membership entries this member makes itself
+  // (its attributes, the cluster version): nobody waits for it; a failure is
+  // logged as "<what> failed".
+  PendingWrite MembershipProposal(std::shared_ptr<etcdserverpb::InternalRaftRequest> request,
+                                  std::string what) const;
   // Applies a ClusterVersionSet entry: the table records the version.
   void ApplyClusterVersion(const RaftEntry& entry,
                            std::shared_ptr<etcdserverpb::InternalRaftRequest> request);
