@@ -105,6 +105,10 @@ class RaftView {
   // The members as this member's applied log knows them, with the client
   // URLs each published.
   virtual std::vector<ClusterMember> Members() const = 0;
+  // The cluster version the applied log decided (etcd's ClusterVersion),
+  // or empty while it has decided none: a new cluster's leader decides one
+  // once it has committed an entry of its term.
+  virtual std::string ClusterVersion() const { return {}; }
   // Asks Raft to hand the leadership to member `to` (etcd's MoveLeader:
   // raft's MsgTransferLeader) and calls done once this member sees `to`
   // lead: OK; or, if it does not by `deadline`, etcd's "leader transfer
@@ -138,6 +142,12 @@ struct MemberInfo {
   // In a cluster, its Raft state (not owned; outlives the services); null
   // on a single member.
   RaftView* raft = nullptr;
+  // The cluster version this member reports (/version, Status's
+  // storageVersion, etcd_cluster_version): in a Raft group its log's, empty
+  // while undecided; without Raft, `fixed`.
+  std::string ClusterVersion(std::string_view fixed) const {
+    return raft != nullptr ? raft->ClusterVersion() : std::string(fixed);
+  }
   // The data directory had no identity yet: LoadOrCreateMember made it.
   bool created = false;
 };

@@ -60,8 +60,8 @@ KvStore::~KvStore() {
 }
 
 absl::Status KvStore::Recover() {
-  // Compaction state.
-  // The newest scheduled and newest finished compactions (-1: none).
+  // Compaction state: the newest scheduled and newest finished compactions
+  // (-1: none).
   std::string value;
   int64_t scheduled = -1;
   int64_t finished = -1;

@@ -27,6 +27,9 @@ constexpr absl::Duration kReadIndexRetry = absl::Milliseconds(500);
 // The longest a loop pass waits for work inside its call from Go (see
 // docs/REPLICATION.md, "The raft loop and Go's scheduler").
 constexpr absl::Duration kLongestWait = absl::Milliseconds(5);
+// How often a leader looks whether its cluster has a version yet (etcd's
+// monitorVersionInterval).
+constexpr absl::Duration kVersionCheckInterval = absl::Seconds(4);
 
 // The entry data of an InternalRaftRequest's ReadIndex context: 8 bytes.
 std::string ReadContext(uint64_t seq) {
@@ -488,6 +491,10 @@ bool Replicator::LoopOnce() {
     // burst: that would start an election at once.
     if (next_tick_ < now) next_tick_ = now + options_.tick;
   }
+  if (now >= next_version_check_) {
+    next_version_check_ = now + kVersionCheckInterval;
+    version_due_ = true;
+  }
   for (auto& c : in.conf_changes) pending_conf_.push_back(std::move(c));
   for (auto& r : in.renewal_retries) renewal_retries_.push_back(std::move(r));
   for (auto& w : in.writes) pending_.push_back(std::move(w));
@@ -562,12 +569,17 @@ void Replicator::Propose() {
   }
   if (version_due_) {
     version_due_ = false;
-    if (Leads() && table_.cluster_version().empty()) {
+    const absl::Time now = absl::Now();
+    if (Leads() && table_.cluster_version().empty() && !options_.cluster_version.empty() &&
+        (version_term_ != Term() || now >= version_proposed_ + options_.request_timeout)) {
       // etcd's monitorClusterVersions: a leader whose cluster has no version
-      // yet decides one once an entry of its term is committed.
+      // yet decides one once an entry of its term is committed, and looks
+      // again every few seconds (a proposal can be dropped or time out).
       auto set = std::make_shared<etcdserverpb::InternalRaftRequest>();
       set->mutable_cluster_version_set()->set_ver(options_.cluster_version);
       pending_.push_back(MembershipProposal(std::move(set), "setting the cluster version"));
+      version_proposed_ = now;
+      version_term_ = Term();
     }
   }
   if (pending_.empty() || Leader() == 0) return;
@@ -894,10 +906,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
   }
   if (entry.data.empty()) {  // a new leader's entry
     if (entry.index > skip_through_) noop();
-    if (entry.term == Term() && Leads() && table_.cluster_version().empty() &&
-        !options_.cluster_version.empty()) {
-      version_due_ = true;
-    }
+    if (entry.term == Term() && Leads()) version_due_ = true;
     return;
   }
   auto request = std::make_shared<etcdserverpb::InternalRaftRequest>();

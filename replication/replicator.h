@@ -233,6 +233,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t CommittedIndex() const override { return commit_.load(std::memory_order_acquire); }
   uint64_t AppliedIndex() const override { return applied_.load(std::memory_order_acquire); }
   std::vector<membership::ClusterMember> Members() const override ABSL_LOCKS_EXCLUDED(members_mu_);
+  std::string ClusterVersion() const override ABSL_LOCKS_EXCLUDED(members_mu_);
   // Hands the request to the raft loop, which asks raft for the transfer
   // and then looks, at least once a tick (etcd's MoveLeader polls once a
   // tick), whether this member's leader is `to` or the deadline passed. The
@@ -567,9 +568,15 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // Request ids the answer-before-commit failpoint applied at proposal.
   absl::flat_hash_set<uint64_t> applied_early_;
   bool published_ = false;  // this member's attributes are proposed
-  // The cluster has no version and this member, its leader, has committed
-  // an entry of its term: it proposes one (etcd's monitorClusterVersions).
+  // Whether the cluster has a version is due to be looked at: this member
+  // committed an entry of its term, or a version check came (every
+  // kVersionCheckInterval). A leader whose cluster has none proposes one
+  // (etcd's monitorClusterVersions); within a term, again only once its last
+  // proposal had its request timeout to commit.
   bool version_due_ = false;
+  absl::Time next_version_check_ = absl::InfinitePast();
+  absl::Time version_proposed_ = absl::InfinitePast();
+  uint64_t version_term_ = 0;  // the term of version_proposed_
   // The configuration of the last applied ConfChange (or of the log's
   // snapshot), and each configuration since the log's snapshot by the
   // index of its entry (ConfStateAt).
@@ -630,6 +637,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
 
   mutable util::Mutex members_mu_;
   std::vector<membership::ClusterMember> members_ ABSL_GUARDED_BY(members_mu_);
+  std::string cluster_version_ ABSL_GUARDED_BY(members_mu_);
 
   // Runs released read barriers off the committer and the raft loop.
   std::unique_ptr<util::WorkQueue> read_queue_;

@@ -28,6 +28,11 @@ std::vector<membership::ClusterMember> Replicator::Members() const {
   return members_;
 }
 
+std::string Replicator::ClusterVersion() const {
+  util::MutexLock l(&members_mu_);
+  return cluster_version_;
+}
+
 void Replicator::ChangeMembership(const membership::MemberChange& change, absl::Time deadline,
                                   MembersDone done) {
   deadline = std::min(deadline, absl::Now() + options_.request_timeout);
@@ -66,6 +71,7 @@ void Replicator::PublishMembers() {
   learner_.store(learner, std::memory_order_release);
   util::MutexLock l(&members_mu_);
   members_ = std::move(members);
+  cluster_version_ = table_.cluster_version();
 }
 
 void Replicator::SyncPeers() {
@@ -540,6 +546,7 @@ void Replicator::ApplyAttributes(const RaftEntry& entry,
 void Replicator::ApplyClusterVersion(const RaftEntry& entry,
                                      std::shared_ptr<etcdserverpb::InternalRaftRequest> request) {
   table_.SetClusterVersion(request->cluster_version_set().ver());
+  PublishMembers();
   SubmitTableRecord(entry, *request, [version = table_.cluster_version()](storage::WriteBatch* batch) {
     membership::MemberTable::WriteClusterVersion(version, batch);
     return absl::OkStatus();

@@ -750,10 +750,12 @@ void Server::LogReady() const {
 void Server::LogReadyWhenPublished() {
   // etcd's publish: this member's name and client URLs, proposed by the
   // replicator once a leader is known, committed by a quorum and applied
-  // here. Until then the member lists no client URLs for itself.
+  // here. Until then the member lists no client URLs for itself. The ready
+  // lines also wait for the cluster version (the entry after a new
+  // cluster's first attributes), which the first of them names.
   const membership::RaftView* raft = replicator_.get();
   auto published = [&] {
-    if (raft->Leader() == 0) return false;
+    if (raft->Leader() == 0 || raft->ClusterVersion().empty()) return false;
     for (const auto& m : raft->Members()) {
       if (m.id == member_->member_id) return !m.client_urls.empty();
     }

@@ -303,6 +303,7 @@ class ReplicatorTest : public ::testing::Test {
     ro.request_timeout = absl::Seconds(5);
     ro.snapshot_count = snapshot_count_;
     ro.snapshot_catchup_entries = snapshot_catchup_;
+    ro.cluster_version = cluster_version_;
     ro.data_dir = base;
     m.replicator = Replicator::Create(ro, &factory_, std::move(*log), m.store.get(),
                                       m.transport.get(), nullptr);
@@ -442,6 +443,7 @@ class ReplicatorTest : public ::testing::Test {
   // A member with a file system here has its log on it, synced.
   std::shared_ptr<storage::FaultInjectionFs> log_fs_[kMembers];
   int election_ticks_ = 10;
+  std::string cluster_version_;  // none: the leader decides no version
   uint64_t snapshot_count_ = 100000;
   uint64_t snapshot_catchup_ = 5000;
   std::filesystem::path dir_;
@@ -747,6 +749,38 @@ TEST_F(ReplicatorTest, TwoMembershipChangesAskedAtOnceBothApply) {
       EXPECT_EQ(m.peer_urls, std::vector<std::string>{"http://127.0.0.1:21002"});
     }
   }
+}
+
+// Members that decide a cluster version, as the server's do.
+class ReplicatorVersionTest : public ReplicatorTest {
+ protected:
+  void SetUp() override {
+    cluster_version_ = "3.6.0";
+    ReplicatorTest::SetUp();
+  }
+};
+
+// A new cluster has no version until its leader commits an entry of its
+// term and proposes one (etcd's monitorClusterVersions); every member
+// reports it once applied, and a restarted member from its store at once.
+TEST_F(ReplicatorVersionTest, TheLeaderDecidesTheClusterVersionForEveryMember) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto decided = [&] {
+    for (int i = 0; i < kMembers; ++i) {
+      if (nodes_[i].replicator->ClusterVersion() != "3.6.0") return false;
+    }
+    return true;
+  };
+  while (!decided() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
+  }
+  ASSERT_TRUE(decided());
+  const int follower = (leader + 1) % kMembers;
+  StopMember(follower);
+  StartMember(follower);
+  EXPECT_EQ(nodes_[follower].replicator->ClusterVersion(), "3.6.0");
 }
 
 // Members whose logs are synced through a file system that can hold syncs,

@@ -118,9 +118,12 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
     response->set_islearner(false);
   }
   // etcd 3.6's: the schema version of the data (the cluster version once
-  // migrated), the backend quota (2 GiB unless --quota-backend-bytes says
-  // otherwise; with a negative quota, no quota: 0) and no downgrade.
-  response->set_storageversion(kEtcdStorageVersion);
+  // migrated; none before the cluster has a version), the backend quota
+  // (2 GiB unless --quota-backend-bytes says otherwise; with a negative
+  // quota, no quota: 0) and no downgrade.
+  if (!member_->ClusterVersion(kEtcdClusterVersion).empty()) {
+    response->set_storageversion(kEtcdStorageVersion);
+  }
   response->set_dbsizequota(store_->options().quota_bytes);
   response->mutable_downgradeinfo()->set_enabled(false);
   // etcd's Status: a member that knows no leader says so first (etcdctl

@@ -99,8 +99,13 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
   }
   if (method != "GET") return std::nullopt;
   if (path == "/version") {
+    // etcd 3.6's: "not_decided" and "unknown" until the cluster has a
+    // version, and the data's schema with it.
+    const std::string cluster =
+        member_ != nullptr ? member_->ClusterVersion(versions_.cluster) : versions_.cluster;
     return content(absl::StrCat("{\"etcdserver\":\"", versions_.server, "\",\"etcdcluster\":\"",
-                                versions_.cluster, "\",\"storage\":\"", versions_.storage, "\"}"),
+                                cluster.empty() ? "not_decided" : cluster, "\",\"storage\":\"",
+                                cluster.empty() ? "unknown" : versions_.storage, "\"}"),
                    "application/json");
   }
   return std::nullopt;

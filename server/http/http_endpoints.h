@@ -41,9 +41,12 @@ struct ClientTls;
 
 struct Versions {
   std::string server;   // etcd server version whose API Capstan implements
-  std::string cluster;  // cluster version
+  // The cluster version of a member without Raft (in a Raft group, its
+  // log's: membership::MemberInfo::ClusterVersion).
+  std::string cluster;
   std::string capstan;  // Capstan's own version
-  std::string storage = kEtcdStorageVersion;  // the data's schema version (etcd 3.6's)
+  // The data's schema version (etcd 3.6's) once the cluster has a version.
+  std::string storage = kEtcdStorageVersion;
 };
 
 // The query parameters the endpoints read.

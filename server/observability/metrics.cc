@@ -155,15 +155,19 @@ class StoreMetrics final : public prometheus::Collectable {
                          "Which version is running. 1 for 'server_version' label with current "
                          "version.",
                          1, {{"server_version", server_version_}}));
-    // etcd's label is the cluster version's major.minor ("3.5").
-    std::string cluster_version = kEtcdClusterVersion;
+    // etcd's label is the cluster version's major.minor ("3.5"); none
+    // until the cluster has a version.
+    std::string cluster_version =
+        member_ != nullptr ? member_->ClusterVersion(kEtcdClusterVersion) : kEtcdClusterVersion;
     if (size_t major = cluster_version.find('.'); major != std::string::npos) {
       cluster_version = cluster_version.substr(0, cluster_version.find('.', major + 1));
     }
-    out.push_back(Single(
-        "etcd_cluster_version", MetricType::Gauge,
-        "Which version is running. 1 for 'cluster_version' label with current cluster version",
-        1, {{"cluster_version", cluster_version}}));
+    if (!cluster_version.empty()) {
+      out.push_back(Single(
+          "etcd_cluster_version", MetricType::Gauge,
+          "Which version is running. 1 for 'cluster_version' label with current cluster version",
+          1, {{"cluster_version", cluster_version}}));
+    }
     out.push_back(Single("etcd_network_client_grpc_received_bytes_total", MetricType::Counter,
                          "The total number of bytes received from grpc clients.",
                          d(ClientTraffic::received())));
