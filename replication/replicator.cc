@@ -575,9 +575,13 @@ void Replicator::Propose() {
       // etcd's monitorClusterVersions: a leader whose cluster has no version
       // yet decides one once an entry of its term is committed, and looks
       // again every few seconds (a proposal can be dropped or time out).
-      auto set = std::make_shared<etcdserverpb::InternalRaftRequest>();
-      set->mutable_cluster_version_set()->set_ver(options_.cluster_version);
-      pending_.push_back(MembershipProposal(std::move(set), "setting the cluster version"));
+      if (version_proposals_lost_ < options_.failpoint_lose_version_proposals) {
+        ++version_proposals_lost_;
+      } else {
+        auto set = std::make_shared<etcdserverpb::InternalRaftRequest>();
+        set->mutable_cluster_version_set()->set_ver(options_.cluster_version);
+        pending_.push_back(MembershipProposal(std::move(set), "setting the cluster version"));
+      }
       version_proposed_ = now;
       version_term_ = Term();
     }

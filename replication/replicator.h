@@ -107,6 +107,10 @@ struct ReplicatorOptions {
   // (CAPSTAN_FAILPOINTS=answer-before-commit). The history checker must
   // catch it.
   bool failpoint_answer_before_commit = false;
+  // Tests only: this many of the cluster version proposals this member
+  // makes as leader are lost before they reach raft, as raft drops a
+  // proposal during a leadership transfer.
+  int failpoint_lose_version_proposals = 0;
   // Log compaction (--snapshot-count, etcd's semantics): once this many
   // entries were applied since the last compaction, the store's data is
   // flushed (made durable through its applied index) and the log is
@@ -577,6 +581,7 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   absl::Time next_version_check_ = absl::InfinitePast();
   absl::Time version_proposed_ = absl::InfinitePast();
   uint64_t version_term_ = 0;  // the term of version_proposed_
+  int version_proposals_lost_ = 0;  // failpoint_lose_version_proposals'
   // The configuration of the last applied ConfChange (or of the log's
   // snapshot), and each configuration since the log's snapshot by the
   // index of its entry (ConfStateAt).

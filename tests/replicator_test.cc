@@ -300,10 +300,11 @@ class ReplicatorTest : public ::testing::Test {
     ro.name = members_[i].name;
     ro.tick = absl::Milliseconds(10);
     ro.election_ticks = election_ticks_;
-    ro.request_timeout = absl::Seconds(5);
     ro.snapshot_count = snapshot_count_;
     ro.snapshot_catchup_entries = snapshot_catchup_;
     ro.cluster_version = cluster_version_;
+    ro.failpoint_lose_version_proposals = lose_version_proposals_;
+    ro.request_timeout = request_timeout_;
     ro.data_dir = base;
     m.replicator = Replicator::Create(ro, &factory_, std::move(*log), m.store.get(),
                                       m.transport.get(), nullptr);
@@ -444,6 +445,8 @@ class ReplicatorTest : public ::testing::Test {
   std::shared_ptr<storage::FaultInjectionFs> log_fs_[kMembers];
   int election_ticks_ = 10;
   std::string cluster_version_;  // none: the leader decides no version
+  int lose_version_proposals_ = 0;
+  absl::Duration request_timeout_ = absl::Seconds(5);
   uint64_t snapshot_count_ = 100000;
   uint64_t snapshot_catchup_ = 5000;
   std::filesystem::path dir_;
@@ -758,6 +761,21 @@ class ReplicatorVersionTest : public ReplicatorTest {
     cluster_version_ = "3.6.0";
     ReplicatorTest::SetUp();
   }
+
+  // Whether every member reports the version, once they do or by `timeout`.
+  bool AllDecide(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    auto decided = [&] {
+      for (int i = 0; i < kMembers; ++i) {
+        if (nodes_[i].replicator->ClusterVersion() != "3.6.0") return false;
+      }
+      return true;
+    };
+    while (!decided() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
+    }
+    return decided();
+  }
 };
 
 // A new cluster has no version until its leader commits an entry of its
@@ -766,21 +784,30 @@ class ReplicatorVersionTest : public ReplicatorTest {
 TEST_F(ReplicatorVersionTest, TheLeaderDecidesTheClusterVersionForEveryMember) {
   const int leader = WaitForLeader();
   ASSERT_GE(leader, 0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  auto decided = [&] {
-    for (int i = 0; i < kMembers; ++i) {
-      if (nodes_[i].replicator->ClusterVersion() != "3.6.0") return false;
-    }
-    return true;
-  };
-  while (!decided() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
-  }
-  ASSERT_TRUE(decided());
+  ASSERT_TRUE(AllDecide(absl::Seconds(10)));
   const int follower = (leader + 1) % kMembers;
   StopMember(follower);
   StartMember(follower);
   EXPECT_EQ(nodes_[follower].replicator->ClusterVersion(), "3.6.0");
+}
+
+// A leader whose version proposal was lost looks again at its next version
+// check (every 4 s, as etcd's) once the lost one had its request timeout
+// (1 s here), and proposes it again: the cluster does not stay undecided
+// until the next leader.
+TEST_F(ReplicatorVersionTest, ALostVersionProposalIsMadeAgainByTheSameLeader) {
+  for (int i = 0; i < kMembers; ++i) StopMember(i);
+  std::filesystem::remove_all(dir_);
+  lose_version_proposals_ = 1;
+  request_timeout_ = absl::Seconds(1);
+  for (int i = 0; i < kMembers; ++i) StartMember(i);
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  const uint64_t term = nodes_[leader].replicator->Term();
+  EXPECT_FALSE(AllDecide(absl::Seconds(2)));
+  ASSERT_TRUE(AllDecide(absl::Seconds(10)));
+  EXPECT_EQ(nodes_[leader].replicator->Term(), term);
+  EXPECT_TRUE(nodes_[leader].replicator->Leads());
 }
 
 // Members whose logs are synced through a file system that can hold syncs,
