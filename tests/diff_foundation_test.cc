@@ -300,6 +300,11 @@ TEST_F(DiffFoundationTest, SnapshotStreamShape) {
     EXPECT_EQ(st.messages.back().remaining_bytes(), 0u);
     EXPECT_EQ(st.messages.back().blob().size(), 32u) << "sha256 of the snapshot";
     EXPECT_FALSE(st.messages[0].has_header());
+    // etcd 3.6's version field, on every message: the storage version,
+    // which etcd 3.5 does not send.
+    for (const auto& m : st.messages) {
+      EXPECT_EQ(m.version(), s == &etcd_stubs() ? "" : "3.6.0");
+    }
   }
 }
 

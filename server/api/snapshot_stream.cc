@@ -181,6 +181,10 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
  public:
   SnapshotReactor(mvcc::KvStore* store, const membership::MemberInfo& member)
       : store_(store),
+        // etcd 3.6's: the data's storage version, once the cluster has a
+        // version (each message carries it).
+        storage_version_(member.ClusterVersion(kEtcdClusterVersion).empty() ? ""
+                                                                          : kEtcdStorageVersion),
         start_(std::chrono::steady_clock::now()) {
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {
@@ -278,6 +282,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       remaining_ -= queue_.front().size();
       response_.set_blob(std::move(queue_.front()));
       response_.set_remaining_bytes(remaining_);
+      response_.set_version(storage_version_);
       queue_.pop_front();  // room for Push
     } else if (!produced_) {
       mu_.Unlock();
@@ -289,6 +294,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       checksum_sent_ = true;
       response_.Clear();
       response_.set_blob(checksum_);
+      response_.set_version(storage_version_);
     } else {
       FinishOnceAndUnlock(grpc::Status::OK);
       return;
@@ -315,6 +321,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
   // etcd_disk_backend_snapshot_duration_seconds: from the checkpoint to
   // the stream's end. The store outlives the call.
   mvcc::KvStore* const store_;
+  const std::string storage_version_;
   const std::chrono::steady_clock::time_point start_;
   std::thread producer_;
   // A leaf; released before every call into gRPC. Push waits on a
