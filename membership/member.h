@@ -148,6 +148,12 @@ struct MemberInfo {
   std::string ClusterVersion(std::string_view fixed) const {
     return raft != nullptr ? raft->ClusterVersion() : std::string(fixed);
   }
+  // The data's storage (schema) version as etcd 3.6 reports it (/version,
+  // Status's storageVersion, each Snapshot message): `storage` once the
+  // cluster has a version (ClusterVersion(fixed) is not empty), empty before.
+  std::string StorageVersion(std::string_view fixed, std::string_view storage) const {
+    return ClusterVersion(fixed).empty() ? std::string() : std::string(storage);
+  }
   // The data directory had no identity yet: LoadOrCreateMember made it.
   bool created = false;
 };

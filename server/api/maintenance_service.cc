@@ -121,9 +121,7 @@ grpc::ServerUnaryReactor* MaintenanceService::Status(grpc::CallbackServerContext
   // migrated; none before the cluster has a version), the backend quota
   // (2 GiB unless --quota-backend-bytes says otherwise; with a negative
   // quota, no quota: 0) and no downgrade.
-  if (!member_->ClusterVersion(kEtcdClusterVersion).empty()) {
-    response->set_storageversion(kEtcdStorageVersion);
-  }
+  response->set_storageversion(member_->StorageVersion(kEtcdClusterVersion, kEtcdStorageVersion));
   response->set_dbsizequota(store_->options().quota_bytes);
   response->mutable_downgradeinfo()->set_enabled(false);
   // etcd's Status: a member that knows no leader says so first (etcdctl

@@ -183,8 +183,7 @@ class SnapshotReactor final : public grpc::ServerWriteReactor<etcdserverpb::Snap
       : store_(store),
         // etcd 3.6's: the data's storage version, once the cluster has a
         // version (each message carries it).
-        storage_version_(member.ClusterVersion(kEtcdClusterVersion).empty() ? ""
-                                                                          : kEtcdStorageVersion),
+        storage_version_(member.StorageVersion(kEtcdClusterVersion, kEtcdStorageVersion)),
         start_(std::chrono::steady_clock::now()) {
     auto checkpoint = Checkpoint(store);
     if (!checkpoint.ok()) {

@@ -23,21 +23,6 @@
 namespace capstan::server {
 namespace {
 
-struct X509Free {
-  void operator()(X509* cert) const { X509_free(cert); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-
-std::vector<X509Ptr> ReadPemCertificates(grpc::string_ref pem) {
-  std::vector<X509Ptr> certs;
-  if (pem.empty()) return certs;
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) certs.emplace_back(cert);
-  BIO_free(bio);
-  ERR_clear_error();  // the read that ends the loop leaves "no start line"
-  return certs;
-}
-
 // The host of a gRPC target name ("127.0.0.1:2380", "[::1]:2380", "host").
 std::string TargetHost(grpc::string_ref target) {
   std::string t(target.data(), target.size());
@@ -91,16 +76,8 @@ class PeerCertVerifier : public grpc::experimental::ExternalCertificateVerifier 
     if (!allowed_hostname_.empty() && !CertificateValidForHostname(ips, names, allowed_hostname_)) {
       return grpc::Status(grpc::UNAUTHENTICATED, "client certificate authentication failed");
     }
-    if (!crl_file_.empty()) {
-      auto leaf = ReadPemCertificates(request.peer_cert());
-      auto chain = ReadPemCertificates(request.peer_cert_full_chain());
-      std::vector<const X509*> certs;
-      for (const auto* list : {&leaf, &chain}) {
-        for (const auto& cert : *list) certs.push_back(cert.get());
-      }
-      if (std::string reason = RevokedByCrl(crl_file_, certs); !reason.empty()) {
-        return grpc::Status(grpc::UNAUTHENTICATED, reason);
-      }
+    if (std::string reason = HandshakeRevokedByCrl(crl_file_, request); !reason.empty()) {
+      return grpc::Status(grpc::UNAUTHENTICATED, reason);
     }
     return grpc::Status::OK;
   }
@@ -114,7 +91,7 @@ class PeerCertVerifier : public grpc::experimental::ExternalCertificateVerifier 
 }  // namespace
 
 std::string PeerAddressMismatch(std::string_view pem, const std::string& host) {
-  auto certs = ReadPemCertificates(grpc::string_ref(pem.data(), pem.size()));
+  auto certs = ReadPemCertificates(pem);
   if (certs.empty()) return "";
   std::vector<std::string> ips, dns;
   auto* general = static_cast<GENERAL_NAMES*>(

@@ -67,21 +67,6 @@ std::string SerialHex(const ASN1_INTEGER* serial) {
   return text;
 }
 
-struct X509Free {
-  void operator()(X509* cert) const { X509_free(cert); }
-};
-
-// Every certificate in PEM text, in order.
-std::vector<std::unique_ptr<X509, X509Free>> ReadPemCertificates(grpc::string_ref pem) {
-  std::vector<std::unique_ptr<X509, X509Free>> certs;
-  if (pem.empty()) return certs;
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) certs.emplace_back(cert);
-  BIO_free(bio);
-  ERR_clear_error();  // the read that ends the loop leaves "no start line"
-  return certs;
-}
-
 // The checks etcd's TLS listener makes after the chain is verified:
 // --client-cert-allowed-hostname (the client certificate must be valid for
 // the hostname) and --client-crl-file (RevokedByCrl).
@@ -107,18 +92,8 @@ class ClientCertVerifier : public grpc::experimental::ExternalCertificateVerifie
         return grpc::Status(grpc::UNAUTHENTICATED, "client certificate authentication failed");
       }
     }
-    if (!crl_file_.empty()) {
-      // The client's certificate, then the chain it sent (without its own
-      // certificate on a server, as OpenSSL keeps it).
-      auto leaf = ReadPemCertificates(request.peer_cert());
-      auto chain = ReadPemCertificates(request.peer_cert_full_chain());
-      std::vector<const X509*> certs;
-      for (const auto* list : {&leaf, &chain}) {
-        for (const auto& cert : *list) certs.push_back(cert.get());
-      }
-      if (std::string reason = RevokedByCrl(crl_file_, certs); !reason.empty()) {
-        return grpc::Status(grpc::UNAUTHENTICATED, reason);
-      }
+    if (std::string reason = HandshakeRevokedByCrl(crl_file_, request); !reason.empty()) {
+      return grpc::Status(grpc::UNAUTHENTICATED, reason);
     }
     return grpc::Status::OK;
   }
@@ -252,6 +227,32 @@ std::string RevokedByCrl(const std::string& crl_file, const std::vector<const X5
     }
   }
   return "";
+}
+
+std::string HandshakeRevokedByCrl(
+    const std::string& crl_file,
+    const grpc::experimental::TlsCustomVerificationCheckRequest& request) {
+  if (crl_file.empty()) return "";
+  // Without its own certificate on a server, as OpenSSL keeps the chain.
+  const grpc::string_ref leaf_pem = request.peer_cert();
+  const grpc::string_ref chain_pem = request.peer_cert_full_chain();
+  auto leaf = ReadPemCertificates(std::string_view(leaf_pem.data(), leaf_pem.size()));
+  auto chain = ReadPemCertificates(std::string_view(chain_pem.data(), chain_pem.size()));
+  std::vector<const X509*> certs;
+  for (const auto* list : {&leaf, &chain}) {
+    for (const auto& cert : *list) certs.push_back(cert.get());
+  }
+  return RevokedByCrl(crl_file, certs);
+}
+
+std::vector<X509Ptr> ReadPemCertificates(std::string_view pem) {
+  std::vector<X509Ptr> certs;
+  if (pem.empty()) return certs;
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) certs.emplace_back(cert);
+  BIO_free(bio);
+  ERR_clear_error();  // the read that ends the loop leaves "no start line"
+  return certs;
 }
 
 bool CertificateValidForHostname(const std::vector<std::string>& ip_sans,

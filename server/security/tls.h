@@ -11,10 +11,12 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
 #include "openssl/x509.h"
 #include "server/config/config.h"
 
@@ -109,6 +111,18 @@ absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file);
 // is read at every call, as etcd reads it at every handshake; a file that
 // cannot be read refuses everyone.
 std::string RevokedByCrl(const std::string& crl_file, const std::vector<const X509*>& certs);
+// RevokedByCrl for what a TLS peer presented in a gRPC handshake: its
+// certificate, then the chain it sent.
+std::string HandshakeRevokedByCrl(
+    const std::string& crl_file,
+    const grpc::experimental::TlsCustomVerificationCheckRequest& request);
+
+struct X509Free {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+// Every certificate in PEM text, in order.
+std::vector<X509Ptr> ReadPemCertificates(std::string_view pem);
 
 // Writes a self-signed ECDSA P-256 certificate valid for `hosts` (IPs or DNS
 // names) for `years` into dir/cert.pem and dir/key.pem, as etcd's --auto-tls
