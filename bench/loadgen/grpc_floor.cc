@@ -17,7 +17,7 @@
 // answer is written from the thread that received the
 // request (unless --answer-thread: then puts are answered by one other
 // thread, in batches, as Capstan's committer hands its groups to be
-// answered). No real server can be cheaper per request with this gRPC, so a
+// answered; in either model). No real server can be cheaper per request with this gRPC, so a
 // benchmark against it bounds what any server could reach on the same
 // machine (docs/BENCHMARKS.md, "The gRPC floor"). It is a measuring tool,
 // not a server: it keeps no history, and everything else answers
@@ -166,32 +166,47 @@ class Answerer {
     thread_.join();
   }
 
-  void Hand(grpc::ServerUnaryReactor* reactor) {
+  // Runs `finish` (which finishes a call) on the answerer's thread.
+  void Hand(std::function<void()> finish) {
     absl::MutexLock l(&mu_);
-    waiting_.push_back(reactor);
+    waiting_.push_back(std::move(finish));
+  }
+
+  // Runs `drain` after each batch and, while idle, every kDrainEvery (null:
+  // nothing). Returns once no earlier drain is running.
+  void SetDrain(std::function<void()> drain) {
+    absl::MutexLock l(&drain_mu_);
+    drain_ = std::move(drain);
   }
 
  private:
   void Loop() {
-    std::vector<grpc::ServerUnaryReactor*> batch;
+    std::vector<std::function<void()>> batch;
     for (;;) {
       {
         absl::MutexLock l(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Answerer* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) {
-              return a->stop_ || !a->waiting_.empty();
-            },
-            this));
-        if (waiting_.empty()) return;
+        mu_.AwaitWithTimeout(absl::Condition(
+                                 +[](Answerer* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) {
+                                   return a->stop_ || !a->waiting_.empty();
+                                 },
+                                 this),
+                             kDrainEvery);
+        if (stop_ && waiting_.empty()) return;
         batch.swap(waiting_);
       }
-      for (auto* reactor : batch) reactor->Finish(grpc::Status::OK);
+      for (auto& finish : batch) finish();
       batch.clear();
+      absl::MutexLock l(&drain_mu_);
+      if (drain_) drain_();
     }
   }
 
+  static constexpr absl::Duration kDrainEvery = absl::Milliseconds(5);
+
   absl::Mutex mu_;
-  std::vector<grpc::ServerUnaryReactor*> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex drain_mu_;
+  std::function<void()> drain_ ABSL_GUARDED_BY(drain_mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
@@ -423,7 +438,7 @@ class FloorKv final : public FloorKvBase {
     watchers_->Notify(req->key(), req->value(), resp->header().revision());
     auto* reactor = ctx->DefaultReactor();
     if (answerer_ != nullptr) {
-      answerer_->Hand(reactor);
+      answerer_->Hand([reactor] { reactor->Finish(grpc::Status::OK); });
     } else {
       reactor->Finish(grpc::Status::OK);
     }
@@ -528,7 +543,7 @@ std::atomic<bool> g_async_stopping{false};
 
 // A unary call: armed by `arm`, answered by `handle` on the thread that
 // takes the request from the queue, which arms the next call of its method
-// first.
+// first, and finished there too, or by `answerer` if it is not null.
 template <typename Request, typename Response>
 class AsyncUnary final : public AsyncCall {
  public:
@@ -536,9 +551,9 @@ class AsyncUnary final : public AsyncCall {
   using Arm = std::function<void(grpc::ServerContext*, Request*, Writer*, void*)>;
   using Handle = std::function<grpc::Status(const Request&, Response*)>;
 
-  // `arm` and `handle` outlive every call.
-  static void Start(const Arm* arm, const Handle* handle) {
-    if (!g_async_stopping.load()) new AsyncUnary(arm, handle);
+  // `arm`, `handle` and `answerer` outlive every call.
+  static void Start(const Arm* arm, const Handle* handle, Answerer* answerer = nullptr) {
+    if (!g_async_stopping.load()) new AsyncUnary(arm, handle, answerer);
   }
 
   void Proceed(bool ok) override {
@@ -546,19 +561,25 @@ class AsyncUnary final : public AsyncCall {
       delete this;
       return;
     }
-    Start(arm_, handle_);
+    Start(arm_, handle_, answerer_);
     const grpc::Status st = (*handle_)(request_, &response_);
     answered_ = true;
-    writer_.Finish(response_, st, this);
+    if (answerer_ != nullptr) {
+      answerer_->Hand([this, st] { writer_.Finish(response_, st, this); });
+    } else {
+      writer_.Finish(response_, st, this);
+    }
   }
 
  private:
-  AsyncUnary(const Arm* arm, const Handle* handle) : arm_(arm), handle_(handle) {
+  AsyncUnary(const Arm* arm, const Handle* handle, Answerer* answerer)
+      : arm_(arm), handle_(handle), answerer_(answerer) {
     (*arm_)(&ctx_, &request_, &writer_, this);
   }
 
   const Arm* const arm_;
   const Handle* const handle_;
+  Answerer* const answerer_;
   grpc::ServerContext ctx_;
   Request request_;
   Response response_;
@@ -641,7 +662,23 @@ class AsyncKeepAlive final : public AsyncCall {
 // The services, the queues and their threads.
 class AsyncFloor {
  public:
-  explicit AsyncFloor(Memory* memory) : memory_(memory) {}
+  // Puts are answered by `answerer` if it is not null; with `answer_queue`,
+  // their calls' operations complete on a queue of their own, which no
+  // thread waits on: the answerer takes what is there after each batch.
+  AsyncFloor(Memory* memory, Answerer* answerer, bool answer_queue)
+      : memory_(memory), answerer_(answerer) {
+    if (answerer_ != nullptr && answer_queue) {
+      answered_ = std::make_unique<grpc::CompletionQueue>();
+      answerer_->SetDrain([q = answered_.get()] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (q->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_REALTIME)) ==
+               grpc::CompletionQueue::GOT_EVENT) {
+          static_cast<AsyncCall*>(tag)->Proceed(ok);
+        }
+      });
+    }
+  }
 
   void Register(grpc::ServerBuilder* builder, int queues) {
     builder->RegisterService(&kv_);
@@ -655,10 +692,11 @@ class AsyncFloor {
     for (auto& q : queues_) {
       grpc::ServerCompletionQueue* cq = q.get();
       auto& h = handlers_.emplace_back(std::make_unique<Handlers>());
-      h->put_arm = [this, cq](grpc::ServerContext* c, etcdserverpb::PutRequest* r,
-                              AsyncUnary<etcdserverpb::PutRequest,
-                                         etcdserverpb::PutResponse>::Writer* w,
-                              void* tag) { kv_.RequestPut(c, r, w, cq, cq, tag); };
+      grpc::CompletionQueue* put_cq = answered_ != nullptr ? answered_.get() : cq;
+      h->put_arm = [this, cq, put_cq](grpc::ServerContext* c, etcdserverpb::PutRequest* r,
+                                      AsyncUnary<etcdserverpb::PutRequest,
+                                                 etcdserverpb::PutResponse>::Writer* w,
+                                      void* tag) { kv_.RequestPut(c, r, w, put_cq, cq, tag); };
       h->put = [this](const etcdserverpb::PutRequest& r, etcdserverpb::PutResponse* out) {
         return AnswerPut(memory_, r, out);
       };
@@ -684,8 +722,8 @@ class AsyncFloor {
         return AnswerLeaseGrant(memory_, r, out);
       };
       for (int i = 0; i < armed; ++i) {
-        AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Start(&h->put_arm,
-                                                                               &h->put);
+        AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Start(
+            &h->put_arm, &h->put, answerer_);
         AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Start(&h->txn_arm,
                                                                                &h->txn);
         AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Start(&h->range_arm, &h->range);
@@ -706,6 +744,13 @@ class AsyncFloor {
     g_async_stopping.store(true);
     for (auto& q : queues_) q->Shutdown();
     for (auto& t : threads_) t.join();
+    if (answered_ != nullptr) {
+      answerer_->SetDrain(nullptr);
+      answered_->Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (answered_->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
+    }
   }
 
  private:
@@ -721,6 +766,8 @@ class AsyncFloor {
   };
 
   Memory* const memory_;
+  Answerer* const answerer_;
+  std::unique_ptr<grpc::CompletionQueue> answered_;  // --answer-queue
   AsyncKvService kv_;
   AsyncLeaseService lease_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
@@ -782,13 +829,17 @@ std::string FlagValue(int argc, char** argv, const std::string& name,
 
 int Main(int argc, char** argv) {
   bool answer_thread = false;
+  bool answer_queue = false;
+  bool callback_watch = false;
   bool interceptor = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--answer-thread") answer_thread = true;
+    if (std::string(argv[i]) == "--answer-queue") answer_queue = true;
+    if (std::string(argv[i]) == "--callback-watch") callback_watch = true;
     if (std::string(argv[i]) == "--interceptor") interceptor = true;
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--model=M] "
-                   "[--queues=N] [--answer-thread] [other flags, ignored]\n\n"
+                   "[--queues=N] [--answer-thread [--answer-queue]] [other flags, ignored]\n\n"
                    "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant, "
                    "Lease.LeaseKeepAlive\nand (callback model) Watch of exact keys from memory with no storage: the cost of gRPC alone, "
                    "for benchmarks.\nNot a server: nothing is durable or versioned.\n\n"
@@ -798,8 +849,14 @@ int Main(int argc, char** argv) {
                    "  --queues=N              async: completion queues, one thread each\n"
                    "                          (default: the number of cores; also\n"
                    "                          $CAPSTAN_GRPC_FLOOR_QUEUES)\n"
-                   "  --answer-thread         callback: answer puts from one other thread, in "
-                   "batches\n"
+                   "  --answer-thread         answer puts from one other thread, in batches\n"
+                   "  --answer-queue          async, with --answer-thread: the puts' calls\n"
+                   "                          complete on a queue no thread waits on, which\n"
+                   "                          the answer thread empties after each batch\n"
+                   "  --callback-watch        async: serve Watch on the callback API beside\n"
+                   "                          the queues, so that gRPC's callback threads\n"
+                   "                          poll too, as in a server that keeps some\n"
+                   "                          services there\n"
                    "  --interceptor           run every call through a server interceptor that "
                    "does nothing\n                          (also $CAPSTAN_GRPC_FLOOR_INTERCEPTOR=1)\n"
                    "  --channel-arg=NAME=N    also set gRPC's integer channel argument NAME (e.g.\n"
@@ -835,13 +892,14 @@ int Main(int argc, char** argv) {
   FloorKv kv(&memory, answerer.get(), &watchers);
   FloorWatch watch(&watchers, &memory);
   FloorLease lease(&memory);
-  AsyncFloor async(&memory);
+  AsyncFloor async(&memory, answerer.get(), answer_queue);
   grpc::ServerBuilder builder;
   const std::string address = ListenAddress(argc, argv);
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   if (model == "async") {
     async.Register(&builder, queues);
+    if (callback_watch) builder.RegisterService(&watch);
   } else {
     builder.RegisterService(&kv);
     builder.RegisterService(&lease);
