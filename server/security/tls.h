@@ -112,7 +112,7 @@ absl::StatusOr<CrlPtr> ReadCrl(const std::string& crl_file);
 // cannot be read refuses everyone.
 std::string RevokedByCrl(const std::string& crl_file, const std::vector<const X509*>& certs);
 // RevokedByCrl for what a TLS peer presented in a gRPC handshake: its
-// certificate, then the chain it sent.
+// certificate, then the chain it sent; "" without a list (crl_file empty).
 std::string HandshakeRevokedByCrl(
     const std::string& crl_file,
     const grpc::experimental::TlsCustomVerificationCheckRequest& request);
