@@ -11,6 +11,8 @@
 #                   /usr/bin/etcd runs the suite against etcd itself
 #   --out DIR       test binary, logs and summary (default: build/etcd-e2e)
 #   --run REGEX     only the tests whose names match
+#   --skip REGEX    leave out the tests whose names match (an extended
+#                   regular expression)
 #   --expect FILE   the tests expected to fail, one name per line with the
 #                   reason (default: tests/etcd_e2e/expected_failures.txt);
 #                   /dev/null expects every test to pass
@@ -36,6 +38,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 server="$root/build/release/capstan"
 out="$root/build/etcd-e2e"
 run_re="."
+skip_re=""
 expect="$root/tests/etcd_e2e/expected_failures.txt"
 retry=1
 while [ $# -gt 0 ]; do
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --server) server=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --run) run_re=$2; shift 2 ;;
+    --skip) skip_re=$2; shift 2 ;;
     --expect) expect=$2; shift 2 ;;
     --no-retry) retry=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -111,7 +115,7 @@ retried=()  # "test (how the retry went)"
 start=$(date +%s)
 mkdir -p "$out/logs"
 rm -f "$out"/logs/*.log.first
-for t in $("$bin" -test.list "$run_re" | grep '^Test'); do
+for t in $("$bin" -test.list "$run_re" | awk -v skip="$skip_re" '/^Test/ && (skip == "" || $0 !~ skip)'); do
   log="$out/logs/$t.log"
   status=PASS
   retry_note=""
