@@ -173,10 +173,12 @@ class Answerer {
   }
 
   // Runs `drain` after each batch and, while idle, every kDrainEvery (null:
-  // nothing). Returns once no earlier drain is running.
+  // nothing, and no wake-up while idle). Returns once no earlier drain is
+  // running.
   void SetDrain(std::function<void()> drain) {
     absl::MutexLock l(&drain_mu_);
     drain_ = std::move(drain);
+    draining_.store(drain_ != nullptr);
   }
 
  private:
@@ -190,7 +192,7 @@ class Answerer {
                                    return a->stop_ || !a->waiting_.empty();
                                  },
                                  this),
-                             kDrainEvery);
+                             draining_.load() ? kDrainEvery : absl::InfiniteDuration());
         if (stop_ && waiting_.empty()) return;
         batch.swap(waiting_);
       }
@@ -207,6 +209,7 @@ class Answerer {
   std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
   absl::Mutex drain_mu_;
   std::function<void()> drain_ ABSL_GUARDED_BY(drain_mu_);
+  std::atomic<bool> draining_{false};  // drain_ is set
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
@@ -538,6 +541,21 @@ class AsyncCall {
   virtual void Proceed(bool ok) = 0;
 };
 
+// Proceeds every call whose operation completed on `q`: what is there now,
+// or (wait) until `q`, shut down, is empty.
+void ProceedAll(grpc::CompletionQueue* q, bool wait) {
+  void* tag = nullptr;
+  bool ok = false;
+  if (wait) {
+    while (q->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
+    return;
+  }
+  while (q->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_REALTIME)) ==
+         grpc::CompletionQueue::GOT_EVENT) {
+    static_cast<AsyncCall*>(tag)->Proceed(ok);
+  }
+}
+
 // Set once the server shuts down: no call is armed any more.
 std::atomic<bool> g_async_stopping{false};
 
@@ -669,14 +687,7 @@ class AsyncFloor {
       : memory_(memory), answerer_(answerer) {
     if (answerer_ != nullptr && answer_queue) {
       answered_ = std::make_unique<grpc::CompletionQueue>();
-      answerer_->SetDrain([q = answered_.get()] {
-        void* tag = nullptr;
-        bool ok = false;
-        while (q->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_REALTIME)) ==
-               grpc::CompletionQueue::GOT_EVENT) {
-          static_cast<AsyncCall*>(tag)->Proceed(ok);
-        }
-      });
+      answerer_->SetDrain([q = answered_.get()] { ProceedAll(q, /*wait=*/false); });
     }
   }
 
@@ -731,11 +742,7 @@ class AsyncFloor {
             &h->grant_arm, &h->grant);
         AsyncKeepAlive::Start(&lease_, cq, memory_);
       }
-      threads_.emplace_back([cq] {
-        void* tag = nullptr;
-        bool ok = false;
-        while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
-      });
+      threads_.emplace_back([cq] { ProceedAll(cq, /*wait=*/true); });
     }
   }
 
@@ -747,9 +754,7 @@ class AsyncFloor {
     if (answered_ != nullptr) {
       answerer_->SetDrain(nullptr);
       answered_->Shutdown();
-      void* tag = nullptr;
-      bool ok = false;
-      while (answered_->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
+      ProceedAll(answered_.get(), /*wait=*/true);
     }
   }
 
@@ -882,6 +887,12 @@ int Main(int argc, char** argv) {
                         &queues) ||
       queues < 1) {
     std::cerr << "capstan-grpc-floor: --queues is a number of queues, at least 1\n";
+    return 2;
+  }
+  if ((answer_queue && (model != "async" || !answer_thread)) ||
+      (callback_watch && model != "async")) {
+    std::cerr << "capstan-grpc-floor: --answer-queue needs --model=async and --answer-thread, "
+                 "--callback-watch --model=async\n";
     return 2;
   }
   interceptor = interceptor || env("CAPSTAN_GRPC_FLOOR_INTERCEPTOR", "0") == "1";
