@@ -17,7 +17,11 @@
 // answer is written from the thread that received the
 // request (unless --answer-thread: then puts are answered by one other
 // thread, in batches, as Capstan's committer hands its groups to be
-// answered; in either model). No real server can be cheaper per request with this gRPC, so a
+// answered; in either model). --durable adds what a store's group commit
+// costs the kernel: each group of puts appended to a file and synced before
+// it is answered, by that answer thread or, without one, by the gRPC thread
+// that finds no group being written (it writes and answers groups while
+// puts wait), so that the two shapes of a durable server can be compared. No real server can be cheaper per request with this gRPC, so a
 // benchmark against it bounds what any server could reach on the same
 // machine (docs/BENCHMARKS.md, "The gRPC floor"). It is a measuring tool,
 // not a server: it keeps no history, and everything else answers
@@ -26,14 +30,17 @@
 // It takes the flags `capstan-bench compare` passes to a server, so it runs
 // as `compare --capstan-binary build/release/capstan-grpc-floor`.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <iostream>
@@ -46,6 +53,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/btree_map.h"
@@ -152,13 +160,79 @@ class Memory {
   int64_t rev_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
-// One thread that finishes the calls handed to it, all that are waiting at
-// once.
-class Answerer {
+// A log that puts are made durable in (--durable): each put's key and value
+// appended, then one fdatasync for all the puts waiting, as a store's group
+// commit makes a group durable (RocksDB appends to its WAL and syncs it the
+// same way). The file is removed when the floor stops.
+class GroupLog {
  public:
-  Answerer() : thread_([this] { Loop(); }) {}
+  // Null, with the reason on stderr, if the file cannot be created.
+  static std::unique_ptr<GroupLog> Open(const std::string& dir) {
+    const std::string path = dir + "/capstan-grpc-floor.log";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      std::cerr << "capstan-grpc-floor: cannot create " << path << ": " << std::strerror(errno)
+                << "\n";
+      return nullptr;
+    }
+    return std::unique_ptr<GroupLog>(new GroupLog(fd, path));
+  }
 
-  ~Answerer() {
+  ~GroupLog() {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+
+  // Appends the records and syncs them; a failure ends the process (a
+  // measuring tool has no way to refuse a write it could not make durable).
+  void Write(const std::vector<std::string>& records) {
+    buffer_.clear();
+    for (const std::string& r : records) buffer_ += r;
+    size_t done = 0;
+    while (done < buffer_.size()) {
+      const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) Die("write");
+      done += static_cast<size_t>(n);
+    }
+    if (::fdatasync(fd_) != 0) Die("fdatasync");
+  }
+
+ private:
+  GroupLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  [[noreturn]] void Die(const char* what) {
+    std::cerr << "capstan-grpc-floor: " << what << " " << path_ << ": " << std::strerror(errno)
+              << "\n";
+    std::abort();
+  }
+
+  const int fd_;
+  const std::string path_;
+  std::string buffer_;
+};
+
+// What a put's answer waits for: `finish` finishes its call, `record` is
+// what --durable makes durable first.
+class Answers {
+ public:
+  virtual ~Answers() = default;
+  virtual void Hand(std::string record, std::function<void()> finish) = 0;
+  // Runs `drain` after each batch of answers (null: nothing). Returns once
+  // no earlier drain is running.
+  virtual void SetDrain(std::function<void()> drain) = 0;
+};
+
+// One thread that finishes the calls handed to it, all that are waiting at
+// once (--answer-thread), after writing their records to `log` if it is not
+// null: a committer thread, as Capstan's. With `via_alarm` it finishes none
+// itself: it hands each batch to gRPC's callback threads with an alarm due
+// at once, whose callback finishes them (--answer-alarm).
+class Answerer final : public Answers {
+ public:
+  Answerer(GroupLog* log, bool via_alarm)
+      : log_(log), via_alarm_(via_alarm), thread_([this] { Loop(); }) {}
+
+  ~Answerer() override {
     {
       absl::MutexLock l(&mu_);
       stop_ = true;
@@ -166,16 +240,14 @@ class Answerer {
     thread_.join();
   }
 
-  // Runs `finish` (which finishes a call) on the answerer's thread.
-  void Hand(std::function<void()> finish) {
+  void Hand(std::string record, std::function<void()> finish) override {
     absl::MutexLock l(&mu_);
+    if (log_ != nullptr) records_.push_back(std::move(record));
     waiting_.push_back(std::move(finish));
   }
 
-  // Runs `drain` after each batch and, while idle, every kDrainEvery (null:
-  // nothing, and no wake-up while idle). Returns once no earlier drain is
-  // running.
-  void SetDrain(std::function<void()> drain) {
+  // While a drain is set and the thread idle, it also runs every kDrainEvery.
+  void SetDrain(std::function<void()> drain) override {
     absl::MutexLock l(&drain_mu_);
     drain_ = std::move(drain);
     draining_.store(drain_ != nullptr);
@@ -184,6 +256,7 @@ class Answerer {
  private:
   void Loop() {
     std::vector<std::function<void()>> batch;
+    std::vector<std::string> records;
     for (;;) {
       {
         absl::MutexLock l(&mu_);
@@ -195,8 +268,20 @@ class Answerer {
                              draining_.load() ? kDrainEvery : absl::InfiniteDuration());
         if (stop_ && waiting_.empty()) return;
         batch.swap(waiting_);
+        records.swap(records_);
       }
-      for (auto& finish : batch) finish();
+      if (log_ != nullptr && !records.empty()) log_->Write(records);
+      records.clear();
+      if (via_alarm_ && !batch.empty()) {
+        auto* alarm = new grpc::Alarm;
+        alarm->Set(gpr_time_0(GPR_CLOCK_REALTIME),
+                   [alarm, finishes = std::move(batch)](bool) {
+                     for (auto& finish : finishes) finish();
+                     delete alarm;
+                   });
+      } else {
+        for (auto& finish : batch) finish();
+      }
       batch.clear();
       absl::MutexLock l(&drain_mu_);
       if (drain_) drain_();
@@ -205,14 +290,110 @@ class Answerer {
 
   static constexpr absl::Duration kDrainEvery = absl::Milliseconds(5);
 
+  GroupLog* const log_;
+  const bool via_alarm_;
   absl::Mutex mu_;
   std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> records_ ABSL_GUARDED_BY(mu_);
   absl::Mutex drain_mu_;
   std::function<void()> drain_ ABSL_GUARDED_BY(drain_mu_);
   std::atomic<bool> draining_{false};  // drain_ is set
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// --durable without --answer-thread: no thread of its own. A put handed
+// while no group is being written makes its caller (the gRPC thread that
+// read it) the writer: it writes and syncs the puts waiting and answers
+// them; a put handed meanwhile only waits (the leader and followers of
+// RocksDB's write groups). So every answer is finished on a gRPC thread,
+// and the other gRPC threads keep reading requests while one syncs. Without
+// `later` the writer goes on while puts wait; with it, it writes one group
+// per turn and calls `later` to come back for the next (Resume) once it has
+// served what its completion queue holds: a queue's thread that wrote group
+// after group would leave its own calls unread.
+class InlineGroups final : public Answers {
+ public:
+  InlineGroups(GroupLog* log, std::function<void()> later)
+      : log_(log), later_(std::move(later)) {}
+
+  void Hand(std::string record, std::function<void()> finish) override {
+    {
+      absl::MutexLock l(&mu_);
+      records_.push_back(std::move(record));
+      waiting_.push_back(std::move(finish));
+      if (writing_) return;
+      writing_ = true;
+    }
+    Write();
+  }
+
+  // Writes the puts waiting, if no other thread is.
+  void Resume() {
+    {
+      absl::MutexLock l(&mu_);
+      if (writing_ || waiting_.empty()) return;
+      writing_ = true;
+    }
+    Write();
+  }
+
+  void SetDrain(std::function<void()> drain) override {
+    absl::MutexLock l(&drain_mu_);
+    drain_ = std::move(drain);
+  }
+
+ private:
+  // REQUIRES: this thread set writing_.
+  void Write() {
+    std::vector<std::function<void()>> batch;
+    std::vector<std::string> records;
+    for (bool wrote = false;; wrote = true) {
+      {
+        absl::MutexLock l(&mu_);
+        if (waiting_.empty() || (later_ != nullptr && wrote)) {
+          writing_ = false;
+          if (waiting_.empty()) return;
+          break;
+        }
+        batch.swap(waiting_);
+        records.swap(records_);
+      }
+      log_->Write(records);
+      records.clear();
+      for (auto& finish : batch) finish();
+      batch.clear();
+      absl::MutexLock l(&drain_mu_);
+      if (drain_) drain_();
+    }
+    later_();
+  }
+
+  GroupLog* const log_;
+  const std::function<void()> later_;
+  absl::Mutex mu_;
+  std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> records_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex drain_mu_;
+  std::function<void()> drain_ ABSL_GUARDED_BY(drain_mu_);
+};
+
+// What --durable writes of a put.
+std::string RecordOf(const etcdserverpb::PutRequest& req) {
+  return absl::StrCat(req.key(), req.value());
+}
+std::string RecordOf(const etcdserverpb::TxnRequest& req) {
+  std::string record;
+  for (const auto& op : req.success()) {
+    absl::StrAppend(&record, op.request_put().key(), op.request_put().value());
+  }
+  return record;
+}
+template <typename Request>
+std::string RecordOf(const Request&) {
+  return std::string();
+}
 
 // The answers, for both server models.
 grpc::Status AnswerPut(Memory* memory, const etcdserverpb::PutRequest& req,
@@ -430,8 +611,8 @@ using FloorKvBase = etcdserverpb::KV::WithRawCallbackMethod_Range<
 
 class FloorKv final : public FloorKvBase {
  public:
-  // Puts are answered by `answerer` if it is not null.
-  FloorKv(Memory* memory, Answerer* answerer, Watchers* watchers)
+  // Puts and txns are answered through `answerer` if it is not null.
+  FloorKv(Memory* memory, Answers* answerer, Watchers* watchers)
       : memory_(memory), answerer_(answerer), watchers_(watchers) {}
 
   grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
@@ -441,7 +622,7 @@ class FloorKv final : public FloorKvBase {
     watchers_->Notify(req->key(), req->value(), resp->header().revision());
     auto* reactor = ctx->DefaultReactor();
     if (answerer_ != nullptr) {
-      answerer_->Hand([reactor] { reactor->Finish(grpc::Status::OK); });
+      answerer_->Hand(RecordOf(*req), [reactor] { reactor->Finish(grpc::Status::OK); });
     } else {
       reactor->Finish(grpc::Status::OK);
     }
@@ -454,7 +635,12 @@ class FloorKv final : public FloorKvBase {
                                 const etcdserverpb::TxnRequest* req,
                                 etcdserverpb::TxnResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(AnswerTxn(memory_, *req, resp));
+    const grpc::Status st = AnswerTxn(memory_, *req, resp);
+    if (answerer_ != nullptr && st.ok()) {
+      answerer_->Hand(RecordOf(*req), [reactor] { reactor->Finish(grpc::Status::OK); });
+    } else {
+      reactor->Finish(st);
+    }
     return reactor;
   }
 
@@ -472,7 +658,7 @@ class FloorKv final : public FloorKvBase {
 
  private:
   Memory* const memory_;
-  Answerer* const answerer_;
+  Answers* const answerer_;
   Watchers* const watchers_;
 };
 
@@ -559,6 +745,31 @@ void ProceedAll(grpc::CompletionQueue* q, bool wait) {
 // Set once the server shuts down: no call is armed any more.
 std::atomic<bool> g_async_stopping{false};
 
+// The completion queue the calling thread serves (async model).
+thread_local grpc::CompletionQueue* t_queue = nullptr;
+
+// Runs `fn` on the calling queue thread once it has taken what its queue
+// holds now (an alarm due at once).
+class Later final : public AsyncCall {
+ public:
+  static void Post(std::function<void()> fn) {
+    if (!g_async_stopping.load() && t_queue != nullptr) new Later(std::move(fn));
+  }
+
+  void Proceed(bool) override {
+    fn_();
+    delete this;
+  }
+
+ private:
+  explicit Later(std::function<void()> fn) : fn_(std::move(fn)) {
+    alarm_.Set(t_queue, gpr_time_0(GPR_CLOCK_REALTIME), this);
+  }
+
+  std::function<void()> fn_;
+  grpc::Alarm alarm_;
+};
+
 // A unary call: armed by `arm`, answered by `handle` on the thread that
 // takes the request from the queue, which arms the next call of its method
 // first, and finished there too, or by `answerer` if it is not null.
@@ -570,7 +781,7 @@ class AsyncUnary final : public AsyncCall {
   using Handle = std::function<grpc::Status(const Request&, Response*)>;
 
   // `arm`, `handle` and `answerer` outlive every call.
-  static void Start(const Arm* arm, const Handle* handle, Answerer* answerer = nullptr) {
+  static void Start(const Arm* arm, const Handle* handle, Answers* answerer = nullptr) {
     if (!g_async_stopping.load()) new AsyncUnary(arm, handle, answerer);
   }
 
@@ -583,21 +794,21 @@ class AsyncUnary final : public AsyncCall {
     const grpc::Status st = (*handle_)(request_, &response_);
     answered_ = true;
     if (answerer_ != nullptr) {
-      answerer_->Hand([this, st] { writer_.Finish(response_, st, this); });
+      answerer_->Hand(RecordOf(request_), [this, st] { writer_.Finish(response_, st, this); });
     } else {
       writer_.Finish(response_, st, this);
     }
   }
 
  private:
-  AsyncUnary(const Arm* arm, const Handle* handle, Answerer* answerer)
+  AsyncUnary(const Arm* arm, const Handle* handle, Answers* answerer)
       : arm_(arm), handle_(handle), answerer_(answerer) {
     (*arm_)(&ctx_, &request_, &writer_, this);
   }
 
   const Arm* const arm_;
   const Handle* const handle_;
-  Answerer* const answerer_;
+  Answers* const answerer_;
   grpc::ServerContext ctx_;
   Request request_;
   Response response_;
@@ -680,10 +891,11 @@ class AsyncKeepAlive final : public AsyncCall {
 // The services, the queues and their threads.
 class AsyncFloor {
  public:
-  // Puts are answered by `answerer` if it is not null; with `answer_queue`,
-  // their calls' operations complete on a queue of their own, which no
-  // thread waits on: the answerer takes what is there after each batch.
-  AsyncFloor(Memory* memory, Answerer* answerer, bool answer_queue)
+  // Puts and txns are answered by `answerer` if it is not null; with
+  // `answer_queue`, their calls' operations complete on a queue of their
+  // own, which no thread waits on: the thread that answered takes what is
+  // there after each batch.
+  AsyncFloor(Memory* memory, Answers* answerer, bool answer_queue)
       : memory_(memory), answerer_(answerer) {
     if (answerer_ != nullptr && answer_queue) {
       answered_ = std::make_unique<grpc::CompletionQueue>();
@@ -711,10 +923,10 @@ class AsyncFloor {
       h->put = [this](const etcdserverpb::PutRequest& r, etcdserverpb::PutResponse* out) {
         return AnswerPut(memory_, r, out);
       };
-      h->txn_arm = [this, cq](grpc::ServerContext* c, etcdserverpb::TxnRequest* r,
-                              AsyncUnary<etcdserverpb::TxnRequest,
-                                         etcdserverpb::TxnResponse>::Writer* w,
-                              void* tag) { kv_.RequestTxn(c, r, w, cq, cq, tag); };
+      h->txn_arm = [this, cq, put_cq](grpc::ServerContext* c, etcdserverpb::TxnRequest* r,
+                                      AsyncUnary<etcdserverpb::TxnRequest,
+                                                 etcdserverpb::TxnResponse>::Writer* w,
+                                      void* tag) { kv_.RequestTxn(c, r, w, put_cq, cq, tag); };
       h->txn = [this](const etcdserverpb::TxnRequest& r, etcdserverpb::TxnResponse* out) {
         return AnswerTxn(memory_, r, out);
       };
@@ -735,14 +947,17 @@ class AsyncFloor {
       for (int i = 0; i < armed; ++i) {
         AsyncUnary<etcdserverpb::PutRequest, etcdserverpb::PutResponse>::Start(
             &h->put_arm, &h->put, answerer_);
-        AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Start(&h->txn_arm,
-                                                                               &h->txn);
+        AsyncUnary<etcdserverpb::TxnRequest, etcdserverpb::TxnResponse>::Start(
+            &h->txn_arm, &h->txn, answerer_);
         AsyncUnary<grpc::ByteBuffer, grpc::ByteBuffer>::Start(&h->range_arm, &h->range);
         AsyncUnary<etcdserverpb::LeaseGrantRequest, etcdserverpb::LeaseGrantResponse>::Start(
             &h->grant_arm, &h->grant);
         AsyncKeepAlive::Start(&lease_, cq, memory_);
       }
-      threads_.emplace_back([cq] { ProceedAll(cq, /*wait=*/true); });
+      threads_.emplace_back([cq] {
+        t_queue = cq;
+        ProceedAll(cq, /*wait=*/true);
+      });
     }
   }
 
@@ -771,7 +986,7 @@ class AsyncFloor {
   };
 
   Memory* const memory_;
-  Answerer* const answerer_;
+  Answers* const answerer_;
   std::unique_ptr<grpc::CompletionQueue> answered_;  // --answer-queue
   AsyncKvService kv_;
   AsyncLeaseService lease_;
@@ -835,29 +1050,45 @@ std::string FlagValue(int argc, char** argv, const std::string& name,
 int Main(int argc, char** argv) {
   bool answer_thread = false;
   bool answer_queue = false;
+  bool answer_alarm = false;
   bool callback_watch = false;
   bool interceptor = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--answer-thread") answer_thread = true;
     if (std::string(argv[i]) == "--answer-queue") answer_queue = true;
+    if (std::string(argv[i]) == "--answer-alarm") answer_alarm = true;
     if (std::string(argv[i]) == "--callback-watch") callback_watch = true;
     if (std::string(argv[i]) == "--interceptor") interceptor = true;
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "capstan-grpc-floor [--listen-client-urls=http://HOST:PORT] [--model=M] "
-                   "[--queues=N] [--answer-thread [--answer-queue]] [other flags, ignored]\n\n"
+                   "[--queues=N] [--answer-thread] [--durable=DIR]\n"
+                   "    [--answer-queue] [--answer-alarm] [other flags, ignored]\n\n"
                    "Answers KV.Put, KV.Txn (puts), KV.Range, Lease.LeaseGrant, "
                    "Lease.LeaseKeepAlive\nand (callback model) Watch of exact keys from memory with no storage: the cost of gRPC alone, "
-                   "for benchmarks.\nNot a server: nothing is durable or versioned.\n\n"
+                   "for benchmarks.\nNot a server: nothing is versioned, and nothing durable unless --durable.\n\n"
                    "  --model=callback|async  gRPC's callback API (default, as Capstan), or the\n"
                    "                          completion-queue API with a thread per queue\n"
                    "                          (also $CAPSTAN_GRPC_FLOOR_MODEL)\n"
                    "  --queues=N              async: completion queues, one thread each\n"
                    "                          (default: the number of cores; also\n"
                    "                          $CAPSTAN_GRPC_FLOOR_QUEUES)\n"
-                   "  --answer-thread         answer puts from one other thread, in batches\n"
-                   "  --answer-queue          async, with --answer-thread: the puts' calls\n"
-                   "                          complete on a queue no thread waits on, which\n"
-                   "                          the answer thread empties after each batch\n"
+                   "  --answer-thread         answer puts and txns from one other thread, in\n"
+                   "                          batches\n"
+                   "  --durable=DIR           make each group of puts and txns durable before\n"
+                   "                          answering it: appended to a file in DIR and\n"
+                   "                          fdatasynced, by the answer thread with\n"
+                   "                          --answer-thread, else by the gRPC thread that\n"
+                   "                          finds no group being written (it writes and\n"
+                   "                          answers groups while writes wait; the others\n"
+                   "                          only queue theirs)\n"
+                   "  --answer-alarm          callback, with --answer-thread: the answer\n"
+                   "                          thread finishes no call itself; it hands each\n"
+                   "                          batch to gRPC's callback threads (an alarm due\n"
+                   "                          at once, whose callback finishes them)\n"
+                   "  --answer-queue          async, with --answer-thread or --durable: the\n"
+                   "                          writes' calls complete on a queue no thread\n"
+                   "                          waits on, which the thread that answered empties\n"
+                   "                          after each batch\n"
                    "  --callback-watch        async: serve Watch on the callback API beside\n"
                    "                          the queues, so that gRPC's callback threads\n"
                    "                          poll too, as in a server that keeps some\n"
@@ -889,16 +1120,34 @@ int Main(int argc, char** argv) {
     std::cerr << "capstan-grpc-floor: --queues is a number of queues, at least 1\n";
     return 2;
   }
-  if ((answer_queue && (model != "async" || !answer_thread)) ||
-      (callback_watch && model != "async")) {
-    std::cerr << "capstan-grpc-floor: --answer-queue needs --model=async and --answer-thread, "
-                 "--callback-watch --model=async\n";
+  const std::string durable = FlagValue(argc, argv, "durable", "");
+  if ((answer_queue && (model != "async" || (!answer_thread && durable.empty()))) ||
+      (callback_watch && model != "async") ||
+      (answer_alarm && (model != "callback" || !answer_thread))) {
+    std::cerr << "capstan-grpc-floor: --answer-queue needs --model=async and --answer-thread "
+                 "or --durable, --callback-watch --model=async, --answer-alarm --model=callback "
+                 "and --answer-thread\n";
     return 2;
   }
   interceptor = interceptor || env("CAPSTAN_GRPC_FLOOR_INTERCEPTOR", "0") == "1";
   Memory memory;
-  std::unique_ptr<Answerer> answerer;
-  if (answer_thread) answerer = std::make_unique<Answerer>();
+  std::unique_ptr<GroupLog> log;
+  if (!durable.empty()) {
+    log = GroupLog::Open(durable);
+    if (log == nullptr) return 1;
+  }
+  std::unique_ptr<Answers> answerer;
+  if (answer_thread) {
+    answerer = std::make_unique<Answerer>(log.get(), answer_alarm);
+  } else if (log != nullptr) {
+    // On the queues a writer takes a group per turn (InlineGroups).
+    auto groups = std::make_shared<InlineGroups*>(nullptr);
+    std::function<void()> later;
+    if (model == "async") later = [groups] { Later::Post([groups] { (*groups)->Resume(); }); };
+    auto owned = std::make_unique<InlineGroups>(log.get(), std::move(later));
+    *groups = owned.get();
+    answerer = std::move(owned);
+  }
   Watchers watchers;
   FloorKv kv(&memory, answerer.get(), &watchers);
   FloorWatch watch(&watchers, &memory);
