@@ -152,7 +152,14 @@ struct MemberInfo {
   // Status's storageVersion, each Snapshot message): `storage` once the
   // cluster has a version (ClusterVersion(fixed) is not empty), empty before.
   std::string StorageVersion(std::string_view fixed, std::string_view storage) const {
-    return ClusterVersion(fixed).empty() ? std::string() : std::string(storage);
+    return StorageVersionWith(ClusterVersion(fixed), storage);
+  }
+  // The same rule for a cluster version already read, so that an answer
+  // carrying both reads it once and cannot pair an undecided cluster
+  // version with a storage version.
+  static std::string StorageVersionWith(std::string_view cluster_version,
+                                        std::string_view storage) {
+    return cluster_version.empty() ? std::string() : std::string(storage);
   }
   // The data directory had no identity yet: LoadOrCreateMember made it.
   bool created = false;

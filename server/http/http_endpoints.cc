@@ -103,9 +103,9 @@ std::optional<HttpResponse> HttpEndpoints::Answer(absl::string_view method, absl
     // version, and the data's schema with it.
     const std::string cluster =
         member_ != nullptr ? member_->ClusterVersion(versions_.cluster) : versions_.cluster;
-    const std::string storage = member_ != nullptr
-                                    ? member_->StorageVersion(versions_.cluster, versions_.storage)
-                                    : versions_.storage;
+    const std::string storage =
+        member_ != nullptr ? membership::MemberInfo::StorageVersionWith(cluster, versions_.storage)
+                           : versions_.storage;
     return content(absl::StrCat("{\"etcdserver\":\"", versions_.server, "\",\"etcdcluster\":\"",
                                 cluster.empty() ? "not_decided" : cluster, "\",\"storage\":\"",
                                 storage.empty() ? "unknown" : storage, "\"}"),
