@@ -163,7 +163,8 @@ class Memory {
 // A log that puts are made durable in (--durable): each put's key and value
 // appended, then one fdatasync for all the puts waiting, as a store's group
 // commit makes a group durable (RocksDB appends to its WAL and syncs it the
-// same way). The file is removed when the floor stops.
+// same way). The file is removed when the floor stops. Not thread-safe: one
+// thread writes at a time (the answer thread, or InlineGroups' writer).
 class GroupLog {
  public:
   // Null, with the reason on stderr, if the file cannot be created.
@@ -212,7 +213,8 @@ class GroupLog {
 };
 
 // What a put's answer waits for: `finish` finishes its call, `record` is
-// what --durable makes durable first.
+// what --durable makes durable first. Hand may be called from any thread;
+// each `finish` runs once, after its record is synced.
 class Answers {
  public:
   virtual ~Answers() = default;
