@@ -250,6 +250,11 @@ void KvStore::Submit(WriteRequest write) {
   // own steps never leave the member.
   if (write.raft_index == 0 && !std::holds_alternative<InternalOp>(write.op)) {
     if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
+      // A sole voter's direct writes skip the log (StartDirectWrites).
+      if (direct_hint_.load(std::memory_order_acquire) && DirectEligible(write) &&
+          Enqueue(write, /*direct=*/true)) {
+        return;
+      }
       if (RefusedOverQuota(&write, log)) return;
       log->Submit(std::move(write));
       return;
@@ -258,8 +263,34 @@ void KvStore::Submit(WriteRequest write) {
       write.done(MakeError(Error::kNoLeader));
       return;
     }
+    Enqueue(write, /*direct=*/false);
+    return;
   }
   SubmitCommitted(std::move(write));
+}
+
+bool KvStore::DirectEligible(const WriteRequest& w) {
+  // What the log carries for another owner (auth, a member's attributes)
+  // is applied as its entry decodes; the store's own steps never leave it.
+  return w.raft_request == nullptr && !std::holds_alternative<InternalOp>(w.op) &&
+         !std::holds_alternative<CustomOp>(w.op);
+}
+
+void KvStore::StartDirectWrites() {
+  util::MutexLock l(&queue_mu_);
+  direct_ = true;
+  direct_hint_.store(true, std::memory_order_release);
+}
+
+uint64_t KvStore::StopDirectWrites() {
+  util::MutexLock l(&queue_mu_);
+  direct_ = false;
+  direct_hint_.store(false, std::memory_order_release);
+  // Every direct write is queued under queue_mu_ while direct_ is set, so
+  // once the queue is empty and nobody commits, each has its index.
+  queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::QueueIdleLocked),
+                             absl::InfiniteDuration());
+  return applied_index_.load(std::memory_order_acquire);
 }
 
 void KvStore::ReadBarrier(absl::AnyInvocable<void(absl::Status)> ready) {
@@ -329,29 +360,100 @@ void KvStore::SubmitCommitted(WriteRequest write) {
   write.done(MakeError(Error::kStopped));
 }
 
-bool KvStore::QueueReadyLocked() const { return stopping_ || !queue_.empty(); }
+bool KvStore::Enqueue(WriteRequest& write, bool direct) {
+  std::vector<WriteRequest> group;
+  {
+    util::MutexLock l(&queue_mu_);
+    if (direct && !direct_) return false;
+    if (!stopping_) {
+      queue_.push_back(std::move(write));
+      // The holder of the committer's part takes it with its next group;
+      // without inline commits, the committer thread wakes for it.
+      if (committing_ || !options_.inline_commit ||
+          options_.batch_interval > absl::ZeroDuration()) {
+        return true;
+      }
+      committing_ = true;
+      TakeGroupLocked(&group);
+    }
+  }
+  if (group.empty()) {
+    write.done(MakeError(Error::kStopped));
+    return true;
+  }
+  CommitHere(std::move(group));
+  return true;
+}
+
+bool KvStore::QueueIdleLocked() const { return queue_.empty() && !committing_; }
+
+bool KvStore::CommitterMayTakeLocked() const {
+  return !committing_ && (stopping_ || !queue_.empty());
+}
 
 bool KvStore::GroupFullLocked() const {
   return stopping_ || static_cast<int>(queue_.size()) >= options_.batch_limit;
 }
 
+void KvStore::TakeGroupLocked(std::vector<WriteRequest>* group) {
+  const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.batch_limit));
+  for (size_t i = 0; i < n; ++i) {
+    group->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
 bool KvStore::NextGroup(std::vector<WriteRequest>* group) {
   util::MutexLock l(&queue_mu_);
-  queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::QueueReadyLocked),
+  queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::CommitterMayTakeLocked),
                              absl::InfiniteDuration());
   if (queue_.empty() && stopping_) return false;
+  committing_ = true;
   if (options_.batch_interval > absl::ZeroDuration() && !GroupFullLocked()) {
     // Let the group grow for at most batch_interval.
     if (group_wait_hook_) group_wait_hook_();
     queue_mu_.AwaitWithTimeout(absl::Condition(this, &KvStore::GroupFullLocked),
                                options_.batch_interval);
   }
-  const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.batch_limit));
-  for (size_t i = 0; i < n; ++i) {
-    group->push_back(std::move(queue_.front()));
-    queue_.pop_front();
-  }
+  TakeGroupLocked(group);
   return true;
+}
+
+void KvStore::CommitHere(std::vector<WriteRequest> group) {
+  std::vector<Answer> answers;
+  for (;;) {
+    RunGroup(&group, &answers);
+    group.clear();
+    bool more;
+    {
+      util::MutexLock l(&queue_mu_);
+      more = !queue_.empty();
+      if (more) {
+        TakeGroupLocked(&group);
+      } else {
+        // Handed back before answering: a write submitted by an answer
+        // (or by anyone meanwhile) is committed by its own thread, and
+        // the store may be gone once the part is handed back and the
+        // queue is empty, so nothing below touches it.
+        committing_ = false;
+      }
+    }
+    for (auto& a : answers) a.done(std::move(a.status));
+    answers.clear();
+    if (!more) return;
+  }
+}
+
+void KvStore::RunGroup(std::vector<WriteRequest>* group, std::vector<Answer>* answers) {
+  if (has_before_apply_hook_.load(std::memory_order_acquire)) {
+    std::function<void()> hook;
+    {
+      util::MutexLock l(&queue_mu_);
+      hook = before_apply_hook_;
+    }
+    if (hook) hook();
+  }
+  CommitGroup(group, answers);
 }
 
 void KvStore::TEST_SetGroupWaitHook(std::function<void()> hook) {
@@ -368,16 +470,10 @@ void KvStore::TEST_SetBeforeApplyHook(std::function<void()> hook) {
 void KvStore::CommitLoop() {
   std::vector<WriteRequest> group;
   while (NextGroup(&group)) {
-    if (has_before_apply_hook_.load(std::memory_order_acquire)) {
-      std::function<void()> hook;
-      {
-        util::MutexLock l(&queue_mu_);
-        hook = before_apply_hook_;
-      }
-      if (hook) hook();
-    }
-    CommitGroup(&group);
+    RunGroup(&group, nullptr);
     group.clear();
+    util::MutexLock l(&queue_mu_);
+    committing_ = false;
   }
 }
 

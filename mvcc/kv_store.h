@@ -58,6 +58,16 @@ struct KvStoreOptions {
   // (--backend-batch-interval). Zero: commit whatever is queued at once;
   // requests arriving during a commit form the next group anyway.
   absl::Duration batch_interval = absl::ZeroDuration();
+  // A write submitted with no write log between (an embedded store) is
+  // committed by the submitting thread when no group is being committed:
+  // that thread takes the committer's part, commits what is queued group by
+  // group until nothing is, and answers each group itself, while writes
+  // submitted meanwhile only queue (the leader and followers of RocksDB's
+  // write groups). No thread is woken to commit a group or to answer it.
+  // Off, or with a batch_interval: the committer thread commits every group.
+  // A write's done must then not wait for another write of the store: it may
+  // run on the thread that commits.
+  bool inline_commit = false;
   // Most operations in one txn branch (--max-txn-ops).
   int max_txn_ops = 128;
   // Largest write request accepted, in encoded bytes (--max-request-bytes).
@@ -174,8 +184,9 @@ class KvStore : public WriteLog {
   absl::Status Range(const etcdserverpb::RangeRequest& req, RangeResult* result) const;
 
   // Queues a write for the committer (mvcc/write_request.h has the
-  // contract). A write submitted after the store began to stop is answered
-  // Error::kStopped at once.
+  // contract), or commits it on the calling thread (inline_commit). A write
+  // submitted after the store began to stop is answered Error::kStopped at
+  // once.
   // With a write log set (SetWriteLog) a write from a service goes to it
   // to be ordered, and comes back through SubmitCommitted once committed.
   void Submit(WriteRequest write) override ABSL_LOCKS_EXCLUDED(queue_mu_);
@@ -316,6 +327,19 @@ class KvStore : public WriteLog {
     return !options_.requires_write_log || self_durable_.load(std::memory_order_acquire);
   }
 
+  // A sole voter's direct writes (docs/REPLICATION.md, "A sole voter's
+  // writes"): while on, a write that Submit would hand to the write log
+  // (a client's, or a lease's revocation; not one the log carries for
+  // another owner) is committed by the store as if it had no log, taking
+  // the next applied index, with inline_commit on the submitting thread.
+  // The log's owner turns them on only while nothing else is in its log,
+  // and off before it appends anything: StopDirectWrites returns once each
+  // direct write taken is applied, with the applied index then, from which
+  // the log goes on. Any thread (StopDirectWrites: not one committing).
+  void StartDirectWrites() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  uint64_t StopDirectWrites() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  bool DirectWrites() const { return direct_hint_.load(std::memory_order_acquire); }
+
   int64_t Rev() const { return View()->rev; }
   int64_t CompactRev() const { return View()->compact_rev; }
   storage::Backend* backend() const { return backend_.get(); }
@@ -376,6 +400,11 @@ class KvStore : public WriteLog {
 
  private:
   class Applier;  // applies one write request inside a group (kv_store_apply.cc)
+  // A committed write's done and its result.
+  struct Answer {
+    absl::AnyInvocable<void(absl::Status)> done;
+    absl::Status status;
+  };
 
   // Submit, then wait for the answer (the blocking conveniences).
   template <typename Op>
@@ -388,12 +417,32 @@ class KvStore : public WriteLog {
   // Restore's work on the committer.
   absl::Status RestoreOnCommitter(std::unique_ptr<storage::Backend> source);
   void CommitLoop();
-  // Committer thread: takes the next group from the queue, waiting for one
-  // (and, with batch_interval, for it to grow). False once stopping with
-  // nothing queued.
+  // Committer thread: takes the committer's part and the next group from
+  // the queue, waiting for a group no other thread is committing (and, with
+  // batch_interval, for it to grow). False once stopping with nothing
+  // queued and no other thread committing.
   bool NextGroup(std::vector<WriteRequest>* group) ABSL_LOCKS_EXCLUDED(queue_mu_);
-  // Whether the committer has work, or should stop (queue_mu_'s waits).
-  bool QueueReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
+  // Whether the committer thread has work no other thread is committing, or
+  // should stop (queue_mu_'s waits).
+  bool CommitterMayTakeLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
+  // Moves the next group (up to batch_limit writes) out of the queue.
+  void TakeGroupLocked(std::vector<WriteRequest>* group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // Queues write for the committer; with inline_commit (and no
+  // batch_interval), unless a group is being committed, commits groups on
+  // this thread until none is queued (CommitHere). A direct write is not
+  // taken (false, write untouched) once direct writes are off.
+  bool Enqueue(WriteRequest& write, bool direct) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Commits group, then every group queued meanwhile, answering each here.
+  // REQUIRES: this thread took the committer's part.
+  void CommitHere(std::vector<WriteRequest> group) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Whether a write may skip the log while direct writes are on.
+  static bool DirectEligible(const WriteRequest& w);
+  // Nothing is queued and nobody commits (StopDirectWrites' wait).
+  bool QueueIdleLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
+  // Commits one group taken from the queue (after the before-apply hook).
+  // Its answers go to *answers when given, else to DeliverAnswers.
+  // REQUIRES: this thread holds the committer's part (committing_).
+  void RunGroup(std::vector<WriteRequest>* group, std::vector<Answer>* answers);
   bool GroupFullLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_);
   bool StoppingLocked() const ABSL_SHARED_LOCKS_REQUIRED(queue_mu_) { return stopping_; }
 
@@ -408,7 +457,7 @@ class KvStore : public WriteLog {
   //   answer:  each write's done, in order (physical compactions once their
   //            compaction is done).
   struct Group;
-  void CommitGroup(std::vector<WriteRequest>* writes);
+  void CommitGroup(std::vector<WriteRequest>* writes, std::vector<Answer>* answers);
   // The error that refuses w before it is applied, or OK.
   // Records how long w took to apply, and warns of a slow apply.
   void TimeApply(const WriteRequest& w, const absl::Status& result,
@@ -419,13 +468,8 @@ class KvStore : public WriteLog {
   absl::Status Apply(WriteRequest& w, size_t i, Group* group);
   void CommitBatch(Group* group);
   void PublishGroup(Group* group);
-  void AnswerGroup(Group* group);
+  void AnswerGroup(Group* group, std::vector<Answer>* answers);
   void Publish() ABSL_LOCKS_EXCLUDED(view_mu_);
-  // A committed write's done and its result.
-  struct Answer {
-    absl::AnyInvocable<void(absl::Status)> done;
-    absl::Status status;
-  };
   // Committer thread: hands a committed group's answers on, in order.
   void DeliverAnswers(std::vector<Answer>* answers);
   // Answer thread: runs the answers handed to it until the store stops.
@@ -497,8 +541,11 @@ class KvStore : public WriteLog {
   const KvStoreOptions options_;
   const std::unique_ptr<storage::Backend> backend_;
 
-  // Committer state: touched by the committer thread only (and by Open
-  // before the thread starts).
+  // Committer state: touched only by the thread that holds the committer's
+  // part (committing_: the committer thread, or with inline_commit the
+  // thread committing a group it submitted), and by Open before the
+  // threads start. Taking and handing back the part under queue_mu_ orders
+  // one holder's changes before the next's.
   // Replaced as a whole by Restore.
   std::unique_ptr<index::TreeIndex> index_ = std::make_unique<index::TreeIndex>();
   int64_t current_rev_ = 1;  // a new store starts at revision 1, as etcd does
@@ -541,6 +588,14 @@ class KvStore : public WriteLog {
   // The request queue; the committer and the lease expiry thread wait on it.
   util::Mutex queue_mu_;
   std::deque<WriteRequest> queue_ ABSL_GUARDED_BY(queue_mu_);
+  // A thread holds the committer's part: it commits groups from the queue
+  // until it hands the part back. The committer thread takes it only when
+  // no other thread holds it.
+  bool committing_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Direct writes are on (StartDirectWrites); direct_hint_ lets Submit look
+  // without the lock, and direct_ decides under it.
+  bool direct_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::atomic<bool> direct_hint_{false};
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::function<void()> group_wait_hook_ ABSL_GUARDED_BY(queue_mu_);
   std::function<void()> before_apply_hook_ ABSL_GUARDED_BY(queue_mu_);

@@ -606,7 +606,7 @@ struct KvStore::Group {
   bool changed = false;
 };
 
-void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
+void KvStore::CommitGroup(std::vector<WriteRequest>* writes, std::vector<Answer>* answers) {
   Group group(writes);
   if (options_.quota_bytes > 0 && absl::Now() - backend_size_at_ > absl::Milliseconds(100)) {
     // Measuring the backend lists its files: do it at most every 100 ms.
@@ -630,7 +630,7 @@ void KvStore::CommitGroup(std::vector<WriteRequest>* writes) {
   }
   CommitBatch(&group);
   PublishGroup(&group);
-  AnswerGroup(&group);
+  AnswerGroup(&group, answers);
 }
 
 void KvStore::TimeApply(const WriteRequest& w, const absl::Status& result,
@@ -796,7 +796,7 @@ void KvStore::PublishGroup(Group* group) {
   }
 }
 
-void KvStore::AnswerGroup(Group* group) {
+void KvStore::AnswerGroup(Group* group, std::vector<Answer>* answers_out) {
   std::vector<Answer> answers;
   answers.reserve(group->writes->size());
   for (size_t i = 0; i < group->writes->size(); ++i) {
@@ -811,6 +811,10 @@ void KvStore::AnswerGroup(Group* group) {
       }
     }
     answers.push_back({std::move(w.done), std::move(group->results[i])});
+  }
+  if (answers_out != nullptr) {
+    *answers_out = std::move(answers);
+    return;
   }
   DeliverAnswers(&answers);
 }

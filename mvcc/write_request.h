@@ -53,15 +53,16 @@ using LeaseRevokeOp =
     ClientOp<etcdserverpb::LeaseRevokeRequest, etcdserverpb::LeaseRevokeResponse>;
 using AlarmOp = ClientOp<etcdserverpb::AlarmRequest, etcdserverpb::AlarmResponse>;
 
-// The store's own step: `apply` runs on the committer thread inside a group,
-// between writes (compacting the key index in batches). It takes no
+// The store's own step: `apply` runs on the committer (the thread holding
+// its part: KvStore's committer thread, or one committing inline) inside a
+// group, between writes (compacting the key index in batches). It takes no
 // revision and is not counted in the applied index.
 struct InternalOp {
   absl::AnyInvocable<void()> apply;
 };
 
 // A store layered on the KV store's durability (auth): `apply_batch` runs on
-// the committer thread in order with every other write and may stage
+// the committer in order with every other write and may stage
 // records into the group's batch; the write's `done` runs once they are
 // durable, with apply_batch's error if it failed. Nothing staged by a failed
 // apply_batch may remain: check before staging.
@@ -83,7 +84,9 @@ struct Caller {
 // A write applied by the committer, which calls `done` exactly once: after
 // the write is durable and visible, or with the error that refused it. done
 // runs on the store's answer thread (or, for a small group with nothing
-// queued before it, on the committer), in commit order: it must not block.
+// queued before it, on the committer; with KvStoreOptions::inline_commit,
+// on the thread that committed the group), in commit order: it must not
+// block.
 struct WriteRequest {
   WriteOp op;
   absl::AnyInvocable<void(absl::Status)> done;

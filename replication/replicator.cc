@@ -27,6 +27,8 @@ constexpr absl::Duration kReadIndexRetry = absl::Milliseconds(500);
 // The longest a loop pass waits for work inside its call from Go (see
 // docs/REPLICATION.md, "The raft loop and Go's scheduler").
 constexpr absl::Duration kLongestWait = absl::Milliseconds(5);
+// Empty entries proposed at a time when raft's log catches up.
+constexpr uint64_t kCatchUpChunk = 4096;
 // How often a leader looks whether its cluster has a version yet (etcd's
 // monitorVersionInterval).
 constexpr absl::Duration kVersionCheckInterval = absl::Seconds(4);
@@ -462,6 +464,10 @@ bool Replicator::LoopOnce() {
     if (stopping_) return false;
     std::swap(in, inbox_);
   }
+  if (direct_ && (!in.messages.empty() || !in.snapshots.empty() ||
+                  store_->AppliedIndex() >= handed_through_ + options_.direct_catch_up)) {
+    EndDirectWrites();
+  }
   for (auto& m : in.messages) {
     if (absl::Status s = engine_->Step(m); !s.ok()) {
       SPDLOG_DEBUG("raft: a peer's message was refused: {}", s.ToString());
@@ -519,10 +525,17 @@ bool Replicator::LoopOnce() {
     incoming_snapshot_dir_.clear();
   }
   MaybeCompact();
+  MaybeStartDirectWrites();
   return true;
 }
 
 void Replicator::FinishLoop() {
+  // Later writes come here, to be refused; raft's log need not catch up
+  // with the direct writes (a restart starts it at the store).
+  if (direct_) {
+    direct_ = false;
+    store_->StopDirectWrites();
+  }
   // Stopping: answer everything still held.
   for (auto& p : pending_) p.w.done(MakeError(Error::kStopped));
   pending_.clear();
@@ -587,6 +600,7 @@ void Replicator::Propose() {
     }
   }
   if (pending_.empty() || Leader() == 0) return;
+  EndDirectWrites();
   std::vector<std::string> entries;
   std::vector<uint64_t> ids;
   std::vector<PendingWrite> proposed;
@@ -879,6 +893,37 @@ void Replicator::StartHoldingInStore() {
   SPDLOG_INFO("raft: the only voter; its store makes each write durable, its log keeps none");
 }
 
+void Replicator::MaybeStartDirectWrites() {
+  if (!options_.direct_writes || direct_ || !store_holds_ || role_ != RaftRole::kLeader ||
+      !sole_voter_.load(std::memory_order_relaxed) || !conf_state_.learners.empty() ||
+      !published_ || !pending_.empty() || !waiters_.empty() || !pending_conf_.empty() ||
+      !conf_waiters_.empty() || !transfers_.empty() || engine_->HasReady() ||
+      handed_through_ != commit_.load(std::memory_order_relaxed) ||
+      (table_.cluster_version().empty() && !options_.cluster_version.empty())) {
+    return;
+  }
+  direct_ = true;
+  store_->StartDirectWrites();
+}
+
+void Replicator::EndDirectWrites() {
+  if (!direct_) return;
+  direct_ = false;
+  const uint64_t through = store_->StopDirectWrites();
+  // The store applied the direct writes at the indexes after the log's
+  // last entry: empty entries take those indexes in raft's log, committed
+  // at once (the only voter) and held by the store, which has them.
+  skip_through_ = std::max(skip_through_, through);
+  std::vector<std::string_view> empty;
+  while (handed_through_ < through) {
+    empty.assign(std::min(through - handed_through_, kCatchUpChunk), std::string_view());
+    const uint64_t before = handed_through_;
+    CHECK(engine_->Propose(empty).ok()) << "raft refused its only voter's entries";
+    DrainReady();
+    CHECK(handed_through_ > before) << "raft did not commit its only voter's entries";
+  }
+}
+
 void Replicator::StopHoldingInStore() {
   // The log's next write records the held entries as its snapshot: they
   // must be durable in the store first.
@@ -997,6 +1042,11 @@ mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::Interna
 }
 
 void Replicator::Applied(uint64_t applied) {
+  // What is applied is committed: a sole voter's direct writes reach the
+  // commit index only this way.
+  for (uint64_t c = commit_.load(std::memory_order_acquire);
+       c < applied && !commit_.compare_exchange_weak(c, applied, std::memory_order_acq_rel);) {
+  }
   applied_.store(applied, std::memory_order_release);
   std::vector<Done> ready;
   {
@@ -1077,6 +1127,7 @@ void Replicator::StartLeaderTransfer(LeaderTransfer t) {
   // pending, and retries them until the new leader takes them or their
   // deadline passes.
   SetLeadershipConfirmation({});  // the transferee may lead at any moment
+  EndDirectWrites();
   engine_->TransferLeader(t.to);
   transfers_.push_back(std::move(t));
 }

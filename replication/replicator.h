@@ -35,6 +35,19 @@
 // never replays over a hole. After a crash the log ends below the store's
 // applied index and restarts from it (StartLogAtStore).
 //
+// A sole voter's writes (options.direct_writes): raft has nothing to decide
+// for a member that is the only voter and leads, so once its log is held by
+// the store and nothing else waits to be appended, the raft loop lets the
+// store commit client writes itself (KvStore::StartDirectWrites), each
+// taking the next index as a store without a log counts them, on the
+// thread that submitted it. Before raft appends anything again (a write
+// the log must carry, a membership change, a leadership transfer, a peer's
+// message) and every options.direct_catch_up writes, the loop turns them off, waits
+// until each is applied (KvStore::StopDirectWrites) and appends empty
+// entries up to the store's applied index, committed and skipped at once,
+// so that raft's log goes on from where the store is. Reads and Status see
+// the store's applied index as committed.
+//
 // Thread safety: Submit, ReadBarrier and every RaftView method may be
 // called from any thread. One thread (the raft loop, hosted by the engine
 // factory) makes every engine and RaftLog call.
@@ -137,6 +150,14 @@ struct ReplicatorOptions {
   // log, and initial_members are the cluster's members as a peer listed
   // them (shown until the member's own table has them).
   bool join_existing = false;
+  // A sole voter's direct writes (see "A sole voter's writes" above): while
+  // this member is the only voter, leads, holds its log in the store and
+  // has nothing else to append, the store commits client writes itself
+  // (KvStore::StartDirectWrites) instead of handing them to the raft loop.
+  bool direct_writes = false;
+  // Direct writes are turned off and raft's log brought up to the store
+  // once they are this many ahead of it (the empty entries appended then).
+  uint64_t direct_catch_up = 65536;
   // --force-new-cluster: a member with a log restarts as the only member of
   // its cluster (etcd's restartAsStandaloneNode). Entries past the commit
   // index are dropped, and entries that remove every other member (and add
@@ -498,6 +519,11 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // store alone (all committed, no change of term or vote), and the two
   // switches between the modes (see "A sole voter's log" above).
   bool StoreCanHold(const Ready& rd) const;
+  // A sole voter's direct writes: turned on at the end of a pass when
+  // nothing else is in flight; turned off (raft's log brought up to the
+  // store's applied index) before raft appends anything.
+  void MaybeStartDirectWrites();
+  void EndDirectWrites();
   void StartHoldingInStore();
   void StopHoldingInStore();
   // Blocks the calling thread until the store has applied index (OK), or
@@ -618,6 +644,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   uint64_t handed_through_ = 0;
   // The store holds this sole voter's entries (the log keeps none).
   bool store_holds_ = false;
+  // The store commits client writes without the log (direct writes).
+  bool direct_ = false;
   absl::Time next_tick_;          // the raft loop's
   absl::Time next_waiter_walk_;  // ExpireWaiters'
   // The data of the last snapshot message stepped, until its Ready.

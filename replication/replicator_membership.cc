@@ -193,6 +193,7 @@ membership::RaftView::Promotions Replicator::LearnerPromotions() const {
 }
 
 bool Replicator::ProposeConfEntry(const std::string& entry) {
+  EndDirectWrites();
   const bool leads = role_ == RaftRole::kLeader;
   if (leads && conf_pending_index_ > handed_through_) return false;
   if (!engine_->ProposeConfChange(false, entry).ok()) return false;

@@ -229,6 +229,9 @@ absl::Status Server::OpenStore() {
   const auto start = std::chrono::steady_clock::now();
   mvcc::KvStoreOptions kv_options = StoreOptions(config_, member_->member_id);
   kv_options.requires_write_log = replicated_;
+  // A sole voter's direct writes are committed by the gRPC thread that
+  // takes them when no group is being committed (KvStore's inline commits).
+  kv_options.inline_commit = true;
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
@@ -425,6 +428,7 @@ absl::Status Server::StartReplication() {
   options.strict_reconfig_check = config_.strict_reconfig_check;
   options.join_existing = config_.initial_cluster_state == ClusterState::kExisting;
   options.force_new_cluster = config_.force_new_cluster;
+  options.direct_writes = true;
   options.on_removed = [this] { OnRemoved(absl::Seconds(1)); };
   {
     auth::AuthStore* auth = auth_store_;

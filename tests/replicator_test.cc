@@ -256,14 +256,14 @@ class ReplicatorTest : public ::testing::Test {
            absl::StrCat("capstan_replicator_test_", getpid(), "_",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
-    for (int i = 0; i < kMembers; ++i) {
+    for (int i = 0; i < members_count_; ++i) {
       membership::ClusterMember m;
       m.id = 0x1000 + i;
       m.name = absl::StrCat("m", i);
       m.peer_urls = {absl::StrCat("http://127.0.0.1:", 20000 + i)};
       members_.push_back(m);
     }
-    for (int i = 0; i < kMembers; ++i) StartMember(i);
+    for (int i = 0; i < members_count_; ++i) StartMember(i);
   }
 
   void TearDown() override {
@@ -282,6 +282,7 @@ class ReplicatorTest : public ::testing::Test {
     ASSERT_TRUE(backend.ok()) << backend.status();
     mvcc::KvStoreOptions ko;
     ko.requires_write_log = true;
+    ko.inline_commit = direct_writes_;
     ko.member_id = members_[i].id;
     auto store = mvcc::KvStore::Open(ko, std::move(*backend));
     ASSERT_TRUE(store.ok()) << store.status();
@@ -306,6 +307,8 @@ class ReplicatorTest : public ::testing::Test {
     ro.failpoint_lose_version_proposals = lose_version_proposals_;
     ro.request_timeout = request_timeout_;
     ro.data_dir = base;
+    ro.direct_writes = direct_writes_;
+    ro.direct_catch_up = direct_catch_up_;
     m.replicator = Replicator::Create(ro, &factory_, std::move(*log), m.store.get(),
                                       m.transport.get(), nullptr);
     ASSERT_TRUE(m.transport->Start(m.replicator->handler()).ok());
@@ -444,6 +447,11 @@ class ReplicatorTest : public ::testing::Test {
   // A member with a file system here has its log on it, synced.
   std::shared_ptr<storage::FaultInjectionFs> log_fs_[kMembers];
   int election_ticks_ = 10;
+  // The cluster's members (at most kMembers), and a sole voter's direct
+  // writes (ReplicatorOptions::direct_writes, with inline commits).
+  int members_count_ = kMembers;
+  bool direct_writes_ = false;
+  uint64_t direct_catch_up_ = ReplicatorOptions().direct_catch_up;
   std::string cluster_version_;  // none: the leader decides no version
   int lose_version_proposals_ = 0;
   absl::Duration request_timeout_ = absl::Seconds(5);
@@ -995,6 +1003,126 @@ TEST_F(ReplicatorTest, WritesWithoutAQuorumTimeOutWithEtcdsError) {
   EXPECT_TRUE(mvcc::Is(r.status(), mvcc::Error::kTimeout) ||
               mvcc::Is(r.status(), mvcc::Error::kProposalDeadline))
       << r.status();
+}
+
+// A single member, as `capstan` runs one: the only voter, whose store
+// commits client writes itself while raft has nothing else to append
+// (ReplicatorOptions::direct_writes).
+class ReplicatorSoleVoterTest : public ReplicatorTest {
+ protected:
+  void SetUp() override {
+    members_count_ = 1;
+    direct_writes_ = true;
+    ReplicatorTest::SetUp();
+  }
+
+  // Waits until the member leads and its store takes direct writes.
+  void AwaitDirectWrites() {
+    ASSERT_EQ(WaitForLeader(), 0);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!nodes_[0].store->DirectWrites() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(2));  // polling a condition, with a deadline
+    }
+    ASSERT_TRUE(nodes_[0].store->DirectWrites());
+  }
+
+  // n puts from `threads` threads at once, each answered OK.
+  void PutConcurrently(int n, int threads, const std::string& prefix) {
+    std::vector<std::thread> writers;
+    for (int t = 0; t < threads; ++t) {
+      writers.emplace_back([&, t] {
+        for (int i = t; i < n; i += threads) {
+          auto r = Put(0, absl::StrCat(prefix, i), "v");
+          ASSERT_TRUE(r.ok()) << r.status();
+        }
+      });
+    }
+    for (auto& w : writers) w.join();
+  }
+};
+
+// Direct writes take the indexes after raft's last entry without raft
+// seeing them: its log stays where it was while the commit and applied
+// indexes go on. A membership change first brings raft's log up to the
+// store (empty entries), so the change's entry comes right after the last
+// direct write, and writes then go through the log again (a learner needs
+// it).
+TEST_F(ReplicatorSoleVoterTest, WritesSkipRaftWhoseLogCatchesUpBeforeAMembershipChange) {
+  AwaitDirectWrites();
+  Replicator& r = *nodes_[0].replicator;
+  const uint64_t start = r.CommittedIndex();
+  ASSERT_EQ(r.LogFirstIndex(), start + 1);  // the log is held by the store up to here
+  PutConcurrently(200, 4, "/direct/");
+  EXPECT_EQ(r.CommittedIndex(), start + 200);
+  EXPECT_EQ(r.AppliedIndex(), start + 200);
+  EXPECT_EQ(nodes_[0].store->AppliedIndex(), start + 200);
+  EXPECT_EQ(r.LogFirstIndex(), start + 1) << "raft's log moved: a write went through it";
+
+  membership::MemberChange add;
+  add.type = membership::ChangeType::kAddLearnerNode;
+  add.id = 0x2000;
+  add.member.id = 0x2000;
+  add.member.peer_urls = {"http://127.0.0.1:20999"};
+  add.member.is_learner = true;
+  absl::Notification changed;
+  absl::Status change_status;
+  r.ChangeMembership(add, absl::Now() + absl::Seconds(10), [&](auto members) {
+    change_status = members.status();
+    changed.Notify();
+  });
+  changed.WaitForNotification();  // the change's deadline ends it
+  ASSERT_TRUE(change_status.ok()) << change_status;
+  EXPECT_EQ(r.CommittedIndex(), start + 201) << "the change's entry is not the next index";
+  EXPECT_FALSE(nodes_[0].store->DirectWrites());
+  ASSERT_TRUE(Put(0, "/after/change", "v").ok());
+  EXPECT_EQ(r.CommittedIndex(), start + 202);
+  EXPECT_EQ(nodes_[0].store->Rev(), 202);
+}
+
+// Every direct_catch_up writes the loop brings raft's log up to the store
+// and takes direct writes again.
+TEST_F(ReplicatorSoleVoterTest, RaftsLogCatchesUpWhileWritesGoOn) {
+  StopMember(0);
+  direct_catch_up_ = 50;
+  StartMember(0);
+  AwaitDirectWrites();
+  Replicator& r = *nodes_[0].replicator;
+  const uint64_t start = r.CommittedIndex();
+  PutConcurrently(600, 4, "/catch-up/");
+  EXPECT_EQ(r.CommittedIndex(), start + 600);
+  // The loop looks at every pass (at least every 5 ms).
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (r.LogFirstIndex() <= start + 600 - 50 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));  // polling a condition, with a deadline
+  }
+  EXPECT_GT(r.LogFirstIndex(), start + 600 - 50) << "raft's log did not catch up";
+  EXPECT_TRUE(nodes_[0].store->DirectWrites());
+  EXPECT_EQ(r.CommittedIndex(), start + 600);
+  // A read after the writes sees them all (a sole voter reads at its commit
+  // index, which the direct writes moved).
+  ASSERT_TRUE(Barrier(0).ok());
+  EXPECT_EQ(nodes_[0].store->Rev(), 601);
+}
+
+// A member restarted after direct writes starts its log at the store's
+// applied index and term and goes on from there.
+TEST_F(ReplicatorSoleVoterTest, DirectWritesOutliveARestart) {
+  AwaitDirectWrites();
+  const uint64_t start = nodes_[0].replicator->CommittedIndex();
+  const uint64_t term = nodes_[0].replicator->Term();
+  PutConcurrently(100, 2, "/restart/");
+  StopMember(0);
+  StartMember(0);
+  AwaitDirectWrites();
+  Replicator& r = *nodes_[0].replicator;
+  EXPECT_EQ(nodes_[0].store->Rev(), 101);
+  EXPECT_GT(r.Term(), term);
+  // The new leader's empty entry and this member's attributes follow the
+  // writes the store holds.
+  EXPECT_EQ(r.CommittedIndex(), start + 100 + 2);
+  ASSERT_TRUE(Put(0, "/restart/after", "v").ok());
+  EXPECT_EQ(r.CommittedIndex(), start + 100 + 3);
+  EXPECT_EQ(nodes_[0].store->Rev(), 102);
 }
 
 // Members whose logs are compacted every 50 applied entries, keeping 10.
