@@ -823,7 +823,7 @@ void Replicator::HandleReady(Ready rd) {
     }
     if (applied_early > 0 && rd.hard_state) {
       // As etcd updates its committed index before it applies.
-      commit_.store(rd.hard_state->commit, std::memory_order_release);
+      RaiseCommit(rd.hard_state->commit);
     }
     for (size_t i = 0; i < applied_early; ++i) ApplyCommitted(rd.committed[i]);
   }
@@ -842,7 +842,7 @@ void Replicator::HandleReady(Ready rd) {
   }
   if (rd.hard_state) {
     term_.store(rd.hard_state->term, std::memory_order_release);
-    commit_.store(rd.hard_state->commit, std::memory_order_release);
+    RaiseCommit(rd.hard_state->commit);
   }
   if (rd.snapshot) log_first_.store(log_->snapshot_meta().index + 1, std::memory_order_release);
   NoteConfEntries(rd.entries);
@@ -1041,12 +1041,17 @@ mvcc::WriteRequest Replicator::DecodeEntry(std::shared_ptr<etcdserverpb::Interna
   return w;
 }
 
+void Replicator::RaiseCommit(uint64_t index) {
+  for (uint64_t c = commit_.load(std::memory_order_acquire);
+       c < index && !commit_.compare_exchange_weak(c, index, std::memory_order_acq_rel);) {
+  }
+}
+
 void Replicator::Applied(uint64_t applied) {
   // What is applied is committed: a sole voter's direct writes reach the
-  // commit index only this way.
-  for (uint64_t c = commit_.load(std::memory_order_acquire);
-       c < applied && !commit_.compare_exchange_weak(c, applied, std::memory_order_acq_rel);) {
-  }
+  // commit index only this way (and raft's, while its log catches up with
+  // them, is behind it).
+  RaiseCommit(applied);
   applied_.store(applied, std::memory_order_release);
   std::vector<Done> ready;
   {

@@ -524,6 +524,8 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   // store's applied index) before raft appends anything.
   void MaybeStartDirectWrites();
   void EndDirectWrites();
+  // Moves commit_ up to index, never down (any thread).
+  void RaiseCommit(uint64_t index);
   void StartHoldingInStore();
   void StopHoldingInStore();
   // Blocks the calling thread until the store has applied index (OK), or
