@@ -51,10 +51,13 @@ using etcdserverpb::TxnRequest;
 // A store in its own temporary directory, removed with it.
 class BenchStore {
  public:
-  explicit BenchStore(bool sync) {
+  // inline_commit: KvStoreOptions::inline_commit (writers commit their
+  // groups themselves).
+  explicit BenchStore(bool sync, bool inline_commit = false) {
     char tmpl[] = "/tmp/capstan-bench-XXXXXX";
     dir_ = mkdtemp(tmpl);
     sync_ = sync;
+    inline_commit_ = inline_commit;
     Open();
   }
   ~BenchStore() {
@@ -71,7 +74,9 @@ class BenchStore {
       std::fprintf(stderr, "backend: %s\n", backend.status().ToString().c_str());
       std::abort();
     }
-    auto store = KvStore::Open(KvStoreOptions(), std::move(*backend));
+    KvStoreOptions options;
+    options.inline_commit = inline_commit_;
+    auto store = KvStore::Open(options, std::move(*backend));
     if (!store.ok()) {
       std::fprintf(stderr, "store: %s\n", store.status().ToString().c_str());
       std::abort();
@@ -85,6 +90,7 @@ class BenchStore {
  private:
   std::string dir_;
   bool sync_ = true;
+  bool inline_commit_ = false;
   std::unique_ptr<KvStore> store_;
 };
 
@@ -167,9 +173,9 @@ std::atomic<int> g_drained{0};
 // Thread 0 creates the store before the loop (the others touch it only in the
 // loop, which starts after every thread is ready) and deletes it once every
 // thread has drained its window.
-void SetUpWriteStore(benchmark::State& state) {
+void SetUpWriteStore(benchmark::State& state, bool inline_commit = false) {
   if (state.thread_index() != 0) return;
-  g_write_store = new BenchStore(/*sync=*/true);
+  g_write_store = new BenchStore(/*sync=*/true, inline_commit);
   g_drained = 0;
   g_write_stats = g_write_store->store()->GetStats();
 }
@@ -186,7 +192,7 @@ void TearDownWriteStore(benchmark::State& state) {
 void BM_Put(benchmark::State& state) {
   const int inflight = static_cast<int>(state.range(0));
   const size_t value_size = static_cast<size_t>(state.range(1));
-  SetUpWriteStore(state);
+  SetUpWriteStore(state, /*inline_commit=*/state.range(2) != 0);
   // Inputs: one request per slot and 1024 keys per thread, built up front.
   constexpr int kKeys = 1024;
   std::vector<std::string> keys;
@@ -211,9 +217,11 @@ void BM_Put(benchmark::State& state) {
   TearDownWriteStore(state);
 }
 BENCHMARK(BM_Put)
-    ->ArgNames({"inflight", "value_bytes"})
-    ->Args({1, 256})
-    ->Args({16, 256})
+    ->ArgNames({"inflight", "value_bytes", "inline"})
+    ->Args({1, 256, 0})
+    ->Args({1, 256, 1})
+    ->Args({16, 256, 0})
+    ->Args({16, 256, 1})
     ->Threads(1)
     ->Threads(2)
     ->Threads(4)

@@ -244,7 +244,9 @@ absl::Status KvStore::Range(const etcdserverpb::RangeRequest& req, RangeResult* 
       result, &stream);
 }
 
-void KvStore::Submit(WriteRequest write) {
+void KvStore::Submit(WriteRequest write) { Route(std::move(write), /*caller_waits=*/false); }
+
+void KvStore::Route(WriteRequest write, bool caller_waits) {
   // A cluster orders what the services submit through its Raft log, which
   // hands each committed write back through SubmitCommitted. The store's
   // own steps never leave the member.
@@ -252,7 +254,7 @@ void KvStore::Submit(WriteRequest write) {
     if (WriteLog* log = write_log_.load(std::memory_order_acquire)) {
       // A sole voter's direct writes skip the log (StartDirectWrites).
       if (direct_hint_.load(std::memory_order_acquire) && DirectEligible(write) &&
-          Enqueue(write, /*direct=*/true)) {
+          Enqueue(write, /*direct=*/true, caller_waits)) {
         return;
       }
       if (RefusedOverQuota(&write, log)) return;
@@ -263,7 +265,7 @@ void KvStore::Submit(WriteRequest write) {
       write.done(MakeError(Error::kNoLeader));
       return;
     }
-    Enqueue(write, /*direct=*/false);
+    Enqueue(write, /*direct=*/false, caller_waits);
     return;
   }
   SubmitCommitted(std::move(write));
@@ -360,7 +362,7 @@ void KvStore::SubmitCommitted(WriteRequest write) {
   write.done(MakeError(Error::kStopped));
 }
 
-bool KvStore::Enqueue(WriteRequest& write, bool direct) {
+bool KvStore::Enqueue(WriteRequest& write, bool direct, bool caller_waits) {
   std::vector<WriteRequest> group;
   {
     util::MutexLock l(&queue_mu_);
@@ -381,7 +383,7 @@ bool KvStore::Enqueue(WriteRequest& write, bool direct) {
     write.done(MakeError(Error::kStopped));
     return true;
   }
-  CommitHere(std::move(group));
+  CommitHere(std::move(group), caller_waits);
   return true;
 }
 
@@ -419,7 +421,7 @@ bool KvStore::NextGroup(std::vector<WriteRequest>* group) {
   return true;
 }
 
-void KvStore::CommitHere(std::vector<WriteRequest> group) {
+void KvStore::CommitHere(std::vector<WriteRequest> group, bool caller_waits) {
   std::vector<Answer> answers;
   for (;;) {
     RunGroup(&group, &answers);
@@ -427,14 +429,16 @@ void KvStore::CommitHere(std::vector<WriteRequest> group) {
     bool more;
     {
       util::MutexLock l(&queue_mu_);
-      more = !queue_.empty();
+      // A caller waiting for its own write goes back to it once that is
+      // answered: what is queued then wakes the committer thread.
+      more = !queue_.empty() && !caller_waits;
       if (more) {
         TakeGroupLocked(&group);
       } else {
         // Handed back before answering: a write submitted by an answer
-        // (or by anyone meanwhile) is committed by its own thread, and
-        // the store may be gone once the part is handed back and the
-        // queue is empty, so nothing below touches it.
+        // (or by anyone meanwhile) is committed by its own thread or the
+        // committer thread, and the store may be gone once the part is
+        // handed back and the queue is empty, so nothing below touches it.
         committing_ = false;
       }
     }
@@ -515,7 +519,7 @@ absl::StatusOr<std::remove_const_t<std::remove_pointer_t<decltype(Op::response)>
 KvStore::SubmitAndWait(const std::remove_pointer_t<decltype(Op::request)>& req) {
   std::remove_pointer_t<decltype(Op::response)> resp;
   std::promise<absl::Status> done;
-  Submit({Op{&req, &resp}, [&done](absl::Status s) { done.set_value(s); }});
+  Route({Op{&req, &resp}, [&done](absl::Status s) { done.set_value(s); }}, /*caller_waits=*/true);
   if (auto s = done.get_future().get(); !s.ok()) return s;
   return resp;
 }

@@ -58,15 +58,19 @@ struct KvStoreOptions {
   // (--backend-batch-interval). Zero: commit whatever is queued at once;
   // requests arriving during a commit form the next group anyway.
   absl::Duration batch_interval = absl::ZeroDuration();
-  // A write submitted with no write log between (an embedded store) is
-  // committed by the submitting thread when no group is being committed:
-  // that thread takes the committer's part, commits what is queued group by
-  // group until nothing is, and answers each group itself, while writes
-  // submitted meanwhile only queue (the leader and followers of RocksDB's
-  // write groups). No thread is woken to commit a group or to answer it.
-  // Off, or with a batch_interval: the committer thread commits every group.
-  // A write's done must then not wait for another write of the store: it may
-  // run on the thread that commits.
+  // A write submitted with no write log between (a store without one, or a
+  // sole voter's direct write: StartDirectWrites) is committed by the
+  // submitting thread when no group is being committed: that thread takes
+  // the committer's part, commits what is queued group by group until
+  // nothing is, and answers each group itself, while writes submitted
+  // meanwhile only queue (the leader and followers of RocksDB's write
+  // groups). No thread is woken to commit a group or to answer it. A thread
+  // that waits for its own write (Put, Txn and the other blocking
+  // conveniences) commits only that write's group and leaves what was
+  // queued meanwhile to the committer thread. Off, or with a
+  // batch_interval: the committer thread commits every group. A write's
+  // done must then not wait for another write of the store: it may run on
+  // the thread that commits.
   bool inline_commit = false;
   // Most operations in one txn branch (--max-txn-ops).
   int max_txn_ops = 128;
@@ -431,10 +435,15 @@ class KvStore : public WriteLog {
   // batch_interval), unless a group is being committed, commits groups on
   // this thread until none is queued (CommitHere). A direct write is not
   // taken (false, write untouched) once direct writes are off.
-  bool Enqueue(WriteRequest& write, bool direct) ABSL_LOCKS_EXCLUDED(queue_mu_);
-  // Commits group, then every group queued meanwhile, answering each here.
-  // REQUIRES: this thread took the committer's part.
-  void CommitHere(std::vector<WriteRequest> group) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  bool Enqueue(WriteRequest& write, bool direct, bool caller_waits) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Commits group, then (unless the caller waits for its write: the
+  // blocking conveniences) every group queued meanwhile, answering each
+  // here. REQUIRES: this thread took the committer's part.
+  void CommitHere(std::vector<WriteRequest> group, bool caller_waits)
+      ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Submit's work; caller_waits: the calling thread waits for the answer
+  // (SubmitAndWait), so it commits no more than its own write's group.
+  void Route(WriteRequest write, bool caller_waits) ABSL_LOCKS_EXCLUDED(queue_mu_);
   // Whether a write may skip the log while direct writes are on.
   static bool DirectEligible(const WriteRequest& w);
   // Nothing is queued and nobody commits (StopDirectWrites' wait).

@@ -88,6 +88,53 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
   EXPECT_GT(answered_elsewhere.load(), 0);
 }
 
+// A thread waiting for its own write (the blocking Put) commits its group
+// and returns; what was queued meanwhile goes to the committer thread, not
+// to it. A thread that does not wait (Submit) goes on committing (above).
+TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
+  absl::Notification in_first_group, release_first_group;
+  std::atomic<int> groups{0};
+  store_->TEST_SetBeforeApplyHook([&] {
+    if (groups.fetch_add(1) == 0) {
+      in_first_group.Notify();
+      release_first_group.WaitForNotification();
+    }
+  });
+  std::thread::id leader_id;
+  std::thread leader([&] {
+    leader_id = std::this_thread::get_id();
+    Put("/mine");
+  });
+  in_first_group.WaitForNotification();
+  constexpr int kQueued = 5;
+  absl::Mutex mu;
+  std::vector<std::thread::id> answered_on;
+  std::vector<std::unique_ptr<etcdserverpb::PutRequest>> reqs;
+  std::vector<std::unique_ptr<etcdserverpb::PutResponse>> resps;
+  absl::Notification all_answered;
+  for (int i = 0; i < kQueued; ++i) {
+    reqs.push_back(std::make_unique<etcdserverpb::PutRequest>());
+    resps.push_back(std::make_unique<etcdserverpb::PutResponse>());
+    reqs.back()->set_key(absl::StrCat("/queued/", i));
+    store_->Submit({PutOp{reqs.back().get(), resps.back().get()}, [&](absl::Status s) {
+                      EXPECT_TRUE(s.ok()) << s;
+                      absl::MutexLock l(&mu);
+                      answered_on.push_back(std::this_thread::get_id());
+                      if (answered_on.size() == kQueued) all_answered.Notify();
+                    }});
+  }
+  release_first_group.Notify();
+  leader.join();
+  ASSERT_TRUE(all_answered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  store_->TEST_SetBeforeApplyHook(nullptr);
+  absl::MutexLock l(&mu);
+  for (const auto& id : answered_on) {
+    EXPECT_NE(id, leader_id) << "the waiting caller committed writes queued behind its own";
+    EXPECT_NE(id, std::this_thread::get_id()) << "a queued write was committed by its submitter";
+  }
+  EXPECT_EQ(store_->Rev(), 1 + 1 + kQueued);
+}
+
 // An answer runs on the committing thread: one that submits another write
 // gets it committed (by that thread, once it has handed the committer's
 // part back) rather than waiting for itself.

@@ -42,11 +42,11 @@
 // taking the next index as a store without a log counts them, on the
 // thread that submitted it. Before raft appends anything again (a write
 // the log must carry, a membership change, a leadership transfer, a peer's
-// message) and every options.direct_catch_up writes, the loop turns them off, waits
-// until each is applied (KvStore::StopDirectWrites) and appends empty
-// entries up to the store's applied index, committed and skipped at once,
-// so that raft's log goes on from where the store is. Reads and Status see
-// the store's applied index as committed.
+// message) and every options.direct_catch_up writes, the loop turns them
+// off, waits until each is applied (KvStore::StopDirectWrites) and appends
+// empty entries up to the store's applied index, committed and skipped at
+// once, so that raft's log goes on from where the store is. Reads and
+// Status see the store's applied index as committed.
 //
 // Thread safety: Submit, ReadBarrier and every RaftView method may be
 // called from any thread. One thread (the raft loop, hosted by the engine

@@ -229,8 +229,10 @@ absl::Status Server::OpenStore() {
   const auto start = std::chrono::steady_clock::now();
   mvcc::KvStoreOptions kv_options = StoreOptions(config_, member_->member_id);
   kv_options.requires_write_log = replicated_;
-  // A sole voter's direct writes are committed by the gRPC thread that
-  // takes them when no group is being committed (KvStore's inline commits).
+  // Writes with no log between (a sole voter's direct writes; an embedded
+  // store's, which runs no Raft) are committed by the thread that submits
+  // them when no group is being committed (KvStore's inline commits): the
+  // gRPC thread that took them, or the embedding program's.
   kv_options.inline_commit = true;
   auto store = mvcc::KvStore::Open(kv_options, std::move(*backend));
   if (!store.ok()) return store.status();
