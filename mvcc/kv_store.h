@@ -67,7 +67,10 @@ struct KvStoreOptions {
   // groups). No thread is woken to commit a group or to answer it. A thread
   // that waits for its own write (Put, Txn and the other blocking
   // conveniences) commits only that write's group and leaves what was
-  // queued meanwhile to the committer thread. Off, or with a
+  // queued meanwhile to the committer thread. A thread that commits submits
+  // nothing while its group syncs, so a lone thread keeping many writes in
+  // flight gets groups of one: leave it off for such a submitter
+  // (capstan_mvcc_benchmark's BM_Put). Off, or with a
   // batch_interval: the committer thread commits every group. A write's
   // done must then not wait for another write of the store: it may run on
   // the thread that commits.

@@ -14,14 +14,37 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/kv_store_test_fixture.h"
+#include "util/mutex.h"
 
 namespace capstan::mvcc {
 namespace {
+
+// A one-shot signal on util::Mutex, whose locking ThreadSanitizer sees
+// (absl::Notification's is inside Debian's uninstrumented Abseil). Notify
+// may be called more than once.
+class Signal {
+ public:
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
+    notified_ = true;
+  }
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&notified_));
+  }
+  bool WaitFor(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+    util::MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&notified_), timeout);
+  }
+
+ private:
+  util::Mutex mu_;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 KvStoreOptions Inline() {
   KvStoreOptions o;
@@ -43,7 +66,7 @@ class InlineCommitTest : public KvStoreInTempDir {
 TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
   constexpr int kThreads = 8;
   constexpr int kPuts = 300;
-  absl::Mutex mu;
+  util::Mutex mu;
   std::vector<int64_t> revisions;
   std::set<std::thread::id> submitters, answerers;
   std::atomic<int> answered_elsewhere{0};
@@ -51,7 +74,7 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       {
-        absl::MutexLock l(&mu);
+        util::MutexLock l(&mu);
         submitters.insert(std::this_thread::get_id());
       }
       for (int i = 0; i < kPuts; ++i) {
@@ -59,17 +82,17 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
         auto resp = std::make_shared<etcdserverpb::PutResponse>();
         req->set_key(absl::StrCat("/k/", t, "/", i));
         req->set_value("v");
-        absl::Notification done;
+        Signal done;
         const std::thread::id me = std::this_thread::get_id();
         store_->Submit({PutOp{req.get(), resp.get()}, [&, req, resp, me](absl::Status s) {
                           EXPECT_TRUE(s.ok()) << s;
-                          absl::MutexLock l(&mu);
+                          util::MutexLock l(&mu);
                           revisions.push_back(resp->header().revision());
                           answerers.insert(std::this_thread::get_id());
                           if (std::this_thread::get_id() != me) answered_elsewhere.fetch_add(1);
                           done.Notify();
                         }});
-        done.WaitForNotification();
+        done.Wait();
       }
     });
   }
@@ -92,12 +115,12 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
 // and returns; what was queued meanwhile goes to the committer thread, not
 // to it. A thread that does not wait (Submit) goes on committing (above).
 TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
-  absl::Notification in_first_group, release_first_group;
+  Signal in_first_group, release_first_group;
   std::atomic<int> groups{0};
   store_->TEST_SetBeforeApplyHook([&] {
     if (groups.fetch_add(1) == 0) {
       in_first_group.Notify();
-      release_first_group.WaitForNotification();
+      release_first_group.Wait();
     }
   });
   std::thread::id leader_id;
@@ -105,29 +128,29 @@ TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
     leader_id = std::this_thread::get_id();
     Put("/mine");
   });
-  in_first_group.WaitForNotification();
+  in_first_group.Wait();
   constexpr int kQueued = 5;
-  absl::Mutex mu;
+  util::Mutex mu;
   std::vector<std::thread::id> answered_on;
   std::vector<std::unique_ptr<etcdserverpb::PutRequest>> reqs;
   std::vector<std::unique_ptr<etcdserverpb::PutResponse>> resps;
-  absl::Notification all_answered;
+  Signal all_answered;
   for (int i = 0; i < kQueued; ++i) {
     reqs.push_back(std::make_unique<etcdserverpb::PutRequest>());
     resps.push_back(std::make_unique<etcdserverpb::PutResponse>());
     reqs.back()->set_key(absl::StrCat("/queued/", i));
     store_->Submit({PutOp{reqs.back().get(), resps.back().get()}, [&](absl::Status s) {
                       EXPECT_TRUE(s.ok()) << s;
-                      absl::MutexLock l(&mu);
+                      util::MutexLock l(&mu);
                       answered_on.push_back(std::this_thread::get_id());
                       if (answered_on.size() == kQueued) all_answered.Notify();
                     }});
   }
   release_first_group.Notify();
   leader.join();
-  ASSERT_TRUE(all_answered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(all_answered.WaitFor(absl::Seconds(20)));
   store_->TEST_SetBeforeApplyHook(nullptr);
-  absl::MutexLock l(&mu);
+  util::MutexLock l(&mu);
   for (const auto& id : answered_on) {
     EXPECT_NE(id, leader_id) << "the waiting caller committed writes queued behind its own";
     EXPECT_NE(id, std::this_thread::get_id()) << "a queued write was committed by its submitter";
@@ -143,7 +166,7 @@ TEST_F(InlineCommitTest, AnAnswerMaySubmitAnotherWrite) {
   etcdserverpb::PutResponse first_resp, second_resp;
   first.set_key("a");
   second.set_key("b");
-  absl::Notification done;
+  Signal done;
   store_->Submit({PutOp{&first, &first_resp}, [&](absl::Status s) {
                     ASSERT_TRUE(s.ok()) << s;
                     auto again = store_->Put(second);
@@ -151,7 +174,7 @@ TEST_F(InlineCommitTest, AnAnswerMaySubmitAnotherWrite) {
                     second_resp = *again;
                     done.Notify();
                   }});
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(done.WaitFor(absl::Seconds(20)));
   EXPECT_EQ(first_resp.header().revision(), 2);
   EXPECT_EQ(second_resp.header().revision(), 3);
 }
@@ -186,7 +209,7 @@ TEST_F(InlineCommitTest, CompactionRunsBetweenInlineGroups) {
 class CountingLog final : public WriteLog {
  public:
   void Submit(WriteRequest w) override {
-    absl::MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     ++submitted_;
     if (held_) {
       waiting_.push_back(std::move(w));
@@ -196,16 +219,16 @@ class CountingLog final : public WriteLog {
     store->SubmitCommitted(std::move(w));
   }
   int submitted() const {
-    absl::MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     return submitted_;
   }
   void Hold() {
-    absl::MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     held_ = true;
   }
   // The log goes on after index, as the replicator's catch-up makes it.
   void GoOnAt(uint64_t index) {
-    absl::MutexLock l(&mu_);
+    util::MutexLock l(&mu_);
     index_ = index;
     held_ = false;
     for (auto& w : waiting_) {
@@ -218,7 +241,7 @@ class CountingLog final : public WriteLog {
   KvStore* store = nullptr;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable util::Mutex mu_;
   int submitted_ ABSL_GUARDED_BY(mu_) = 0;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t index_ ABSL_GUARDED_BY(mu_) = 0;
