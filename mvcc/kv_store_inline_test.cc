@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -13,8 +15,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/kv_store_test_fixture.h"
@@ -22,29 +22,6 @@
 
 namespace capstan::mvcc {
 namespace {
-
-// A one-shot signal on util::Mutex, whose locking ThreadSanitizer sees
-// (absl::Notification's is inside Debian's uninstrumented Abseil). Notify
-// may be called more than once.
-class Signal {
- public:
-  void Notify() ABSL_LOCKS_EXCLUDED(mu_) {
-    util::MutexLock l(&mu_);
-    notified_ = true;
-  }
-  void Wait() ABSL_LOCKS_EXCLUDED(mu_) {
-    util::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(&notified_));
-  }
-  bool WaitFor(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
-    util::MutexLock l(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&notified_), timeout);
-  }
-
- private:
-  util::Mutex mu_;
-  bool notified_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 KvStoreOptions Inline() {
   KvStoreOptions o;
@@ -82,7 +59,8 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
         auto resp = std::make_shared<etcdserverpb::PutResponse>();
         req->set_key(absl::StrCat("/k/", t, "/", i));
         req->set_value("v");
-        Signal done;
+        std::promise<void> done;
+        std::future<void> answered = done.get_future();
         const std::thread::id me = std::this_thread::get_id();
         store_->Submit({PutOp{req.get(), resp.get()}, [&, req, resp, me](absl::Status s) {
                           EXPECT_TRUE(s.ok()) << s;
@@ -90,9 +68,9 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
                           revisions.push_back(resp->header().revision());
                           answerers.insert(std::this_thread::get_id());
                           if (std::this_thread::get_id() != me) answered_elsewhere.fetch_add(1);
-                          done.Notify();
+                          done.set_value();
                         }});
-        done.Wait();
+        answered.wait();
       }
     });
   }
@@ -115,12 +93,14 @@ TEST_F(InlineCommitTest, ConcurrentWritersAreAnsweredOnSubmittingThreads) {
 // and returns; what was queued meanwhile goes to the committer thread, not
 // to it. A thread that does not wait (Submit) goes on committing (above).
 TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
-  Signal in_first_group, release_first_group;
+  std::promise<void> in_first_group, release_first_group;
+  std::future<void> first_group_held = in_first_group.get_future();
+  std::future<void> first_group_released = release_first_group.get_future();
   std::atomic<int> groups{0};
   store_->TEST_SetBeforeApplyHook([&] {
     if (groups.fetch_add(1) == 0) {
-      in_first_group.Notify();
-      release_first_group.Wait();
+      in_first_group.set_value();
+      first_group_released.wait();
     }
   });
   std::thread::id leader_id;
@@ -128,13 +108,14 @@ TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
     leader_id = std::this_thread::get_id();
     Put("/mine");
   });
-  in_first_group.Wait();
+  first_group_held.wait();
   constexpr int kQueued = 5;
   util::Mutex mu;
   std::vector<std::thread::id> answered_on;
   std::vector<std::unique_ptr<etcdserverpb::PutRequest>> reqs;
   std::vector<std::unique_ptr<etcdserverpb::PutResponse>> resps;
-  Signal all_answered;
+  std::promise<void> all_answered;
+  std::future<void> queued_answered = all_answered.get_future();
   for (int i = 0; i < kQueued; ++i) {
     reqs.push_back(std::make_unique<etcdserverpb::PutRequest>());
     resps.push_back(std::make_unique<etcdserverpb::PutResponse>());
@@ -143,12 +124,12 @@ TEST_F(InlineCommitTest, AWaitingCallerCommitsOnlyItsOwnGroup) {
                       EXPECT_TRUE(s.ok()) << s;
                       util::MutexLock l(&mu);
                       answered_on.push_back(std::this_thread::get_id());
-                      if (answered_on.size() == kQueued) all_answered.Notify();
+                      if (answered_on.size() == kQueued) all_answered.set_value();
                     }});
   }
-  release_first_group.Notify();
+  release_first_group.set_value();
   leader.join();
-  ASSERT_TRUE(all_answered.WaitFor(absl::Seconds(20)));
+  ASSERT_EQ(queued_answered.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   store_->TEST_SetBeforeApplyHook(nullptr);
   util::MutexLock l(&mu);
   for (const auto& id : answered_on) {
@@ -166,15 +147,16 @@ TEST_F(InlineCommitTest, AnAnswerMaySubmitAnotherWrite) {
   etcdserverpb::PutResponse first_resp, second_resp;
   first.set_key("a");
   second.set_key("b");
-  Signal done;
+  std::promise<void> done;
+  std::future<void> both_answered = done.get_future();
   store_->Submit({PutOp{&first, &first_resp}, [&](absl::Status s) {
                     ASSERT_TRUE(s.ok()) << s;
                     auto again = store_->Put(second);
                     ASSERT_TRUE(again.ok()) << again.status();
                     second_resp = *again;
-                    done.Notify();
+                    done.set_value();
                   }});
-  ASSERT_TRUE(done.WaitFor(absl::Seconds(20)));
+  ASSERT_EQ(both_answered.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_EQ(first_resp.header().revision(), 2);
   EXPECT_EQ(second_resp.header().revision(), 3);
 }
