@@ -64,15 +64,17 @@ until "${ETCDCTL}" --endpoints "${endpoints}" put /bench/range/key \
   sleep 0.2
 done
 
-# One line per thread: "pid/tid name switches cpu_ticks".
+# One line per thread: "pid/tid name switches cpu_ticks". A thread that ends while it is read
+# (a peer connection handed to gRPC) is left out.
 snapshot() {
-  local pid task
+  local pid task name switches ticks
   for pid in "${PIDS[@]}"; do
     for task in /proc/"${pid}"/task/*; do
-      echo "${pid}/${task##*/} $(tr ' ' _ < "${task}/comm")" \
-        "$(awk '/^voluntary_ctxt_switches/ {v = $2} /^nonvoluntary_ctxt_switches/ {n = $2}
-                END {print v + n}' "${task}/status")" \
-        "$(awk '{print $14 + $15}' "${task}/stat")"
+      name=$(tr ' ' _ < "${task}/comm" 2>/dev/null) || continue
+      switches=$(awk '/^voluntary_ctxt_switches/ {v = $2} /^nonvoluntary_ctxt_switches/ {n = $2}
+                      END {print v + n}' "${task}/status" 2>/dev/null) || continue
+      ticks=$(awk '{print $14 + $15}' "${task}/stat" 2>/dev/null) || continue
+      echo "${pid}/${task##*/} ${name} ${switches} ${ticks}"
     done
   done | sort
 }

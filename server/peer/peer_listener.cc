@@ -6,17 +6,22 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
+#include "openssl/err.h"
+#include "server/peer/raft_stream.h"
 #include "server/security/host_in_dns.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
@@ -64,12 +69,12 @@ void SetNoDelay(int fd) {
 
 }  // namespace
 
-PeerTlsListener::PeerTlsListener(SslCtxPtr ctx, grpc::Server* server)
-    : ctx_(std::move(ctx)), server_(server), refusals_(kRefusalLogInterval) {}
+PeerListener::PeerListener(SslCtxPtr ctx, grpc::Server* server, const PeerService* service)
+    : ctx_(std::move(ctx)), server_(server), service_(service), refusals_(kRefusalLogInterval) {}
 
-PeerTlsListener::~PeerTlsListener() { Stop(); }
+PeerListener::~PeerListener() { Stop(); }
 
-absl::Status PeerTlsListener::Start(const std::string& host_port) {
+absl::Status PeerListener::Start(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("missing port in address ", host_port));
@@ -110,7 +115,7 @@ absl::Status PeerTlsListener::Start(const std::string& host_port) {
   return absl::OkStatus();
 }
 
-void PeerTlsListener::Stop() {
+void PeerListener::Stop() {
   if (stopping_.exchange(true)) return;
   if (wake_fd_ >= 0) {
     const uint64_t one = 1;
@@ -130,7 +135,7 @@ void PeerTlsListener::Stop() {
   listen_fd_ = wake_fd_ = -1;
 }
 
-void PeerTlsListener::AcceptLoop() {
+void PeerListener::AcceptLoop() {
   while (!stopping()) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
@@ -163,20 +168,38 @@ void PeerTlsListener::AcceptLoop() {
   }
 }
 
-void PeerTlsListener::Serve(int fd, std::string remote_addr, std::string remote_host) {
+void PeerListener::Serve(int fd, std::string remote_addr, std::string remote_host) {
   BlockSigpipeOnThisThread();
   // The handshake waits in poll on the socket and the wake fd, so Stop ends
-  // it at once, and its end hands the connection to gRPC at once.
+  // it at once, and its end hands the connection on at once.
   SSL* ssl = nullptr;
-  const HandshakeResult result =
-      HandshakeAsServer(ctx_.get(), fd, remote_host, kHandshakeTimeout, wake_fd_, &ssl);
-  if (ssl == nullptr) {
-    if (!stopping()) LogRefusal(remote_addr, remote_host, result);
+  if (ctx_ != nullptr) {
+    const HandshakeResult result =
+        HandshakeAsServer(ctx_.get(), fd, remote_host, kHandshakeTimeout, wake_fd_, &ssl);
+    if (ssl == nullptr) {
+      if (!stopping()) LogRefusal(remote_addr, remote_host, result);
+      close(fd);
+      return;
+    }
+  }
+  char first = 0;
+  if (!PeekFirstByte(fd, ssl, &first) || stopping()) {
+    if (ssl != nullptr) SSL_free(ssl);
     close(fd);
     return;
   }
+  if (first == 'G') {
+    pthread_setname_np(pthread_self(), "peer-raft");
+    PeerConn conn(fd, ssl);  // owns both
+    ServeRaftStream(&conn, *service_, wake_fd_);
+    return;
+  }
+  if (ssl == nullptr) {
+    grpc::AddInsecureChannelFromFd(server_, fd);  // gRPC owns fd now
+    return;
+  }
   int pair[2];
-  if (stopping() || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     SSL_free(ssl);
     close(fd);
     return;
@@ -189,7 +212,35 @@ void PeerTlsListener::Serve(int fd, std::string remote_addr, std::string remote_
   close(pair[1]);
 }
 
-void PeerTlsListener::Pump(SSL* ssl, int net, int local) {
+bool PeerListener::PeekFirstByte(int fd, SSL* ssl, char* first) {
+  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
+  while (!stopping()) {
+    short events = POLLIN;
+    if (ssl != nullptr) {
+      ERR_clear_error();
+      const int n = SSL_peek(ssl, first, 1);
+      if (n > 0) return true;
+      const int e = SSL_get_error(ssl, n);
+      if (e == SSL_ERROR_WANT_WRITE) {
+        events = POLLOUT;
+      } else if (e != SSL_ERROR_WANT_READ) {
+        ERR_clear_error();
+        return false;
+      }
+    } else {
+      const ssize_t n = recv(fd, first, 1, MSG_PEEK);
+      if (n > 0) return true;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    }
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
+    if (ms <= 0) return false;
+    pollfd fds[2] = {{fd, events, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, static_cast<int>(std::min<int64_t>(ms, 60000))) < 0 && errno != EINTR) return false;
+  }
+  return false;
+}
+
+void PeerListener::Pump(SSL* ssl, int net, int local) {
   SetNonBlocking(local);
   std::string to_local, to_net;  // bytes read from one side, not yet written to the other
   size_t to_local_done = 0, to_net_done = 0;
@@ -271,7 +322,7 @@ void PeerTlsListener::Pump(SSL* ssl, int net, int local) {
   }
 }
 
-void PeerTlsListener::LogRefusal(const std::string& remote_addr, const std::string& remote_host,
+void PeerListener::LogRefusal(const std::string& remote_addr, const std::string& remote_host,
                                  const HandshakeResult& result) {
   int64_t suppressed = 0;
   if (!refusals_.Allow(absl::StrCat(remote_host, "\n", result.error), absl::Now(), &suppressed)) {

@@ -1,12 +1,16 @@
-// PeerTlsListener: an https peer URL's listener. It accepts TCP connections
-// itself, makes the TLS handshake with OpenSSL (peer_tls_handshake.h: etcd's
-// checks inside the handshake), and hands each accepted connection's
-// plaintext to the gRPC server through a socket pair
-// (grpc::AddInsecureChannelFromFd), copying bytes both ways on one thread
-// per connection. That thread waits in poll(2) on its sockets and on an
-// eventfd that Stop makes readable, through the handshake and the copying
-// alike: no timer, no second thread. A refused handshake is logged as etcd's
-// embed/config_logging.go logs it:
+// PeerListener: a peer URL's listener (http or https). It accepts TCP
+// connections itself and, on https URLs, makes the TLS handshake with
+// OpenSSL (peer_tls_handshake.h: etcd's checks inside the handshake). Then
+// the connection's first byte tells what it carries: a Raft stream
+// (raft_stream.h: 'G', its request line) is served on the connection's
+// thread until it ends; anything else is gRPC (HTTP/2's preface, "PRI"),
+// handed to the gRPC server: a plaintext socket as it is, a TLS session's
+// plaintext through a socket pair (grpc::AddInsecureChannelFromFd), copying
+// bytes both ways on the connection's thread. That thread waits in poll(2)
+// on its sockets and on an eventfd that Stop makes readable, through the
+// handshake, the Raft stream and the copying alike: no timer, no second
+// thread. A refused handshake is logged as etcd's embed/config_logging.go
+// logs it:
 //
 //   rejected connection on peer endpoint (remote-addr 127.0.0.1:41318,
 //   server-name "", ip-addresses [127.0.0.1], dns-names [localhost]):
@@ -37,15 +41,18 @@
 
 namespace capstan::server::peer {
 
-class PeerTlsListener {
+class PeerService;
+
+class PeerListener {
  public:
-  // ctx: NewPeerServerContext's; server: where accepted connections go
-  // (it must outlive the listener's Stop).
-  PeerTlsListener(SslCtxPtr ctx, grpc::Server* server);
+  // ctx: NewPeerServerContext's, or null for plaintext (http URLs);
+  // server: where gRPC connections go; service: what serves Raft streams.
+  // Both must outlive the listener's Stop.
+  PeerListener(SslCtxPtr ctx, grpc::Server* server, const PeerService* service);
   // Stops.
-  ~PeerTlsListener();
-  PeerTlsListener(const PeerTlsListener&) = delete;
-  PeerTlsListener& operator=(const PeerTlsListener&) = delete;
+  ~PeerListener();
+  PeerListener(const PeerListener&) = delete;
+  PeerListener& operator=(const PeerListener&) = delete;
 
   // Binds host_port ("127.0.0.1:2380", "[::1]:0", "0.0.0.0:2380"; port 0
   // picks a free one) and starts accepting. REQUIRES: called once.
@@ -63,6 +70,10 @@ class PeerTlsListener {
   };
   void AcceptLoop();
   void Serve(int fd, std::string remote_addr, std::string remote_host);
+  // Waits until the connection's first byte is there and reads it without
+  // taking it (*first); false when the connection ended, broke, stalled
+  // for the handshake timeout or the listener stops first.
+  bool PeekFirstByte(int fd, SSL* ssl, char* first);
   // Copies between the TLS session on `net` and `local` until either ends
   // or the listener stops. REQUIRES: net is non-blocking.
   void Pump(SSL* ssl, int net, int local);
@@ -72,6 +83,7 @@ class PeerTlsListener {
 
   const SslCtxPtr ctx_;
   grpc::Server* const server_;
+  const PeerService* const service_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd, readable once Stop begins
   int port_ = 0;

@@ -12,6 +12,7 @@
 #include "grpcpp/security/credentials.h"
 #include "server/peer/peer_protocol.h"
 #include "server/peer/peer_tls_handshake.h"
+#include "server/peer/raft_stream.h"
 #include "spdlog/spdlog.h"
 #include "util/thread_name.h"
 
@@ -31,6 +32,20 @@ std::pair<std::string, bool> Target(const std::string& url) {
   // working directory.
   if (absl::StartsWith(url, "unix://")) return {"unix:" + url.substr(7), false};
   return {url, false};
+}
+
+std::string SplitHostPort(const std::string& target, int* port) {
+  std::string host = target;
+  const size_t colon = target.rfind(':');
+  if (colon != std::string::npos && target.find(']', colon) == std::string::npos) {
+    host = target.substr(0, colon);
+    int p = 0;
+    if (absl::SimpleAtoi(target.substr(colon + 1), &p)) *port = p;
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
 }
 
 grpc::ChannelArguments PeerChannelArguments() {
@@ -103,15 +118,18 @@ size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
 
 void PeerSender::Stop() {
   std::shared_ptr<grpc::ClientContext> context;
+  std::shared_ptr<RaftStreamSender> stream;
   bool join = false;
   {
     util::MutexLock l(&mu_);
     stopping_ = true;
     context = context_;
+    stream = stream_;
     join = started_ && !joined_;
     joined_ = true;
   }
   if (context) context->TryCancel();
+  if (stream) stream->Shutdown();
   if (join && thread_.joinable()) thread_.join();
 }
 
@@ -160,7 +178,9 @@ void PeerSender::Run() {
     if (std::string refused = Probe(options_.urls[index]); !refused.empty()) {
       status = absl::UnavailableError(refused);
     } else {
-      status = RunStream(ChannelFor(index), &accepted);
+      status = UsesRaftStream(options_.urls[index])
+                   ? RunRaftStream(options_.urls[index], &accepted)
+                   : RunStream(ChannelFor(index), &accepted);
     }
     size_t dropped;
     {
@@ -212,16 +232,8 @@ absl::Time PeerSender::ActiveSince() const {
 std::string PeerSender::Probe(const std::string& url) {
   auto [target, tls] = Target(url);
   if (!tls || !options_.probe_tls) return "";
-  std::string host = target;
   int port = 443;
-  const size_t colon = target.rfind(':');
-  if (colon != std::string::npos && target.find(']', colon) == std::string::npos) {
-    host = target.substr(0, colon);
-    if (!absl::SimpleAtoi(target.substr(colon + 1), &port)) port = 443;
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const std::string host = SplitHostPort(target, &port);
   const std::string error = ProbePeer(options_.probe_tls.get(), host, port, absl::Seconds(1));
   const absl::Time now = absl::Now();
   if (error.empty()) {
@@ -302,6 +314,71 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
   }
   if (finish.ok()) return absl::UnavailableError("the peer ended the stream");
   return FromGrpc(finish);
+}
+
+}  // namespace capstan::server::peer
+
+namespace capstan::server::peer {
+
+bool PeerSender::UsesRaftStream(const std::string& url) const {
+  return absl::StartsWith(url, "http://") ||
+         (absl::StartsWith(url, "https://") && options_.probe_tls != nullptr);
+}
+
+absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
+  auto [target, tls] = Target(url);
+  RaftStreamSender::Target to;
+  to.port = tls ? 443 : 80;
+  to.host = SplitHostPort(target, &to.port);
+  to.tls = tls ? options_.probe_tls.get() : nullptr;
+  auto dialed = RaftStreamSender::Dial(to, kStreamOpenTimeout);
+  if (!dialed.ok()) return dialed.status();
+  std::shared_ptr<RaftStreamSender> stream = *std::move(dialed);
+  {
+    util::MutexLock l(&mu_);
+    if (stopping_) return absl::OkStatus();
+    stream_ = stream;  // Stop shuts it down from now on
+  }
+  absl::Status failure =
+      stream->Start(to, options_.cluster_id, options_.local_id, options_.peer_id, kStreamOpenTimeout);
+  if (failure.ok()) {
+    *accepted = true;
+    {
+      util::MutexLock l(&mu_);
+      active_since_ = absl::Now();
+    }
+    std::vector<std::string> batch;
+    while (true) {
+      batch.clear();
+      size_t bytes = 0;
+      {
+        util::MutexLock l(&mu_);
+        auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !queue_.empty();
+        };
+        // Nothing to send for a while: a link heartbeat keeps the stream.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), kRaftStreamHeartbeat);
+        if (stopping_) break;
+        while (!queue_.empty() &&
+               (batch.empty() || bytes + queue_.front().size() <= options_.max_batch_bytes)) {
+          bytes += queue_.front().size();
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      failure = stream->Write(batch);
+      if (!failure.ok()) {
+        sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);
+        break;
+      }
+      sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+  }
+  util::MutexLock l(&mu_);
+  stream_.reset();
+  active_since_ = absl::InfiniteFuture();
+  if (stopping_) return absl::OkStatus();
+  return failure;
 }
 
 }  // namespace capstan::server::peer

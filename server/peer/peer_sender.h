@@ -1,7 +1,9 @@
 // PeerSender: the outgoing half of one ordered pair of members. It owns a
 // bounded queue of marshaled raftpb.Messages for one peer and one thread
-// that keeps a capstan.v1.Peer/Raft stream open to the peer and writes the
-// queue into it, in order, in batches.
+// that keeps a stream open to the peer and writes the queue into it, in
+// order, in batches: a Raft stream (raft_stream.h) on http and https URLs,
+// a capstan.v1.Peer/Raft gRPC stream on unix ones (and on https without
+// the peer TLS flags, where gRPC's TLS with the system's roots dials).
 //
 // The stream is opened as soon as the sender starts (as etcd's stream
 // readers dial at once) and reopened after a failure with exponential
@@ -39,6 +41,8 @@
 
 namespace capstan::server::peer {
 
+class RaftStreamSender;
+
 struct PeerSenderOptions {
   uint64_t local_id = 0;
   uint64_t cluster_id = 0;
@@ -74,6 +78,13 @@ grpc::ChannelArguments PeerChannelArguments();
 
 // A peer URL as a gRPC target: "https://host:port" -> ("host:port", true).
 std::pair<std::string, bool> Target(const std::string& url);
+// A target's host ("[::1]:2380" -> "::1"), and its port in *port when it
+// has one (*port unchanged otherwise).
+std::string SplitHostPort(const std::string& target, int* port);
+
+// How long a stream attempt gets to connect, make its TLS handshake and be
+// accepted (PeerChannelArguments says why 5 s).
+inline constexpr absl::Duration kStreamOpenTimeout = absl::Seconds(5);
 
 class PeerSender {
  public:
@@ -111,6 +122,11 @@ class PeerSender {
   // sender stops. Returns the failure (OK when stopped) and sets *accepted
   // when the peer accepted the stream.
   absl::Status RunStream(const std::shared_ptr<grpc::Channel>& channel, bool* accepted);
+  // The same on a Raft stream (raft_stream.h), which http URLs, and https
+  // ones with the peer TLS flags, use (UsesRaftStream); the others (unix
+  // URLs, https without a client context) use the gRPC stream.
+  bool UsesRaftStream(const std::string& url) const;
+  absl::Status RunRaftStream(const std::string& url, bool* accepted);
   std::shared_ptr<grpc::Channel> ChannelFor(size_t url_index);
   // The probe of an https URL (see probe_tls): "" when the handshake
   // succeeded. Logs etcd's prober line while the peer stays unhealthy.
@@ -129,8 +145,9 @@ class PeerSender {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
-  // The open call's context, to cancel it from Stop.
+  // The open call's context, or the open Raft stream, for Stop to end.
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<RaftStreamSender> stream_ ABSL_GUARDED_BY(mu_);
   size_t url_index_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time active_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

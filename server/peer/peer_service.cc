@@ -64,24 +64,29 @@ grpc::Status PeerService::Admit(const grpc::ServerContextBase& context, uint64_t
       }
     }
   }
+  return AdmitIdentity(Metadata(context, kClusterIdKey), Metadata(context, kFromKey),
+                       Metadata(context, kToKey), from);
+}
+
+grpc::Status PeerService::AdmitIdentity(std::string_view cluster, std::string_view sender_text,
+                                        std::string_view to, uint64_t* from) const {
   // rafthttp's order: cluster compatibility, the sender's ID, removal, then
   // whom the request is for.
-  const std::string_view cluster = Metadata(context, kClusterIdKey);
   if (ParseIdText(cluster) != cluster_id_) {
     SPDLOG_WARN("request cluster ID mismatch (local member {}, local cluster {}, remote cluster {})",
                 IdText(local_id_), IdText(cluster_id_), cluster);
     return grpc::Status(grpc::FAILED_PRECONDITION, kClusterIdMismatch);
   }
-  const auto sender = ParseIdText(Metadata(context, kFromKey));
+  const auto sender = ParseIdText(sender_text);
   if (!sender) return grpc::Status(grpc::INVALID_ARGUMENT, kInvalidFrom);
   if (is_removed_(*sender)) {
     SPDLOG_WARN("rejected request from remote peer {} because it was removed (local member {})",
                 IdText(*sender), IdText(local_id_));
     return grpc::Status(grpc::PERMISSION_DENIED, kMemberRemoved);
   }
-  if (ParseIdText(Metadata(context, kToKey)) != local_id_) {
+  if (ParseIdText(to) != local_id_) {
     SPDLOG_WARN("ignored request from {}; ID mismatch (local member {}, x-raft-to {})",
-                IdText(*sender), IdText(local_id_), Metadata(context, kToKey));
+                IdText(*sender), IdText(local_id_), to);
     return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
   }
   *from = *sender;
@@ -108,17 +113,23 @@ grpc::Status PeerService::HandleBatch(uint64_t from, capstan::v1::RaftBatch* bat
                                       std::atomic<uint64_t>* received) const {
   if (is_removed_(from)) return grpc::Status(grpc::PERMISSION_DENIED, kMemberRemoved);
   for (std::string& message : *batch->mutable_messages()) {
-    uint64_t to = 0, message_from = 0;
-    if (!ReadMessageAddresses(message, &to, &message_from)) {
-      return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
-    }
-    if (to != local_id_ || message_from != from) {
-      return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
-    }
-    // Counted as etcd counts them: each message handed on, once.
-    received->fetch_add(message.size(), std::memory_order_relaxed);
-    if (handler_->on_message) handler_->on_message(from, std::move(message));
+    if (grpc::Status s = HandleMessage(from, std::move(message), received); !s.ok()) return s;
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::HandleMessage(uint64_t from, std::string message,
+                                        std::atomic<uint64_t>* received) const {
+  uint64_t to = 0, message_from = 0;
+  if (!ReadMessageAddresses(message, &to, &message_from)) {
+    return grpc::Status(grpc::INVALID_ARGUMENT, "error unmarshalling raft message");
+  }
+  if (to != local_id_ || message_from != from) {
+    return grpc::Status(grpc::FAILED_PRECONDITION, kToFieldMismatch);
+  }
+  // Counted as etcd counts them: each message handed on, once.
+  received->fetch_add(message.size(), std::memory_order_relaxed);
+  if (handler_->on_message) handler_->on_message(from, std::move(message));
   return grpc::Status::OK;
 }
 

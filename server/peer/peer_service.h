@@ -37,6 +37,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -85,6 +87,24 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   // The bytes of the Raft messages received from each peer so far.
   std::vector<std::pair<uint64_t, uint64_t>> ReceivedBytes() const ABSL_LOCKS_EXCLUDED(received_mu_);
 
+  // What a Raft stream outside gRPC (raft_stream.h) needs of the service.
+  // AdmitIdentity: the identity checks of Admit, on the stream's header
+  // values (cluster ID, sender, receiver, as etcd's ID text), with the same
+  // logs: OK and *from, or the refusal.
+  grpc::Status AdmitIdentity(std::string_view cluster, std::string_view sender,
+                             std::string_view to, uint64_t* from) const;
+  bool IsRemoved(uint64_t id) const { return is_removed_(id); }
+  // One message of an admitted sender `from`: its own addresses checked,
+  // counted in *received, handed to the handler. Not OK (and not handed
+  // on) for a message that cannot be read or is not from `from` to this
+  // member.
+  grpc::Status HandleMessage(uint64_t from, std::string message,
+                             std::atomic<uint64_t>* received) const;
+  // The counter of the bytes received from peer `from`, which a Raft
+  // stream takes once when it is admitted and adds each message to. Stable
+  // for the service's life.
+  std::atomic<uint64_t>* ReceivedCounter(uint64_t from) const ABSL_LOCKS_EXCLUDED(received_mu_);
+
  private:
   class RaftReactor;
   class SnapshotReactor;
@@ -96,10 +116,6 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   // messages before the bad one were handed over).
   grpc::Status HandleBatch(uint64_t from, capstan::v1::RaftBatch* batch,
                            std::atomic<uint64_t>* received) const;
-  // The counter of the bytes received from peer `from`, which a Raft
-  // stream takes once when it is admitted and adds each batch to. Stable
-  // for the service's life.
-  std::atomic<uint64_t>* ReceivedCounter(uint64_t from) const ABSL_LOCKS_EXCLUDED(received_mu_);
 
   const uint64_t local_id_;
   const uint64_t cluster_id_;

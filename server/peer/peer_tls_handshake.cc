@@ -459,10 +459,15 @@ HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remot
   return result;
 }
 
-std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout) {
-  BlockSigpipeOnThisThread();
-  // One deadline for the whole probe: connect, handshake and first read.
-  const absl::Time deadline = absl::Now() + timeout;
+namespace {
+
+// DialPeer's work, with the handshake's state the caller's (ProbePeer keeps
+// it attached for the read after the handshake): on success *fd and *ssl
+// (null without ctx) are the caller's and ssl still points at *state.
+std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time deadline,
+                 HandshakeState* state, int* out_fd, SSL** out_ssl) {
+  *out_fd = -1;
+  *out_ssl = nullptr;
   const std::string address = host.find(':') != std::string::npos
                                   ? absl::StrCat("[", host, "]:", port)
                                   : absl::StrCat(host, ":", port);
@@ -483,7 +488,8 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
   freeaddrinfo(found);
   if (rc != 0 && errno == EINPROGRESS) {
     pollfd p{fd, POLLOUT, 0};
-    rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
+    rc = poll(&p, 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60000)));
     if (rc == 0) {
       close(fd);
       return absl::StrCat("dial tcp ", address, ": i/o timeout");
@@ -502,14 +508,17 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
   }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as Go's dialer
-  HandshakeState state;
-  state.peer_host = host;
+  if (ctx == nullptr) {
+    *out_fd = fd;
+    return "";
+  }
+  state->peer_host = host;
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) {
     close(fd);
     return "tls: cannot create a session";
   }
-  SSL_set_ex_data(ssl, StateIndex(), &state);
+  SSL_set_ex_data(ssl, StateIndex(), state);
   SSL_set_fd(ssl, fd);
   in6_addr ip{};
   if (inet_pton(AF_INET, host.c_str(), &ip) != 1 && inet_pton(AF_INET6, host.c_str(), &ip) != 1) {
@@ -527,25 +536,53 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
     wait = AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline);
     if (wait != HandshakeWait::kReady) break;
   }
-  std::string error;
   if (ret != 1) {
-    error = FailureText(state, ssl, ret, wait == HandshakeWait::kTimedOut);
-  } else {
-    // In TLS 1.3 the listener checks our certificate after we finished: its
-    // refusal is the alert that comes instead of its first bytes (gRPC's
-    // HTTP/2 settings). Silence until the deadline counts as accepted.
-    char byte;
-    while (true) {
-      ERR_clear_error();
-      ret = SSL_read(ssl, &byte, 1);
-      if (ret > 0) break;
-      if (AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline) != HandshakeWait::kReady) break;
-    }
-    if (ret <= 0 && (state.alert >= 0 || !state.reason.empty())) {
-      error = FailureText(state, ssl, ret, false);
-    }
-    ERR_clear_error();
+    std::string error = FailureText(*state, ssl, ret, wait == HandshakeWait::kTimedOut);
+    SSL_set_ex_data(ssl, StateIndex(), nullptr);
+    SSL_free(ssl);
+    close(fd);
+    return error;
   }
+  *out_fd = fd;
+  *out_ssl = ssl;
+  return "";
+}
+
+}  // namespace
+
+std::string DialPeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout,
+                     int* fd, SSL** ssl) {
+  BlockSigpipeOnThisThread();
+  HandshakeState state;
+  std::string error = Dial(ctx, host, port, absl::Now() + timeout, &state, fd, ssl);
+  if (*ssl != nullptr) SSL_set_ex_data(*ssl, StateIndex(), nullptr);
+  return error;
+}
+
+std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout) {
+  BlockSigpipeOnThisThread();
+  // One deadline for the whole probe: connect, handshake and first read.
+  const absl::Time deadline = absl::Now() + timeout;
+  HandshakeState state;
+  int fd = -1;
+  SSL* ssl = nullptr;
+  std::string error = Dial(ctx, host, port, deadline, &state, &fd, &ssl);
+  if (!error.empty()) return error;
+  // In TLS 1.3 the listener checks our certificate after we finished: its
+  // refusal is the alert that comes instead of its first bytes (gRPC's
+  // HTTP/2 settings). Silence until the deadline counts as accepted.
+  char byte;
+  int ret;
+  while (true) {
+    ERR_clear_error();
+    ret = SSL_read(ssl, &byte, 1);
+    if (ret > 0) break;
+    if (AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline) != HandshakeWait::kReady) break;
+  }
+  if (ret <= 0 && (state.alert >= 0 || !state.reason.empty())) {
+    error = FailureText(state, ssl, ret, false);
+  }
+  ERR_clear_error();
   SSL_set_ex_data(ssl, StateIndex(), nullptr);
   SSL_free(ssl);
   close(fd);

@@ -81,6 +81,15 @@ HandshakeResult HandshakeAsServer(SSL_CTX* ctx, int fd, const std::string& remot
 // "remote error: tls: bad certificate", ...).
 std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout);
 
+// Connects to host:port and, when ctx is not null, makes the TLS handshake
+// as ProbePeer does (ctx: NewPeerClientContext), within timeout. "" on
+// success, with *fd (non-blocking, TCP_NODELAY) and *ssl (null without ctx)
+// the caller's to free; otherwise why not, in ProbePeer's words, and *fd is
+// -1. A refusal of this member's certificate by a TLS 1.3 listener comes
+// only with the first read after the handshake.
+std::string DialPeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout,
+                     int* fd, SSL** ssl);
+
 // OpenSSL writes with write(2): a peer gone mid-write must not raise
 // SIGPIPE. Blocks it on the calling thread alone (one left pending ends
 // with the thread).

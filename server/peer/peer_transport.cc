@@ -143,8 +143,9 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
   // Without this gRPC sets SO_REUSEPORT, and a second member started on the
   // same peer URL would bind it too and receive half of the Raft traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // http URLs are gRPC's own; https ones are PeerTlsListeners that make
-  // the handshake themselves and hand gRPC the plaintext.
+  // http and https URLs are PeerListeners, which serve Raft streams
+  // themselves and hand gRPC its connections (after their TLS handshake);
+  // unix ones are gRPC's own.
   std::vector<int> ports(options_.listen_peer_urls.size(), 0);
   for (size_t i = 0; i < options_.listen_peer_urls.size(); ++i) {
     const Url& url = options_.listen_peer_urls[i];
@@ -154,7 +155,6 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
             absl::StrCat("no peer certificate for ", url.String(), " (--peer-cert-file)"));
       }
     } else if (url.scheme == "http") {
-      builder.AddListeningPort(url.host, grpc::InsecureServerCredentials(), &ports[i]);
     } else if (url.scheme == "unix") {
       // etcd listens on a unix socket named by the URL's host.
       builder.AddListeningPort("unix:" + url.host, grpc::InsecureServerCredentials(), &ports[i]);
@@ -163,26 +163,27 @@ absl::Status PeerTransport::Start(replication::TransportHandler handler) {
           absl::StrCat("peer URL scheme must be http, https or unix: ", url.String()));
     }
   }
-  std::vector<peer::SslCtxPtr> server_contexts;
-  for (const Url& url : options_.listen_peer_urls) {
-    if (url.scheme != "https") continue;
+  // One per listen URL: the https ones' TLS context, null for the others.
+  std::vector<peer::SslCtxPtr> server_contexts(options_.listen_peer_urls.size());
+  for (size_t i = 0; i < options_.listen_peer_urls.size(); ++i) {
+    if (options_.listen_peer_urls[i].scheme != "https") continue;
     auto ctx = peer::NewPeerServerContext(*options_.tls);
     if (!ctx.ok()) return ctx.status();
-    server_contexts.push_back(*std::move(ctx));
+    server_contexts[i] = *std::move(ctx);
   }
   auto server = builder.BuildAndStart();
   if (!server) return absl::UnavailableError("cannot serve the peer URLs");
-  std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners;
+  std::vector<std::unique_ptr<peer::PeerListener>> listeners;
   auto fail = [&](absl::Status s) {
     for (auto& l : listeners) l->Stop();
     server->Shutdown(std::chrono::system_clock::now());
     return s;
   };
-  for (size_t i = 0, next_ctx = 0; i < options_.listen_peer_urls.size(); ++i) {
+  for (size_t i = 0; i < options_.listen_peer_urls.size(); ++i) {
     const Url& url = options_.listen_peer_urls[i];
-    if (url.scheme == "https") {
-      auto listener = std::make_unique<peer::PeerTlsListener>(
-          std::move(server_contexts[next_ctx++]), server.get());
+    if (url.scheme == "https" || url.scheme == "http") {
+      auto listener = std::make_unique<peer::PeerListener>(std::move(server_contexts[i]),
+                                                           server.get(), service_.get());
       if (auto s = listener->Start(url.host); !s.ok()) {
         return fail(absl::UnavailableError(
             absl::StrCat("cannot listen on peer URL ", url.String(), ": ", s.message())));

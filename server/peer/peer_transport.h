@@ -1,15 +1,19 @@
-// PeerTransport: replication::Transport over the peer URLs, as the
-// capstan.v1.Peer gRPC service (proto/capstan/v1/peer.proto explains why
-// not etcd's rafthttp) secured with etcd's peer TLS flags (peer_tls.h).
+// PeerTransport: replication::Transport over the peer URLs: Raft streams
+// (raft_stream.h) beside the capstan.v1.Peer gRPC service
+// (proto/capstan/v1/peer.proto explains why not etcd's rafthttp), secured
+// with etcd's peer TLS flags (peer_tls.h).
 //
-// Receiving: a gRPC server on every --listen-peer-urls URL (http:// plain,
-// https:// with the peer certificate) runs PeerService (peer_service.h):
-// calls from another cluster or from removed members are refused with
-// rafthttp's texts before the handler sees them.
+// Receiving: a PeerListener (peer_listener.h) on every http:// or https://
+// --listen-peer-urls URL (https with the peer certificate) serves the Raft
+// streams on threads of their own and hands every other connection to a
+// gRPC server running PeerService (peer_service.h) (unix:// URLs are the
+// gRPC server's own). Streams and calls from another cluster or from
+// removed members are refused with rafthttp's texts before the handler
+// sees them.
 //
 // Sending: one PeerSender (peer_sender.h) per peer: a bounded queue
-// (queue_capacity messages) and one thread holding one long-lived Raft
-// stream to the peer, reconnecting with backoff. Send never blocks: a
+// (queue_capacity messages) and one thread holding one Raft stream to the
+// peer, reconnecting with backoff. Send never blocks: a
 // message that does not fit is dropped and on_unreachable(peer) called; a
 // failed stream calls on_unreachable once per failure. Messages to one peer
 // keep their order. Outgoing https connections present the peer certificate
@@ -18,8 +22,9 @@
 // Thread safety: every method may be called from any thread, concurrently,
 // except from inside a callback (a handler's or on_peer_error) for Stop,
 // AddPeer and RemovePeer, which join sender threads.
-// The handler's callbacks run on transport threads (gRPC's callback
-// threads, the peer service's snapshot thread, the senders' threads) and on
+// The handler's callbacks run on transport threads (the Raft streams'
+// receiving threads, gRPC's callback threads, the peer service's snapshot
+// thread, the senders' threads) and on
 // the caller's thread of Send (an overflow), never under a transport lock.
 
 #ifndef CAPSTAN_SERVER_PEER_PEER_TRANSPORT_H_
@@ -51,7 +56,7 @@ namespace capstan::server {
 namespace peer {
 class PeerSender;
 class PeerService;
-class PeerTlsListener;
+class PeerListener;
 }  // namespace peer
 
 struct PeerTransportOptions {
@@ -183,8 +188,8 @@ class PeerTransport final : public replication::Transport {
   std::unique_ptr<peer::PeerProber> prober_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> ports_;
-  // One per https listen URL, made by Start, stopped by Stop.
-  std::vector<std::unique_ptr<peer::PeerTlsListener>> listeners_;
+  // One per http or https listen URL, made by Start, stopped by Stop.
+  std::vector<std::unique_ptr<peer::PeerListener>> listeners_;
 
   // Lock order: mu_ before the prober's (which comes before a sender's, in
   // its channel getter) and nothing else: senders are started, stopped and
