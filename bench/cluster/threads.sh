@@ -70,7 +70,7 @@ snapshot() {
   local pid task name switches ticks
   for pid in "${PIDS[@]}"; do
     for task in /proc/"${pid}"/task/*; do
-      name=$(tr ' ' _ < "${task}/comm" 2>/dev/null) || continue
+      name=$(tr ' ' _ 2>/dev/null < "${task}/comm") || continue
       switches=$(awk '/^voluntary_ctxt_switches/ {v = $2} /^nonvoluntary_ctxt_switches/ {n = $2}
                       END {print v + n}' "${task}/status" 2>/dev/null) || continue
       ticks=$(awk '{print $14 + $15}' "${task}/stat" 2>/dev/null) || continue

@@ -1,9 +1,7 @@
 // One-way throughput of Raft messages between two peer transports on
-// 127.0.0.1, over an http peer URL (gRPC's own listener, plain text) or an
-// https one (https:1: the receiver's PeerTlsListener makes the OpenSSL
-// handshake, then copies the plaintext through a socket pair to gRPC on a
-// thread per connection; the sender is gRPC's TLS client; certificates from
-// --peer-auto-tls). The sender queues `batch` messages of `bytes` payload
+// 127.0.0.1, on a Raft stream (raft_stream.h) over an http peer URL (plain
+// text) or an https one (https:1: both ends make the OpenSSL handshake
+// themselves; certificates from --peer-auto-tls). The sender queues `batch` messages of `bytes` payload
 // per Send call and the timed loop ends when the receiver's handler has seen
 // them all. Reported: messages/s (items), payload bytes/s, the whole
 // process's CPU time per message (both transports and all their threads,
