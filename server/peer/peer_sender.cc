@@ -278,23 +278,11 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
   absl::Status failure;
   if (*accepted) {
     capstan::v1::RaftBatch batch;
-    while (true) {
+    std::vector<std::string> messages;
+    size_t bytes = 0;
+    while (TakeBatch(absl::InfiniteDuration(), &messages, &bytes)) {
       batch.Clear();
-      size_t bytes = 0;
-      {
-        util::MutexLock l(&mu_);
-        auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !queue_.empty();
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stopping_) break;
-        while (!queue_.empty() &&
-               (batch.messages_size() == 0 || bytes + queue_.front().size() <= options_.max_batch_bytes)) {
-          bytes += queue_.front().size();
-          batch.add_messages(std::move(queue_.front()));
-          queue_.pop_front();
-        }
-      }
+      for (std::string& m : messages) batch.add_messages(std::move(m));
       // MsgSnap (type 7) goes in the batch like any message for now; the
       // streamed snapshot will have an RPC of its own (peer.proto).
       if (!writer->Write(batch)) {
@@ -319,6 +307,22 @@ absl::Status PeerSender::RunStream(const std::shared_ptr<grpc::Channel>& channel
 }  // namespace capstan::server::peer
 
 namespace capstan::server::peer {
+
+bool PeerSender::TakeBatch(absl::Duration wait, std::vector<std::string>* batch, size_t* bytes) {
+  batch->clear();
+  *bytes = 0;
+  util::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  if (stopping_) return false;
+  while (!queue_.empty() &&
+         (batch->empty() || *bytes + queue_.front().size() <= options_.max_batch_bytes)) {
+    *bytes += queue_.front().size();
+    batch->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return true;
+}
 
 bool PeerSender::UsesRaftStream(const std::string& url) const {
   return absl::StartsWith(url, "http://") ||
@@ -348,24 +352,10 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
       active_since_ = absl::Now();
     }
     std::vector<std::string> batch;
-    while (true) {
-      batch.clear();
-      size_t bytes = 0;
-      {
-        util::MutexLock l(&mu_);
-        auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !queue_.empty();
-        };
-        // Nothing to send for a while: a link heartbeat keeps the stream.
-        mu_.AwaitWithTimeout(absl::Condition(&ready), kRaftStreamHeartbeat);
-        if (stopping_) break;
-        while (!queue_.empty() &&
-               (batch.empty() || bytes + queue_.front().size() <= options_.max_batch_bytes)) {
-          bytes += queue_.front().size();
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
-      }
+    size_t bytes = 0;
+    // Nothing to send for a while: an empty batch, a link heartbeat, keeps
+    // the stream.
+    while (TakeBatch(kRaftStreamHeartbeat, &batch, &bytes)) {
       failure = stream->Write(batch);
       if (!failure.ok()) {
         sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);

@@ -126,6 +126,12 @@ class PeerSender {
   // ones with the peer TLS flags, use (UsesRaftStream); the others (unix
   // URLs, https without a client context) use the gRPC stream.
   bool UsesRaftStream(const std::string& url) const;
+  // Waits until the queue holds messages, the sender stops or `wait`
+  // passes, then moves the next batch (at most max_batch_bytes, or one
+  // larger message) into *batch, its bytes in *bytes: empty when the wait
+  // passed. False once the sender stops.
+  bool TakeBatch(absl::Duration wait, std::vector<std::string>* batch, size_t* bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunRaftStream(const std::string& url, bool* accepted);
   std::shared_ptr<grpc::Channel> ChannelFor(size_t url_index);
   // The probe of an https URL (see probe_tls): "" when the handshake

@@ -9,6 +9,11 @@
 #ifndef CAPSTAN_SERVER_PEER_PEER_TESTING_H_
 #define CAPSTAN_SERVER_PEER_PEER_TESTING_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -162,6 +167,24 @@ bool WaitFor(Cond cond, absl::Duration timeout = absl::Seconds(20)) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   return cond();
+}
+
+// A listening TCP socket on a free port of 127.0.0.1 that nobody accepts
+// on (the kernel completes connections to it): its fd, the port in *port;
+// -1 when it cannot be made.
+inline int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd, 4) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
 }
 
 struct Member {

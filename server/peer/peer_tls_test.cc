@@ -388,16 +388,9 @@ TEST_F(PeerTlsTest, ProbeEndsAtItsDeadline) {
   ASSERT_TRUE(client.ok()) << client.status();
   // A listener that never answers: the kernel completes the connection,
   // nobody speaks TLS. The probe fails at its deadline, not a read later.
-  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = 0;
+  const int listener = peer_testing::ListenOnLoopback(&port);
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
   const absl::Time start = absl::Now();
   EXPECT_EQ(peer::ProbePeer(client->get(), "127.0.0.1", port, absl::Milliseconds(200)),
             "i/o timeout");

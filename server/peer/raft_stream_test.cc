@@ -139,14 +139,9 @@ TEST(RaftStreamTest, MessagesArriveInOrderAndAMisaddressedOneEndsTheStream) {
 
 TEST(RaftStreamTest, ASenderGivesUpAReceiverThatSendsNothing) {
   // A receiver that accepts the stream, then reads and never writes.
-  const int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(listen_fd, 1), 0);
-  socklen_t len = sizeof a;
-  getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = 0;
+  const int listen_fd = peer_testing::ListenOnLoopback(&port);
+  ASSERT_GE(listen_fd, 0);
   std::thread receiver([listen_fd] {
     const int fd = accept(listen_fd, nullptr, nullptr);
     if (fd < 0) return;
@@ -166,7 +161,7 @@ TEST(RaftStreamTest, ASenderGivesUpAReceiverThatSendsNothing) {
   });
   std::unique_ptr<RaftStreamSender> stream;
   const absl::Status opened =
-      Open(ntohs(a.sin_port), kCluster, 2, 1, &stream, absl::Milliseconds(300));
+      Open(port, kCluster, 2, 1, &stream, absl::Milliseconds(300));
   EXPECT_TRUE(opened.ok()) << opened;
   absl::Status last;
   if (opened.ok()) {
