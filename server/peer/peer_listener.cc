@@ -188,6 +188,11 @@ void PeerListener::Serve(int fd, std::string remote_addr, std::string remote_hos
     close(fd);
     return;
   }
+  if (first == kProbeByte) {  // a sender's probe: the handshake was all it wanted
+    if (ssl != nullptr) SSL_free(ssl);
+    close(fd);
+    return;
+  }
   if (first == 'G') {
     pthread_setname_np(pthread_self(), "peer-raft");
     PeerConn conn(fd, ssl);  // owns both

@@ -1,5 +1,8 @@
 #include "server/peer/peer_sender.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <utility>
@@ -77,9 +80,13 @@ grpc::ChannelArguments PeerChannelArguments() {
   return args;
 }
 
-PeerSender::PeerSender(PeerSenderOptions options) : options_(std::move(options)) {}
+PeerSender::PeerSender(PeerSenderOptions options)
+    : options_(std::move(options)), stop_fd_(eventfd(0, EFD_CLOEXEC)) {}
 
-PeerSender::~PeerSender() { Stop(); }
+PeerSender::~PeerSender() {
+  Stop();
+  if (stop_fd_ >= 0) close(stop_fd_);
+}
 
 void PeerSender::Start() {
   {
@@ -130,6 +137,10 @@ void PeerSender::Stop() {
   }
   if (context) context->TryCancel();
   if (stream) stream->Shutdown();
+  if (stop_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(stop_fd_, &one, sizeof one);  // ends a Dial in progress
+  }
   if (join && thread_.joinable()) thread_.join();
 }
 
@@ -335,7 +346,7 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
   to.port = tls ? 443 : 80;
   to.host = SplitHostPort(target, &to.port);
   to.tls = tls ? options_.probe_tls.get() : nullptr;
-  auto dialed = RaftStreamSender::Dial(to, kStreamOpenTimeout);
+  auto dialed = RaftStreamSender::Dial(to, kStreamOpenTimeout, stop_fd_);
   if (!dialed.ok()) return dialed.status();
   std::shared_ptr<RaftStreamSender> stream = *std::move(dialed);
   {

@@ -141,6 +141,8 @@ class PeerSender {
   const PeerSenderOptions options_;
   std::atomic<uint64_t> sent_bytes_{0}, sent_failures_{0};
   std::thread thread_;  // written by Start, joined by Stop (one caller each)
+  // An eventfd that Stop makes readable: it ends a Raft stream's Dial.
+  const int stop_fd_;
   // The sender's thread only: since when probes fail, when that was last logged.
   absl::Time unhealthy_since_ = absl::InfiniteFuture();
   absl::Time unhealthy_logged_ = absl::InfinitePast();

@@ -465,7 +465,7 @@ namespace {
 // it attached for the read after the handshake): on success *fd and *ssl
 // (null without ctx) are the caller's and ssl still points at *state.
 std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time deadline,
-                 HandshakeState* state, int* out_fd, SSL** out_ssl) {
+                 int stop_fd, HandshakeState* state, int* out_fd, SSL** out_ssl) {
   *out_fd = -1;
   *out_ssl = nullptr;
   const std::string address = host.find(':') != std::string::npos
@@ -487,9 +487,13 @@ std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time dea
   int rc = connect(fd, found->ai_addr, found->ai_addrlen);
   freeaddrinfo(found);
   if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
+    pollfd p[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
     const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
-    rc = poll(&p, 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60000)));
+    rc = poll(p, stop_fd >= 0 ? 2 : 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60000)));
+    if (rc > 0 && stop_fd >= 0 && p[1].revents != 0) {
+      close(fd);
+      return absl::StrCat("dial tcp ", address, ": operation was canceled");
+    }
     if (rc == 0) {
       close(fd);
       return absl::StrCat("dial tcp ", address, ": i/o timeout");
@@ -533,11 +537,13 @@ std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time dea
     ERR_clear_error();
     ret = SSL_connect(ssl);
     if (ret == 1) break;
-    wait = AwaitSocket(fd, SSL_get_error(ssl, ret), -1, deadline);
+    wait = AwaitSocket(fd, SSL_get_error(ssl, ret), stop_fd, deadline);
     if (wait != HandshakeWait::kReady) break;
   }
   if (ret != 1) {
-    std::string error = FailureText(*state, ssl, ret, wait == HandshakeWait::kTimedOut);
+    std::string error = wait == HandshakeWait::kStopped
+                            ? "use of closed network connection"
+                            : FailureText(*state, ssl, ret, wait == HandshakeWait::kTimedOut);
     SSL_set_ex_data(ssl, StateIndex(), nullptr);
     SSL_free(ssl);
     close(fd);
@@ -551,10 +557,10 @@ std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time dea
 }  // namespace
 
 std::string DialPeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout,
-                     int* fd, SSL** ssl) {
+                     int stop_fd, int* fd, SSL** ssl) {
   BlockSigpipeOnThisThread();
   HandshakeState state;
-  std::string error = Dial(ctx, host, port, absl::Now() + timeout, &state, fd, ssl);
+  std::string error = Dial(ctx, host, port, absl::Now() + timeout, stop_fd, &state, fd, ssl);
   if (*ssl != nullptr) SSL_set_ex_data(*ssl, StateIndex(), nullptr);
   return error;
 }
@@ -566,11 +572,14 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
   HandshakeState state;
   int fd = -1;
   SSL* ssl = nullptr;
-  std::string error = Dial(ctx, host, port, deadline, &state, &fd, &ssl);
+  std::string error = Dial(ctx, host, port, deadline, -1, &state, &fd, &ssl);
   if (!error.empty()) return error;
-  // In TLS 1.3 the listener checks our certificate after we finished: its
-  // refusal is the alert that comes instead of its first bytes (gRPC's
-  // HTTP/2 settings). Silence until the deadline counts as accepted.
+  // Say it is a probe (kProbeByte): the listener closes at once. In TLS 1.3
+  // the listener checks our certificate after we finished: its refusal is
+  // the alert that comes instead of the close. Silence until the deadline
+  // counts as accepted.
+  ERR_clear_error();
+  (void)SSL_write(ssl, &kProbeByte, 1);
   char byte;
   int ret;
   while (true) {

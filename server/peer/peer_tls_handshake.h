@@ -87,8 +87,14 @@ std::string ProbePeer(SSL_CTX* ctx, const std::string& host, int port, absl::Dur
 // the caller's to free; otherwise why not, in ProbePeer's words, and *fd is
 // -1. A refusal of this member's certificate by a TLS 1.3 listener comes
 // only with the first read after the handshake.
+// A readable stop_fd (-1: none) ends the attempt at once.
 std::string DialPeer(SSL_CTX* ctx, const std::string& host, int port, absl::Duration timeout,
-                     int* fd, SSL** ssl);
+                     int stop_fd, int* fd, SSL** ssl);
+
+// What ProbePeer writes after its handshake, so that the listener closes
+// the connection at once rather than waiting for a Raft stream's request
+// or gRPC's preface.
+inline constexpr char kProbeByte = 'Q';
 
 // OpenSSL writes with write(2): a peer gone mid-write must not raise
 // SIGPIPE. Blocks it on the calling thread alone (one left pending ends

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -256,7 +257,12 @@ void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {
       return;
     }
   }
-  in.erase(0, head_len);
+  // buf[0, filled) holds what was read and not yet handed on. It grows
+  // (doubling) only as far as a frame needs, as its bytes arrive, and
+  // shrinks back once a large frame is through.
+  std::string buf = in.substr(head_len);
+  size_t filled = buf.size();
+  buf.resize(std::max(buf.size(), kReadChunk));
   std::atomic<uint64_t>* const received = service.ReceivedCounter(from);
   static constexpr char kHeartbeat[8] = {};
   absl::Time heard = absl::Now();
@@ -264,16 +270,16 @@ void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {
   while (true) {
     // Hand on every whole message read so far.
     size_t pos = 0;
-    while (in.size() - pos >= 8) {
-      const uint64_t len = ReadLength(in.data() + pos);
+    while (filled - pos >= 8) {
+      const uint64_t len = ReadLength(buf.data() + pos);
       if (len > kRaftStreamMaxMessage) {
         SPDLOG_WARN("failed to read raft message from {}: message of {} bytes is too large",
                     IdText(from), len);
         return;
       }
-      if (in.size() - pos - 8 < len) break;
+      if (filled - pos - 8 < len) break;
       if (len > 0) {
-        const grpc::Status s = service.HandleMessage(from, in.substr(pos + 8, len), received);
+        const grpc::Status s = service.HandleMessage(from, buf.substr(pos + 8, len), received);
         if (!s.ok()) {
           SPDLOG_WARN("failed to read raft message from {}: {}", IdText(from), s.error_message());
           return;
@@ -281,7 +287,14 @@ void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {
       }
       pos += 8 + len;
     }
-    if (pos > 0) in.erase(0, pos);
+    if (pos > 0) {
+      std::memmove(buf.data(), buf.data() + pos, filled - pos);
+      filled -= pos;
+      if (buf.size() > 4 * kReadChunk && filled < kReadChunk) {
+        buf.resize(kReadChunk);
+        buf.shrink_to_fit();
+      }
+    }
     absl::Time now = absl::Now();
     if (now >= next_heartbeat) {
       if (conn->Write(kHeartbeat, sizeof kHeartbeat, kRaftStreamTimeout, stop_fd) !=
@@ -290,15 +303,17 @@ void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {
       }
       next_heartbeat = now + kRaftStreamHeartbeat;
     }
-    // Read into the buffer's tail, as much as is there.
-    const size_t old = in.size();
-    size_t want = kReadChunk;
-    if (old >= 8) want = std::max<size_t>(want, std::min<uint64_t>(ReadLength(in.data()) + 8 - old, kRaftStreamMaxMessage));
-    in.resize(old + want);
+    if (buf.size() - filled < kReadChunk / 2) {
+      // Room for what the frame being read still lacks, at most twice the
+      // buffer at a time.
+      uint64_t need = filled + kReadChunk;
+      if (filled >= 8) need = std::max<uint64_t>(need, ReadLength(buf.data()) + 8);
+      buf.resize(std::min<uint64_t>(need, std::max<size_t>(2 * buf.size(), kReadChunk)));
+    }
     size_t got = 0;
-    const PeerConn::Io io =
-        conn->Read(in.data() + old, want, &got, std::min(heard + kRaftStreamTimeout, next_heartbeat), stop_fd);
-    in.resize(old + got);
+    const PeerConn::Io io = conn->Read(buf.data() + filled, buf.size() - filled, &got,
+                                       std::min(heard + kRaftStreamTimeout, next_heartbeat), stop_fd);
+    filled += got;
     if (io == PeerConn::Io::kOk) {
       heard = absl::Now();
       // Checked for what each read brought, before any of it is handed on.
@@ -322,10 +337,12 @@ RaftStreamSender::RaftStreamSender(std::unique_ptr<PeerConn> conn)
     : conn_(std::move(conn)), heard_(absl::Now()), drained_(absl::Now()) {}
 
 absl::StatusOr<std::unique_ptr<RaftStreamSender>> RaftStreamSender::Dial(const Target& target,
-                                                                         absl::Duration timeout) {
+                                                                         absl::Duration timeout,
+                                                                         int stop_fd) {
   int fd = -1;
   SSL* ssl = nullptr;
-  const std::string error = DialPeer(target.tls, target.host, target.port, timeout, &fd, &ssl);
+  const std::string error =
+      DialPeer(target.tls, target.host, target.port, timeout, stop_fd, &fd, &ssl);
   if (!error.empty()) return absl::UnavailableError(error);
   return std::unique_ptr<RaftStreamSender>(
       new RaftStreamSender(std::make_unique<PeerConn>(fd, ssl)));

@@ -121,8 +121,10 @@ class RaftStreamSender {
   };
   // Connects to the peer and makes the TLS handshake, within `timeout`.
   // Unavailable with why not.
+  // A readable stop_fd (-1: none) ends the attempt at once.
   static absl::StatusOr<std::unique_ptr<RaftStreamSender>> Dial(const Target& target,
-                                                                absl::Duration timeout);
+                                                                absl::Duration timeout,
+                                                                int stop_fd = -1);
   // Sends the request and waits for the answer, each within `timeout`
   // (Shutdown ends the wait). Errors: the peer's refusal
   // (FailedPrecondition, PermissionDenied, InvalidArgument or NotFound with
