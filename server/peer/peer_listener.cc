@@ -143,7 +143,15 @@ void PeerListener::AcceptLoop() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     // Non-blocking from the start: the handshake and the pump wait in poll.
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors or memory: the connection stays queued and the
+      // socket readable. Wait a little (or for Stop) rather than spin.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd wake{wake_fd_, POLLIN, 0};
+        poll(&wake, 1, 100);
+      }
+      continue;
+    }
     SetNoDelay(fd);
     std::string host;
     std::string addr = RemoteAddr(fd, &host);
