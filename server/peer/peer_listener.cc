@@ -93,10 +93,19 @@ absl::Status PeerListener::Start(const std::string& host_port) {
       found == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot resolve peer address ", host_port));
   }
-  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  // A host name listens on one of its addresses, an IPv4 one first, as Go's
+  // net.Listen does (etcd's default peer URL is http://localhost:2380).
+  const addrinfo* chosen = found;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      chosen = a;
+      break;
+    }
+  }
+  const int fd = socket(chosen->ai_family, chosen->ai_socktype | SOCK_CLOEXEC, chosen->ai_protocol);
   const int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+  if (fd < 0 || bind(fd, chosen->ai_addr, chosen->ai_addrlen) != 0 || listen(fd, 128) != 0) {
     const std::string why = strerror(errno);
     if (fd >= 0) close(fd);
     freeaddrinfo(found);

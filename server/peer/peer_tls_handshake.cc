@@ -478,38 +478,49 @@ std::string Dial(SSL_CTX* ctx, const std::string& host, int port, absl::Time dea
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
     return absl::StrCat("dial tcp: lookup ", host, ": no such host");
   }
-  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                        found->ai_protocol);
-  if (fd < 0) {
-    freeaddrinfo(found);
-    return absl::StrCat("dial tcp ", address, ": socket: ", strerror(errno));
+  // Each address in turn, as Go's dialer tries them, until one connects.
+  int fd = -1;
+  std::string error;
+  for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    const int candidate =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (candidate < 0) {
+      error = absl::StrCat("dial tcp ", address, ": socket: ", strerror(errno));
+      continue;
+    }
+    int rc = connect(candidate, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p[2] = {{candidate, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
+      const int64_t ms =
+          absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
+      rc = poll(p, stop_fd >= 0 ? 2 : 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60000)));
+      if (rc > 0 && stop_fd >= 0 && p[1].revents != 0) {
+        close(candidate);
+        freeaddrinfo(found);
+        return absl::StrCat("dial tcp ", address, ": operation was canceled");
+      }
+      if (rc == 0) {
+        close(candidate);
+        freeaddrinfo(found);
+        return absl::StrCat("dial tcp ", address, ": i/o timeout");
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(candidate, SOL_SOCKET, SO_ERROR, &err, &len);
+      errno = err;
+      rc = err == 0 ? 0 : -1;
+    }
+    if (rc != 0) {
+      std::string text = strerror(errno);
+      if (!text.empty()) text[0] = absl::ascii_tolower(text[0]);
+      close(candidate);
+      error = absl::StrCat("dial tcp ", address, ": connect: ", text);
+      continue;
+    }
+    fd = candidate;
   }
-  int rc = connect(fd, found->ai_addr, found->ai_addrlen);
   freeaddrinfo(found);
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
-    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
-    rc = poll(p, stop_fd >= 0 ? 2 : 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60000)));
-    if (rc > 0 && stop_fd >= 0 && p[1].revents != 0) {
-      close(fd);
-      return absl::StrCat("dial tcp ", address, ": operation was canceled");
-    }
-    if (rc == 0) {
-      close(fd);
-      return absl::StrCat("dial tcp ", address, ": i/o timeout");
-    }
-    int err = 0;
-    socklen_t len = sizeof err;
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    errno = err;
-    rc = err == 0 ? 0 : -1;
-  }
-  if (rc != 0) {
-    std::string text = strerror(errno);
-    if (!text.empty()) text[0] = absl::ascii_tolower(text[0]);
-    close(fd);
-    return absl::StrCat("dial tcp ", address, ": connect: ", text);
-  }
+  if (fd < 0) return error;
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as Go's dialer
   if (ctx == nullptr) {
