@@ -125,21 +125,18 @@ size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
 
 void PeerSender::Stop() {
   std::shared_ptr<grpc::ClientContext> context;
-  std::shared_ptr<RaftStreamSender> stream;
   bool join = false;
   {
     util::MutexLock l(&mu_);
     stopping_ = true;
     context = context_;
-    stream = stream_;
     join = started_ && !joined_;
     joined_ = true;
   }
   if (context) context->TryCancel();
-  if (stream) stream->Shutdown();
   if (stop_fd_ >= 0) {
     const uint64_t one = 1;
-    (void)!write(stop_fd_, &one, sizeof one);  // ends a Dial in progress
+    (void)!write(stop_fd_, &one, sizeof one);  // ends a Raft stream's waits
   }
   if (join && thread_.joinable()) thread_.join();
 }
@@ -348,12 +345,8 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
   to.tls = tls ? options_.probe_tls.get() : nullptr;
   auto dialed = RaftStreamSender::Dial(to, kStreamOpenTimeout, stop_fd_);
   if (!dialed.ok()) return dialed.status();
-  std::shared_ptr<RaftStreamSender> stream = *std::move(dialed);
-  {
-    util::MutexLock l(&mu_);
-    if (stopping_) return absl::OkStatus();
-    stream_ = stream;  // Stop shuts it down from now on
-  }
+  // Stop's eventfd ends every wait of the stream from here on.
+  std::unique_ptr<RaftStreamSender> stream = *std::move(dialed);
   absl::Status failure =
       stream->Start(to, options_.cluster_id, options_.local_id, options_.peer_id, kStreamOpenTimeout);
   if (failure.ok()) {
@@ -376,7 +369,6 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
     }
   }
   util::MutexLock l(&mu_);
-  stream_.reset();
   active_since_ = absl::InfiniteFuture();
   if (stopping_) return absl::OkStatus();
   return failure;

@@ -41,8 +41,6 @@
 
 namespace capstan::server::peer {
 
-class RaftStreamSender;
-
 struct PeerSenderOptions {
   uint64_t local_id = 0;
   uint64_t cluster_id = 0;
@@ -141,7 +139,8 @@ class PeerSender {
   const PeerSenderOptions options_;
   std::atomic<uint64_t> sent_bytes_{0}, sent_failures_{0};
   std::thread thread_;  // written by Start, joined by Stop (one caller each)
-  // An eventfd that Stop makes readable: it ends a Raft stream's Dial.
+  // An eventfd that Stop makes readable: it ends every wait of a Raft
+  // stream (dial, handshake, request, writes).
   const int stop_fd_;
   // The sender's thread only: since when probes fail, when that was last logged.
   absl::Time unhealthy_since_ = absl::InfiniteFuture();
@@ -153,9 +152,8 @@ class PeerSender {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
-  // The open call's context, or the open Raft stream, for Stop to end.
+  // The open call's context, for Stop to cancel.
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<RaftStreamSender> stream_ ABSL_GUARDED_BY(mu_);
   size_t url_index_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time active_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

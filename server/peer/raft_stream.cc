@@ -138,8 +138,6 @@ PeerConn::~PeerConn() {
   close(fd_);
 }
 
-void PeerConn::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
-
 PeerConn::Io PeerConn::Await(short events, absl::Time deadline, int stop_fd) {
   while (true) {
     const absl::Duration left = deadline - absl::Now();
@@ -333,8 +331,8 @@ void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {
   }
 }
 
-RaftStreamSender::RaftStreamSender(std::unique_ptr<PeerConn> conn)
-    : conn_(std::move(conn)), heard_(absl::Now()), drained_(absl::Now()) {}
+RaftStreamSender::RaftStreamSender(std::unique_ptr<PeerConn> conn, int stop_fd)
+    : conn_(std::move(conn)), stop_fd_(stop_fd), heard_(absl::Now()), drained_(absl::Now()) {}
 
 absl::StatusOr<std::unique_ptr<RaftStreamSender>> RaftStreamSender::Dial(const Target& target,
                                                                          absl::Duration timeout,
@@ -345,7 +343,7 @@ absl::StatusOr<std::unique_ptr<RaftStreamSender>> RaftStreamSender::Dial(const T
       DialPeer(target.tls, target.host, target.port, timeout, stop_fd, &fd, &ssl);
   if (!error.empty()) return absl::UnavailableError(error);
   return std::unique_ptr<RaftStreamSender>(
-      new RaftStreamSender(std::make_unique<PeerConn>(fd, ssl)));
+      new RaftStreamSender(std::make_unique<PeerConn>(fd, ssl), stop_fd));
 }
 
 absl::Status RaftStreamSender::Start(const Target& target, uint64_t cluster_id, uint64_t from,
@@ -355,11 +353,11 @@ absl::Status RaftStreamSender::Start(const Target& target, uint64_t cluster_id, 
       absl::StrCat("GET ", kRaftStreamPath, " HTTP/1.1\r\nHost: ", HostPort(target.host, target.port),
                    "\r\nX-Etcd-Cluster-ID: ", IdText(cluster_id), "\r\nX-Server-From: ", IdText(from),
                    "\r\nX-Raft-To: ", IdText(to), "\r\n\r\n");
-  if (conn_->Write(request.data(), request.size(), timeout, -1) != PeerConn::Io::kOk) {
+  if (conn_->Write(request.data(), request.size(), timeout, stop_fd_) != PeerConn::Io::kOk) {
     return absl::UnavailableError("the peer closed the connection");
   }
   std::string in;
-  const size_t head_len = ReadHead(conn_.get(), &in, absl::Now() + timeout, -1);
+  const size_t head_len = ReadHead(conn_.get(), &in, absl::Now() + timeout, stop_fd_);
   if (head_len == 0) return absl::UnavailableError("no answer to the raft stream request");
   const Head head = ParseHead(absl::string_view(in).substr(0, head_len - 4));
   const std::vector<std::string> status = absl::StrSplit(head.first_line, absl::MaxSplits(' ', 2));
@@ -378,7 +376,7 @@ absl::Status RaftStreamSender::Start(const Target& target, uint64_t cluster_id, 
   char buf[1024];
   while (body.size() < length) {
     size_t got = 0;
-    if (conn_->Read(buf, sizeof buf, &got, deadline, -1) != PeerConn::Io::kOk) break;
+    if (conn_->Read(buf, sizeof buf, &got, deadline, stop_fd_) != PeerConn::Io::kOk) break;
     body.append(buf, got);
   }
   if (body.size() > length) body.resize(length);
@@ -420,7 +418,7 @@ absl::Status RaftStreamSender::Write(const std::vector<std::string>& messages) {
       buffer_.append(m);
     }
   }
-  switch (conn_->Write(buffer_.data(), buffer_.size(), silence_, -1)) {
+  switch (conn_->Write(buffer_.data(), buffer_.size(), silence_, stop_fd_)) {
     case PeerConn::Io::kOk:
       return absl::OkStatus();
     case PeerConn::Io::kTimedOut:

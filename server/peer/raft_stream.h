@@ -41,9 +41,9 @@
 // while its stream is open is cut off at the receiver's next read, and its
 // next stream is refused with 410.
 //
-// Thread safety: a PeerConn is used by one thread, except Shutdown, which
-// any thread may call to end that thread's waits. The functions are safe
-// from any thread.
+// Thread safety: a PeerConn and a RaftStreamSender are used by one thread
+// at a time; another ends their waits through the stop fd they were given.
+// The functions are safe from any thread.
 
 #ifndef CAPSTAN_SERVER_PEER_RAFT_STREAM_H_
 #define CAPSTAN_SERVER_PEER_RAFT_STREAM_H_
@@ -89,9 +89,6 @@ class PeerConn {
   // Writes all n bytes; kTimedOut when the connection took none of them for
   // `stall`.
   Io Write(const char* buf, size_t n, absl::Duration stall, int stop_fd);
-  // Shuts the socket down both ways: a thread waiting on it wakes and
-  // fails. Safe from any thread.
-  void Shutdown();
   int fd() const { return fd_; }
 
  private:
@@ -121,12 +118,13 @@ class RaftStreamSender {
   };
   // Connects to the peer and makes the TLS handshake, within `timeout`.
   // Unavailable with why not.
-  // A readable stop_fd (-1: none) ends the attempt at once.
+  // A readable stop_fd (-1: none) ends the attempt at once, and every
+  // later wait of the stream's (Start, Write); it must outlive the stream.
   static absl::StatusOr<std::unique_ptr<RaftStreamSender>> Dial(const Target& target,
                                                                 absl::Duration timeout,
                                                                 int stop_fd = -1);
   // Sends the request and waits for the answer, each within `timeout`
-  // (Shutdown ends the wait). Errors: the peer's refusal
+  // (the stop fd ends the wait). Errors: the peer's refusal
   // (FailedPrecondition, PermissionDenied, InvalidArgument or NotFound with
   // its text), or Unavailable.
   // `silence`: how long the peer may send nothing (not even a heartbeat)
@@ -139,15 +137,14 @@ class RaftStreamSender {
   // could not proceed for `silence`, or the peer has sent nothing for that
   // long (looked at once a second).
   absl::Status Write(const std::vector<std::string>& messages);
-  // Ends a Write in progress, from another thread; every later call fails.
-  void Shutdown() { conn_->Shutdown(); }
 
  private:
-  explicit RaftStreamSender(std::unique_ptr<PeerConn> conn);
+  RaftStreamSender(std::unique_ptr<PeerConn> conn, int stop_fd);
   // Reads (without waiting) what the peer sent: link heartbeats.
   absl::Status Drain();
 
   std::unique_ptr<PeerConn> conn_;
+  const int stop_fd_;
   std::string buffer_;       // the frames of one Write
   absl::Time heard_;         // when the peer last sent something
   absl::Time drained_;       // when Drain last ran
