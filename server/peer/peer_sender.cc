@@ -98,8 +98,48 @@ void PeerSender::Start() {
 }
 
 size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
+  if (messages->empty()) return 0;
+  RaftStreamSender* direct = nullptr;
+  size_t bytes = 0;
+  {
+    util::MutexLock l(&mu_);
+    if (stopping_) return 0;
+    if (stream_ != nullptr && !writing_ && queue_.empty() && left_.rest.empty() &&
+        left_.failure.ok()) {
+      for (const std::string& m : *messages) bytes += m.size();
+      // A batch the sender's thread would split goes through its queue.
+      if (bytes <= options_.max_batch_bytes) {
+        writing_ = true;
+        direct = stream_;
+      }
+    }
+    if (direct == nullptr) return QueueLocked(messages);
+  }
+  WriteDirectly(direct, messages, bytes);
+  return messages->size();
+}
+
+void PeerSender::WriteDirectly(RaftStreamSender* stream, std::vector<std::string>* messages,
+                               size_t bytes) {
+  // stream_ stays valid while this holds the writer token: the sender's
+  // thread waits for the token before it ends the stream.
+  std::string rest;
+  const absl::Status s = stream->TryWrite(*messages, &rest);
   util::MutexLock l(&mu_);
-  if (stopping_) return 0;
+  writing_ = false;
+  if (!s.ok()) {
+    left_.failure = s;
+    sent_failures_.fetch_add(messages->size(), std::memory_order_relaxed);
+  } else if (rest.empty()) {
+    sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    left_.rest = std::move(rest);
+    left_.rest_bytes = bytes;
+    left_.rest_count = messages->size();
+  }
+}
+
+size_t PeerSender::QueueLocked(std::vector<std::string>* messages) {
   size_t n = 0;
   if (active_since_ == absl::InfiniteFuture()) {
     // No stream: the newest messages replace the oldest.
@@ -323,13 +363,45 @@ bool PeerSender::TakeBatch(absl::Duration wait, std::vector<std::string>* batch,
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
   mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
   if (stopping_) return false;
+  MoveBatchLocked(batch, bytes);
+  return true;
+}
+
+void PeerSender::MoveBatchLocked(std::vector<std::string>* batch, size_t* bytes) {
   while (!queue_.empty() &&
          (batch->empty() || *bytes + queue_.front().size() <= options_.max_batch_bytes)) {
     *bytes += queue_.front().size();
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+}
+
+bool PeerSender::TakeRaftBatch(std::vector<std::string>* batch, size_t* bytes, Leftover* left) {
+  batch->clear();
+  *bytes = 0;
+  util::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ ||
+           (!writing_ && (!queue_.empty() || !left_.rest.empty() || !left_.failure.ok()));
+  };
+  // Nothing to send for a while: an empty batch, a link heartbeat, keeps
+  // the stream (and has Write look at what the peer sent), direct writes or
+  // not.
+  mu_.AwaitWithTimeout(absl::Condition(&ready), kRaftStreamHeartbeat);
+  // A direct write under way never waits on the network.
+  auto writable = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !writing_; };
+  mu_.Await(absl::Condition(&writable));
+  if (stopping_) return false;
+  writing_ = true;
+  *left = std::move(left_);
+  left_ = Leftover();
+  MoveBatchLocked(batch, bytes);
   return true;
+}
+
+void PeerSender::ReleaseWriter() {
+  util::MutexLock l(&mu_);
+  writing_ = false;
 }
 
 bool PeerSender::UsesRaftStream(const std::string& url) const {
@@ -355,20 +427,44 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
       util::MutexLock l(&mu_);
       active_since_ = absl::Now();
     }
+    {
+      util::MutexLock l(&mu_);
+      stream_ = stream.get();
+    }
     std::vector<std::string> batch;
     size_t bytes = 0;
-    // Nothing to send for a while: an empty batch, a link heartbeat, keeps
-    // the stream.
-    while (TakeBatch(kRaftStreamHeartbeat, &batch, &bytes)) {
-      failure = stream->Write(batch);
-      if (!failure.ok()) {
-        sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);
-        break;
+    Leftover left;
+    while (TakeRaftBatch(&batch, &bytes, &left)) {
+      failure = left.failure;
+      if (failure.ok() && !left.rest.empty()) {
+        failure = stream->WriteRest(left.rest);
+        if (failure.ok()) {
+          sent_bytes_.fetch_add(left.rest_bytes, std::memory_order_relaxed);
+        } else {
+          sent_failures_.fetch_add(left.rest_count, std::memory_order_relaxed);
+        }
       }
-      sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      // An empty batch is a link heartbeat, unless the rest of a direct
+      // write just went.
+      if (failure.ok() && (!batch.empty() || left.rest.empty())) {
+        failure = stream->Write(batch);
+        if (failure.ok()) {
+          sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        } else {
+          sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);
+        }
+      }
+      ReleaseWriter();
+      if (!failure.ok()) break;
     }
   }
   util::MutexLock l(&mu_);
+  // No direct write may start on the stream, nor be under way, when it ends.
+  stream_ = nullptr;
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !writing_; };
+  mu_.Await(absl::Condition(&idle));
+  sent_failures_.fetch_add(left_.rest_count, std::memory_order_relaxed);
+  left_ = Leftover();
   active_since_ = absl::InfiniteFuture();
   if (stopping_) return absl::OkStatus();
   return failure;

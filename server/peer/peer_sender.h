@@ -15,6 +15,14 @@
 // queued when an attempt fails are dropped (Raft resends what matters), and
 // while no stream is open only the newest few are kept.
 //
+// On a Raft stream, EnqueueAll writes the messages itself when the stream
+// is idle (nothing queued, no write under way): the raft loop's messages
+// then reach the socket without waking the sender's thread, one thread
+// hand-off fewer per message. Such a direct write never waits: what the
+// connection does not take at once, and a failure, are left to the
+// sender's thread, which finishes the bytes (or ends the stream) before it
+// writes anything else, so the stream's order is the order of EnqueueAll.
+//
 // Thread safety: Enqueue, Channel and Stop may be called from any thread.
 // The callbacks run on the sender's thread, never under its lock.
 
@@ -84,6 +92,8 @@ std::string SplitHostPort(const std::string& target, int* port);
 // accepted (PeerChannelArguments says why 5 s).
 inline constexpr absl::Duration kStreamOpenTimeout = absl::Seconds(5);
 
+class RaftStreamSender;
+
 class PeerSender {
  public:
   explicit PeerSender(PeerSenderOptions options);
@@ -95,8 +105,9 @@ class PeerSender {
   // Starts the thread. REQUIRES: called at most once.
   void Start();
   // Queues messages in order, as many as fit, and returns how many did (the
-  // rest are dropped; none fit once the sender stopped). One lock
-  // acquisition for all of them; never blocks on the network.
+  // rest are dropped; none fit once the sender stopped), or writes them
+  // directly into an idle Raft stream (all of them). Never blocks on the
+  // network.
   size_t EnqueueAll(std::vector<std::string>* messages);
   // Cancels the stream and joins the thread; the callbacks do not run after
   // Stop returns. Idempotent.
@@ -130,6 +141,27 @@ class PeerSender {
   // passed. False once the sender stops.
   bool TakeBatch(absl::Duration wait, std::vector<std::string>* batch, size_t* bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What a direct write left to the sender's thread.
+  struct Leftover {
+    std::string rest;        // bytes the connection did not take
+    size_t rest_bytes = 0;   // the messages' bytes, for sent_bytes_
+    size_t rest_count = 0;   // and their number, for sent_failures_
+    absl::Status failure;    // the direct write failed: end the stream
+  };
+  // TakeBatch for a Raft stream: also returns when a direct write left
+  // something (moved into *left), and returns (true) holding the writer
+  // token (writing_), which the caller gives back with ReleaseWriter.
+  bool TakeRaftBatch(std::vector<std::string>* batch, size_t* bytes, Leftover* left)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseWriter() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the next batch from the queue (see TakeBatch).
+  void MoveBatchLocked(std::vector<std::string>* batch, size_t* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EnqueueAll's queueing, as many as fit; returns how many.
+  size_t QueueLocked(std::vector<std::string>* messages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EnqueueAll's direct write into `stream`, whose writer token it holds.
+  void WriteDirectly(RaftStreamSender* stream, std::vector<std::string>* messages, size_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunRaftStream(const std::string& url, bool* accepted);
   std::shared_ptr<grpc::Channel> ChannelFor(size_t url_index);
   // The probe of an https URL (see probe_tls): "" when the handshake
@@ -157,6 +189,13 @@ class PeerSender {
   size_t url_index_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time active_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  // The open, accepted Raft stream (owned by the sender's thread), for
+  // direct writes; null while there is none.
+  RaftStreamSender* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Held by whoever writes into stream_: the sender's thread or one direct
+  // write.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  Leftover left_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace capstan::server::peer

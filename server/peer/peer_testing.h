@@ -92,6 +92,8 @@ class Recorder {
       uint64_t index = 0;
       const bool parsed = MessageIndex(bytes, &index);
       util::MutexLock l(&mu_);
+      auto open = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !held_; };
+      mu_.Await(absl::Condition(&open));
       if (!parsed) ++unparsed_;
       received_[from].push_back(index);
     };
@@ -117,12 +119,19 @@ class Recorder {
     util::MutexLock l(&mu_);
     return unparsed_;
   }
+  // While held, the handler waits before it records a message: the member's
+  // stream receivers stop reading, as a slow peer's do.
+  void Hold(bool held) {
+    util::MutexLock l(&mu_);
+    held_ = held;
+  }
 
  private:
   util::Mutex mu_;
   std::map<uint64_t, std::vector<uint64_t>> received_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, int> unreachable_ ABSL_GUARDED_BY(mu_);
   int unparsed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The errors a member's senders reported, per peer.
@@ -222,6 +231,45 @@ inline std::unique_ptr<Member> StartMember(uint64_t id, uint64_t cluster = kClus
 }
 
 inline void Connect(Member& from, const Member& to) { from.transport->AddPeer(to.id, {to.url}); }
+
+// Sends `sends` batches of two messages of `payload` bytes (under the
+// sender's batch limit together) from a to b, once a's stream to b is up,
+// while b reads nothing: more than the connection takes, so that the direct
+// writes of a's sender (peer_sender.h) leave bytes to its thread and later
+// batches queue behind them. Then lets b read, and expects every message
+// at b, in order, and no drop.
+inline void ExpectABurstInOrder(Member& a, Member& b, int sends = 64,
+                                size_t payload = 255 << 10) {
+  ASSERT_TRUE(WaitFor([&] {
+    a.transport->Send({Message(a.id, b.id, 0)});
+    return b.recorder.CountFrom(a.id) > 0;
+  }));
+  const size_t base = b.recorder.CountFrom(a.id);
+  const int unreachable = a.recorder.Unreachable(b.id);
+  uint64_t seq = 0;
+  b.recorder.Hold(true);
+  for (int i = 0; i < sends; ++i) {
+    std::vector<RaftMessage> batch;
+    for (int j = 0; j < 2; ++j) batch.push_back(Message(a.id, b.id, ++seq, payload));
+    a.transport->Send(std::move(batch));
+  }
+  b.recorder.Hold(false);
+  auto numbered = [&] {
+    std::vector<uint64_t> got = b.recorder.From(a.id);
+    std::vector<uint64_t> out;
+    for (size_t i = base; i < got.size(); ++i) {
+      if (got[i] != 0) out.push_back(got[i]);  // not a late warm-up message
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return numbered().size() >= seq; }))
+      << numbered().size() << " of " << seq << "; " << a.errors.Describe(b.id);
+  std::vector<uint64_t> want;
+  for (uint64_t i = 1; i <= seq; ++i) want.push_back(i);
+  EXPECT_EQ(numbered(), want);
+  EXPECT_EQ(b.recorder.unparsed(), 0);
+  EXPECT_EQ(a.recorder.Unreachable(b.id), unreachable) << a.errors.Describe(b.id);
+}
 
 }  // namespace capstan::server::peer_testing
 

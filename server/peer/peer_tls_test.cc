@@ -294,6 +294,17 @@ TEST_F(PeerTlsTest, FirstConnectionCarriesWhatWasQueuedBeforeIt) {
   EXPECT_EQ(a->errors.Count(2), 0u) << a->errors.Describe(2);
 }
 
+TEST_F(PeerTlsTest, ABurstLargerThanTheConnectionTakesArrivesInOrder) {
+  // On TLS a write the connection does not take at once is retried with the
+  // same bytes, by the sender's thread.
+  auto a = StartMember(1, kCluster, 0, Tls("peer1"));
+  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  peer_testing::ExpectABurstInOrder(*a, *b);
+}
+
 TEST_F(PeerTlsTest, ClientHangingUpMidHandshakeIsEofAsInGo) {
   // The listener's side of a dialer that gave up after its ClientHello (as
   // gRPC does when its connect deadline passes): etcd logs "EOF", or

@@ -133,6 +133,15 @@ TEST(PeerTransportTest, ThreeMembersExchangeMessagesInOrder) {
   }
 }
 
+TEST(PeerTransportTest, ABurstLargerThanTheConnectionTakesArrivesInOrder) {
+  auto a = StartMember(1);
+  auto b = StartMember(2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(*a, *b);
+  peer_testing::ExpectABurstInOrder(*a, *b);
+}
+
 TEST(PeerTransportTest, AnotherClusterIsRefusedWithEtcdsText) {
   auto a = StartMember(1, kCluster);
   auto b = StartMember(2, kCluster + 1);

@@ -131,7 +131,10 @@ std::string HostPort(const std::string& host, int port) {
 
 }  // namespace
 
-PeerConn::PeerConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+PeerConn::PeerConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {
+  // A write that would block is finished by Write, from a copy of its bytes.
+  if (ssl_ != nullptr) SSL_set_mode(ssl_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+}
 
 PeerConn::~PeerConn() {
   if (ssl_ != nullptr) SSL_free(ssl_);
@@ -224,6 +227,34 @@ PeerConn::Io PeerConn::Write(const char* buf, size_t n, absl::Duration stall, in
       if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return Io::kEnd;
     }
     if (const Io a = Await(want, deadline, stop_fd); a != Io::kOk) return a;
+  }
+  return Io::kOk;
+}
+
+PeerConn::Io PeerConn::TryWrite(const char* buf, size_t n, size_t* written) {
+  *written = 0;
+  if (n == 0) return Io::kOk;
+  if (ssl_ != nullptr) {
+    ERR_clear_error();
+    const int w = SSL_write(ssl_, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    if (w > 0) {
+      *written = static_cast<size_t>(w);
+      return Io::kOk;
+    }
+    const int e = SSL_get_error(ssl_, w);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Io::kOk;
+    ERR_clear_error();
+    return Io::kEnd;
+  }
+  while (*written < n) {
+    const ssize_t w = send(fd_, buf + *written, n - *written, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      *written += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Io::kOk;
+    return Io::kEnd;
   }
   return Io::kOk;
 }
@@ -405,20 +436,20 @@ absl::Status RaftStreamSender::Drain() {
   return absl::OkStatus();
 }
 
-absl::Status RaftStreamSender::Write(const std::vector<std::string>& messages) {
-  if (absl::Now() - drained_ >= kDrainInterval) {
-    if (absl::Status s = Drain(); !s.ok()) return s;
-  }
+void RaftStreamSender::Frame(const std::vector<std::string>& messages) {
   buffer_.clear();
   if (messages.empty()) {
     AppendLength(&buffer_, 0);
-  } else {
-    for (const std::string& m : messages) {
-      AppendLength(&buffer_, m.size());
-      buffer_.append(m);
-    }
+    return;
   }
-  switch (conn_->Write(buffer_.data(), buffer_.size(), silence_, stop_fd_)) {
+  for (const std::string& m : messages) {
+    AppendLength(&buffer_, m.size());
+    buffer_.append(m);
+  }
+}
+
+absl::Status RaftStreamSender::WriteAll(const char* buf, size_t n) {
+  switch (conn_->Write(buf, n, silence_, stop_fd_)) {
     case PeerConn::Io::kOk:
       return absl::OkStatus();
     case PeerConn::Io::kTimedOut:
@@ -427,6 +458,30 @@ absl::Status RaftStreamSender::Write(const std::vector<std::string>& messages) {
     default:
       return absl::UnavailableError("the raft stream broke");
   }
+}
+
+absl::Status RaftStreamSender::Write(const std::vector<std::string>& messages) {
+  if (absl::Now() - drained_ >= kDrainInterval) {
+    if (absl::Status s = Drain(); !s.ok()) return s;
+  }
+  Frame(messages);
+  return WriteAll(buffer_.data(), buffer_.size());
+}
+
+absl::Status RaftStreamSender::TryWrite(const std::vector<std::string>& messages,
+                                        std::string* rest) {
+  rest->clear();
+  Frame(messages);
+  size_t written = 0;
+  if (conn_->TryWrite(buffer_.data(), buffer_.size(), &written) != PeerConn::Io::kOk) {
+    return absl::UnavailableError("the raft stream broke");
+  }
+  if (written < buffer_.size()) rest->assign(buffer_, written);
+  return absl::OkStatus();
+}
+
+absl::Status RaftStreamSender::WriteRest(const std::string& rest) {
+  return WriteAll(rest.data(), rest.size());
 }
 
 }  // namespace capstan::server::peer

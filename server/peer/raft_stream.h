@@ -42,7 +42,9 @@
 // next stream is refused with 410.
 //
 // Thread safety: a PeerConn and a RaftStreamSender are used by one thread
-// at a time; another ends their waits through the stop fd they were given.
+// at a time (the sender's own, or a thread that writes directly, never
+// both at once: PeerSender hands the stream over); another ends their
+// waits through the stop fd they were given.
 // The functions are safe from any thread.
 
 #ifndef CAPSTAN_SERVER_PEER_RAFT_STREAM_H_
@@ -89,6 +91,11 @@ class PeerConn {
   // Writes all n bytes; kTimedOut when the connection took none of them for
   // `stall`.
   Io Write(const char* buf, size_t n, absl::Duration stall, int stop_fd);
+  // Writes what the connection takes now, without waiting: *written of the
+  // n bytes (fewer when it would block; kEnd when it broke). The rest is
+  // finished with Write. On TLS the rest is all n bytes until all are
+  // written (OpenSSL retries a record with the same bytes).
+  Io TryWrite(const char* buf, size_t n, size_t* written);
   int fd() const { return fd_; }
 
  private:
@@ -138,10 +145,23 @@ class RaftStreamSender {
   // long (looked at once a second).
   absl::Status Write(const std::vector<std::string>& messages);
 
+  // Writes the messages, framed, as far as the connection takes them now,
+  // without waiting: the raft loop's direct write (peer_sender.h). What the
+  // connection did not take is left in *rest (empty: all of it went), to be
+  // finished with WriteRest before anything else is written. Unavailable
+  // when the connection broke.
+  absl::Status TryWrite(const std::vector<std::string>& messages, std::string* rest);
+  // Finishes what TryWrite left, waiting as Write does.
+  absl::Status WriteRest(const std::string& rest);
+
  private:
   RaftStreamSender(std::unique_ptr<PeerConn> conn, int stop_fd);
   // Reads (without waiting) what the peer sent: link heartbeats.
   absl::Status Drain();
+  // buffer_ = the messages' frames (a link heartbeat when there are none).
+  void Frame(const std::vector<std::string>& messages);
+  // Writes n bytes of buf as Write does, its outcome as Write returns it.
+  absl::Status WriteAll(const char* buf, size_t n);
 
   std::unique_ptr<PeerConn> conn_;
   const int stop_fd_;
