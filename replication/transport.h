@@ -78,7 +78,8 @@ class Transport {
   virtual void AddPeer(uint64_t id, const std::vector<std::string>& peer_urls) = 0;
   // Forgets a peer; it is refused from now on (etcd's removed-member check).
   virtual void RemovePeer(uint64_t id) = 0;
-  // Queues each message for its peer (RaftMessage::to), in order per peer.
+  // Queues each message for its peer (RaftMessage::to), in order per peer,
+  // or writes it at once where that cannot wait (an idle connection).
   virtual void Send(std::vector<RaftMessage> messages) = 0;
   // Streams a snapshot to peer `to`: every file of the directory dir (a
   // checkpoint of the data), then message (its MsgSnap), at most
