@@ -128,6 +128,8 @@ void PeerSender::WriteDirectly(RaftStreamSender* stream, std::vector<std::string
   util::MutexLock l(&mu_);
   writing_ = false;
   if (!s.ok()) {
+    // Nothing more is written into the broken stream; the thread ends it.
+    stream_ = nullptr;
     left_.failure = s;
     sent_failures_.fetch_add(messages->size(), std::memory_order_relaxed);
   } else if (rest.empty()) {
@@ -399,9 +401,10 @@ bool PeerSender::TakeRaftBatch(std::vector<std::string>* batch, size_t* bytes, L
   return true;
 }
 
-void PeerSender::ReleaseWriter() {
+void PeerSender::ReleaseWriter(bool end_stream) {
   util::MutexLock l(&mu_);
   writing_ = false;
+  if (end_stream) stream_ = nullptr;
 }
 
 bool PeerSender::UsesRaftStream(const std::string& url) const {
@@ -448,14 +451,17 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
       // write just went.
       if (failure.ok() && (!batch.empty() || left.rest.empty())) {
         failure = stream->Write(batch);
-        if (failure.ok()) {
-          sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-        } else {
-          sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);
-        }
+        if (failure.ok()) sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
       }
-      ReleaseWriter();
-      if (!failure.ok()) break;
+      if (!failure.ok()) {
+        // The batch did not go (or went in part): nothing more may be
+        // written after it, so the stream is withdrawn from direct writes
+        // as the token is given back.
+        sent_failures_.fetch_add(batch.size(), std::memory_order_relaxed);
+        ReleaseWriter(/*end_stream=*/true);
+        break;
+      }
+      ReleaseWriter(/*end_stream=*/false);
     }
   }
   util::MutexLock l(&mu_);

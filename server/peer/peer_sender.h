@@ -153,7 +153,10 @@ class PeerSender {
   // token (writing_), which the caller gives back with ReleaseWriter.
   bool TakeRaftBatch(std::vector<std::string>* batch, size_t* bytes, Leftover* left)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void ReleaseWriter() ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the writer token back; with end_stream, in the same step, takes
+  // the stream from direct writes (after a failed write, nothing may follow
+  // a frame that went in part).
+  void ReleaseWriter(bool end_stream) ABSL_LOCKS_EXCLUDED(mu_);
   // Moves the next batch from the queue (see TakeBatch).
   void MoveBatchLocked(std::vector<std::string>* batch, size_t* bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

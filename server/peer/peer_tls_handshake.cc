@@ -291,6 +291,10 @@ HandshakeWait AwaitSocket(int fd, int ssl_error, int stop_fd, absl::Time deadlin
 }  // namespace
 
 void BlockSigpipeOnThisThread() {
+  // Once per thread: a direct write calls this for every batch.
+  static thread_local bool blocked = false;
+  if (blocked) return;
+  blocked = true;
   sigset_t pipe;
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);

@@ -98,7 +98,7 @@ inline constexpr char kProbeByte = 'Q';
 
 // OpenSSL writes with write(2): a peer gone mid-write must not raise
 // SIGPIPE. Blocks it on the calling thread alone (one left pending ends
-// with the thread).
+// with the thread); a system call the first time on each thread only.
 void BlockSigpipeOnThisThread();
 
 // Go's text for a TLS alert a peer sent ("tls: bad certificate").

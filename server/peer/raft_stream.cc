@@ -132,8 +132,12 @@ std::string HostPort(const std::string& host, int port) {
 }  // namespace
 
 PeerConn::PeerConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {
-  // A write that would block is finished by Write, from a copy of its bytes.
-  if (ssl_ != nullptr) SSL_set_mode(ssl_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // (The peer contexts set these too: peer_tls_handshake.cc.) A write
+  // returns what went; one that would block is finished by Write from a
+  // copy of the bytes it did not take.
+  if (ssl_ != nullptr) {
+    SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
 }
 
 PeerConn::~PeerConn() {
@@ -233,18 +237,23 @@ PeerConn::Io PeerConn::Write(const char* buf, size_t n, absl::Duration stall, in
 
 PeerConn::Io PeerConn::TryWrite(const char* buf, size_t n, size_t* written) {
   *written = 0;
-  if (n == 0) return Io::kOk;
   if (ssl_ != nullptr) {
-    ERR_clear_error();
-    const int w = SSL_write(ssl_, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
-    if (w > 0) {
-      *written = static_cast<size_t>(w);
-      return Io::kOk;
+    // OpenSSL writes with write(2), on whichever thread calls this.
+    BlockSigpipeOnThisThread();
+    while (*written < n) {
+      ERR_clear_error();
+      const int w =
+          SSL_write(ssl_, buf + *written, static_cast<int>(std::min<size_t>(n - *written, INT_MAX)));
+      if (w > 0) {
+        *written += static_cast<size_t>(w);
+        continue;
+      }
+      const int e = SSL_get_error(ssl_, w);
+      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Io::kOk;
+      ERR_clear_error();
+      return Io::kEnd;
     }
-    const int e = SSL_get_error(ssl_, w);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Io::kOk;
-    ERR_clear_error();
-    return Io::kEnd;
+    return Io::kOk;
   }
   while (*written < n) {
     const ssize_t w = send(fd_, buf + *written, n - *written, MSG_NOSIGNAL | MSG_DONTWAIT);

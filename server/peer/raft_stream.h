@@ -93,8 +93,9 @@ class PeerConn {
   Io Write(const char* buf, size_t n, absl::Duration stall, int stop_fd);
   // Writes what the connection takes now, without waiting: *written of the
   // n bytes (fewer when it would block; kEnd when it broke). The rest is
-  // finished with Write. On TLS the rest is all n bytes until all are
-  // written (OpenSSL retries a record with the same bytes).
+  // finished with Write, from the same bytes (on TLS, a record OpenSSL
+  // could not send is retried with them). Blocks SIGPIPE on the calling
+  // thread on TLS.
   Io TryWrite(const char* buf, size_t n, size_t* written);
   int fd() const { return fd_; }
 

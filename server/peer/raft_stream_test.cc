@@ -146,9 +146,13 @@ TEST(RaftStreamTest, TryWriteLeavesWhatTheConnectionDidNotTake) {
   std::string rest;
   ASSERT_TRUE(stream->TryWrite({Message(2, 1, 1, 8 << 20).bytes}, &rest).ok());
   EXPECT_FALSE(rest.empty());
-  if (!rest.empty()) ASSERT_TRUE(stream->WriteRest(rest).ok());
+  if (!rest.empty()) {
+    ASSERT_TRUE(stream->WriteRest(rest).ok());
+  }
   ASSERT_TRUE(stream->TryWrite({Message(2, 1, 2).bytes, Message(2, 1, 3).bytes}, &rest).ok());
-  if (!rest.empty()) ASSERT_TRUE(stream->WriteRest(rest).ok());
+  if (!rest.empty()) {
+    ASSERT_TRUE(stream->WriteRest(rest).ok());
+  }
   ASSERT_TRUE(WaitFor([&] { return m1->recorder.CountFrom(2) == 3; }));
   EXPECT_EQ(m1->recorder.From(2), (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(m1->recorder.unparsed(), 0);
