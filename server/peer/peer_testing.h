@@ -232,6 +232,19 @@ inline std::unique_ptr<Member> StartMember(uint64_t id, uint64_t cluster = kClus
 
 inline void Connect(Member& from, const Member& to) { from.transport->AddPeer(to.id, {to.url}); }
 
+// Starts members 1 (of kCluster) and 2 (of cluster_b), with the given peer
+// TLS or none, and connects 1 to 2.
+inline void StartConnectedPair(std::unique_ptr<Member>* a, std::unique_ptr<Member>* b,
+                               std::optional<PeerTls> tls_a = std::nullopt,
+                               std::optional<PeerTls> tls_b = std::nullopt,
+                               uint64_t cluster_b = kCluster) {
+  *a = StartMember(1, kCluster, 0, std::move(tls_a));
+  *b = StartMember(2, cluster_b, 0, std::move(tls_b));
+  ASSERT_NE(*a, nullptr);
+  ASSERT_NE(*b, nullptr);
+  Connect(**a, **b);
+}
+
 // Sends `sends` batches of two messages of `payload` bytes (under the
 // sender's batch limit together) from a to b, once a's stream to b is up,
 // while b reads nothing: more than the connection takes, so that the direct

@@ -280,11 +280,8 @@ TEST_F(PeerTlsTest, FirstConnectionCarriesWhatWasQueuedBeforeIt) {
   // message sent before the first https connection exists arrives only if
   // that connection (the probe's handshake, then gRPC's: TLS and the
   // HTTP/2 settings through the listener) succeeds at once.
-  auto a = StartMember(1, kCluster, 0, Tls("peer1"));
-  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  Connect(*a, *b);
+  std::unique_ptr<Member> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartConnectedPair(&a, &b, Tls("peer1"), Tls("peer2")));
   a->transport->Send({Message(1, 2, 7)});
   ASSERT_TRUE(WaitFor([&] {
     return b->recorder.CountFrom(1) > 0 || a->recorder.Unreachable(2) > 0;
@@ -297,12 +294,9 @@ TEST_F(PeerTlsTest, FirstConnectionCarriesWhatWasQueuedBeforeIt) {
 TEST_F(PeerTlsTest, ABurstLargerThanTheConnectionTakesArrivesInOrder) {
   // On TLS a write the connection does not take at once is retried with the
   // same bytes, by the sender's thread.
-  auto a = StartMember(1, kCluster, 0, Tls("peer1"));
-  auto b = StartMember(2, kCluster, 0, Tls("peer2"));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  Connect(*a, *b);
-  peer_testing::ExpectABurstInOrder(*a, *b);
+  std::unique_ptr<Member> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartConnectedPair(&a, &b, Tls("peer1"), Tls("peer2")));
+  ExpectABurstInOrder(*a, *b);
 }
 
 TEST_F(PeerTlsTest, ClientHangingUpMidHandshakeIsEofAsInGo) {

@@ -134,20 +134,15 @@ TEST(PeerTransportTest, ThreeMembersExchangeMessagesInOrder) {
 }
 
 TEST(PeerTransportTest, ABurstLargerThanTheConnectionTakesArrivesInOrder) {
-  auto a = StartMember(1);
-  auto b = StartMember(2);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  Connect(*a, *b);
-  peer_testing::ExpectABurstInOrder(*a, *b);
+  std::unique_ptr<Member> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartConnectedPair(&a, &b));
+  ExpectABurstInOrder(*a, *b);
 }
 
 TEST(PeerTransportTest, AnotherClusterIsRefusedWithEtcdsText) {
-  auto a = StartMember(1, kCluster);
-  auto b = StartMember(2, kCluster + 1);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  Connect(*a, *b);
+  std::unique_ptr<Member> a, b;
+  ASSERT_NO_FATAL_FAILURE(
+      StartConnectedPair(&a, &b, std::nullopt, std::nullopt, kCluster + 1));
   // The sender learns why; the receiver's handler never hears of it.
   ASSERT_TRUE(WaitFor([&] {
     a->transport->Send({Message(1, 2, 1)});
