@@ -429,10 +429,7 @@ absl::Status PeerSender::RunRaftStream(const std::string& url, bool* accepted) {
     {
       util::MutexLock l(&mu_);
       active_since_ = absl::Now();
-    }
-    {
-      util::MutexLock l(&mu_);
-      stream_ = stream.get();
+      stream_ = stream.get();  // open to direct writes
     }
     std::vector<std::string> batch;
     size_t bytes = 0;

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "membership/member.h"
 #include "server/peer/peer_transport.h"
 #include "util/coding.h"
 #include "util/mutex.h"
@@ -259,11 +260,22 @@ inline void ExpectABurstInOrder(Member& a, Member& b, int sends = 64,
   }));
   const size_t base = b.recorder.CountFrom(a.id);
   const int unreachable = a.recorder.Unreachable(b.id);
+  auto traffic = [&] {
+    for (const auto& t : a.transport->Traffic()) {
+      if (t.id == b.id) return t;
+    }
+    return membership::PeerTraffic();
+  };
+  const membership::PeerTraffic before = traffic();
   uint64_t seq = 0;
+  uint64_t bytes = 0;
   b.recorder.Hold(true);
   for (int i = 0; i < sends; ++i) {
     std::vector<RaftMessage> batch;
-    for (int j = 0; j < 2; ++j) batch.push_back(Message(a.id, b.id, ++seq, payload));
+    for (int j = 0; j < 2; ++j) {
+      batch.push_back(Message(a.id, b.id, ++seq, payload));
+      bytes += batch.back().bytes.size();
+    }
     a.transport->Send(std::move(batch));
   }
   b.recorder.Hold(false);
@@ -282,6 +294,10 @@ inline void ExpectABurstInOrder(Member& a, Member& b, int sends = 64,
   EXPECT_EQ(numbered(), want);
   EXPECT_EQ(b.recorder.unparsed(), 0);
   EXPECT_EQ(a.recorder.Unreachable(b.id), unreachable) << a.errors.Describe(b.id);
+  // Counted as sent once the connection took all of it, whoever wrote it.
+  EXPECT_TRUE(WaitFor([&] { return traffic().sent_bytes >= before.sent_bytes + bytes; }))
+      << traffic().sent_bytes - before.sent_bytes << " of " << bytes;
+  EXPECT_EQ(traffic().sent_failures, before.sent_failures);
 }
 
 }  // namespace capstan::server::peer_testing
