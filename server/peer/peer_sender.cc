@@ -99,19 +99,17 @@ void PeerSender::Start() {
 
 size_t PeerSender::EnqueueAll(std::vector<std::string>* messages) {
   if (messages->empty()) return 0;
-  RaftStreamSender* direct = nullptr;
   size_t bytes = 0;
+  for (const std::string& m : *messages) bytes += m.size();
+  RaftStreamSender* direct = nullptr;
   {
     util::MutexLock l(&mu_);
     if (stopping_) return 0;
+    // A batch the sender's thread would split goes through its queue.
     if (stream_ != nullptr && !writing_ && queue_.empty() && left_.rest.empty() &&
-        left_.failure.ok()) {
-      for (const std::string& m : *messages) bytes += m.size();
-      // A batch the sender's thread would split goes through its queue.
-      if (bytes <= options_.max_batch_bytes) {
-        writing_ = true;
-        direct = stream_;
-      }
+        left_.failure.ok() && bytes <= options_.max_batch_bytes) {
+      writing_ = true;
+      direct = stream_;
     }
     if (direct == nullptr) return QueueLocked(messages);
   }

@@ -131,14 +131,7 @@ std::string HostPort(const std::string& host, int port) {
 
 }  // namespace
 
-PeerConn::PeerConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {
-  // (The peer contexts set these too: peer_tls_handshake.cc.) A write
-  // returns what went; one that would block is finished by Write from a
-  // copy of the bytes it did not take.
-  if (ssl_ != nullptr) {
-    SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  }
-}
+PeerConn::PeerConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
 
 PeerConn::~PeerConn() {
   if (ssl_ != nullptr) SSL_free(ssl_);
@@ -198,74 +191,63 @@ PeerConn::Io PeerConn::Read(char* buf, size_t n, size_t* got, absl::Time deadlin
   }
 }
 
-PeerConn::Io PeerConn::Write(const char* buf, size_t n, absl::Duration stall, int stop_fd) {
-  size_t done = 0;
-  absl::Time deadline = absl::Now() + stall;
-  while (done < n) {
-    short want = POLLOUT;
-    const size_t len = std::min<size_t>(n - done, INT_MAX);
+PeerConn::Io PeerConn::WriteSome(const char* buf, size_t n, size_t* written, short* want) {
+  *want = 0;
+  while (*written < n) {
+    const size_t len = std::min<size_t>(n - *written, INT_MAX);
     if (ssl_ != nullptr) {
+      // OpenSSL writes with write(2), on whichever thread calls this.
+      BlockSigpipeOnThisThread();
       ERR_clear_error();
-      // Retried with the same arguments after a wait, as OpenSSL requires.
-      const int w = SSL_write(ssl_, buf + done, static_cast<int>(len));
-      if (w > 0) {
-        done += static_cast<size_t>(w);
-        deadline = absl::Now() + stall;
-        continue;
-      }
-      const int e = SSL_get_error(ssl_, w);
-      if (e == SSL_ERROR_WANT_READ) {
-        want = POLLIN;
-      } else if (e != SSL_ERROR_WANT_WRITE) {
-        ERR_clear_error();
-        return Io::kEnd;
-      }
-    } else {
-      const ssize_t w = send(fd_, buf + done, len, MSG_NOSIGNAL);
-      if (w > 0) {
-        done += static_cast<size_t>(w);
-        deadline = absl::Now() + stall;
-        continue;
-      }
-      if (w < 0 && errno == EINTR) continue;
-      if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return Io::kEnd;
-    }
-    if (const Io a = Await(want, deadline, stop_fd); a != Io::kOk) return a;
-  }
-  return Io::kOk;
-}
-
-PeerConn::Io PeerConn::TryWrite(const char* buf, size_t n, size_t* written) {
-  *written = 0;
-  if (ssl_ != nullptr) {
-    // OpenSSL writes with write(2), on whichever thread calls this.
-    BlockSigpipeOnThisThread();
-    while (*written < n) {
-      ERR_clear_error();
-      const int w =
-          SSL_write(ssl_, buf + *written, static_cast<int>(std::min<size_t>(n - *written, INT_MAX)));
+      // Partial writes from a moved buffer (the peer contexts' modes): a
+      // retry passes the bytes not yet taken, wherever they are.
+      const int w = SSL_write(ssl_, buf + *written, static_cast<int>(len));
       if (w > 0) {
         *written += static_cast<size_t>(w);
         continue;
       }
       const int e = SSL_get_error(ssl_, w);
-      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Io::kOk;
-      ERR_clear_error();
-      return Io::kEnd;
+      if (e == SSL_ERROR_WANT_READ) {
+        *want = POLLIN;
+      } else if (e == SSL_ERROR_WANT_WRITE) {
+        *want = POLLOUT;
+      } else {
+        ERR_clear_error();
+        return Io::kEnd;
+      }
+      return Io::kOk;
     }
-    return Io::kOk;
-  }
-  while (*written < n) {
-    const ssize_t w = send(fd_, buf + *written, n - *written, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w = send(fd_, buf + *written, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       *written += static_cast<size_t>(w);
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Io::kOk;
-    return Io::kEnd;
+    if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return Io::kEnd;
+    *want = POLLOUT;
+    return Io::kOk;
   }
   return Io::kOk;
+}
+
+PeerConn::Io PeerConn::Write(const char* buf, size_t n, absl::Duration stall, int stop_fd) {
+  size_t done = 0;
+  absl::Time deadline = absl::Now() + stall;
+  while (true) {
+    const size_t before = done;
+    short want = 0;
+    if (const Io w = WriteSome(buf, n, &done, &want); w != Io::kOk) return w;
+    if (want == 0) return Io::kOk;
+    // The stall counts from the last write that took something.
+    if (done > before) deadline = absl::Now() + stall;
+    if (const Io a = Await(want, deadline, stop_fd); a != Io::kOk) return a;
+  }
+}
+
+PeerConn::Io PeerConn::TryWrite(const char* buf, size_t n, size_t* written) {
+  *written = 0;
+  short want = 0;
+  return WriteSome(buf, n, written, &want);
 }
 
 void ServeRaftStream(PeerConn* conn, const PeerService& service, int stop_fd) {

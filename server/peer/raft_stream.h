@@ -77,7 +77,9 @@ inline constexpr uint64_t kRaftStreamMaxMessage = 512ull << 20;
 class PeerConn {
  public:
   // REQUIRES: fd is non-blocking. ssl: null for plaintext, else a session
-  // whose handshake is done, on fd.
+  // whose handshake is done, on fd, from a peer context
+  // (peer_tls_handshake.h), whose modes allow partial writes from a moved
+  // buffer.
   PeerConn(int fd, SSL* ssl);
   ~PeerConn();
   PeerConn(const PeerConn&) = delete;
@@ -94,14 +96,17 @@ class PeerConn {
   // Writes what the connection takes now, without waiting: *written of the
   // n bytes (fewer when it would block; kEnd when it broke). The rest is
   // finished with Write, from the same bytes (on TLS, a record OpenSSL
-  // could not send is retried with them). Blocks SIGPIPE on the calling
-  // thread on TLS.
+  // could not send is retried with them). Both block SIGPIPE on the
+  // calling thread on TLS (OpenSSL writes with write(2)).
   Io TryWrite(const char* buf, size_t n, size_t* written);
   int fd() const { return fd_; }
 
  private:
   // Waits for `events` on the socket; kOk when it is ready.
   Io Await(short events, absl::Time deadline, int stop_fd);
+  // Writes buf[*written, n) as far as the connection takes it now, advancing
+  // *written; *want: 0 when all went, else the poll event to wait for.
+  Io WriteSome(const char* buf, size_t n, size_t* written, short* want);
 
   const int fd_;
   SSL* const ssl_;
