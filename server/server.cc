@@ -120,6 +120,8 @@ mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id
 absl::StatusOr<std::optional<ClientTls>> ClientTlsIfNeeded(const ServerConfig& config) {
   const bool wants_tls =
       std::any_of(config.listen_client_urls.begin(), config.listen_client_urls.end(), IsTls) ||
+      std::any_of(config.listen_client_http_urls.begin(), config.listen_client_http_urls.end(),
+                  [](const Url& u) { return u.scheme == "https"; }) ||
       std::any_of(config.listen_metrics_urls.begin(), config.listen_metrics_urls.end(),
                   [](const Url& u) { return u.scheme == "https"; });
   if (!wants_tls || !HasClientCertificate(config)) return std::optional<ClientTls>();
@@ -651,9 +653,20 @@ void Server::ConfigureGrpc(Listening& l) {
 absl::Status Server::BindClientHttpUrls(Listening& l) {
   l.with_grpc = client_listeners_.size();
   for (const Url& url : config_.listen_client_http_urls) {
-    if (url.scheme != "http") {
+    if (url.scheme != "http" && url.scheme != "https") {
       return absl::UnimplementedError(absl::StrCat(
-          "client HTTP URL ", url.String(), ": only http is supported (https is not yet)"));
+          "client HTTP URL ", url.String(), ": only http and https are supported"));
+    }
+    if (url.scheme == "https" && !https_context_) {
+      if (!l.client_tls) {
+        // etcd's configureClientListeners, for client and client HTTP URLs.
+        return absl::InvalidArgumentError(
+            absl::StrCat("TLS key/cert (--cert-file, --key-file) must be provided for client url ",
+                         url.String(), " with HTTPS scheme"));
+      }
+      auto ctx = NewHttpsContext(*l.client_tls);
+      if (!ctx.ok()) return ctx.status();
+      https_context_.reset(*ctx);
     }
     auto listener = BindClientListener(url, config_.socket_reuse_port);
     if (!listener.ok()) return listener.status();
@@ -702,13 +715,18 @@ void Server::StartClientHttp(const Listening& l) {
     http->Adopt(fd, ctx);
   };
   for (size_t i = 0; i < client_listeners_.size(); ++i) {
-    if (i < l.with_grpc && l.listener_urls[i]->scheme == "https") {
-      client_listeners_[i]->StartTls(grpc_tls_acceptor_.get(), adopt_tls);
-      continue;
+    const bool with_grpc = i < l.with_grpc;
+    const bool https = l.listener_urls[i]->scheme == "https";
+    if (https) {
+      // With gRPC beside it, h2-only TLS connections go to gRPC's acceptor;
+      // an HTTP-only listener (null acceptor) hands every one to HTTP.
+      client_listeners_[i]->StartTls(with_grpc ? grpc_tls_acceptor_.get() : nullptr, adopt_tls);
+    } else {
+      client_listeners_[i]->Start(with_grpc ? grpc_server_.get() : nullptr, adopt);
     }
-    client_listeners_[i]->Start(i < l.with_grpc ? grpc_server_.get() : nullptr, adopt);
-    if (i >= l.with_grpc) {
-      SPDLOG_INFO("serving client HTTP traffic insecurely on {}", l.listener_urls[i]->String());
+    if (!with_grpc) {
+      SPDLOG_INFO("serving client HTTP traffic {}on {}", https ? "securely " : "insecurely ",
+                  l.listener_urls[i]->String());
     }
   }
 }

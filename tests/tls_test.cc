@@ -583,6 +583,46 @@ TEST_F(TlsTest, HttpOnHttpsClientUrls) {
   }
 }
 
+// --listen-client-http-urls on https: HTTP there with the client TLS
+// settings (the same client certificate checks), gRPC alone on the client
+// URLs, as etcd serves them.
+TEST_F(TlsTest, HttpsClientHttpUrls) {
+  CAPSTAN_REQUIRE_REFERENCE("curl", "/usr/bin/curl");
+  const int etcd_http = PickFreePort();
+  const int capstan_http = PickFreePort();
+  auto with_http = [&](int port) {
+    std::vector<std::string> flags = MutualTlsFlags();
+    flags.push_back(absl::StrCat("--listen-client-http-urls=https://127.0.0.1:", port));
+    return flags;
+  };
+  auto e = Start(ServerFlavor::kEtcd, with_http(etcd_http));
+  ASSERT_TRUE(e.ok()) << e.status();
+  etcd_ = std::move(*e);
+  auto c = Start(ServerFlavor::kCapstan, with_http(capstan_http));
+  ASSERT_TRUE(c.ok()) << c.status();
+  capstan_ = std::move(*c);
+  const std::string etcd_url = absl::StrCat("https://127.0.0.1:", etcd_http);
+  const std::string capstan_url = absl::StrCat("https://127.0.0.1:", capstan_http);
+  std::string eb, cb;
+  EXPECT_EQ(Curl(etcd_url, "/health", "root", "ca", &eb), "200");
+  EXPECT_EQ(Curl(capstan_url, "/health", "root", "ca", &cb), "200");
+  EXPECT_TRUE(absl::StrContains(cb, "\"health\":\"true\"")) << cb;
+  EXPECT_EQ(Curl(capstan_url, "/v3/kv/put", "root", "ca", &cb, R"({"key":"Zm9v","value":"YmFy"})"),
+            "200");
+  EXPECT_EQ(Curl(etcd_url, "/v3/kv/put", "root", "ca", &eb, R"({"key":"Zm9v","value":"YmFy"})"),
+            "200");
+  for (const std::string bad : {"", "foreign", "expired", "revoked"}) {
+    EXPECT_EQ(Curl(etcd_url, "/health", bad), "000") << bad;
+    EXPECT_EQ(Curl(capstan_url, "/health", bad), "000") << bad;
+  }
+  // Plain http on the https port gets no HTTP answer.
+  for (int port : {etcd_http, capstan_http}) {
+    EXPECT_EQ(Curl(absl::StrCat("http://127.0.0.1:", port), "/health", "", ""), "000") << port;
+  }
+  // gRPC on the client URL reads what HTTP wrote.
+  EXPECT_EQ(Both("root", {"get", "foo", "--print-value-only"}).out, "bar\n");
+}
+
 // etcd's --auto-tls replaces all the client TLS settings with the
 // self-signed pair: client certificates are then neither required nor
 // checked, whatever --client-cert-auth and --trusted-ca-file say.

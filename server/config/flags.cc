@@ -69,7 +69,7 @@ std::vector<FlagSpec> MemberFlags() {
        "--listen-client-http-urls is not specified."},
       {"listen-client-http-urls", Section::kMember, Urls(&S::listen_client_http_urls), "''",
        "List of URLs to listen on for http only client traffic. Enabling this flag\n"
-       "removes http services from --listen-client-urls. http:// URLs only."},
+       "removes http services from --listen-client-urls."},
       {"max-snapshots", Section::kMember, Uint(&S::max_snapshots), "'5'",
        "Maximum number of snapshot files to retain (0 is unlimited). No effect in Capstan.",
        kNoEffect},

@@ -10,8 +10,8 @@
 //             Prometheus, clients naming no protocol) to the HTTP handler,
 //             which does the TLS handshake with the same settings.
 //
-// With --listen-client-http-urls a listener serves HTTP only and gRPC keeps
-// its own listeners.
+// With --listen-client-http-urls a listener (http:// or https://) serves
+// HTTP only and gRPC keeps its own listeners.
 
 #ifndef CAPSTAN_SERVER_HTTP_CLIENT_LISTENER_H_
 #define CAPSTAN_SERVER_HTTP_CLIENT_LISTENER_H_
@@ -56,7 +56,8 @@ class ClientListener {
   void Start(grpc::Server* grpc_server, HttpHandler http);
   // Starts accepting TLS connections: gRPC's go to grpc (an acceptor of the
   // started gRPC server, with its TLS credentials), the rest to https with
-  // their ClientHello unread. REQUIRES: grpc outlives Stop().
+  // their ClientHello unread; grpc null: every connection is https's.
+  // REQUIRES: grpc (if any) outlives Stop().
   void StartTls(grpc::experimental::ExternalConnectionAcceptor* grpc, HttpHandler https);
 
   // Stops accepting and closes connections not yet handed over. After it
