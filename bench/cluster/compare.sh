@@ -31,7 +31,8 @@
 # kept), the servers' logs next to it.
 #
 # Settings (environment):
-#   ROUNDS (3), FAILOVER_REPS (5), HEARTBEAT (100), ELECTION (1000), PORT (24100: members use
+#   TLS (0; 1: clients and peers over TLS with client certificates, as kubeadm deploys etcd:
+#   bench/cluster/tools.sh), ROUNDS (3), FAILOVER_REPS (5), HEARTBEAT (100), ELECTION (1000), PORT (24100: members use
 #   PORT..PORT+2 for clients, PORT+10..PORT+12 for peers), TOTAL (20000),
 #   CAPSTAN (build/release/capstan), ETCD and ETCDCTL (etcd 3.5.16 under
 #   /root/.cache/capstan/etcd-3.5/usr/bin), PERF=1 (perf record -g on Capstan's leader during the
@@ -70,6 +71,7 @@ done
 PIDS=()
 WORK=$(mktemp -d /tmp/capstan-cluster-data.XXXXXX)
 trap cleanup EXIT
+tls_setup "${OUT}/tls"
 
 # cluster_cpu_ticks: user + system clock ticks of the three members, so far.
 cluster_cpu_ticks() {
@@ -95,7 +97,8 @@ bench_run() {
     stat_pid=$!
   fi
   before=$(cluster_cpu_ticks)
-  timeout 600 "${BENCHMARK}" --endpoints "$(endpoints)" --conns 10 --clients 100 "$@" \
+  timeout 600 "${BENCHMARK}" --endpoints "$(endpoints)" "${TLS_CLIENT_FLAGS[@]}" --conns 10 \
+    --clients 100 "$@" \
     2> "${log}.stderr" | tr '\r' '\n' > "${log}"
   after=$(cluster_cpu_ticks)
   local switches=""
@@ -153,7 +156,8 @@ throughput_round() {  # SERVER BINARY ROUND
   perf_stop
   bench_run "${server}" "${round}" txn-put txn-put --txn-ops 4 --total "${TOTAL}" \
     --val-size 256 --key-space-size 100000
-  "${ETCDCTL}" --endpoints "$(endpoints)" put /bench/range/key "$(head -c 256 /dev/zero | tr '\0' v)" \
+  "${ETCDCTL}" --endpoints "$(endpoints)" "${TLS_CLIENT_FLAGS[@]}" put /bench/range/key \
+    "$(head -c 256 /dev/zero | tr '\0' v)" \
     > /dev/null
   perf_start "${server}" "${round}" range "$(IFS=,; echo "${PIDS[*]}")"
   bench_run "${server}" "${round}" range range /bench/range/key --consistency l --total "${TOTAL}"
@@ -166,7 +170,7 @@ failover_round() {  # SERVER BINARY ROUND
   local server=$1 bin=$2 round=$3 rep line
   for rep in $(seq 1 "${FAILOVER_REPS}"); do
     start_cluster "${bin}" "${server}-r${round}-failover"
-    line=$(timeout 120 "${FAILOVER}" --endpoints "$(endpoints)" \
+    line=$(timeout 120 "${FAILOVER}" --endpoints "$(endpoints)" "${TLS_CLIENT_FLAGS[@]}" \
       --pids "$(IFS=,; echo "${PIDS[*]}")" --interval 10ms \
       2>> "${OUT}/${server}-failover-client.log") || {
       echo "compare.sh: ${server} failover run failed; logs in ${OUT}/${server}-r${round}-failover-m*.log" \

@@ -17,7 +17,8 @@
 #   bench/cluster/threads.sh range /bench/range/key --consistency=l --total=20000
 #
 # Settings: SERVER, MEMBERS (3; 1 gives a single member to compare with), PORT (24200: clients
-# PORT..PORT+2, peers PORT+10..PORT+12), ETCDCTL.
+# PORT..PORT+2, peers PORT+10..PORT+12), ETCDCTL, TLS (1: clients and peers over TLS with client
+# certificates, as kubeadm deploys etcd; bench/cluster/tools.sh).
 # PROBES=1 also counts, with `perf probe`, Go's P hand-offs (runtime.handoffp) and sysmon's
 # sleeps (runtime.usleep, runtime.notetsleep) in SERVER during the run.
 # METRICS=1 also prints, per member, how much some of its /metrics counters grew during the run:
@@ -47,18 +48,19 @@ cleanup() {
   rm -rf "${WORK}"
 }
 trap cleanup EXIT
+tls_setup "${WORK}/tls"
 
 last=$((MEMBERS - 1))
 peers=""
-for i in $(seq 0 "${last}"); do peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"; done
+for i in $(seq 0 "${last}"); do peers+="${peers:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"; done
 for i in $(seq 0 "${last}"); do
   start_member "${SERVER}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" threads-cluster \
     "${WORK}/m${i}.log"
 done
 endpoints=""
-for i in $(seq 0 "${last}"); do endpoints+="${endpoints:+,}127.0.0.1:$((PORT + i))"; done
+for i in $(seq 0 "${last}"); do endpoints+="${endpoints:+,}$(endpoint "${i}")"; done
 deadline=$((SECONDS + 60))
-until "${ETCDCTL}" --endpoints "${endpoints}" put /bench/range/key \
+until "${ETCDCTL}" --endpoints "${endpoints}" "${TLS_CLIENT_FLAGS[@]}" put /bench/range/key \
     "$(head -c 256 /dev/zero | tr '\0' v)" > /dev/null 2>&1; do
   (( SECONDS < deadline )) || { echo "threads.sh: the cluster did not serve" >&2; exit 1; }
   sleep 0.2
@@ -92,7 +94,7 @@ fi
 metrics() {
   local i
   for i in $(seq 0 "${last}"); do
-    curl -s "http://127.0.0.1:$((PORT + i))/metrics" |
+    curl -s "${TLS_CLIENT_FLAGS[@]}" "$(endpoint "${i}")/metrics" |
       awk -v m="m${i}" '/^(etcd_server_proposals_(committed|applied)_total|capstan_commit_group(s|_requests)_total|etcd_disk_(wal_fsync|backend_commit)_duration_seconds_count) / {
           print m, $1, $2 }'
   done
@@ -100,7 +102,7 @@ metrics() {
 if [[ "${METRICS:-0}" == 1 ]]; then metrics > "${WORK}/metrics.before"; fi
 snapshot > "${WORK}/before"
 TIMEFORMAT='%U %S'
-{ time "${BENCHMARK}" --endpoints "${endpoints}" --conns 10 --clients 100 "$@" 2> /dev/null \
+{ time "${BENCHMARK}" --endpoints "${endpoints}" "${TLS_CLIENT_FLAGS[@]}" --conns 10 --clients 100 "$@" 2> /dev/null \
     > "${WORK}/bench.txt"; } 2> "${WORK}/bench.time"
 tr '\r' '\n' < "${WORK}/bench.txt" | grep -E 'Requests/sec|99% in'
 awk -v n="${total}" '{printf "benchmark client   CPU us/request %7.1f\n", ($1 + $2) * 1000000 / n}' \

@@ -29,19 +29,59 @@
 #   leader_index               the index (0-2) of the member all three name as leader, or nothing
 #   describe_run               the date, the machine, its load and the two servers' versions, a
 #                              line each (the head of a run's env.txt; uses ETCD, CAPSTAN, repo)
+#
+# With TLS=1, call tls_setup DIR first: members then serve clients and peers over TLS and require
+# client certificates on both, as kubeadm deploys etcd (--cert-file, --key-file,
+# --trusted-ca-file, --client-cert-auth=true and the --peer-* four), with RSA 2048 keys under one
+# CA, as kubeadm makes them; the URLs are https, and TLS_CLIENT_FLAGS holds the --cacert, --cert
+# and --key that etcdctl, etcd's benchmark and the failover client need.
+#
+# With HTTP_APART=1 every member also gets --listen-client-http-urls on PORT+20+INDEX, so that its
+# client URL serves gRPC alone (etcd 3.5 otherwise serves gRPC on a TLS client URL through Go's
+# HTTP server, sharing the port with its HTTP endpoints).
 
 TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
+SCHEME=http
+TLS_MEMBER_FLAGS=()
+TLS_CLIENT_FLAGS=()
+
+# tls_setup DIR: with TLS=1, a CA and two certificates for 127.0.0.1 in DIR (one every member
+# serves and dials its peers with, one for the clients), and the https settings above.
+tls_setup() {
+  [[ "${TLS:-0}" == 1 ]] || return 0
+  local dir=$1 name
+  mkdir -p "${dir}"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-etcd-ca \
+    -keyout "${dir}/ca.key" -out "${dir}/ca.crt" 2> /dev/null
+  for name in member client; do
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=bench-${name}" -keyout "${dir}/${name}.key" \
+      -out "${dir}/${name}.csr" 2> /dev/null
+    openssl x509 -req -in "${dir}/${name}.csr" -CA "${dir}/ca.crt" -CAkey "${dir}/ca.key" \
+      -CAcreateserial -days 2 -out "${dir}/${name}.crt" -extfile <(printf '%s\n' \
+        'subjectAltName=IP:127.0.0.1,DNS:localhost' 'extendedKeyUsage=serverAuth,clientAuth') \
+      2> /dev/null
+  done
+  SCHEME=https
+  TLS_MEMBER_FLAGS=(--cert-file "${dir}/member.crt" --key-file "${dir}/member.key"
+    --trusted-ca-file "${dir}/ca.crt" --client-cert-auth=true
+    --peer-cert-file "${dir}/member.crt" --peer-key-file "${dir}/member.key"
+    --peer-trusted-ca-file "${dir}/ca.crt" --peer-client-cert-auth=true)
+  TLS_CLIENT_FLAGS=(--cacert "${dir}/ca.crt" --cert "${dir}/client.crt" --key "${dir}/client.key")
+}
 
 start_member() {
-  local bin=$1 dir=$2 i=$3 port=$4 peers=$5 token=$6 log=$7
+  local bin=$1 dir=$2 i=$3 port=$4 peers=$5 token=$6 log=$7 split=()
   shift 7
+  if [[ "${HTTP_APART:-0}" == 1 ]]; then
+    split=(--listen-client-http-urls "${SCHEME}://127.0.0.1:$((port + 20 + i))")
+  fi
   "${bin}" --name "m${i}" --data-dir "${dir}" \
-    --listen-client-urls "http://127.0.0.1:$((port + i))" \
-    --advertise-client-urls "http://127.0.0.1:$((port + i))" \
-    --listen-peer-urls "http://127.0.0.1:$((port + 10 + i))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((port + 10 + i))" \
+    --listen-client-urls "${SCHEME}://127.0.0.1:$((port + i))" \
+    --advertise-client-urls "${SCHEME}://127.0.0.1:$((port + i))" \
+    --listen-peer-urls "${SCHEME}://127.0.0.1:$((port + 10 + i))" \
+    --initial-advertise-peer-urls "${SCHEME}://127.0.0.1:$((port + 10 + i))" \
     --initial-cluster "${peers}" --initial-cluster-token "${token}" \
-    --initial-cluster-state new "$@" > "${log}" 2>&1 &
+    --initial-cluster-state new "${TLS_MEMBER_FLAGS[@]}" "${split[@]}" "$@" > "${log}" 2>&1 &
   PIDS+=($!)
 }
 
@@ -118,7 +158,10 @@ if len(leaders) == 1 and next(iter(leaders)) in ids:
 '
 }
 
-endpoint() { echo "127.0.0.1:$((PORT + $1))"; }
+endpoint() {
+  if [[ "${SCHEME}" == https ]]; then echo "https://127.0.0.1:$((PORT + $1))"; else
+    echo "127.0.0.1:$((PORT + $1))"; fi
+}
 endpoints() { echo "$(endpoint 0),$(endpoint 1),$(endpoint 2)"; }
 
 stop_cluster() {
@@ -134,7 +177,7 @@ start_cluster() {
   shift 2
   rm -rf "${WORK:?}"/*
   for i in 0 1 2; do
-    peers+="${peers:+,}m${i}=http://127.0.0.1:$((PORT + 10 + i))"
+    peers+="${peers:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"
   done
   for i in 0 1 2; do
     start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
@@ -151,7 +194,8 @@ start_cluster() {
 }
 
 leader_index() {
-  "${ETCDCTL}" --endpoints "$(endpoints)" --command-timeout 2s endpoint status -w json 2>/dev/null |
+  "${ETCDCTL}" --endpoints "$(endpoints)" "${TLS_CLIENT_FLAGS[@]}" --command-timeout 2s \
+    endpoint status -w json 2>/dev/null |
     leader_of_status
 }
 
@@ -160,4 +204,10 @@ describe_run() {
   echo "machine: $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "etcd: $("${ETCD}" --version | head -1)"
   echo "capstan: ${CAPSTAN} ($(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  if [[ "${SCHEME}" == https ]]; then
+    echo "tls: clients and peers over TLS with client certificates (RSA 2048, as kubeadm's)"
+  fi
+  if [[ "${HTTP_APART:-0}" == 1 ]]; then
+    echo "members: --listen-client-http-urls apart from the client URLs (gRPC alone on those)"
+  fi
 }

@@ -2,6 +2,7 @@
 // Capstan) takes to accept writes again after its leader is killed.
 //
 //	failover --endpoints=A,B,C --pids=PA,PB,PC [--interval=10ms] [--warmup=2s]
+//	         [--cacert=CA --cert=CERT --key=KEY]
 //
 // --pids gives the process of each endpoint, in the same order. The tool:
 //
@@ -17,11 +18,14 @@
 //     Status naming the new leader and Y is t0 to the first acknowledged Put
 //     among those issued after t0.
 //
-// It exits 1 when no write is acknowledged within --timeout.
+// --cacert, --cert and --key, as etcdctl's, connect over TLS with a client
+// certificate (https endpoints). It exits 1 when no write is acknowledged
+// within --timeout.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -32,6 +36,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
+	"go.etcd.io/etcd/pkg/transport"
 )
 
 func main() {
@@ -42,7 +47,20 @@ func main() {
 	warmup := flag.Duration("warmup", 2*time.Second, "writes before the kill")
 	putTimeout := flag.Duration("put-timeout", 5*time.Second, "deadline of one put")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long without a write")
+	cacert := flag.String("cacert", "", "verify the servers' certificates with this CA bundle")
+	cert := flag.String("cert", "", "client certificate")
+	key := flag.String("key", "", "client certificate's key")
 	flag.Parse()
+
+	var tlsConfig *tls.Config
+	if *cacert != "" || *cert != "" {
+		info := transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *cacert}
+		c, err := info.ClientConfig()
+		if err != nil {
+			fail("TLS: %v", err)
+		}
+		tlsConfig = c
+	}
 
 	endpoints := strings.Split(*endpointsFlag, ",")
 	var pids []int
@@ -60,7 +78,8 @@ func main() {
 	// One single-endpoint client per member for Status.
 	single := make([]*clientv3.Client, len(endpoints))
 	for i, ep := range endpoints {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second,
+			TLS: tlsConfig})
 		if err != nil {
 			fail("connect %s: %v", ep, err)
 		}
@@ -103,7 +122,8 @@ func main() {
 		fail("leader %x is none of the endpoints' members %x", leaderID, memberIDs)
 	}
 
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		TLS: tlsConfig})
 	if err != nil {
 		fail("connect: %v", err)
 	}
