@@ -60,9 +60,15 @@ bench: build
 	./bench/run.sh $(BUILD_DIR)
 	$(MAKE) bench-cluster
 
-# 3-member etcd 3.5 against 3-member Capstan: throughput, p99 and failover (docs/BENCHMARKS.md).
+# 3-member etcd 3.5 against 3-member Capstan: throughput, p99 and failover (docs/BENCHMARKS.md),
+# over plain http, then over TLS as kubeadm deploys etcd (client certificates on client and peer
+# URLs), then the same with --listen-client-http-urls (etcd's recommended setting).
 bench-cluster: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh $(BUILD_DIR)/bench-results/cluster
+	TLS=1 FAILOVER_REPS=1 CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh \
+	  $(BUILD_DIR)/bench-results/cluster-tls
+	TLS=1 HTTP_APART=1 FAILOVER_REPS=1 CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/compare.sh \
+	  $(BUILD_DIR)/bench-results/cluster-tls-http-apart
 
 # A stopped member catching up 8 GiB by snapshot, etcd 3.5 against Capstan: time and the leader's
 # RSS (docs/BENCHMARKS.md). SIZE=1GiB for a shorter run; needs about 6 x SIZE of free disk.
