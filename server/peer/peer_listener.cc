@@ -212,6 +212,11 @@ void PeerListener::Serve(int fd, std::string remote_addr, std::string remote_hos
   }
   if (first == 'G') {
     pthread_setname_np(pthread_self(), "peer-raft");
+    // A Raft stream's records come back to back: OpenSSL reads what the
+    // socket holds in one read(2) instead of each record's header and body
+    // apart. PeerConn::Read calls SSL_read before it polls, so what it
+    // buffered is never left waiting for the socket.
+    if (ssl != nullptr) SSL_set_read_ahead(ssl, 1);
     PeerConn conn(fd, ssl);  // owns both
     ServeRaftStream(&conn, *service_, wake_fd_);
     return;
