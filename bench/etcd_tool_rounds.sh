@@ -16,6 +16,9 @@
 # Targets (TARGETS, default "capstan floor etcd"): capstan (CAPSTAN, build/release/capstan), floor
 # (capstan-grpc-floor beside it: gRPC C++ with nothing behind it; it serves put, txn-put, range,
 # lease-keepalive and watch-latency), etcd (ETCD, etcd 3.5.16 from ~/.cache/capstan/etcd-3.5).
+# TLS=1 serves clients (and the unused peer URL) over TLS with client certificates required, as
+# kubeadm deploys etcd (bench/cluster/tools.sh); the floor serves no TLS, so leave it out of TARGETS.
+# HTTP_APART=1 adds --listen-client-http-urls (etcd's recommended setting; bench/lib.sh).
 # Settings: ROUNDS (5), PORT (23790, and PORT+10 for peers; bench/lib.sh), FLOOR_FLAGS (e.g.
 # --model=async), ETCD_BENCHMARK (the tool; default: built once from Debian's etcd source by
 # bench/cluster/tools.sh).
@@ -38,6 +41,11 @@ if [[ $# -eq 0 ]]; then
   set -- --conns=10 --clients=100 put --total=20000 --val-size=256 --key-space-size=100000
 fi
 total=$(echo "$*" | sed -n 's/.*--total[ =]\([0-9]*\).*/\1/p')
+tls_setup "${WORK}/tls"
+if [[ "${SCHEME}" == https && " ${TARGETS} " == *" floor "* ]]; then
+  echo "etcd_tool_rounds.sh: the floor serves no TLS; set TARGETS without it" >&2
+  exit 2
+fi
 
 # run_once TARGET ROUND TOOL_ARGS...: one fresh server, one run of the tool; appends a line to
 # WORK/results.
@@ -53,7 +61,8 @@ run_once() {
   local data=${WORK}/${target}-${round} out=${WORK}/${target}-${round}.out t0 t1
   start "${bin}" "${data}" "${extra[@]}"
   t0=$(cpu_ticks "${PID}")
-  "${BENCHMARK}" --endpoints="127.0.0.1:${PORT}" "$@" > "${out}" 2>&1 || {
+  "${BENCHMARK}" --endpoints="$(client_endpoint)" ${TLS_CLIENT_FLAGS[@]+"${TLS_CLIENT_FLAGS[@]}"} \
+    "$@" > "${out}" 2>&1 || {
     echo "etcd_tool_rounds.sh: the tool failed against ${target}:" >&2
     tail -20 "${out}" >&2; exit 1; }
   t1=$(cpu_ticks "${PID}")
