@@ -210,13 +210,13 @@ void PeerListener::Serve(int fd, std::string remote_addr, std::string remote_hos
     close(fd);
     return;
   }
+  // Records come back to back on both kinds of connection: OpenSSL reads
+  // what the socket holds in one read(2) instead of each record's header and
+  // body apart. PeerConn::Read and Pump call SSL_read until it wants more
+  // before they poll, so what it buffered never waits for the socket.
+  if (ssl != nullptr) SSL_set_read_ahead(ssl, 1);
   if (first == 'G') {
     pthread_setname_np(pthread_self(), "peer-raft");
-    // A Raft stream's records come back to back: OpenSSL reads what the
-    // socket holds in one read(2) instead of each record's header and body
-    // apart. PeerConn::Read calls SSL_read before it polls, so what it
-    // buffered is never left waiting for the socket.
-    if (ssl != nullptr) SSL_set_read_ahead(ssl, 1);
     PeerConn conn(fd, ssl);  // owns both
     ServeRaftStream(&conn, *service_, wake_fd_);
     return;
