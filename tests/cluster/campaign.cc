@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -22,6 +23,7 @@
 #include "cluster/lease_client.h"
 #include "cluster/watch_checker.h"
 #include "cluster/watch_client.h"
+#include "test_certificates.h"
 
 namespace capstan::testing::cluster {
 namespace {
@@ -135,6 +137,26 @@ bool Campaign::StartCluster() {
   co.start_timeout = seconds(90);
   if (o_.flavor == ServerFlavor::kCapstan) {
     co.extra_args.push_back("--experimental-snapshot-catchup-entries=500");
+  }
+  if (o_.peer_tls) {
+    // One certificate (CN "peer", for 127.0.0.1) that every member serves
+    // and dials with, client certificates required: kubeadm's peer flags.
+    // The proxy passes the TLS bytes through untouched.
+    const std::string certs = absl::StrCat(dir_, "/peer-certs");
+    std::error_code ec;
+    std::filesystem::create_directories(certs, ec);
+    TestCertificates tc;
+    tc.leaves = {{.name = "peer", .common_name = "peer"}};
+    if (absl::Status made = ec ? absl::InternalError(ec.message()) : MakeTestCertificates(certs, tc);
+        !made.ok()) {
+      result_.error = absl::StrCat("peer certificates: ", made.ToString());
+      return false;
+    }
+    co.peer_scheme = "https";
+    co.extra_args.insert(co.extra_args.end(),
+                         {"--peer-cert-file", certs + "/peer.pem", "--peer-key-file",
+                          certs + "/peer.key", "--peer-trusted-ca-file", certs + "/ca.pem",
+                          "--peer-client-cert-auth"});
   }
   if (o_.flavor == ServerFlavor::kCapstan) {
     co.member_env = [this](const Cluster& c, int i) {

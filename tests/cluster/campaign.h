@@ -110,6 +110,9 @@ struct CampaignOptions {
   // Peer traffic through the fault proxy. Without it, only the faults on
   // processes (kill, pause) can be injected; the others are skipped.
   bool proxy = true;
+  // Peer URLs over TLS with client certificates required (the --peer-*
+  // flags kubeadm sets), certificates made by openssl.
+  bool peer_tls = false;
   // Keep what the checkers read in the result (history, log, watch_records).
   bool keep_history = false;
 };

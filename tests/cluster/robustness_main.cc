@@ -33,6 +33,8 @@ const char kUsage[] =
     "  --compaction-interval=Nms  the apiserver-style compactor's interval (default\n"
     "                          3000ms; 0: no compaction)\n"
     "  --no-proxy              members talk directly (only kill and pause faults then)\n"
+    "  --peer-tls              peer URLs over TLS with client certificates, as kubeadm\n"
+    "                          sets them up\n"
     "  --quiet                 no line per fault while it runs\n";
 
 void Usage() {
@@ -89,6 +91,8 @@ int Main(int argc, char** argv) {
       }
     } else if (name == "--no-proxy") {
       o.proxy = false;
+    } else if (name == "--peer-tls") {
+      o.peer_tls = true;
     } else if (name == "--quiet") {
       o.verbose = false;
     } else if (name == "--help" || name == "-h") {
@@ -117,10 +121,11 @@ int Main(int argc, char** argv) {
     excused += r.leases_revoked_early_excused;
     if (!r.passed()) ++failed;
   }
-  std::printf("TOTAL %s, %d members: %lld campaigns, %lld operations, %lld watch events, "
+  std::printf("TOTAL %s, %d members%s: %lld campaigns, %lld operations, %lld watch events, "
               "%lld faults injected, %lld violations, %lld campaigns failed, %lld early lease "
               "revocations excused (etcd's resumed leader)\n",
               o.flavor == ServerFlavor::kEtcd ? "etcd" : "capstan", o.members,
+              o.peer_tls ? " over peer TLS" : "",
               static_cast<long long>(seed_hi - seed_lo + 1), static_cast<long long>(operations),
               static_cast<long long>(events), static_cast<long long>(faults),
               static_cast<long long>(violations), static_cast<long long>(failed),
