@@ -1,6 +1,7 @@
 // Fault campaigns (campaign.h) in the test suite: a bounded set of seeds on
-// 3 and 5 members, each run on etcd 3.5 (which keeps the checkers honest)
-// and on Capstan, every fault kind drawn; and each checker shown to fail
+// 3 and 5 members (and 3 over peer TLS), each run on etcd 3.5 (which keeps
+// the checkers honest) and on Capstan, every fault kind drawn; and each
+// checker shown to fail
 // when a campaign's real record is given the bug it exists to catch.
 // `make robustness` runs the longer campaign with capstan-robustness.
 
@@ -55,6 +56,23 @@ TEST_P(RobustnessTest, FiveMembersPartitionsAndCrashes) {
   std::printf("%s", r.Report().c_str());
   EXPECT_TRUE(r.passed()) << r.Report();
   EXPECT_GE(r.faults.size(), 4u);
+}
+
+// Peer URLs over TLS with client certificates, as kubeadm sets them up: the
+// Raft streams' TLS writes and reads through crashes, partitions and
+// flapping links.
+TEST_P(RobustnessTest, ThreeMembersOverPeerTls) {
+  CampaignOptions o = Options(5, 3);
+  o.peer_tls = true;
+  o.duration = seconds(15);
+  o.faults = {Fault::kKillLeader, Fault::kIsolateLeader, Fault::kFlappingLink,
+              Fault::kOneWayFromLeader, Fault::kKillMember};
+  o.cycle_faults = true;
+  CampaignResult r = RunCampaign(o);
+  std::printf("%s", r.Report().c_str());
+  EXPECT_TRUE(r.passed()) << r.Report();
+  EXPECT_GE(r.faults.size(), 3u);
+  EXPECT_GT(r.ok, 300);
 }
 
 // A learner joining over slow links, SIGKILLed while it catches up (by
