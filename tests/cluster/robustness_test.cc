@@ -1,8 +1,8 @@
 // Fault campaigns (campaign.h) in the test suite: a bounded set of seeds on
 // 3 and 5 members (and 3 over peer TLS), each run on etcd 3.5 (which keeps
 // the checkers honest) and on Capstan, every fault kind drawn; and each
-// checker shown to fail
-// when a campaign's real record is given the bug it exists to catch.
+// checker shown to fail when a campaign's real record is given the bug it
+// exists to catch.
 // `make robustness` runs the longer campaign with capstan-robustness.
 
 #include <algorithm>
