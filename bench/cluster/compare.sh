@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Replicated benchmarks: a 3-member etcd cluster against a 3-member Capstan cluster, side by side.
+# Replicated benchmarks: a 3-member etcd cluster against a 3-member Capstan cluster (MEMBERS=5: of
+# five), side by side.
 #
 #   bench/cluster/compare.sh [OUT_DIR]
 #
 # For each of ROUNDS rounds, and for each server in turn (etcd first in odd rounds, Capstan first
-# in even ones), it starts a cluster of three members on loopback (separate processes and data
+# in even ones), it starts a cluster of MEMBERS members on loopback (separate processes and data
 # dirs under a temp dir, fsync on, --heartbeat-interval HEARTBEAT and --election-timeout ELECTION
-# for both) and runs etcd's own `benchmark` tool against all three endpoints
+# for both) and runs etcd's own `benchmark` tool against all the endpoints
 # (--endpoints=A,B,C; the tool spreads its --conns over them, so two thirds of the requests reach
-# a follower):
+# a follower, four fifths on five members):
 #
 #   put      --conns=10 --clients=100 put --total=20000 --val-size=256 --key-space-size=100000
 #   txn-put  --conns=10 --clients=100 txn-put --txn-ops=4 --total=20000 --val-size=256
@@ -18,7 +19,7 @@
 #   lease-keepalive  --conns=10 --clients=100 lease-keepalive --total=20000
 #            (a stream per renewal; a follower forwards each renewal to the leader)
 #
-# recording requests/s, the p99, and the three members' CPU time and context switches per request
+# recording requests/s, the p99, and the members' CPU time and context switches per request
 # of each run. Then, FAILOVER_REPS times per server and round,
 # each on a fresh cluster: a light write load (one clientv3 client over all endpoints, one put
 # every 10 ms), kill -9 of the leader, and the time from the kill to the first acknowledged put
@@ -31,12 +32,13 @@
 # kept), the servers' logs next to it.
 #
 # Settings (environment):
-#   TLS (0; 1: clients and peers over TLS with client certificates, as kubeadm deploys etcd:
-#   bench/cluster/tools.sh), ROUNDS (3), FAILOVER_REPS (5), HEARTBEAT (100), ELECTION (1000), PORT (24100: members use
-#   PORT..PORT+2 for clients, PORT+10..PORT+12 for peers), TOTAL (20000),
+#   MEMBERS (3, or 5), TLS (0; 1: clients and peers over TLS with client certificates, as kubeadm
+#   deploys etcd; HTTP_APART=1 adds --listen-client-http-urls: bench/cluster/tools.sh), ROUNDS (3),
+#   FAILOVER_REPS (5), HEARTBEAT (100), ELECTION (1000), PORT (24100: members use PORT.. for
+#   clients, PORT+10.. for peers, PORT+20.. for HTTP apart), TOTAL (20000),
 #   CAPSTAN (build/release/capstan), ETCD and ETCDCTL (etcd 3.5.16 under
 #   /root/.cache/capstan/etcd-3.5/usr/bin), PERF=1 (perf record -g on Capstan's leader during the
-#   put run and on all three members during the range run of round 1; reports in
+#   put run and on all the members during the range run of round 1; reports in
 #   OUT_DIR/perf-put*.txt, perf-range*.txt; perf slows the runs it watches, so take figures from
 #   a run without it).
 # The Go tools (etcd's benchmark from Debian's etcd source, and the failover client) are built
@@ -73,7 +75,7 @@ WORK=$(mktemp -d /tmp/capstan-cluster-data.XXXXXX)
 trap cleanup EXIT
 tls_setup "${OUT}/tls"
 
-# cluster_cpu_ticks: user + system clock ticks of the three members, so far.
+# cluster_cpu_ticks: user + system clock ticks of the members, so far.
 cluster_cpu_ticks() {
   local pid total=0
   for pid in "${PIDS[@]}"; do
@@ -83,7 +85,7 @@ cluster_cpu_ticks() {
 }
 
 # bench_run SERVER ROUND WORKLOAD ARGS...: one run of etcd's benchmark; appends
-# "server round workload ops/s p99_ms cpu_us switches" to runs.tsv: the CPU time of all three
+# "server round workload ops/s p99_ms cpu_us switches" to runs.tsv: the CPU time of all the
 # members and their context switches (counted by `perf stat` when perf is installed), each
 # divided by the requests of the run.
 bench_run() {
@@ -191,7 +193,7 @@ failover_round() {  # SERVER BINARY ROUND
 : > "${OUT}/runs.tsv"
 {
   describe_run
-  echo "rounds: ${ROUNDS}, failover repetitions per round: ${FAILOVER_REPS}," \
+  echo "members: ${MEMBERS}, rounds: ${ROUNDS}, failover repetitions per round: ${FAILOVER_REPS}," \
     "--heartbeat-interval ${HEARTBEAT} --election-timeout ${ELECTION}"
 } > "${OUT}/env.txt"
 cat "${OUT}/env.txt" >&2
@@ -247,7 +249,7 @@ for w, name in (("failover-leader", "new leader in Status"),
     print(f"| {name} | {cell(ev, '{:.0f}')} | {cell(cv, '{:.0f}')} | "
           f"{statistics.median(cv) / statistics.median(ev):.2f} |")
 print()
-print("CPU: user + system time of the three members during the run, per request; cs: their "
+print("CPU: user + system time of the members during the run, per request; cs: their "
       "context switches per request (perf stat).")
 print(f"Medians, (min-max) over {len(runs.get(('etcd', 'put'), []))} rounds; failover over "
       f"{len(runs.get(('etcd', 'failover-write'), []))} kills per server.")

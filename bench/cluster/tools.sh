@@ -17,16 +17,16 @@
 #                              --initial-cluster PEERS, state new, output to LOG
 #
 # and, for scripts that set PORT, WORK (a data dir they own), OUT, HEARTBEAT, ELECTION, ETCDCTL and
-# PIDS=(), a 3-member cluster at a time:
+# PIDS=(), a cluster of MEMBERS (3; 5 also fits the ports) at a time:
 #
 #   start_cluster BINARY LABEL [FLAGS...]
-#                              members m0..m2 on fresh data dirs under WORK, logs OUT/LABEL-m*.log;
-#                              returns once all three name one leader (exits 1 after 60 s)
+#                              members m0..m<MEMBERS-1> on fresh data dirs under WORK, logs
+#                              OUT/LABEL-m*.log; returns once all name one leader (exits 1 after 60 s)
 #   stop_cluster               kill -9 of every member in PIDS
 #   cleanup                    stop_cluster and remove WORK (for `trap cleanup EXIT`)
-#   endpoints                  the three client endpoints, comma-separated
+#   endpoints                  the members' client endpoints, comma-separated
 #   endpoint I                 member I's client endpoint
-#   leader_index               the index (0-2) of the member all three name as leader, or nothing
+#   leader_index               the index of the member all name as leader, or nothing
 #   describe_run               the date, the machine, its load and the two servers' versions, a
 #                              line each (the head of a run's env.txt; uses ETCD, CAPSTAN, repo)
 #
@@ -41,6 +41,7 @@
 # HTTP server, sharing the port with its HTTP endpoints).
 
 TOOLS_DIR=${TOOLS_DIR:-/var/tmp/capstan-bench-cluster}
+MEMBERS=${MEMBERS:-3}
 SCHEME=http
 TLS_MEMBER_FLAGS=()
 TLS_CLIENT_FLAGS=()
@@ -139,9 +140,9 @@ go_tool() {
 
 failover_tool() { go_tool failover "$1"; }
 
-# leader_of_status: reads `etcdctl endpoint status -w json` of three
-# members on stdin and prints the index (0-2) of the member all three name
-# as leader, or nothing.
+# leader_of_status [N]: reads `etcdctl endpoint status -w json` of N (3)
+# members on stdin and prints the index of the member all N name as
+# leader, or nothing.
 leader_of_status() {
   python3 -c '
 import json, sys
@@ -149,20 +150,24 @@ try:
     st = json.load(sys.stdin)
 except ValueError:
     sys.exit(0)
-if len(st) != 3:
+if len(st) != int(sys.argv[1]):
     sys.exit(0)
 leaders = {s["Status"].get("leader", 0) for s in st}
 ids = [s["Status"]["header"].get("member_id", 0) for s in st]
 if len(leaders) == 1 and next(iter(leaders)) in ids:
     print(ids.index(next(iter(leaders))))
-'
+' "${1:-3}"
 }
 
 endpoint() {
   if [[ "${SCHEME}" == https ]]; then echo "https://127.0.0.1:$((PORT + $1))"; else
     echo "127.0.0.1:$((PORT + $1))"; fi
 }
-endpoints() { echo "$(endpoint 0),$(endpoint 1),$(endpoint 2)"; }
+endpoints() {
+  local i list=""
+  for (( i = 0; i < MEMBERS; i++ )); do list+="${list:+,}$(endpoint "${i}")"; done
+  echo "${list}"
+}
 
 stop_cluster() {
   local pid
@@ -176,10 +181,10 @@ start_cluster() {
   local bin=$1 label=$2 i peers=""
   shift 2
   rm -rf "${WORK:?}"/*
-  for i in 0 1 2; do
+  for (( i = 0; i < MEMBERS; i++ )); do
     peers+="${peers:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"
   done
-  for i in 0 1 2; do
+  for (( i = 0; i < MEMBERS; i++ )); do
     start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
       "${OUT}/${label}-m${i}.log" \
       --heartbeat-interval "${HEARTBEAT}" --election-timeout "${ELECTION}" "$@"
@@ -196,7 +201,7 @@ start_cluster() {
 leader_index() {
   "${ETCDCTL}" --endpoints "$(endpoints)" "${TLS_CLIENT_FLAGS[@]}" --command-timeout 2s \
     endpoint status -w json 2>/dev/null |
-    leader_of_status
+    leader_of_status "${MEMBERS}"
 }
 
 describe_run() {
