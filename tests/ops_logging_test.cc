@@ -106,12 +106,16 @@ std::vector<LogLine> RunAtLevel(const std::string& level, std::string* stderr_lo
   auto unhealthy = http.Get("/health");
   EXPECT_TRUE(unhealthy && unhealthy->status == 503);
 
-  // The warn line is the last one logged; wait for it (bounded).
+  // The warn line is the last one the requests log; the ready line comes
+  // from a thread of its own once the member's publish is applied, which
+  // may be after it. Wait for both (bounded); the ready line is info.
+  const bool ready_logged = level == "debug" || level == "info";
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
     text = ReadFile(file);
-    if (text.find("/health error") != std::string::npos ||
+    if ((text.find("/health error") != std::string::npos &&
+         (!ready_logged || text.find("ready to serve client requests") != std::string::npos)) ||
         std::chrono::steady_clock::now() > deadline) {
       break;
     }
