@@ -82,8 +82,9 @@ bench-scale: build
 	CAPSTAN=$(BUILD_DIR)/capstan ./bench/cluster/scale.sh $(BUILD_DIR)/bench-results/scale
 
 # Fault campaigns (docs/RELIABILITY.md): seeds ROBUSTNESS_SEEDS of ROBUSTNESS_SECONDS each, on 3 and
-# on 5 members and on 3 over peer TLS, etcd 3.5 first (which keeps the checkers honest), then Capstan. The totals are the
-# last lines of $(BUILD_DIR)/robustness.log. make test runs a few short seeds of the same campaign.
+# on 5 members and on 3 over peer TLS, etcd 3.5 first (which keeps the checkers honest), then
+# Capstan. The totals are the last lines of $(BUILD_DIR)/robustness.log. make test runs a few
+# short seeds of the same campaign.
 ROBUSTNESS_SEEDS   ?= 1-8
 ROBUSTNESS_SECONDS ?= 60
 robustness: build

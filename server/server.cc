@@ -584,9 +584,7 @@ absl::Status Server::BindClientUrls(Listening& l) {
         // gRPC does its own handshake on the connections handed to it.
         grpc_tls_acceptor_ = l.builder.experimental().AddExternalConnectionAcceptor(
             grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, l.tls);
-        auto ctx = NewHttpsContext(*l.client_tls);
-        if (!ctx.ok()) return ctx.status();
-        https_context_.reset(*ctx);
+        if (auto s = MakeHttpsContext(l); !s.ok()) return s;
       }
       auto listener = BindClientListener(url, config_.socket_reuse_port);
       if (!listener.ok()) return listener.status();
@@ -650,6 +648,14 @@ void Server::ConfigureGrpc(Listening& l) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, config_.socket_reuse_port ? 1 : 0);
 }
 
+absl::Status Server::MakeHttpsContext(const Listening& l) {
+  if (https_context_) return absl::OkStatus();
+  auto ctx = NewHttpsContext(*l.client_tls);
+  if (!ctx.ok()) return ctx.status();
+  https_context_.reset(*ctx);
+  return absl::OkStatus();
+}
+
 absl::Status Server::BindClientHttpUrls(Listening& l) {
   l.with_grpc = client_listeners_.size();
   for (const Url& url : config_.listen_client_http_urls) {
@@ -657,16 +663,14 @@ absl::Status Server::BindClientHttpUrls(Listening& l) {
       return absl::UnimplementedError(absl::StrCat(
           "client HTTP URL ", url.String(), ": only http and https are supported"));
     }
-    if (url.scheme == "https" && !https_context_) {
+    if (url.scheme == "https") {
       if (!l.client_tls) {
         // etcd's configureClientListeners, for client and client HTTP URLs.
         return absl::InvalidArgumentError(
             absl::StrCat("TLS key/cert (--cert-file, --key-file) must be provided for client url ",
                          url.String(), " with HTTPS scheme"));
       }
-      auto ctx = NewHttpsContext(*l.client_tls);
-      if (!ctx.ok()) return ctx.status();
-      https_context_.reset(*ctx);
+      if (auto s = MakeHttpsContext(l); !s.ok()) return s;
     }
     auto listener = BindClientListener(url, config_.socket_reuse_port);
     if (!listener.ok()) return listener.status();

@@ -169,9 +169,13 @@ class Server {
   // interceptor for them, and sets gRPC's limits and keepalives from the
   // flags. REQUIRES: BindClientUrls succeeded.
   void ConfigureGrpc(Listening& l);
-  // Binds --listen-client-http-urls (HTTP only) after the shared ports in
-  // client_listeners_. REQUIRES: ConfigureGrpc done.
+  // Binds --listen-client-http-urls (HTTP only; https ones with the client
+  // TLS settings) after the shared ports in client_listeners_. REQUIRES:
+  // ConfigureGrpc done.
   absl::Status BindClientHttpUrls(Listening& l);
+  // Makes https_context_, HTTP's TLS context on https client URLs, from
+  // l.client_tls, once. REQUIRES: l.client_tls is set.
+  absl::Status MakeHttpsContext(const Listening& l);
   // Starts the gRPC server and checks that it bound every client URL,
   // saying why not as Go would; sets client_ports_.
   // REQUIRES: BindClientHttpUrls succeeded.

@@ -51,14 +51,12 @@ trap cleanup EXIT
 tls_setup "${WORK}/tls"
 
 last=$((MEMBERS - 1))
-peers=""
-for i in $(seq 0 "${last}"); do peers+="${peers:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"; done
+peers=$(initial_cluster)
 for i in $(seq 0 "${last}"); do
   start_member "${SERVER}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" threads-cluster \
     "${WORK}/m${i}.log"
 done
-endpoints=""
-for i in $(seq 0 "${last}"); do endpoints+="${endpoints:+,}$(endpoint "${i}")"; done
+endpoints=$(endpoints)
 deadline=$((SECONDS + 60))
 until "${ETCDCTL}" --endpoints "${endpoints}" "${TLS_CLIENT_FLAGS[@]}" put /bench/range/key \
     "$(head -c 256 /dev/zero | tr '\0' v)" > /dev/null 2>&1; do

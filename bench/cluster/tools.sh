@@ -24,6 +24,7 @@
 #                              OUT/LABEL-m*.log; returns once all name one leader (exits 1 after 60 s)
 #   stop_cluster               kill -9 of every member in PIDS
 #   cleanup                    stop_cluster and remove WORK (for `trap cleanup EXIT`)
+#   initial_cluster            --initial-cluster for m0..m<MEMBERS-1>
 #   endpoints                  the members' client endpoints, comma-separated
 #   endpoint I                 member I's client endpoint
 #   leader_index               the index of the member all name as leader, or nothing
@@ -168,6 +169,13 @@ endpoints() {
   for (( i = 0; i < MEMBERS; i++ )); do list+="${list:+,}$(endpoint "${i}")"; done
   echo "${list}"
 }
+initial_cluster() {
+  local i list=""
+  for (( i = 0; i < MEMBERS; i++ )); do
+    list+="${list:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"
+  done
+  echo "${list}"
+}
 
 stop_cluster() {
   local pid
@@ -178,12 +186,10 @@ stop_cluster() {
 cleanup() { stop_cluster; rm -rf "${WORK}"; }
 
 start_cluster() {
-  local bin=$1 label=$2 i peers=""
+  local bin=$1 label=$2 i peers
   shift 2
   rm -rf "${WORK:?}"/*
-  for (( i = 0; i < MEMBERS; i++ )); do
-    peers+="${peers:+,}m${i}=${SCHEME}://127.0.0.1:$((PORT + 10 + i))"
-  done
+  peers=$(initial_cluster)
   for (( i = 0; i < MEMBERS; i++ )); do
     start_member "${bin}" "${WORK}/m${i}" "${i}" "${PORT}" "${peers}" bench-cluster \
       "${OUT}/${label}-m${i}.log" \
