@@ -25,6 +25,7 @@ packages=(
   golang-github-gogo-protobuf-dev golang-github-golang-protobuf-1-3-dev  # raft's protobuf packages
   clang                   # make fuzz (libFuzzer), the thread-safety check in make test
   jq                      # make soak, bench scripts
+  patch                   # tests/etcd_e2e: fixes of etcd's e2e suite
 )
 for group in "$@"; do
   case "$group" in

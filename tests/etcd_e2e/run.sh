@@ -56,12 +56,12 @@ done
 
 src=/usr/share/gocode/src/go.etcd.io/etcd
 missing=()
-for need in "$src/tests/e2e" /usr/bin/go /usr/bin/etcdctl /usr/bin/curl "$server"; do
+for need in "$src/tests/e2e" /usr/bin/go /usr/bin/etcdctl /usr/bin/curl /usr/bin/patch "$server"; do
   [ -e "$need" ] || missing+=("$need")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "run.sh: missing test reference: ${missing[*]} (scripts/deps.sh installs" \
-    "golang-etcd-server-dev, golang-go, etcd-client and curl; make build the server)" >&2
+    "golang-etcd-server-dev, golang-go, etcd-client, curl and patch; make build the server)" >&2
   case "${CI:-}" in
     true|TRUE|True|1) echo "run.sh: CI=true: a missing reference fails the run" >&2; exit 2 ;;
   esac
@@ -71,12 +71,24 @@ server=$(cd "$(dirname "$server")" && pwd)/$(basename "$server")
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-# The test binary, rebuilt when Debian's sources change. GOPATH mode: the
-# package's sources and their dependencies are all under /usr/share/gocode.
+# The test binary, rebuilt when Debian's sources or the patches change. It is
+# built from a copy of tests/e2e with the patches beside this script applied
+# (fixes of the suite itself that later etcd has), in GOPATH mode: the first
+# GOPATH entry holds the copy, /usr/share/gocode everything it imports.
 bin="$out/e2e.test"
-if [ ! -x "$bin" ] || [ -n "$(find "$src/tests/e2e" "$src/pkg/expect" -newer "$bin" -name '*.go' -print -quit)" ]; then
+patches=("$root"/tests/etcd_e2e/*.patch)
+if [ ! -x "$bin" ] ||
+   [ -n "$(find "$src/tests/e2e" "$src/pkg/expect" "${patches[@]}" -newer "$bin" \( -name '*.go' -o -name '*.patch' \) -print -quit)" ]; then
   echo "run.sh: building etcd's e2e suite into $bin" >&2
-  (cd "$src" && GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= \
+  gopath="$out/gopath"
+  rm -rf "$gopath"
+  mkdir -p "$gopath/src/go.etcd.io/etcd/tests"
+  cp -r "$src/tests/e2e" "$gopath/src/go.etcd.io/etcd/tests/e2e"
+  chmod -R u+w "$gopath"
+  for p in "${patches[@]}"; do
+    patch -s -p1 -d "$gopath/src/go.etcd.io/etcd/tests/e2e" < "$p"
+  done
+  (cd "$gopath/src/go.etcd.io/etcd" && GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS= \
     GOCACHE="${GOCACHE:-$out/gocache}" go test -c -o "$bin.tmp" ./tests/e2e)
   mv "$bin.tmp" "$bin"
 fi
