@@ -594,6 +594,8 @@ void KvStore::LeaseExpiryLoop() {
                        if (s.ok()) stat_leases_expired_.fetch_add(1, std::memory_order_relaxed);
                      }};
       w.leader_term = term;
+      // etcd revokes as root: permitted whoever's keys the lease holds.
+      w.caller = RootCaller();
       log->Submit(std::move(w));
     }
   }

@@ -75,11 +75,21 @@ using WriteOp = std::variant<PutOp, DeleteRangeOp, TxnOp, CompactOp, LeaseGrantO
 
 // Who made a client write, as etcd's RequestHeader logs it: the user of the
 // caller's token or certificate and the auth revision it was checked at
-// (etcd's AuthInfo).
+// (etcd's AuthInfo). Empty (no user, revision 0) for a client that showed
+// no identity, as every client does while auth is off: a write of such a
+// caller that applies once auth is on is refused, "user name is empty", as
+// etcd's authApplierV3 refuses it.
 struct Caller {
   std::string user;
   uint64_t auth_revision = 0;
 };
+
+// The caller of the server's own lease revocations (an expired lease),
+// which etcd checks when they apply: etcd revokes as root
+// (AuthStore.WithRoot), which passes whatever the lease's keys. A
+// revocation's caller is checked for the root role only, never for its auth
+// revision, so none is given.
+inline Caller RootCaller() { return Caller{"root", 0}; }
 
 // A write applied by the committer, which calls `done` exactly once: after
 // the write is durable and visible, or with the error that refused it. done
@@ -109,11 +119,14 @@ struct WriteRequest {
   // The term of that entry, stored with the applied index (etcd 3.5's
   // consistent term): a log restarted behind the store resumes from it.
   uint64_t raft_term = 0;
-  // Set for a client write made while auth was enabled: who made it. A
-  // cluster logs it in the entry's header (username, auth_revision), and
-  // the store's WriteGuard re-checks the permission against it when the
-  // write is applied, as etcd's authApplierV3 does. Unset: a write of the
-  // server's own (lease expiry) or one made while auth was off.
+  // Set for every client write: who made it (an empty Caller while auth is
+  // off). A cluster logs it in the entry's header (username,
+  // auth_revision), every member applies the entry with the caller its
+  // header names (the proposer too), and the store's WriteGuard re-checks
+  // the permission against it when the write is applied, as etcd's
+  // authApplierV3 does. Unset: a write of the server's own that etcd does
+  // not check (compactions, lease grants and checkpoints, alarms) or one
+  // that never leaves the member.
   std::optional<Caller> caller;
   // Nonzero: a write of this member's own that only the leader of this term
   // may make (the revocation of a lease its clock saw expire, decided once a

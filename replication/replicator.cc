@@ -81,6 +81,13 @@ void LogRaft(int level, std::string_view line) {
   }
 }
 
+// Who made an entry's request, as every member applies it: the header's
+// user and auth revision, both empty for a request made with no identity
+// (while auth was off), which etcd's authApplierV3 checks as such.
+mvcc::Caller CallerOf(const etcdserverpb::RequestHeader& header) {
+  return mvcc::Caller{header.username(), header.auth_revision()};
+}
+
 }  // namespace
 
 uint64_t Replicator::RequestIdOf(const etcdserverpb::InternalRaftRequest& r) {
@@ -634,6 +641,9 @@ void Replicator::Propose() {
       r.mutable_header()->set_username(p.w.caller->user);
       r.mutable_header()->set_auth_revision(p.w.caller->auth_revision);
     }
+    // This member applies its own write with the caller its entry names,
+    // as every other member decodes it (CallerOf), so that all decide alike.
+    p.w.caller = CallerOf(r.header());
     if (r.has_lease_grant() && r.lease_grant().id() == 0) {
       // etcd picks a new lease's id where the request arrives, before
       // proposing it, so every member grants the same one.
@@ -986,10 +996,7 @@ void Replicator::ApplyCommitted(const RaftEntry& entry) {
     noop();  // the failpoint applied it at proposal
     return;
   }
-  std::optional<mvcc::Caller> caller;
-  if (!request->header().username().empty() || request->header().auth_revision() != 0) {
-    caller = mvcc::Caller{request->header().username(), request->header().auth_revision()};
-  }
+  mvcc::Caller caller = CallerOf(request->header());
   mvcc::WriteRequest w = DecodeEntry(std::move(request));
   w.raft_index = entry.index;
   w.raft_term = entry.term;

@@ -8,10 +8,13 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -485,6 +488,61 @@ TEST_F(ReplicatorTest, WritesAtAnyMemberApplyEverywhereInOneOrder) {
     if (i == 0) first_hash = hash;
     EXPECT_EQ(hash, first_hash) << "member " << i;
   }
+}
+
+// Records the caller of every write a member applies, by log index.
+class RecordingGuard : public mvcc::WriteGuard {
+ public:
+  absl::Status CheckApply(const mvcc::WriteRequest& w) override {
+    util::MutexLock l(&mu_);
+    if (w.caller) seen_[w.raft_index] = *w.caller;
+    return absl::OkStatus();
+  }
+  std::map<uint64_t, std::pair<std::string, uint64_t>> Seen() {
+    util::MutexLock l(&mu_);
+    std::map<uint64_t, std::pair<std::string, uint64_t>> out;
+    for (const auto& [index, c] : seen_) out[index] = {c.user, c.auth_revision};
+    return out;
+  }
+
+ private:
+  util::Mutex mu_;
+  std::map<uint64_t, mvcc::Caller> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(ReplicatorTest, EveryMemberAppliesAWriteWithTheCallerItsEntryNames) {
+  const int leader = WaitForLeader();
+  ASSERT_GE(leader, 0);
+  RecordingGuard guards[kMembers];
+  for (int i = 0; i < kMembers; ++i) nodes_[i].store->SetWriteGuard(&guards[i]);
+  // A user's write, a write made with no identity (auth off), and one with
+  // no caller at all, each at the leader and at a follower: the proposer
+  // applies each as its entry names it, as the others decode it.
+  const std::optional<mvcc::Caller> callers[] = {mvcc::Caller{"u", 7}, mvcc::Caller{},
+                                                 std::nullopt};
+  for (int at : {leader, (leader + 1) % kMembers}) {
+    for (const auto& caller : callers) {
+      etcdserverpb::PutRequest put;
+      put.set_key("k");
+      etcdserverpb::PutResponse resp;
+      std::promise<absl::Status> done;
+      mvcc::WriteRequest w{mvcc::PutOp{&put, &resp},
+                           [&done](absl::Status s) { done.set_value(s); }};
+      w.caller = caller;
+      nodes_[at].store->Submit(std::move(w));
+      ASSERT_TRUE(done.get_future().get().ok());
+    }
+  }
+  WaitApplied(ClusterCommit());
+  const auto first = guards[0].Seen();
+  std::set<std::pair<std::string, uint64_t>> kinds;
+  for (const auto& [index, c] : first) kinds.insert(c);
+  EXPECT_EQ(kinds, (std::set<std::pair<std::string, uint64_t>>{{"u", 7}, {"", 0}}));
+  EXPECT_GE(first.size(), 6u);
+  for (int i = 1; i < kMembers; ++i) {
+    EXPECT_EQ(guards[i].Seen(), first) << "member " << i;
+  }
+  for (int i = 0; i < kMembers; ++i) nodes_[i].store->SetWriteGuard(nullptr);
 }
 
 TEST_F(ReplicatorTest, LinearizableReadAtAFollowerSeesTheLatestWrite) {

@@ -117,10 +117,10 @@ absl::Status AuthGate::CheckIdentity(const grpc::ServerContextBase& ctx) const {
   return Identify(ctx).status();
 }
 
-std::optional<mvcc::Caller> AuthGate::CallerOf(const grpc::ServerContextBase& ctx) const {
-  if (!store_->Enabled()) return std::nullopt;
+mvcc::Caller AuthGate::CallerOf(const grpc::ServerContextBase& ctx) const {
+  if (!store_->Enabled()) return {};
   auto info = Identify(ctx);
-  if (!info.ok() || (info->user.empty() && info->revision == 0)) return std::nullopt;
+  if (!info.ok()) return {};
   return mvcc::Caller{std::move(info->user), info->revision};
 }
 

@@ -66,9 +66,10 @@ class AuthGate {
   absl::Status CheckIdentity(const grpc::ServerContextBase& ctx) const;
   // Who makes a write, for its WriteRequest::caller (etcd's RequestHeader
   // username and auth_revision), so that its permission is checked again
-  // when it is applied: unset while auth is off and for a caller without a
-  // user. Call after the write's check passed.
-  std::optional<mvcc::Caller> CallerOf(const grpc::ServerContextBase& ctx) const;
+  // when it is applied: empty while auth is off and for a caller without a
+  // user (refused at apply if auth is on by then, as etcd refuses a write
+  // checked before auth was enabled). Call after the write's check passed.
+  mvcc::Caller CallerOf(const grpc::ServerContextBase& ctx) const;
 
  private:
   auth::AuthStore* const store_;

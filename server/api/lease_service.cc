@@ -232,7 +232,7 @@ grpc::ServerUnaryReactor* LeaseService::LeaseRevoke(grpc::CallbackServerContext*
     }
   }
   SubmitAndFinish(store_, member_, reactor, mvcc::LeaseRevokeOp{request, response},
-                  auth_ != nullptr ? auth_->CallerOf(*ctx) : std::nullopt);
+                  auth_ != nullptr ? std::optional(auth_->CallerOf(*ctx)) : std::nullopt);
   return reactor;
 }
 

@@ -163,6 +163,10 @@ void RecipeCall::Write(Req req, std::function<void(absl::StatusOr<Resp>)> then, 
   mvcc::WriteRequest w;
   w.op = mvcc::ClientOp<Req, Resp>{&p->req, &p->resp};
   w.validated = validated;
+  // Checked again when it applies, as the client's own write would be
+  // (etcd's lock and election servers write through a client carrying the
+  // caller's token).
+  if (const AuthGate* auth = recipes_->auth(); auth != nullptr) w.caller = auth->CallerOf(*ctx_);
   {
     util::MutexLock l(&recipes_->writes_mu_);
     ++recipes_->writes_in_flight_;

@@ -4,7 +4,8 @@
 // every member, still after the leader was killed and replaced; it is
 // refused everywhere once its user's password changed, and once its TTL
 // (--auth-token-ttl) passed without use; a permission revoked through one
-// member refuses the user's writes at every member with etcd's error.
+// member refuses the user's writes at every member with etcd's error; a
+// lease holding a user's key expires at every member.
 
 #include <chrono>
 #include <functional>
@@ -267,6 +268,37 @@ TEST_P(AuthClusterTest, APermissionRevokedAtOneMemberRefusesWritesAtEveryMember)
     if (put.message == "etcdserver: revision of auth store is old") put = Put(i, alice_, "a/after");
     EXPECT_EQ(put.code, grpc::StatusCode::PERMISSION_DENIED) << "member " << i;
     EXPECT_EQ(put.message, "etcdserver: permission denied") << "member " << i;
+  }
+}
+
+TEST_P(AuthClusterTest, ALeaseHoldingAUsersKeyExpiresAtEveryMember) {
+  ASSERT_NO_FATAL_FAILURE(StartWithAliceToken(0));
+  // The leader revokes an expired lease as root (etcd's WithRoot): every
+  // member's apply-time check passes it, whoever's keys it holds.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(3);
+  etcdserverpb::LeaseGrantResponse granted;
+  Outcome o = Call(1, alice_, &etcdserverpb::Lease::Stub::LeaseGrant, grant, &granted);
+  ASSERT_TRUE(o.ok()) << Describe(o);
+  etcdserverpb::PutRequest put;
+  put.set_key("a/leased");
+  put.set_value("v");
+  put.set_lease(granted.id());
+  o = Call(1, alice_, &KV::Stub::Put, put);
+  ASSERT_TRUE(o.ok()) << Describe(o);
+  for (int i = 0; i < cluster_->size(); ++i) {
+    const auto deadline = Clock::now() + seconds(20);
+    int64_t count = 1;
+    while (count != 0 && Clock::now() < deadline) {
+      etcdserverpb::RangeRequest get;
+      get.set_key("a/leased");
+      etcdserverpb::RangeResponse got;
+      o = Call(i, alice_, &KV::Stub::Range, get, &got);
+      ASSERT_TRUE(o.ok()) << "member " << i << ": " << Describe(o);
+      count = got.count();
+      if (count != 0) std::this_thread::sleep_for(milliseconds(100));  // polling, with a deadline
+    }
+    EXPECT_EQ(count, 0) << "member " << i << ": the key outlived its lease by 17 s";
   }
 }
 
