@@ -108,6 +108,10 @@ struct KvStoreOptions {
   // (SetWriteLog), and until there is one, Submit answers "no leader" and
   // leases do not expire, so that nothing is applied on this member alone.
   bool requires_write_log = false;
+  // Tests only: every put this member applies stores its value with this
+  // appended, so that its data differs from its peers'
+  // (CAPSTAN_FAILPOINTS=corrupt-values). The corruption checks must catch it.
+  std::string failpoint_value_suffix;
 };
 
 // What a reader sees: one published, durable state of the store.

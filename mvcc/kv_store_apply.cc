@@ -243,6 +243,11 @@ class KvStore::Applier {
       return MakeError(Error::kKeyNotFound);
     }
     std::string_view value = r.ignore_value() ? prev_kv.value : std::string_view(r.value());
+    std::string corrupted;
+    if (!s_->options_.failpoint_value_suffix.empty()) {
+      corrupted = std::string(value) + s_->options_.failpoint_value_suffix;
+      value = corrupted;
+    }
     const int64_t lease = r.ignore_lease() ? prev_kv.lease : r.lease();
     if (r.prev_kv() && !prev.empty()) resp->mutable_prev_kv()->ParseFromString(prev[0]);
 

@@ -161,6 +161,7 @@ std::unique_ptr<Replicator> Replicator::Create(const ReplicatorOptions& options,
     }
   }
   r->forward_queue_ = std::make_unique<util::WorkQueue>(2, "lease-forward");
+  r->hash_queue_ = std::make_unique<util::WorkQueue>(1, "peer-hashkv");
   // From now on every write of the store goes through the log, and the
   // replay of the log notifies Applied.
   store->SetWriteLog(r.get());
@@ -281,6 +282,7 @@ void Replicator::WhenApplied(uint64_t index, Done done) {
 Replicator::~Replicator() {
   Stop();
   forward_queue_.reset();
+  hash_queue_.reset();
   {
     // A forwarded keep-alive's caller may be answered up to a request timeout
     // later (when the transport stops, at once).
@@ -377,6 +379,32 @@ TransportHandler Replicator::handler() {
     change.id = id;
     change.member.id = id;
     ChangeMembership(change, absl::Now() + options_.request_timeout, std::move(done));
+  };
+  h.on_hash_kv = [this](const etcdserverpb::HashKVRequest& request,
+                         etcdserverpb::HashKVResponse* response,
+                         absl::AnyInvocable<void(absl::Status)> done) {
+    // etcd's hashKVHandler: the hash at the revision asked, the header's
+    // revision the store's current one. Off the transport's threads: the
+    // hash reads every revision.
+    auto answer = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+    hash_queue_->RunOrCancel([this, rev = request.revision(), response, answer](bool run) {
+      if (!run) {
+        (*answer)(MakeError(Error::kStopped));
+        return;
+      }
+      uint32_t hash = 0;
+      int64_t compact_rev = 0, hash_rev = 0;
+      absl::Status s = store_->HashKV(rev, &hash, &compact_rev, &hash_rev);
+      if (s.ok()) {
+        response->mutable_header()->set_cluster_id(options_.cluster_id);
+        response->mutable_header()->set_member_id(options_.member_id);
+        response->mutable_header()->set_revision(store_->Rev());
+        response->set_hash(hash);
+        response->set_compact_revision(compact_rev);
+        response->set_hash_revision(hash_rev);
+      }
+      (*answer)(s);
+    });
   };
   h.on_lease_time_to_live = [this](const etcdserverpb::LeaseTimeToLiveRequest& request,
                                    etcdserverpb::LeaseTimeToLiveResponse* response) -> absl::Status {

@@ -689,6 +689,9 @@ class Replicator final : public mvcc::WriteLog, public membership::RaftView {
   std::shared_ptr<ForwardedRenewals> forwarded_renewals_ = std::make_shared<ForwardedRenewals>();
   // Log compaction flushes and snapshot streams, off the raft loop.
   std::unique_ptr<util::WorkQueue> snapshot_queue_;
+  // Hashes peers ask for (TransportHandler::on_hash_kv); it lives until the
+  // destructor, after the transport stopped, as the forwarding queue does.
+  std::unique_ptr<util::WorkQueue> hash_queue_;
   std::thread loop_thread_;
   bool stopped_ = false;  // Stop ran (Stop's caller only)
 };

@@ -63,6 +63,14 @@ struct TransportHandler {
   // member, the leader (etcd's POST /members/promote/<id>): done gets the
   // members after it, or the leader's error.
   std::function<void(uint64_t id, membership::RaftView::MembersDone done)> on_member_promote;
+  // A peer's corruption check asks for the hash of this member's keys at a
+  // revision (etcd's GET /members/hashkv). Hashing reads every revision, so
+  // the callee answers through `done` from a thread of its own, filling
+  // `response` first; `response` lives until then. Must not block.
+  std::function<void(const etcdserverpb::HashKVRequest& request,
+                     etcdserverpb::HashKVResponse* response,
+                     absl::AnyInvocable<void(absl::Status)> done)>
+      on_hash_kv;
 };
 
 class Transport {
@@ -103,6 +111,13 @@ class Transport {
   virtual absl::StatusOr<std::vector<membership::ClusterMember>> PromoteMember(
       uint64_t leader, uint64_t id, int64_t deadline_ms) {
     return absl::UnimplementedError("this transport does not forward promotions");
+  }
+  // Calls peer `id`'s on_hash_kv and waits for the answer (waiting for the
+  // peer to be reachable until deadline_ms): its hash at `revision`, or
+  // its error; Unavailable when it cannot be reached in time.
+  virtual absl::StatusOr<etcdserverpb::HashKVResponse> PeerHashKV(uint64_t id, int64_t revision,
+                                                                  int64_t deadline_ms) {
+    return absl::UnimplementedError("this transport does not ask peers for hashes");
   }
   // Since when the connection to peer `id` has been up (etcd's
   // Transport.ActiveSince); absl::InfiniteFuture() when it is down or the

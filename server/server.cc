@@ -28,6 +28,7 @@
 #include "membership/member_table.h"
 #include "mvcc/kv_store.h"
 #include "mvcc/watch_hub.h"
+#include "replication/corruption_check.h"
 #include "replication/replicator.h"
 #include "server/api/auth_service.h"
 #include "server/api/bulk_reads.h"
@@ -97,6 +98,12 @@ std::vector<std::string> UrlStrings(const std::vector<Url>& urls) {
   return out;
 }
 
+// Whether CAPSTAN_FAILPOINTS (tests only) names failpoint `name`.
+bool FailpointActive(std::string_view name) {
+  const char* fp = std::getenv("CAPSTAN_FAILPOINTS");
+  return fp != nullptr && std::string_view(fp).find(name) != std::string_view::npos;
+}
+
 // The KV store's options from the flags that bear on it.
 mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id) {
   mvcc::KvStoreOptions kv_options;
@@ -112,6 +119,11 @@ mvcc::KvStoreOptions StoreOptions(const ServerConfig& config, uint64_t member_id
   kv_options.lease_id_prefix = static_cast<uint16_t>(member_id & 0xffff);
   kv_options.quota_bytes = config.QuotaBackendBytes();
   kv_options.member_id = member_id;
+  if (FailpointActive("corrupt-values")) {
+    SPDLOG_CRITICAL("failpoint corrupt-values is active: this member stores every put's value "
+                    "altered, so that its data differs from its peers' (tests only)");
+    kv_options.failpoint_value_suffix = "\x01corrupt";
+  }
   return kv_options;
 }
 
@@ -401,6 +413,8 @@ absl::Status Server::StartReplication() {
   log_options.file_system = file_system_;
   auto log = replication::RaftLog::Open(log_options);
   if (!log.ok()) return log.status();
+  // etcd's memberInitialized: a member started before (its log was kept).
+  const bool initialized = !(*log)->IsNew();
 
   auto transport_options =
       PeerTransportOptionsFromConfig(config_, member_->member_id, member_->cluster_id);
@@ -438,8 +452,7 @@ absl::Status Server::StartReplication() {
     auth::AuthStore* auth = auth_store_;
     options.on_restored = [auth]() { return auth->Reload(); };
   }
-  if (const char* fp = std::getenv("CAPSTAN_FAILPOINTS");
-      fp != nullptr && std::string_view(fp).find("answer-before-commit") != std::string_view::npos) {
+  if (FailpointActive("answer-before-commit")) {
     SPDLOG_CRITICAL("failpoint answer-before-commit is active: this member answers writes before "
                     "a quorum has them and loses acknowledged writes (tests only)");
     options.failpoint_answer_before_commit = true;
@@ -494,6 +507,21 @@ absl::Status Server::StartReplication() {
   member_->raft = replicator_.get();
   SPDLOG_INFO("member {:x} of cluster {:x} started with {} members", member_->member_id,
               member_->cluster_id, member_->initial_members.size());
+  replication::CorruptionCheckOptions check;
+  check.member_id = member_->member_id;
+  check.interval = config_.corrupt_check_time;
+  check.timeout = options.request_timeout;
+  corruption_check_ = std::make_unique<replication::CorruptionCheck>(
+      check, store_.get(), replicator_.get(), peer_transport_.get());
+  // etcd checks before it serves clients, and does not start on a mismatch;
+  // a member started for the first time has nothing to compare yet.
+  if (initialized && config_.feature_gates.Enabled(kInitialCorruptCheckGate)) {
+    if (auto s = corruption_check_->CheckInitial(); !s.ok()) {
+      SPDLOG_ERROR("checkInitialHashKV failed: {}", std::string(s.message()));
+      return s;
+    }
+  }
+  corruption_check_->Start();
   return absl::OkStatus();
 }
 
@@ -823,6 +851,9 @@ void Server::Shutdown() {
   // are refused (nothing is applied on this member alone).
   if (replicator_) replicator_->Stop();
   if (peer_transport_) peer_transport_->Stop();
+  // A check under way ends with the replicator's and the transport's
+  // refusals (a peer's hash it waits for, at most its timeout).
+  if (corruption_check_) corruption_check_->Stop();
   if (grpc_server_) {
     // Locks and campaigns may wait indefinitely: answer them now.
     if (recipes_) recipes_->EndCalls();

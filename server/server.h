@@ -49,6 +49,7 @@ struct MemberInfo;
 }  // namespace capstan::membership
 
 namespace capstan::replication {
+class CorruptionCheck;
 class RaftEngineFactory;
 class Replicator;
 class Transport;
@@ -254,6 +255,9 @@ class Server {
   std::thread removed_stopper_ ABSL_GUARDED_BY(removed_mu_);
   absl::Notification shutting_down_;
   std::unique_ptr<replication::Replicator> replicator_;
+  // etcd's corruption checks between members (--experimental-initial-
+  // corrupt-check, --corrupt-check-time); stopped after the transport.
+  std::unique_ptr<replication::CorruptionCheck> corruption_check_;
   std::vector<int> client_ports_;
   bool shut_down_ = false;
   // LogReadyWhenPublished's thread, and what tells it to stop.

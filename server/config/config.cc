@@ -96,6 +96,8 @@ absl::StatusOr<ServerConfig> FinishConfig(ParseState st, bool from_file) {
     }
   }
   for (const auto& [gate, enabled] : c.feature_gates.set_gates()) {
+    const FeatureGateSpec* spec = c.feature_gates.Lookup(gate);
+    if (spec != nullptr && spec->honored) continue;
     c.ignored_feature_gates.push_back(absl::StrCat(gate, "=", enabled ? "true" : "false"));
   }
   c.warnings.insert(c.warnings.end(), c.feature_gates.warnings().begin(),

@@ -228,7 +228,7 @@ struct ServerConfig {
   // interval), which is warned about; setting both is refused, as in etcd
   // 3.6. The experimental bool flags that 3.6 turned into feature gates set
   // feature_gates instead.
-  absl::Duration corrupt_check_time = absl::ZeroDuration();   // (no effect)
+  absl::Duration corrupt_check_time = absl::ZeroDuration();  // the leader's check
   absl::Duration compact_hash_check_time = absl::Minutes(1);  // (no effect)
   int64_t compaction_batch_limit = 1000;
   absl::Duration compaction_sleep_interval = absl::Milliseconds(10);

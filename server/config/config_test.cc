@@ -132,9 +132,10 @@ TEST(ServerConfigTest, KubeadmCommandLine) {
   EXPECT_THAT(UrlStrings(c->listen_metrics_urls), ElementsAre("http://127.0.0.1:2381"));
   EXPECT_TRUE(c->client_cert_auth);
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
-  EXPECT_THAT(
-      c->ignored_flags,
-      ElementsAre("experimental-initial-corrupt-check"));
+  // Every flag kubeadm sets has its effect (the initial corruption check
+  // compares the members' hashes before serving).
+  EXPECT_TRUE(c->feature_gates.Enabled(kInitialCorruptCheckGate));
+  EXPECT_THAT(c->ignored_flags, IsEmpty());
 }
 
 TEST(ServerConfigTest, IgnoredFlagsAreListedInTableOrder) {

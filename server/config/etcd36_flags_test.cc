@@ -63,7 +63,8 @@ TEST(Etcd36FlagsTest, KubeadmCommandLineIsAccepted) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->feature_gates.Enabled(kInitialCorruptCheckGate));
   EXPECT_EQ(c->watch_progress_notify_interval, absl::Seconds(5));
-  EXPECT_THAT(c->ignored_feature_gates, ElementsAre("InitialCorruptCheck=true"));
+  // Honored: not logged as having no effect.
+  EXPECT_THAT(c->ignored_feature_gates, IsEmpty());
   for (const std::string& w : c->warnings) {
     EXPECT_EQ(w.find("deprecated"), std::string::npos) << w;
   }
@@ -247,8 +248,7 @@ TEST(Etcd36FlagsTest, FeatureGatesFlagSyntaxRepeatsAndErrors) {
   EXPECT_FALSE(c->feature_gates.Enabled(kFastLeaseKeepAliveGate));
   EXPECT_TRUE(c->feature_gates.Enabled(kTxnModeWriteWithSharedBufferGate));
   EXPECT_THAT(c->ignored_feature_gates,
-              ElementsAre("CompactHashCheck=false", "FastLeaseKeepAlive=false",
-                          "InitialCorruptCheck=true"));
+              ElementsAre("CompactHashCheck=false", "FastLeaseKeepAlive=false"));
   EXPECT_THAT(c->explicitly_set, Contains("feature-gates"));
 
   ExpectUsageError(Parse({"--feature-gates=Bogus=true"}),

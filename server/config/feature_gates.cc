@@ -31,24 +31,24 @@ constexpr FeatureGateSpec kKnownGates[] = {
      "Sets every Alpha gate not set explicitly."},
     {kAllBetaGate, kBeta, false, false, "3.6", "Sets every Beta gate not set explicitly."},
     {kCompactHashCheckGate, kAlpha, false, false, "3.6",
-     "The leader compares followers' hashes at compactions; a single member has no\n"
-     "followers."},
+     "The leader compares followers' hashes at compactions; not done by Capstan (its\n"
+     "leader compares the members' hashes every --corrupt-check-time)."},
     {kFastLeaseKeepAliveGate, kBeta, true, false, "3.7",
      "Lease renewal without waiting for the applied index; Capstan answers keepalives\n"
      "from its lessor directly already."},
     {kInitialCorruptCheckGate, kAlpha, false, false, "3.6",
-     "Compares this member's hash with its peers' before serving; a single member has\n"
-     "no peers."},
+     "Compares this member's hash with its peers' before it serves clients, and does not\n"
+     "start on a mismatch, as etcd.",
+     /*honored=*/true},
     {kLeaseCheckpointGate, kAlpha, false, false, "3.6",
-     "The leader checkpoints remaining lease TTLs to followers; a single member has no\n"
-     "followers and no leader changes."},
+     "The leader checkpoints remaining lease TTLs to followers; Capstan's new leader\n"
+     "gives every lease its whole TTL again, as etcd without the gate."},
     {kLeaseCheckpointPersistGate, kAlpha, false, false, "3.6",
-     "Persists checkpointed remaining TTLs; there are no checkpoints without\n"
-     "followers."},
+     "Persists checkpointed remaining TTLs; Capstan makes no checkpoints."},
     {kPriorityRequestGate, kAlpha, false, false, "3.7",
-     "Applies lease revocations first under raft overload; Capstan has no raft log."},
+     "Applies lease revocations first under raft overload; not done by Capstan."},
     {kSetMemberLocalAddrGate, kAlpha, false, false, "3.6",
-     "Binds the local address of peer connections; Capstan has no peers."},
+     "Binds the local address of peer connections; not done by Capstan."},
     {kStopGrpcServiceOnDefragGate, kAlpha, false, false, "3.6",
      "Reports NOT_SERVING during defragmentation; Capstan's defragmentation runs\n"
      "online."},

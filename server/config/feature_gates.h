@@ -18,8 +18,9 @@
 //   "cannot set feature gate A to false, feature is locked to true"
 // and a failing Set changes nothing.
 //
-// None of the gates changes what a single-member Capstan does (each entry
-// says why); they are accepted, exported and logged as having no effect.
+// InitialCorruptCheck is honored; the other gates change nothing in Capstan
+// (each entry says why): they are accepted, exported and logged as having
+// no effect.
 //
 // Thread safety: the table is immutable. A FeatureGates is a plain value:
 // const methods may be called concurrently, a mutating one needs exclusive
@@ -52,8 +53,11 @@ struct FeatureGateSpec {
   bool locked = false;  // featuregate's LockToDefault
   // The etcd release that introduced the gate: "3.6" or "3.7".
   absl::string_view since;
-  // What the gate does in etcd and why it has no effect in Capstan.
+  // What the gate does in etcd and, unless honored, why it has no effect
+  // in Capstan.
   absl::string_view capstan_note;
+  // Capstan does what the gate asks (else it is logged as having no effect).
+  bool honored = false;
 };
 
 // Gate names, as etcd's server/features/etcd_features.go spells them.

@@ -448,18 +448,13 @@ std::vector<FlagSpec> ExperimentalFlags() {
        GateFlag("experimental-initial-corrupt-check"), "'false'",
        "Enable to check data corruption before serving any client/peer traffic. Deprecated\n"
        "in v3.6 and will be decommissioned in v3.7. Use\n"
-       "'--feature-gates=InitialCorruptCheck=true' instead. No effect in Capstan (there\n"
-       "are no peers to compare with).",
-       kNoEffect},
+       "'--feature-gates=InitialCorruptCheck=true' instead."},
       {"experimental-corrupt-check-time", Section::kExperimental, Dur(&S::corrupt_check_time),
        "'0s'",
        "Duration of time between cluster corruption check passes. Deprecated in v3.6 and\n"
-       "will be decommissioned in v3.7. Use '--corrupt-check-time' instead. No effect in\n"
-       "Capstan.",
-       kNoEffect},
+       "will be decommissioned in v3.7. Use '--corrupt-check-time' instead."},
       {"corrupt-check-time", Section::kExperimental, Dur(&S::corrupt_check_time), "'0s'",
-       "Duration of time between cluster corruption check passes. No effect in Capstan.",
-       kNoEffect},
+       "Duration of time between cluster corruption check passes."},
       {"experimental-compact-hash-check-enabled", Section::kExperimental,
        GateFlag("experimental-compact-hash-check-enabled"), "'false'",
        "Enable leader to periodically check followers compaction hashes. Deprecated in v3.6\n"

@@ -338,4 +338,22 @@ grpc::ServerUnaryReactor* PeerService::Probe(grpc::CallbackServerContext* contex
   return reactor;
 }
 
+grpc::ServerUnaryReactor* PeerService::HashKV(grpc::CallbackServerContext* context,
+                                              const etcdserverpb::HashKVRequest* request,
+                                              etcdserverpb::HashKVResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  uint64_t from = 0;
+  if (grpc::Status s = Admit(*context, &from); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  if (!handler_->on_hash_kv) {
+    reactor->Finish(grpc::Status(grpc::UNIMPLEMENTED, "no hash handler"));
+    return reactor;
+  }
+  handler_->on_hash_kv(*request, response,
+                       [reactor](absl::Status s) { reactor->Finish(ToGrpc(s)); });
+  return reactor;
+}
+
 }  // namespace capstan::server::peer

@@ -79,6 +79,9 @@ class PeerService final : public capstan::v1::Peer::CallbackService {
   grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,
                                   const capstan::v1::ProbeRequest* request,
                                   capstan::v1::ProbeResponse* response) override;
+  grpc::ServerUnaryReactor* HashKV(grpc::CallbackServerContext* context,
+                                   const etcdserverpb::HashKVRequest* request,
+                                   etcdserverpb::HashKVResponse* response) override;
   // Receives into handler->snapshot_dir (one snapshot at a time, on the
   // snapshot thread), then calls handler->on_snapshot there.
   grpc::ServerReadReactor<capstan::v1::SnapshotChunk>* Snapshot(

@@ -23,41 +23,45 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-absl::Status UnknownLeader(uint64_t leader) {
-  return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader), " is not a known peer"));
+// role: what the called member is to the caller ("leader", "peer"), for
+// the error's text.
+absl::Status UnknownPeer(uint64_t id, const char* role = "leader") {
+  return absl::UnavailableError(absl::StrCat(role, " ", peer::IdText(id), " is not a known peer"));
 }
 
-// A call to the leader: who makes it, and until when it waits for the
-// leader to be reachable and to answer.
-void PrepareLeaderCall(grpc::ClientContext* context, uint64_t leader,
-                       const PeerTransportOptions& options, int64_t deadline_ms) {
+// A call to a peer (the leader, for lease calls): who makes it, and until
+// when it waits for the peer to be reachable and to answer.
+void PreparePeerCall(grpc::ClientContext* context, uint64_t to, const PeerTransportOptions& options,
+                     int64_t deadline_ms) {
   context->AddMetadata(peer::kClusterIdKey, peer::IdText(options.cluster_id));
   context->AddMetadata(peer::kFromKey, peer::IdText(options.member_id));
-  context->AddMetadata(peer::kToKey, peer::IdText(leader));
+  context->AddMetadata(peer::kToKey, peer::IdText(to));
   context->set_wait_for_ready(true);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(std::max<int64_t>(deadline_ms, 0)));
 }
 
-// The leader's answer, or Unavailable when it could not be had in time.
-absl::Status LeaderStatus(const grpc::Status& status, uint64_t leader) {
+// The called member's answer, or Unavailable when it could not be had in
+// time.
+absl::Status PeerStatus(const grpc::Status& status, uint64_t id, const char* role) {
   if (status.error_code() == grpc::UNAVAILABLE || status.error_code() == grpc::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::CANCELLED) {
-    return absl::UnavailableError(absl::StrCat("leader ", peer::IdText(leader),
+    return absl::UnavailableError(absl::StrCat(role, " ", peer::IdText(id),
                                                " unreachable: ", status.error_message()));
   }
   return FromGrpc(status);
 }
 
-// A lease call to the leader, waited for.
+// A call to a peer (the leader, for lease calls), waited for.
 template <typename Call>
-absl::Status CallLeader(const std::shared_ptr<grpc::Channel>& channel, uint64_t leader,
-                        const PeerTransportOptions& options, int64_t deadline_ms, Call call) {
-  if (!channel) return UnknownLeader(leader);
+absl::Status CallPeer(const std::shared_ptr<grpc::Channel>& channel, uint64_t id,
+                      const PeerTransportOptions& options, int64_t deadline_ms, Call call,
+                      const char* role = "leader") {
+  if (!channel) return UnknownPeer(id, role);
   grpc::ClientContext context;
-  PrepareLeaderCall(&context, leader, options, deadline_ms);
+  PreparePeerCall(&context, id, options, deadline_ms);
   auto stub = capstan::v1::Peer::NewStub(channel);
-  return LeaderStatus(call(stub.get(), &context), leader);
+  return PeerStatus(call(stub.get(), &context), id, role);
 }
 
 }  // namespace
@@ -450,11 +454,11 @@ void PeerTransport::LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAli
                                int64_t deadline_ms, LeaseRenewDone done) {
   std::shared_ptr<PeerStub> stub = StubTo(leader);
   if (!stub) {
-    done(UnknownLeader(leader));
+    done(UnknownPeer(leader));
     return;
   }
   auto call = std::make_shared<LeaseCall>();
-  PrepareLeaderCall(&call->context, leader, options_, deadline_ms);
+  PreparePeerCall(&call->context, leader, options_, deadline_ms);
   call->request = request;
   call->stub = std::move(stub);
   call->done = std::move(done);
@@ -472,7 +476,7 @@ void PeerTransport::LeaseRenew(uint64_t leader, const etcdserverpb::LeaseKeepAli
   }
   call->stub->stub->async()->LeaseRenew(
       &call->context, &call->request, &call->response, [this, call, leader](grpc::Status status) {
-        absl::Status s = LeaderStatus(status, leader);
+        absl::Status s = PeerStatus(status, leader, "leader");
         if (s.ok()) {
           call->done(std::move(call->response));
         } else {
@@ -488,7 +492,7 @@ absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,
                                             const etcdserverpb::LeaseTimeToLiveRequest& request,
                                             etcdserverpb::LeaseTimeToLiveResponse* response,
                                             int64_t deadline_ms) {
-  return CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
+  return CallPeer(ChannelTo(leader), leader, options_, deadline_ms,
                     [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
                       return stub->LeaseTimeToLive(context, request, response);
                     });
@@ -499,7 +503,7 @@ absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMem
   etcdserverpb::MemberPromoteRequest request;
   request.set_id(id);
   etcdserverpb::MemberPromoteResponse response;
-  absl::Status s = CallLeader(ChannelTo(leader), leader, options_, deadline_ms,
+  absl::Status s = CallPeer(ChannelTo(leader), leader, options_, deadline_ms,
                               [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
                                 return stub->MemberPromote(context, request, &response);
                               });
@@ -510,6 +514,21 @@ absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMem
   std::vector<membership::ClusterMember> members;
   for (const auto& m : response.members()) members.push_back(membership::FromProto(m));
   return members;
+}
+
+absl::StatusOr<etcdserverpb::HashKVResponse> PeerTransport::PeerHashKV(uint64_t id,
+                                                                         int64_t revision,
+                                                                         int64_t deadline_ms) {
+  etcdserverpb::HashKVRequest request;
+  request.set_revision(revision);
+  etcdserverpb::HashKVResponse response;
+  absl::Status s = CallPeer(ChannelTo(id), id, options_, deadline_ms,
+                              [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                                return stub->HashKV(context, request, &response);
+                              },
+                              "peer");
+  if (!s.ok()) return s;
+  return response;
 }
 
 absl::Status PeerTransport::SendSnapshot(uint64_t to, const std::string& dir,

@@ -143,6 +143,8 @@ class PeerTransport final : public replication::Transport {
   absl::Status LeaseTimeToLive(uint64_t leader, const etcdserverpb::LeaseTimeToLiveRequest& request,
                                etcdserverpb::LeaseTimeToLiveResponse* response,
                                int64_t deadline_ms) override;
+  absl::StatusOr<etcdserverpb::HashKVResponse> PeerHashKV(uint64_t id, int64_t revision,
+                                                          int64_t deadline_ms) override;
 
   // Since when the Raft stream to the peer has been open (accepted by it).
   absl::Time ActiveSince(uint64_t id) const override;
