@@ -493,9 +493,9 @@ absl::Status PeerTransport::LeaseTimeToLive(uint64_t leader,
                                             etcdserverpb::LeaseTimeToLiveResponse* response,
                                             int64_t deadline_ms) {
   return CallPeer(ChannelTo(leader), leader, options_, deadline_ms,
-                    [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
-                      return stub->LeaseTimeToLive(context, request, response);
-                    });
+                  [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                    return stub->LeaseTimeToLive(context, request, response);
+                  });
 }
 
 absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMember(
@@ -504,9 +504,9 @@ absl::StatusOr<std::vector<membership::ClusterMember>> PeerTransport::PromoteMem
   request.set_id(id);
   etcdserverpb::MemberPromoteResponse response;
   absl::Status s = CallPeer(ChannelTo(leader), leader, options_, deadline_ms,
-                              [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
-                                return stub->MemberPromote(context, request, &response);
-                              });
+                            [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+                              return stub->MemberPromote(context, request, &response);
+                            });
   if (!s.ok()) {
     if (auto e = membership::ErrorOfText(std::string(s.message()))) return membership::MakeError(*e);
     return s;
@@ -522,11 +522,12 @@ absl::StatusOr<etcdserverpb::HashKVResponse> PeerTransport::PeerHashKV(uint64_t 
   etcdserverpb::HashKVRequest request;
   request.set_revision(revision);
   etcdserverpb::HashKVResponse response;
-  absl::Status s = CallPeer(ChannelTo(id), id, options_, deadline_ms,
-                              [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
-                                return stub->HashKV(context, request, &response);
-                              },
-                              "peer");
+  absl::Status s = CallPeer(
+      ChannelTo(id), id, options_, deadline_ms,
+      [&](capstan::v1::Peer::Stub* stub, grpc::ClientContext* context) {
+        return stub->HashKV(context, request, &response);
+      },
+      "peer");
   if (!s.ok()) return s;
   return response;
 }
