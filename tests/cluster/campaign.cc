@@ -23,6 +23,8 @@
 #include "cluster/lease_client.h"
 #include "cluster/watch_checker.h"
 #include "cluster/watch_client.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/client_context.h"
 #include "test_certificates.h"
 
 namespace capstan::testing::cluster {
@@ -138,6 +140,9 @@ bool Campaign::StartCluster() {
   if (o_.flavor == ServerFlavor::kCapstan) {
     co.extra_args.push_back("--experimental-snapshot-catchup-entries=500");
   }
+  // The leader compares the members' hashes every second through every
+  // fault: a false CORRUPT alarm (one at all) is a violation.
+  co.extra_args.push_back("--experimental-corrupt-check-time=1s");
   if (o_.peer_tls) {
     // One certificate (CN "peer", for 127.0.0.1) that every member serves
     // and dials with, client certificates required: kubeadm's peer flags.
@@ -620,6 +625,31 @@ void Campaign::Check() {
   if (absl::Status same = cluster_->SameHashKV(voters, *rev); !same.ok()) {
     Violation("hashkv", same.ToString());
   }
+  // The members agree: no corruption check may have said otherwise. The
+  // alarms are the cluster's: the first member that lists them speaks for
+  // all.
+  std::string unlisted = "no member listed its alarms";
+  for (int i : voters) {
+    auto stub = etcdserverpb::Maintenance::NewStub(cluster_->NewChannel(i));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    etcdserverpb::AlarmRequest get;
+    get.set_action(etcdserverpb::AlarmRequest::GET);
+    etcdserverpb::AlarmResponse alarms;
+    if (grpc::Status s = stub->Alarm(&ctx, get, &alarms); !s.ok()) {
+      absl::StrAppend(&unlisted, "; m", i, ": ", s.error_message());
+      continue;
+    }
+    unlisted.clear();
+    for (const auto& a : alarms.alarms()) {
+      if (a.alarm() == etcdserverpb::CORRUPT) {
+        Violation("corrupt-check", absl::StrCat("m", i, " lists a CORRUPT alarm for member ",
+                                                absl::Hex(a.memberid())));
+      }
+    }
+    break;
+  }
+  if (!unlisted.empty()) Violation("corrupt-check", unlisted);
 }
 
 absl::StatusOr<std::vector<Event>> Campaign::RecordedLog(int64_t revision) {
